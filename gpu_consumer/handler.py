@@ -1,0 +1,94 @@
+"""The pure core of the GPU worker: consumed tensor records in, results and dead letters out. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gpu_consumer.batcher import check_token_ids, pad_batch
+from gpu_consumer.engine import Engine
+from gpu_consumer.postprocess import postprocess
+from kafka_io.records import OutRecord, SourceRef
+from kafka_io.settings import Topics
+from schemas import DeadLetter, InferenceResult, SerdeError, Tensor, TensorRecord, decode, encode, now_us
+from schemas.errors import TensorFormatError
+from schemas.model_config import ModelConfig
+
+STAGE = "inference"
+
+
+def handle_batch(
+    sources: Sequence[SourceRef], engine: Engine, config: ModelConfig, topics: Topics, batch_id: str
+) -> list[OutRecord]:
+    """Run one batch. A record that cannot be decoded or fed to this model is dead-lettered; an
+    engine failure is raised, since it is not the records' fault."""
+    formed = now_us()
+    out: list[OutRecord] = []
+    valid: list[tuple[TensorRecord, np.ndarray]] = []
+    ids_name = config.input_for("token_ids").name  # type: ignore[union-attr]
+    for src in sources:
+        record: TensorRecord | None = None
+        try:
+            record = decode(src.value, TensorRecord)
+            if record.model != config.name:
+                raise TensorFormatError(f"record is for model {record.model!r}, this worker serves {config.name!r}")
+            arrays = record.arrays()
+            if ids_name not in arrays:
+                raise TensorFormatError(f"record has no {ids_name!r} tensor (has {sorted(arrays)})")
+            check_token_ids(config, arrays[ids_name])
+        except SerdeError as exc:
+            out.append(_dead(exc, src, topics, config, record))
+            continue
+        valid.append((record, arrays[ids_name]))
+    if not valid:
+        return out
+
+    batch = pad_batch(config, [ids for _, ids in valid])
+    started = now_us()
+    outputs = engine.infer(batch.inputs)
+    finished = now_us()
+    vectors = postprocess(config, outputs, batch)
+    for row, (record, _) in enumerate(valid):
+        result = InferenceResult(
+            job_id=record.job_id,
+            record_id=record.record_id,
+            seq=record.seq,
+            model=config.name,
+            model_version=config.version,
+            outputs=(Tensor.from_array(config.result_name, vectors[row]),),
+            batch_id=batch_id,
+            batch_size=batch.size,
+            attributes=record.attributes,
+            timestamps={
+                **record.timestamps,
+                "batch_formed": formed,
+                "inference_start": started,
+                "inference_end": finished,
+                "result_produced": now_us(),
+            },
+        )
+        out.append(
+            OutRecord(
+                topics.results,
+                encode(result),
+                key=f"{record.job_id}/{record.record_id}".encode(),
+                headers=[("job_id", record.job_id.encode())],
+            )
+        )
+    return out
+
+
+def _dead(
+    error: Exception, src: SourceRef, topics: Topics, config: ModelConfig, record: TensorRecord | None
+) -> OutRecord:
+    letter = DeadLetter.from_error(
+        STAGE,
+        error,
+        (src.topic, src.partition, src.offset, src.value),
+        job_id=record.job_id if record else None,
+        record_id=record.record_id if record else None,
+        model=config.name,
+        model_version=config.version,
+    )
+    return OutRecord(topics.dead_letters, encode(letter), key=src.key)

@@ -1,0 +1,107 @@
+"""The GPU worker loop: poll a batch, run it, store every output, then commit. The commit rule:
+
+    for batch in batches(...):                   # up to max_batch_size records or max_linger_ms
+        produce_all(producer, handle_batch(...)) # waits for every delivery report
+        commit_batch(consumer, batch)            # offsets move only after outputs are stored
+
+A crash anywhere before the commit means the batch is consumed again: at-least-once, and
+results are keyed by job/record so readers drop the duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from gpu_consumer.engine import Engine, make_engine
+from gpu_consumer.handler import handle_batch
+from gpu_consumer.postprocess import STEPS
+from kafka_io.clients import make_consumer, make_producer
+from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, subscribe
+from kafka_io.produce import produce_all
+from kafka_io.records import SourceRef
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas.model_config import ModelConfig, load_model_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerStats:
+    batches: int = 0
+    records: int = 0
+
+
+def run(
+    consumer: object,
+    assignment: Assignment,
+    producer: object,
+    engine: Engine,
+    config: ModelConfig,
+    topics: Topics,
+    limits: BatchLimits,
+    *,
+    worker_id: str,
+    drain: bool = False,
+    should_stop: object = lambda: False,
+) -> WorkerStats:
+    stats = WorkerStats()
+    for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):  # type: ignore[arg-type]
+        sources = [SourceRef(m.topic(), m.partition(), m.offset(), m.value() or b"", m.key()) for m in batch]
+        out = handle_batch(sources, engine, config, topics, batch_id=f"{worker_id}-{stats.batches}")
+        produce_all(producer, out)  # type: ignore[arg-type]
+        commit_batch(consumer, batch)  # type: ignore[arg-type]
+        stats.batches += 1
+        stats.records += len(batch)
+    return stats
+
+
+def serve(
+    settings: KafkaSettings,
+    topics: Topics,
+    repository: Path,
+    model: str,
+    limits: BatchLimits | None = None,
+    *,
+    engine_kind: str = "auto",
+    threads: int = 0,
+    drain: bool = False,
+) -> WorkerStats:
+    """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop."""
+    config = load_model_config(repository, model)
+    unknown = set(config.postprocess) - set(STEPS)
+    if unknown:
+        raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
+    limits = limits or BatchLimits(max_batch_size=config.max_batch_size)
+    if limits.max_batch_size > config.max_batch_size:
+        raise ValueError(f"max_batch_size {limits.max_batch_size} exceeds the model's {config.max_batch_size}")
+    engine = make_engine(config, engine_kind, threads)
+    engine.warmup()  # before subscribing: a broken engine must not hold partitions
+    tensors = topics.tensors(model)
+    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    worker_id = f"{socket.gethostname()}-{os.getpid()}"
+    consumer = make_consumer(settings.with_client_id(f"gpu-{worker_id}"), topics.gpu_group(model))
+    producer = make_producer(settings.with_client_id(f"gpu-{worker_id}"))
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    assignment = subscribe(consumer, [tensors])
+    log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
+    try:
+        return run(
+            consumer, assignment, producer, engine, config, topics, limits,
+            worker_id=worker_id, drain=drain, should_stop=lambda: stopping,
+        )
+    finally:
+        consumer.close()  # leave the group now, so the partitions move without waiting for the session timeout

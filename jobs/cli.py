@@ -1,0 +1,364 @@
+"""The `nearline` command line. Every option is also an environment variable (shown in --help)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobs.exit_codes import ExitCode
+from jobs.local import ENV_MODEL_REPOSITORY
+from jobs.progress import Progress
+from jobs.submit import InvalidInputError, TextInput, submit
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from schemas.model_config import ModelNotFoundError
+
+HOME = Path.home() / ".nearline"
+
+
+class NearlineGroup(click.Group):
+    """Turns the errors users can cause or fix into one clear line and a distinct exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from gpu_consumer.engine import EngineLoadError
+        from gpu_consumer.export import ExportUnavailableError
+
+        try:
+            return super().invoke(ctx)
+        except InvalidInputError as exc:
+            for error in exc.errors[:50]:
+                click.echo(f"error: {error}", err=True)
+            if len(exc.errors) > 50:
+                click.echo(f"... and {len(exc.errors) - 50} more", err=True)
+            click.echo(
+                f"nothing was submitted: {len(exc.errors)} invalid record(s); fix them or pass --skip-invalid",
+                err=True,
+            )
+            ctx.exit(ExitCode.INVALID_INPUT)
+        except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.UNAVAILABLE)
+
+
+def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--bootstrap-servers and --namespace, with the same env var names on every command."""
+
+    @click.option(
+        "--bootstrap-servers",
+        envvar=ENV_BOOTSTRAP,
+        show_envvar=True,
+        default="",
+        help="Kafka cluster (host:port,...).",
+    )
+    @click.option(
+        "--namespace",
+        envvar=ENV_NAMESPACE,
+        show_envvar=True,
+        default="",
+        help="Prefix of every topic and group name, to share a cluster between pipelines.",
+    )
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--model-repository",
+        envvar=ENV_MODEL_REPOSITORY,
+        show_envvar=True,
+        default="models",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Folder of models/<name>/<version>/.",
+    )(f)
+
+
+def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--max-linger-ms", type=float, default=20.0, show_default=True, show_envvar=True,
+                     help="Close a batch this long after its first record, even if not full.")(f)
+    f = click.option("--max-batch-size", type=int, default=None, show_envvar=True,
+                     help="Records per batch [default: the model's max_batch_size].")(f)
+    return f
+
+
+def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--format", "fmt", type=click.Choice(["auto", "jsonl", "lines"]), default="auto", show_default=True,
+        show_envvar=True, help="auto: JSON Lines for .jsonl/.ndjson, one text per line otherwise.",
+    )(f)
+
+
+def require_servers(bootstrap_servers: str) -> KafkaSettings:
+    if not bootstrap_servers:
+        raise BrokerUnavailableError(
+            f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
+            "(`nearline broker start` runs a local one)"
+        )
+    return KafkaSettings.from_env(bootstrap_servers)
+
+
+@click.group(cls=NearlineGroup, context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True})
+@click.option("--log-level", default="WARNING", show_envvar=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def cli(log_level: str) -> None:
+    """nearline: durable near-line batch inference over Kafka."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _progress_printer() -> Callable[[Progress], None]:
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def show(p: Progress) -> None:
+        now = time.monotonic()
+        if tty:
+            click.echo("\r" + p.line(now).ljust(79), nl=p.done >= p.total, err=True)
+        elif now - last[0] >= 5 or p.done >= p.total:
+            click.echo(p.line(now), err=True)
+            last[0] = now
+
+    return show
+
+
+@cli.command()
+@click.argument("input_path", metavar="INPUT")
+@click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write results as JSON Lines here [default: stdout].")
+@click.option("--job-id", default=None, help="Job id [default: generated].")
+@click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
+@format_option
+@batch_options
+@cluster_options
+@repository_option
+def run(
+    input_path: str, model: str, output: Path | None, job_id: str | None, skip_invalid: bool, fmt: str,
+    max_batch_size: int | None, max_linger_ms: float, bootstrap_servers: str, namespace: str,
+    model_repository: Path,
+) -> None:
+    """Run INPUT through the pipeline and write one result per record, in input order.
+
+    With no cluster named, starts the embedded broker and a preprocess and a GPU worker, and
+    stops them at the end. With --bootstrap-servers, uses that cluster and its running workers.
+
+    \b
+    Example:
+      nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
+    """
+    from jobs.results import write_outcome
+    from jobs.runner import run_job
+
+    worker_args = ["--max-linger-ms", str(max_linger_ms)]
+    if max_batch_size:
+        worker_args += ["--max-batch-size", str(max_batch_size)]
+    result = run_job(
+        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        model,
+        repository=model_repository,
+        bootstrap_servers=bootstrap_servers,
+        namespace=namespace,
+        job_id=job_id,
+        skip_invalid=skip_invalid,
+        worker_args=tuple(worker_args),
+        log=lambda line: click.echo(line, err=True),
+        on_progress=_progress_printer(),
+    )
+    for error in result.report.skipped:
+        click.echo(f"skipped: {error}", err=True)
+    written = write_outcome(result.outcome, output, sys.stdout)
+    click.echo(result.summary.line(), err=True)
+    if output:
+        click.echo(f"wrote {written} lines to {output}", err=True)
+    if result.outcome.dead:
+        raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
+
+
+@cli.command(name="submit")
+@click.argument("input_path", metavar="INPUT")
+@click.option("--model", "-m", required=True, show_envvar=True)
+@click.option("--job-id", default=None, help="Job id [default: generated]; resubmitting reuses it.")
+@click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
+@format_option
+@cluster_options
+def submit_cmd(
+    input_path: str, model: str, job_id: str | None, skip_invalid: bool, fmt: str, bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Submit INPUT as a job to running workers; prints the job id."""
+    report = submit(
+        require_servers(bootstrap_servers), Topics(namespace), TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        model, job_id=job_id, skip_invalid=skip_invalid,
+    )
+    for error in report.skipped:
+        click.echo(f"skipped: {error}", err=True)
+    click.echo(f"submitted {report.submitted} records", err=True)
+    click.echo(report.job_id)
+
+
+@cli.command()
+@click.argument("job_id")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@cluster_options
+def results(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
+    """Write a job's results as JSON Lines in input order, one line per record."""
+    from jobs.results import read_outcome, write_outcome
+
+    outcome = read_outcome(require_servers(bootstrap_servers), Topics(namespace), job_id)
+    written = write_outcome(outcome, output, sys.stdout)
+    click.echo(
+        f"{len(outcome.results)} results, {len(outcome.dead)} dead letters"
+        + (f" ({outcome.duplicates} duplicate copies dropped)" if outcome.duplicates else ""),
+        err=True,
+    )
+    if written == 0:
+        raise SystemExit(ExitCode.FAILED)
+
+
+@cli.command()
+@click.argument("topic")
+@click.argument("input_path", metavar="FILE|-")
+@click.option("--model", "-m", required=True, show_envvar=True, help="Model the records are addressed to.")
+@click.option("--job-id", default=None)
+@click.option("--skip-invalid", is_flag=True)
+@format_option
+@cluster_options
+def produce(
+    topic: str, input_path: str, model: str, job_id: str | None, skip_invalid: bool, fmt: str,
+    bootstrap_servers: str, namespace: str,
+) -> None:
+    """Produce raw text records from a JSONL or text file (or stdin) to TOPIC."""
+    report = submit(
+        require_servers(bootstrap_servers), Topics(namespace), TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        model, job_id=job_id, skip_invalid=skip_invalid, topic=topic,
+    )
+    for error in report.skipped:
+        click.echo(f"skipped: {error}", err=True)
+    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
+
+
+@cli.group()
+def worker() -> None:
+    """Long-running worker processes."""
+
+
+@worker.command(name="preprocess")
+@click.option("--batch-size", type=int, default=64, show_envvar=True)
+@cluster_options
+@repository_option
+def worker_preprocess(batch_size: int, bootstrap_servers: str, namespace: str, model_repository: Path) -> None:
+    """Tokenize raw.text into tensors.<model> (faust app)."""
+    from preprocess_app.app import run_worker
+
+    run_worker(require_servers(bootstrap_servers), Topics(namespace), model_repository, batch_size=batch_size)
+
+
+@worker.command(name="gpu")
+@click.option("--model", "-m", required=True, show_envvar=True)
+@click.option("--engine", type=click.Choice(["auto", "onnxruntime"]), default="auto", show_envvar=True)
+@click.option("--threads", type=int, default=0, show_envvar=True, help="Engine threads; 0 = one per core.")
+@click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
+@batch_options
+@cluster_options
+@repository_option
+def worker_gpu(
+    model: str, engine: str, threads: int, drain: bool, max_batch_size: int | None, max_linger_ms: float,
+    bootstrap_servers: str, namespace: str, model_repository: Path,
+) -> None:
+    """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
+    from gpu_consumer.worker import serve
+    from kafka_io.polling import BatchLimits
+    from schemas.model_config import load_model_config
+
+    config = load_model_config(model_repository, model)
+    limits = BatchLimits(max_batch_size or config.max_batch_size, max_linger_ms)
+    stats = serve(
+        require_servers(bootstrap_servers), Topics(namespace), model_repository, model, limits,
+        engine_kind=engine, threads=threads, drain=drain,
+    )
+    click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
+
+
+@cli.group()
+def broker() -> None:
+    """A long-lived local broker for development (Tansu, memory only: data ends with it)."""
+
+
+@broker.command(name="start")
+@click.option("--port", type=int, default=9092, show_envvar=True)
+def broker_start(port: int) -> None:
+    """Start the local broker in the background and print its address."""
+    from kafka_io.broker import EmbeddedBroker
+
+    state = HOME / "broker.json"
+    running = EmbeddedBroker.load(state)
+    if running and running.alive():
+        click.echo(f"already running (pid {running.pid})", err=True)
+        click.echo(f"export {ENV_BOOTSTRAP}={running.bootstrap_servers}")
+        return
+    started = EmbeddedBroker.start(HOME / "broker.log", port=port)
+    started.save(state)
+    click.echo(f"broker running, pid {started.pid}, log {started.log_path}", err=True)
+    click.echo(f"export {ENV_BOOTSTRAP}={started.bootstrap_servers}")
+
+
+@broker.command(name="stop")
+def broker_stop() -> None:
+    """Stop the local broker started by `nearline broker start`."""
+    from kafka_io.broker import EmbeddedBroker
+
+    state = HOME / "broker.json"
+    running = EmbeddedBroker.load(state)
+    if running is None or not running.alive():
+        click.echo("no local broker is running", err=True)
+    else:
+        running.stop()
+        click.echo(f"stopped broker pid {running.pid}", err=True)
+    state.unlink(missing_ok=True)
+
+
+@cli.group()
+def models() -> None:
+    """The model repository."""
+
+
+@models.command(name="prepare")
+@click.argument("name", type=click.Choice(["minilm"]))
+@repository_option
+def models_prepare(name: str, model_repository: Path) -> None:
+    """Export a packaged model to ONNX into the model repository."""
+    from gpu_consumer.export import PREPARERS
+
+    config = PREPARERS[name](model_repository)
+    click.echo(f"prepared {config.name} version {config.version} in {config.directory}")
+
+
+@models.command(name="list")
+@repository_option
+def models_list(model_repository: Path) -> None:
+    """Models and versions in the repository."""
+    from schemas.model_config import load_model_config, versions
+
+    if not model_repository.is_dir():
+        click.echo(f"{model_repository} does not exist; try `nearline models prepare minilm`", err=True)
+        return
+    for folder in sorted(p for p in model_repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for version in versions(model_repository, folder.name):
+            config = load_model_config(model_repository, folder.name, version)
+            click.echo(f"{config.name}\t{config.version}\t{config.task}\t{config.source}")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

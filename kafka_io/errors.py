@@ -1,0 +1,13 @@
+"""Faults of the infrastructure, as opposed to faults of a record."""
+
+
+class KafkaIOError(RuntimeError):
+    """Base of the errors raised at the Kafka edge."""
+
+
+class BrokerUnavailableError(KafkaIOError):
+    """The cluster did not answer; the message names the bootstrap servers."""
+
+
+class DeliveryError(KafkaIOError):
+    """A produced record was not confirmed by the broker; its inputs must not be committed."""

@@ -1,0 +1,127 @@
+"""Batch polling: a batch closes at max_batch_size records or max_linger_ms after its first record.
+
+Also the drain mode (arq's "burst"): stop once every assigned partition has reported EOF. EOF
+comes from the fetch high watermark, which is exact on every broker we run on, unlike
+ListOffsets(latest) on Tansu (shared/docs/tansu.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_batch_size: int = 32
+    max_linger_ms: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_linger_ms < 0:
+            raise ValueError(f"max_linger_ms must be >= 0, got {self.max_linger_ms}")
+
+
+@dataclass
+class Assignment:
+    """The partitions this consumer owns and which of them are caught up, kept by rebalance callbacks."""
+
+    assigned: set[TP] = field(default_factory=set)
+    at_eof: set[TP] = field(default_factory=set)
+    revocations: int = 0
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned |= {(p.topic, p.partition) for p in partitions}
+        log.info("assigned %s", sorted(self.assigned))
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(p.topic, p.partition) for p in partitions}
+        self.assigned -= gone
+        self.at_eof -= gone
+        self.revocations += 1
+        log.info("revoked %s", sorted(gone))
+
+    def caught_up(self) -> bool:
+        return bool(self.assigned) and self.assigned <= self.at_eof
+
+
+def subscribe(consumer: Consumer, topics: list[str]) -> Assignment:
+    assignment = Assignment()
+    consumer.subscribe(
+        topics,
+        on_assign=assignment.on_assign,
+        on_revoke=assignment.on_revoke,
+        on_lost=assignment.on_revoke,
+    )
+    return assignment
+
+
+def batches(
+    consumer: Consumer,
+    assignment: Assignment,
+    limits: BatchLimits,
+    *,
+    drain: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+    idle_poll_s: float = 0.5,
+) -> Iterator[list[Message]]:
+    """Yield batches of records. The caller processes and commits each before asking for the next."""
+    linger_s = limits.max_linger_ms / 1000.0
+    pending: list[Message] = []
+    first_at = 0.0
+    revocations = assignment.revocations
+    while True:
+        timeout = max(0.0, first_at + linger_s - time.monotonic()) if pending else idle_poll_s
+        for msg in consumer.consume(num_messages=limits.max_batch_size - len(pending), timeout=timeout):
+            tp = (msg.topic(), msg.partition())
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    assignment.at_eof.add(tp)
+                elif err.fatal():
+                    raise KafkaException(err)
+                else:
+                    log.warning("consume: %s", err.str())
+                continue
+            assignment.at_eof.discard(tp)
+            if not pending:
+                first_at = time.monotonic()
+            pending.append(msg)
+        if assignment.revocations != revocations:
+            # Records of a partition given away will be redelivered to its new owner; processing
+            # them here too would only make duplicates and commit offsets we no longer own.
+            revocations = assignment.revocations
+            pending = [m for m in pending if (m.topic(), m.partition()) in assignment.assigned]
+        stopping = should_stop()
+        if pending and (
+            stopping
+            or len(pending) >= limits.max_batch_size
+            or time.monotonic() >= first_at + linger_s
+            or (drain and assignment.caught_up())
+        ):
+            yield pending
+            pending = []
+        elif not pending and (stopping or (drain and assignment.caught_up())):
+            return
+
+
+def next_offsets(batch: list[Message]) -> list[TopicPartition]:
+    """The offsets to commit once every output of the batch is stored: last consumed + 1 per partition."""
+    last: dict[TP, int] = {}
+    for msg in batch:
+        tp = (msg.topic(), msg.partition())
+        last[tp] = max(last.get(tp, -1), msg.offset())
+    return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
+
+
+def commit_batch(consumer: Consumer, batch: list[Message]) -> None:
+    consumer.commit(offsets=next_offsets(batch), asynchronous=False)

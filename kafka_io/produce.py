@@ -1,0 +1,54 @@
+"""Produce-and-confirm: a batch counts as written only when every delivery report says so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from kafka_io.errors import DeliveryError
+from kafka_io.records import OutRecord
+
+
+def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: float = 60.0) -> int:
+    """Send every record and wait for all delivery reports; raise DeliveryError on any failure.
+
+    `flush()` returning 0 only means the queue is empty, not that the broker stored the
+    records: failures arrive in delivery reports, so those are what is counted.
+    """
+    failures: list[str] = []
+    confirmed = 0
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        nonlocal confirmed
+        if err is not None:
+            failures.append(f"{msg.topic()}: {err.str()}")
+        else:
+            confirmed += 1
+
+    sent = 0
+    for record in records:
+        while True:
+            try:
+                producer.produce(
+                    record.topic,
+                    value=record.value,
+                    key=record.key,
+                    headers=record.headers or None,
+                    on_delivery=on_delivery,
+                )
+                break
+            except BufferError:  # local queue full: let deliveries drain, then retry
+                producer.poll(0.1)
+        sent += 1
+        producer.poll(0)
+
+    deadline = time.monotonic() + timeout_s
+    while confirmed + len(failures) < sent and time.monotonic() < deadline:
+        producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    if failures:
+        raise DeliveryError(f"{len(failures)} of {sent} records not delivered, first: {failures[0]}")
+    if confirmed < sent:
+        raise DeliveryError(f"{sent - confirmed} of {sent} records unconfirmed after {timeout_s:.0f} s")
+    return confirmed

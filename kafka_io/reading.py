@@ -1,0 +1,67 @@
+"""Reading topics outside any consumer group: whole-topic scans and live follows, for results and DLQ views."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from kafka_io.clients import make_consumer
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import KafkaSettings
+from kafka_io.topics import partitions_of
+
+
+class TopicFollower:
+    """All partitions of some topics from the beginning, by assign(): no group, no commits, no rebalance."""
+
+    def __init__(self, settings: KafkaSettings, topics: list[str]) -> None:
+        # librdkafka wants a group.id even for assign(); a throwaway one that never commits.
+        self._consumer: Consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}")
+        self.partitions: set[tuple[str, int]] = set()
+        for topic in topics:
+            self.partitions |= {(topic, p) for p in partitions_of(settings, topic)}
+        if not self.partitions:
+            raise BrokerUnavailableError(f"none of {topics} exists at {settings.bootstrap_servers}")
+        self._consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(self.partitions)])
+        self.at_eof: set[tuple[str, int]] = set()
+
+    def poll(self, timeout_s: float, max_records: int = 1000) -> list[Message]:
+        out = []
+        for msg in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
+            err = msg.error()
+            tp = (msg.topic(), msg.partition())
+            if err is None:
+                self.at_eof.discard(tp)
+                out.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                self.at_eof.add(tp)
+            elif err.fatal():
+                raise KafkaException(err)
+        return out
+
+    def caught_up(self) -> bool:
+        return self.at_eof >= self.partitions
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> TopicFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_topics(settings: KafkaSettings, topics: list[str], timeout_s: float = 60.0) -> Iterator[Message]:
+    """Every record the topics hold now, then stop: the end is each partition's EOF."""
+    with TopicFollower(settings, topics) as follower:
+        deadline = time.monotonic() + timeout_s
+        while not follower.caught_up():
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"reading {topics} at {settings.bootstrap_servers} did not reach the end in {timeout_s:.0f} s"
+                )
+            yield from follower.poll(0.5)

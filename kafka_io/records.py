@@ -1,0 +1,24 @@
+"""What a stage hands to the Kafka edge to produce. Kept free of client imports so pure code can build it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    topic: str
+    value: bytes
+    key: bytes | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where a consumed record came from: enough to dead-letter it or commit past it."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+    key: bytes | None = None

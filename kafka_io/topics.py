@@ -1,0 +1,59 @@
+"""Idempotent topic creation with explicit partition counts.
+
+Auto-creation is never relied on: Kafka may disable it, and Tansu gives every auto-created topic
+4 partitions, while CreatePartitions is unsupported there, so a topic must be born at its size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewTopic
+
+from kafka_io.clients import make_admin
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import KafkaSettings
+
+DEFAULT_PARTITIONS = 4
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = DEFAULT_PARTITIONS
+    replication_factor: int = 1
+    config: tuple[tuple[str, str], ...] = ()
+
+
+def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:
+    """Create the topics that do not exist yet; existing ones are left as they are."""
+    admin = make_admin(settings)
+    try:
+        existing = set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0]}"
+        ) from None
+    missing = [s for s in specs if s.name not in existing]
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
+                raise
+
+
+def partitions_of(settings: KafkaSettings, topic: str, timeout_s: float = 10.0) -> list[int]:
+    meta = make_admin(settings).list_topics(topic, timeout=timeout_s)
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None:
+        return []
+    return sorted(t.partitions)

@@ -1,0 +1,95 @@
+"""The preprocess worker: faust wiring only. The work itself is preprocess_app.text.preprocess_batch.
+
+Commit rule: a batch's events are acked, so faust may commit past them, only after every tensor
+record and dead letter it produced has been confirmed by the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from kafka_io.clients import MAX_RECORD_BYTES
+from kafka_io.records import SourceRef
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from preprocess_app.models import TextModels
+from preprocess_app.text import preprocess_batch
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    settings: KafkaSettings,
+    topics: Topics,
+    repository: Path,
+    *,
+    batch_size: int = 64,
+    batch_within_s: float = 0.05,
+) -> faust.App:
+    app = faust.App(
+        topics.preprocess_app_id,
+        broker=",".join(f"kafka://{s}" for s in settings.bootstrap_servers.split(",")),
+        value_serializer="raw",
+        key_serializer="raw",
+        # seconds to join and to fail over instead of faust's 60 s session (shared/docs/tansu.md)
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
+        broker_rebalance_timeout=10.0,
+        consumer_auto_offset_reset="earliest",
+        producer_max_request_size=MAX_RECORD_BYTES,
+        consumer_max_fetch_size=MAX_RECORD_BYTES,
+        # Topics are created by us at their final size; faust would create them with its default
+        # partition count, and the leader-election topic is unused.
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        web_enabled=False,
+        datadir=tempfile.mkdtemp(prefix="nearline-faust-"),
+    )
+    models = TextModels(repository)
+    known_tensor_topics: set[str] = set()
+    raw_topic = app.topic(topics.raw_text, value_serializer="raw", key_serializer="raw")
+
+    @app.agent(raw_topic)
+    async def preprocess(stream: Any) -> None:
+        loop = asyncio.get_running_loop()
+        async for events in stream.noack_take(batch_size, within=batch_within_s):
+            try:
+                sources = [
+                    SourceRef(e.message.topic, e.message.partition, e.message.offset, e.message.value, e.message.key)
+                    for e in events
+                ]
+                # Tokenizing off the event loop keeps heartbeats flowing during a long batch.
+                out = await loop.run_in_executor(None, preprocess_batch, sources, models, topics)
+                new = {r.topic for r in out} - known_tensor_topics - {topics.dead_letters}
+                if new:
+                    await loop.run_in_executor(None, ensure_topics, settings, [TopicSpec(t) for t in new])
+                    known_tensor_topics.update(new)
+                pending = [
+                    await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out
+                ]
+                await asyncio.gather(*pending)
+            except Exception:
+                # Not the records' fault (their errors are dead letters): the broker or the worker
+                # itself is broken. Exit without acking so Kafka redelivers to a healthy worker.
+                log.exception("preprocess worker failed; exiting so the batch is redelivered")
+                logging.shutdown()
+                os._exit(1)
+            for event in events:
+                await stream.ack(event)
+
+    return app
+
+
+def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, *, batch_size: int = 64) -> None:
+    """Run the preprocess worker until SIGTERM/SIGINT."""
+    ensure_topics(settings, [TopicSpec(topics.raw_text), TopicSpec(topics.dead_letters)])
+    app = create_app(settings, topics, repository, batch_size=batch_size)
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,26 @@
+"""Input sources, one module each. Every source yields InputRecord or InputError, in file order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+from producers.inputs import InputError, InputRecord
+from producers.jsonl import read_jsonl
+from producers.lines import read_lines
+
+InputFormat = Literal["auto", "jsonl", "lines"]
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+def read_text_input(
+    path: Path, fmt: InputFormat = "auto", stream: IO[bytes] | None = None
+) -> Iterator[InputRecord | InputError]:
+    """JSON Lines for .jsonl/.ndjson (or fmt="jsonl"), one text per line otherwise."""
+    if fmt == "jsonl" or (fmt == "auto" and path.suffix.lower() in JSONL_SUFFIXES):
+        return read_jsonl(path, stream)
+    return read_lines(path, stream)
+
+
+__all__ = ["InputError", "InputFormat", "InputRecord", "read_text_input"]

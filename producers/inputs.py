@@ -1,0 +1,47 @@
+"""What every input source yields: a record to submit, or a problem pinned to file and line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A text record larger than this is refused at submit: it cannot be meant as one input of a
+# 512-token model, and Kafka clusters commonly cap records at 1 MB.
+MAX_TEXT_BYTES = 1_000_000
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    record_id: str
+    text: str
+    line: int
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InputError:
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+def decode_line(raw: bytes) -> str:
+    """A line of the file as text, or ValueError naming the offending byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+        ) from None
+
+
+def check_text(text: str) -> str | None:
+    """Why a text cannot be submitted, or None when it can."""
+    if not text.strip():
+        return "text is empty"
+    size = len(text.encode("utf-8"))
+    if size > MAX_TEXT_BYTES:
+        return f"text is {size} bytes, over the limit of {MAX_TEXT_BYTES}"
+    return None

@@ -1,0 +1,63 @@
+"""JSON Lines input: one {"id": ..., "text": ..., "attributes": {...}} object per line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from producers.inputs import InputError, InputRecord, check_text, decode_line
+
+
+def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRecord | InputError]:
+    """Records in file order. `id` defaults to the line number; blank lines are skipped."""
+    first_seen: dict[str, int] = {}
+    source = stream if stream is not None else path.open("rb")
+    with source:
+        for number, raw in enumerate(source, start=1):
+            try:
+                line = decode_line(raw).rstrip("\r\n")
+                if not line.strip():
+                    continue
+                record = _parse(line, number)
+            except ValueError as exc:
+                yield InputError(str(path), number, str(exc))
+                continue
+            if record.record_id in first_seen:
+                yield InputError(
+                    str(path), number, f"duplicate id {record.record_id!r} (first on line {first_seen[record.record_id]})"
+                )
+                continue
+            first_seen[record.record_id] = number
+            yield record
+
+
+def _parse(line: str, number: int) -> InputRecord:
+    try:
+        obj: Any = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if "text" not in obj:
+        raise ValueError('missing "text"')
+    text = obj["text"]
+    if not isinstance(text, str):
+        raise ValueError(f'"text" must be a string, got {_json_type(text)}')
+    problem = check_text(text)
+    if problem:
+        raise ValueError(problem)
+    record_id = obj.get("id", number)
+    if isinstance(record_id, bool) or not isinstance(record_id, str | int) or record_id == "":
+        raise ValueError(f'"id" must be a non-empty string or an integer, got {json.dumps(record_id)}')
+    attributes = obj.get("attributes", {})
+    if not isinstance(attributes, dict):
+        raise ValueError(f'"attributes" must be an object, got {_json_type(attributes)}')
+    return InputRecord(str(record_id), text, number, {str(k): str(v) for k, v in attributes.items()})
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )

@@ -1,0 +1,29 @@
+"""The contract between stages: Avro schemas (avro/*.avsc), their records and the serde."""
+
+from schemas.errors import (
+    NotSingleObjectError,
+    SerdeError,
+    TensorFormatError,
+    TruncatedRecordError,
+    UnknownSchemaError,
+    WrongRecordTypeError,
+)
+from schemas.records import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, now_us
+from schemas.serde import decode, encode
+
+__all__ = [
+    "DeadLetter",
+    "InferenceResult",
+    "NotSingleObjectError",
+    "RawText",
+    "SerdeError",
+    "Tensor",
+    "TensorFormatError",
+    "TensorRecord",
+    "TruncatedRecordError",
+    "UnknownSchemaError",
+    "WrongRecordTypeError",
+    "decode",
+    "encode",
+    "now_us",
+]

@@ -1,0 +1,116 @@
+"""The model repository: models/<name>/<version>/{model.onnx, config.json, tokenizer.json}.
+
+Triton-like: the config says what the graph takes and gives, how records become its inputs and
+how its outputs become results. Preprocessing and inference read the same file, so they cannot
+disagree on the tokenizer or the maximum length.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+# How the batcher fills each graph input: token ids travel in the record; the mask and the
+# segment ids are derived from the lengths when the batch is padded.
+InputRole = Literal["token_ids", "attention_mask", "token_type_ids"]
+CONFIG_FILE = "config.json"
+
+
+class ModelNotFoundError(LookupError):
+    """No such model or version in the model repository."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str
+    dims: tuple[str | int, ...]  # symbolic names are dynamic axes ("batch", "sequence")
+    role: InputRole | None = None
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    file: str
+    max_length: int
+    pad_id: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    version: str
+    task: Literal["text-embedding"]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_batch_size: int
+    tokenizer: TokenizerSpec
+    postprocess: tuple[str, ...]  # applied in order, e.g. ("mean_pooling", "l2_normalize")
+    result_name: str = "embedding"
+    source: str = ""
+    directory: Path = field(default=Path("."), compare=False)
+
+    @property
+    def onnx_path(self) -> Path:
+        return self.directory / "model.onnx"
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.directory / self.tokenizer.file
+
+    def input_for(self, role: InputRole) -> TensorSpec | None:
+        return next((i for i in self.inputs if i.role == role), None)
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d.pop("directory")
+        return json.dumps(d, indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], directory: Path) -> ModelConfig:
+        return cls(
+            name=d["name"],
+            version=str(d["version"]),
+            task=d["task"],
+            inputs=tuple(_spec(i) for i in d["inputs"]),
+            outputs=tuple(_spec(o) for o in d["outputs"]),
+            max_batch_size=int(d["max_batch_size"]),
+            tokenizer=TokenizerSpec(**d["tokenizer"]),
+            postprocess=tuple(d["postprocess"]),
+            result_name=d.get("result_name", "embedding"),
+            source=d.get("source", ""),
+            directory=directory,
+        )
+
+    def write(self) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / CONFIG_FILE
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+
+def _spec(d: dict[str, Any]) -> TensorSpec:
+    return TensorSpec(d["name"], d["dtype"], tuple(d["dims"]), d.get("role"))
+
+
+def versions(repository: Path, name: str) -> list[str]:
+    """Versions of a model that have a config, oldest first (numeric order, like Triton)."""
+    folder = repository / name
+    if not folder.is_dir():
+        return []
+    found = [p.name for p in folder.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file()]
+    return sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+
+
+def load_model_config(repository: Path, name: str, version: str | None = None) -> ModelConfig:
+    """The config of `name` at `version`, or at its latest version when none is given."""
+    available = versions(repository, name)
+    if not available:
+        raise ModelNotFoundError(f"model {name!r} is not in the model repository {repository}")
+    chosen = version or available[-1]
+    if chosen not in available:
+        raise ModelNotFoundError(f"model {name!r} has no version {chosen!r} in {repository} ({available})")
+    directory = repository / name / chosen
+    d = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    return ModelConfig.from_dict(d, directory)

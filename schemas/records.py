@@ -1,0 +1,250 @@
+"""The records that flow between stages, as dataclasses. serde.py turns them into bytes and back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from schemas.errors import TensorFormatError
+
+# Only fixed-width numeric types cross the wire; object or string arrays cannot be rebuilt from bytes.
+TENSOR_DTYPES = frozenset(
+    {"bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"}
+)
+
+
+def now_us() -> int:
+    """Wall-clock microseconds since the epoch: the unit of every stage timestamp."""
+    return time.time_ns() // 1000
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named array as it travels: little-endian, C order."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+    @classmethod
+    def from_array(cls, name: str, array: np.ndarray) -> Tensor:
+        if array.dtype.name not in TENSOR_DTYPES:
+            raise TensorFormatError(f"tensor {name!r}: dtype {array.dtype} cannot be carried")
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        return cls(name, array.dtype.name, tuple(array.shape), np.ascontiguousarray(little).tobytes())
+
+    def to_array(self) -> np.ndarray:
+        """A read-only view on the record's bytes (no copy), after checking they fit dtype and shape."""
+        if self.dtype not in TENSOR_DTYPES:
+            raise TensorFormatError(f"tensor {self.name!r}: unsupported dtype {self.dtype!r}")
+        if any(d < 0 for d in self.shape):
+            raise TensorFormatError(f"tensor {self.name!r}: negative dimension in shape {list(self.shape)}")
+        dtype = np.dtype(self.dtype).newbyteorder("<")
+        expected = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
+        if expected != len(self.data):
+            raise TensorFormatError(
+                f"tensor {self.name!r}: {self.dtype}{list(self.shape)} needs {expected} bytes, "
+                f"record has {len(self.data)}"
+            )
+        return np.frombuffer(self.data, dtype=dtype).reshape(self.shape)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "data": self.data}
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> Tensor:
+        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["data"])
+
+
+@dataclass(frozen=True)
+class RawText:
+    SCHEMA: ClassVar[str] = "nearline.RawText"
+
+    job_id: str
+    record_id: str
+    seq: int
+    model: str
+    text: str
+    submitted_at: int
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "record_id": self.record_id,
+            "seq": self.seq,
+            "model": self.model,
+            "text": self.text,
+            "attributes": self.attributes,
+            "submitted_at": self.submitted_at,
+        }
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> RawText:
+        return cls(
+            d["job_id"], d["record_id"], d["seq"], d["model"], d["text"], d["submitted_at"], d["attributes"]
+        )
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    SCHEMA: ClassVar[str] = "nearline.TensorRecord"
+
+    job_id: str
+    record_id: str
+    seq: int
+    model: str
+    model_version: str
+    tensors: tuple[Tensor, ...]
+    attributes: dict[str, str] = field(default_factory=dict)
+    timestamps: dict[str, int] = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {t.name: t.to_array() for t in self.tensors}
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "record_id": self.record_id,
+            "seq": self.seq,
+            "model": self.model,
+            "model_version": self.model_version,
+            "tensors": [t.to_avro() for t in self.tensors],
+            "attributes": self.attributes,
+            "timestamps": self.timestamps,
+        }
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> TensorRecord:
+        return cls(
+            d["job_id"],
+            d["record_id"],
+            d["seq"],
+            d["model"],
+            d["model_version"],
+            tuple(Tensor.from_avro(t) for t in d["tensors"]),
+            d["attributes"],
+            d["timestamps"],
+        )
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    SCHEMA: ClassVar[str] = "nearline.InferenceResult"
+
+    job_id: str
+    record_id: str
+    seq: int
+    model: str
+    model_version: str
+    outputs: tuple[Tensor, ...]
+    batch_id: str
+    batch_size: int
+    attributes: dict[str, str] = field(default_factory=dict)
+    timestamps: dict[str, int] = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {t.name: t.to_array() for t in self.outputs}
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "record_id": self.record_id,
+            "seq": self.seq,
+            "model": self.model,
+            "model_version": self.model_version,
+            "outputs": [t.to_avro() for t in self.outputs],
+            "batch_id": self.batch_id,
+            "batch_size": self.batch_size,
+            "attributes": self.attributes,
+            "timestamps": self.timestamps,
+        }
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> InferenceResult:
+        return cls(
+            d["job_id"],
+            d["record_id"],
+            d["seq"],
+            d["model"],
+            d["model_version"],
+            tuple(Tensor.from_avro(t) for t in d["outputs"]),
+            d["batch_id"],
+            d["batch_size"],
+            d["attributes"],
+            d["timestamps"],
+        )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    SCHEMA: ClassVar[str] = "nearline.DeadLetter"
+
+    stage: str
+    error_type: str
+    error: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    payload: bytes
+    failed_at: int
+    job_id: str | None = None
+    record_id: str | None = None
+    model: str | None = None
+    model_version: str | None = None
+
+    @classmethod
+    def from_error(
+        cls,
+        stage: str,
+        error: BaseException,
+        source: tuple[str, int, int, bytes],
+        *,
+        job_id: str | None = None,
+        record_id: str | None = None,
+        model: str | None = None,
+        model_version: str | None = None,
+    ) -> DeadLetter:
+        """The dead letter for a record that `error` stopped at `stage`; source is (topic, partition, offset, value)."""
+        topic, partition, offset, payload = source
+        return cls(
+            stage, type(error).__name__, str(error), topic, partition, offset, payload, now_us(),
+            job_id, record_id, model, model_version,
+        )
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "error_type": self.error_type,
+            "error": self.error,
+            "source_topic": self.source_topic,
+            "source_partition": self.source_partition,
+            "source_offset": self.source_offset,
+            "payload": self.payload,
+            "job_id": self.job_id,
+            "record_id": self.record_id,
+            "model": self.model,
+            "model_version": self.model_version,
+            "failed_at": self.failed_at,
+        }
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> DeadLetter:
+        return cls(
+            d["stage"],
+            d["error_type"],
+            d["error"],
+            d["source_topic"],
+            d["source_partition"],
+            d["source_offset"],
+            d["payload"],
+            d["failed_at"],
+            d["job_id"],
+            d["record_id"],
+            d["model"],
+            d["model_version"],
+        )
