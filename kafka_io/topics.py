@@ -35,7 +35,8 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
         raise BrokerUnavailableError(
             f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0]}"
         ) from None
-    missing = [s for s in specs if s.name not in existing]
+    # one spec per name: a CreateTopics request naming a topic twice is malformed
+    missing = list({s.name: s for s in reversed(specs) if s.name not in existing}.values())
     if not missing:
         return
     futures = admin.create_topics(

@@ -20,7 +20,12 @@ from typing import Any, Protocol, Self, TypeVar
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas.errors import NotSingleObjectError, TruncatedRecordError, UnknownSchemaError, WrongRecordTypeError
+from schemas.errors import (
+    NotSingleObjectError,
+    TruncatedRecordError,
+    UnknownSchemaError,
+    WrongRecordTypeError,
+)
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = len(MAGIC) + 8
@@ -105,14 +110,18 @@ def encode(record: AvroRecord) -> bytes:
 
 def decode(data: bytes, record_type: type[R]) -> R:
     """Bytes from a topic to a record, or a typed SerdeError that says what is wrong."""
+    return decode_with(registry(), data, record_type)
+
+
+def decode_with(schemas: SchemaRegistry, data: bytes, record_type: type[R]) -> R:
     if len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise NotSingleObjectError(
             f"not an Avro single-object record ({len(data)} bytes, starts with {data[:4].hex() or 'nothing'})"
         )
-    writer = registry().writer(bytes(data[2:HEADER_LEN]))
+    writer = schemas.writer(bytes(data[2:HEADER_LEN]))
     if writer.name != record_type.SCHEMA:
         raise WrongRecordTypeError(f"expected a {record_type.SCHEMA} record, got a {writer.name}")
-    reader = registry().current(record_type.SCHEMA)
+    reader = schemas.current(record_type.SCHEMA)
     body = io.BytesIO(data)  # shares the buffer; BytesIO(data[10:]) would copy every tensor byte
     body.seek(HEADER_LEN)
     try:

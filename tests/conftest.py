@@ -1,0 +1,49 @@
+"""Fixtures: a real broker for the session, fresh names per test, models in a temporary repository."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.settings import KafkaSettings, Topics
+from tests.tiny_model import TinyModel, build_tiny_model
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """$KAFKA_BOOTSTRAP_SERVERS if set, else the embedded Tansu broker for this session."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    broker = EmbeddedBroker.start(tmp_path_factory.mktemp("broker") / "broker.log")
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def settings(bootstrap_servers: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers)
+
+
+@pytest.fixture
+def topics() -> Topics:
+    """Unique topic and group names per test (Tansu groups can wedge; never share them)."""
+    return Topics(f"t{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture(scope="session")
+def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny(model_repository: Path) -> TinyModel:
+    return build_tiny_model(model_repository)

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import numpy as np
+
+from gpu_consumer.engine import OnnxRuntimeEngine
+from gpu_consumer.handler import handle_batch
+from kafka_io.records import SourceRef
+from kafka_io.settings import Topics
+from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
+from tests.tiny_model import TinyModel
+
+
+def tensor_record(seq: int, ids: np.ndarray, model: str = "tiny") -> bytes:
+    return encode(
+        TensorRecord("job-h", f"r{seq}", seq, model, "1", (Tensor.from_array("input_ids", ids),), {},
+                     {"submitted": 1, "preprocess_start": 2, "preprocess_end": 3})
+    )
+
+
+def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny: TinyModel) -> None:
+    topics = Topics("ns")
+    good = [np.array([101, 7592, 2088, 102]), np.array([101, 2000, 3000, 4000, 5000, 6000, 102]), np.array([101, 102])]
+    sources = [
+        SourceRef("ns.tensors.tiny", 0, 0, tensor_record(0, good[0])),
+        SourceRef("ns.tensors.tiny", 0, 1, tensor_record(1, np.array([1.5], dtype=np.float32))),
+        SourceRef("ns.tensors.tiny", 1, 0, tensor_record(2, good[1])),
+        SourceRef("ns.tensors.tiny", 1, 1, tensor_record(3, good[2], model="other")),
+        SourceRef("ns.tensors.tiny", 1, 2, tensor_record(4, good[2])),
+        SourceRef("ns.tensors.tiny", 1, 3, b"\xc3\x01" + b"\x00" * 8),
+    ]
+    engine = OnnxRuntimeEngine(tiny.config, threads=1)
+    out = handle_batch(sources, engine, tiny.config, topics, batch_id="w-0")
+
+    results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
+    dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    assert [r.record_id for r in results] == ["r0", "r2", "r4"]
+    for result, ids in zip(results, [good[0], good[1], good[2]], strict=True):
+        np.testing.assert_allclose(result.arrays()["embedding"], tiny.expected(ids), rtol=1e-5, atol=1e-6)
+        assert result.batch_size == 3 and result.batch_id == "w-0"
+        assert {"submitted", "batch_formed", "inference_start", "inference_end", "result_produced"} <= set(
+            result.timestamps
+        )
+    assert [(d.source_partition, d.source_offset, d.error_type) for d in dead] == [
+        (0, 1, "TensorFormatError"),
+        (1, 1, "TensorFormatError"),
+        (1, 3, "UnknownSchemaError"),
+    ]
+    assert "dtype float32, model tiny takes int64" in dead[0].error
+    assert "record is for model 'other'" in dead[1].error
+    assert all(d.stage == "inference" and d.model == "tiny" for d in dead)
+
+
+def test_a_batch_of_only_poison_runs_no_inference(tiny: TinyModel) -> None:
+    class Exploding:
+        name = "exploding"
+        max_batch_size = 16
+
+        def warmup(self) -> None: ...
+
+        def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            raise AssertionError("must not be called")
+
+    out = handle_batch([SourceRef("t", 0, 0, b"junk")], Exploding(), tiny.config, Topics(), "w-1")
+    assert [o.topic for o in out] == ["dead.letters"]

@@ -1,0 +1,59 @@
+"""Helpers for pipeline tests: real worker processes and the real CLI, on the test broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.local import ENV_MODEL_REPOSITORY, WorkerProcess, spawn_worker, stop_all
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+
+
+@dataclass
+class Pipeline:
+    settings: KafkaSettings
+    topics: Topics
+    repository: Path
+    logs: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            ENV_BOOTSTRAP: self.settings.bootstrap_servers,
+            ENV_NAMESPACE: self.topics.namespace,
+            ENV_MODEL_REPOSITORY: str(self.repository),
+        }
+
+    def start(self, name: str, *args: str) -> WorkerProcess:
+        worker = spawn_worker(
+            name,
+            list(args),
+            bootstrap_servers=self.settings.bootstrap_servers,
+            namespace=self.topics.namespace,
+            repository=self.repository,
+            log_path=self.logs / f"{name}-{len(self.workers)}.log",
+        )
+        self.workers.append(worker)
+        return worker
+
+    def cli(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *args],
+            env=self.env(),
+            input=stdin.decode() if stdin is not None else None,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def check_workers(self) -> None:
+        for w in self.workers:
+            if w.process.returncode is None:
+                w.check_alive()
+
+    def stop(self) -> None:
+        stop_all([w for w in self.workers if w.process.poll() is None])

@@ -1,0 +1,85 @@
+"""The Kafka edge against the real broker: topics, produce-and-confirm, batch polling, commits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from kafka_io.clients import check_reachable, make_consumer, make_producer
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.polling import BatchLimits, batches, commit_batch, subscribe
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import OutRecord
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
+
+
+def fill(settings: KafkaSettings, topic: str, n: int, partitions: int = 2) -> None:
+    ensure_topics(settings, [TopicSpec(topic, partitions)])
+    produce_all(make_producer(settings), [OutRecord(topic, f"v{i}".encode(), key=f"k{i}".encode()) for i in range(n)])
+
+
+def test_topics_are_created_once_at_their_size(settings: KafkaSettings, topics: Topics) -> None:
+    name = topics.results
+    ensure_topics(settings, [TopicSpec(name, 3)])
+    ensure_topics(settings, [TopicSpec(name, 5)])  # exists: left as it is, no error
+    assert partitions_of(settings, name) == [0, 1, 2]
+
+
+def test_produce_all_confirms_every_record(settings: KafkaSettings, topics: Topics) -> None:
+    fill(settings, topics.raw_text, 250)
+    values = sorted(m.value() for m in read_topics(settings, [topics.raw_text]))
+    assert values == sorted(f"v{i}".encode() for i in range(250))
+
+
+def test_batches_close_at_size_then_drain_stops_at_the_end(settings: KafkaSettings, topics: Topics) -> None:
+    fill(settings, topics.raw_text, 45)
+    consumer = make_consumer(settings, topics.gpu_group("x"))
+    assignment = subscribe(consumer, [topics.raw_text])
+    sizes = []
+    for batch in batches(consumer, assignment, BatchLimits(max_batch_size=10, max_linger_ms=2000), drain=True):
+        sizes.append(len(batch))
+        commit_batch(consumer, batch)
+    consumer.close()
+    assert sum(sizes) == 45
+    assert max(sizes) == 10
+    assert sizes.count(10) >= 3  # full batches close at size, not at the 2 s linger
+
+
+def test_a_partial_batch_closes_after_the_linger(settings: KafkaSettings, topics: Topics) -> None:
+    fill(settings, topics.raw_text, 3, partitions=1)
+    consumer = make_consumer(settings, topics.gpu_group("x"))
+    assignment = subscribe(consumer, [topics.raw_text])
+    it = batches(consumer, assignment, BatchLimits(max_batch_size=100, max_linger_ms=300))
+    first = next(it)
+    consumer.close()
+    assert len(first) == 3
+
+
+def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSettings, topics: Topics) -> None:
+    fill(settings, topics.raw_text, 20, partitions=1)
+    group = topics.gpu_group("resume")
+    consumer = make_consumer(settings, group)
+    assignment = subscribe(consumer, [topics.raw_text])
+    first = next(batches(consumer, assignment, BatchLimits(max_batch_size=8, max_linger_ms=5000)))
+    commit_batch(consumer, first)
+    consumer.close()
+
+    again = make_consumer(settings, group)
+    assignment = subscribe(again, [topics.raw_text])
+    rest = [m for b in batches(again, assignment, BatchLimits(8, 50), drain=True) for m in b]
+    committed = again.committed([TopicPartition(topics.raw_text, 0)], timeout=10)
+    again.close()
+    assert [m.offset() for m in first] == list(range(8))
+    assert [m.offset() for m in rest] == list(range(8, 20))
+    assert committed[0].offset == 8
+
+
+def test_an_unreachable_broker_fails_fast_naming_the_servers() -> None:
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match="127.0.0.1:1"):
+        check_reachable(KafkaSettings("127.0.0.1:1"), timeout_s=2)
+    assert time.monotonic() - started < 10
