@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -21,10 +22,10 @@ from types import FrameType
 from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.handler import handle_batch
 from gpu_consumer.postprocess import STEPS
+from kafka_io import Consumer, Producer
 from kafka_io.clients import make_consumer, make_producer
-from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, subscribe
+from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, source_of, subscribe
 from kafka_io.produce import produce_all
-from kafka_io.records import SourceRef
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas.model_config import ModelConfig, load_model_config
@@ -39,9 +40,9 @@ class WorkerStats:
 
 
 def run(
-    consumer: object,
+    consumer: Consumer,
     assignment: Assignment,
-    producer: object,
+    producer: Producer,
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
@@ -49,14 +50,14 @@ def run(
     *,
     worker_id: str,
     drain: bool = False,
-    should_stop: object = lambda: False,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> WorkerStats:
     stats = WorkerStats()
-    for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):  # type: ignore[arg-type]
-        sources = [SourceRef(m.topic(), m.partition(), m.offset(), m.value() or b"", m.key()) for m in batch]
+    for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
+        sources = [source_of(m) for m in batch]
         out = handle_batch(sources, engine, config, topics, batch_id=f"{worker_id}-{stats.batches}")
-        produce_all(producer, out)  # type: ignore[arg-type]
-        commit_batch(consumer, batch)  # type: ignore[arg-type]
+        produce_all(producer, out)
+        commit_batch(consumer, batch)
         stats.batches += 1
         stats.records += len(batch)
     return stats
@@ -100,8 +101,16 @@ def serve(
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
     try:
         return run(
-            consumer, assignment, producer, engine, config, topics, limits,
-            worker_id=worker_id, drain=drain, should_stop=lambda: stopping,
+            consumer,
+            assignment,
+            producer,
+            engine,
+            config,
+            topics,
+            limits,
+            worker_id=worker_id,
+            drain=drain,
+            should_stop=lambda: stopping,
         )
     finally:
         consumer.close()  # leave the group now, so the partitions move without waiting for the session timeout

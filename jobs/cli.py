@@ -83,17 +83,33 @@ def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option("--max-linger-ms", type=float, default=20.0, show_default=True, show_envvar=True,
-                     help="Close a batch this long after its first record, even if not full.")(f)
-    f = click.option("--max-batch-size", type=int, default=None, show_envvar=True,
-                     help="Records per batch [default: the model's max_batch_size].")(f)
+    f = click.option(
+        "--max-linger-ms",
+        type=float,
+        default=20.0,
+        show_default=True,
+        show_envvar=True,
+        help="Close a batch this long after its first record, even if not full.",
+    )(f)
+    f = click.option(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        show_envvar=True,
+        help="Records per batch [default: the model's max_batch_size].",
+    )(f)
     return f
 
 
 def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
-        "--format", "fmt", type=click.Choice(["auto", "jsonl", "lines"]), default="auto", show_default=True,
-        show_envvar=True, help="auto: JSON Lines for .jsonl/.ndjson, one text per line otherwise.",
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "jsonl", "lines"]),
+        default="auto",
+        show_default=True,
+        show_envvar=True,
+        help="auto: JSON Lines for .jsonl/.ndjson, one text per line otherwise.",
     )(f)
 
 
@@ -107,8 +123,12 @@ def require_servers(bootstrap_servers: str) -> KafkaSettings:
 
 
 @click.group(cls=NearlineGroup, context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True})
-@click.option("--log-level", default="WARNING", show_envvar=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--log-level",
+    default="WARNING",
+    show_envvar=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def cli(log_level: str) -> None:
     """nearline: durable near-line batch inference over Kafka."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -132,8 +152,13 @@ def _progress_printer() -> Callable[[Progress], None]:
 @cli.command()
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write results as JSON Lines here [default: stdout].")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write results as JSON Lines here [default: stdout].",
+)
 @click.option("--job-id", default=None, help="Job id [default: generated].")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @format_option
@@ -141,8 +166,16 @@ def _progress_printer() -> Callable[[Progress], None]:
 @cluster_options
 @repository_option
 def run(
-    input_path: str, model: str, output: Path | None, job_id: str | None, skip_invalid: bool, fmt: str,
-    max_batch_size: int | None, max_linger_ms: float, bootstrap_servers: str, namespace: str,
+    input_path: str,
+    model: str,
+    output: Path | None,
+    job_id: str | None,
+    skip_invalid: bool,
+    fmt: str,
+    max_batch_size: int | None,
+    max_linger_ms: float,
+    bootstrap_servers: str,
+    namespace: str,
     model_repository: Path,
 ) -> None:
     """Run INPUT through the pipeline and write one result per record, in input order.
@@ -190,13 +223,22 @@ def run(
 @format_option
 @cluster_options
 def submit_cmd(
-    input_path: str, model: str, job_id: str | None, skip_invalid: bool, fmt: str, bootstrap_servers: str,
+    input_path: str,
+    model: str,
+    job_id: str | None,
+    skip_invalid: bool,
+    fmt: str,
+    bootstrap_servers: str,
     namespace: str,
 ) -> None:
     """Submit INPUT as a job to running workers; prints the job id."""
     report = submit(
-        require_servers(bootstrap_servers), Topics(namespace), TextInput.open(input_path, fmt),  # type: ignore[arg-type]
-        model, job_id=job_id, skip_invalid=skip_invalid,
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        model,
+        job_id=job_id,
+        skip_invalid=skip_invalid,
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -232,13 +274,24 @@ def results(job_id: str, output: Path | None, bootstrap_servers: str, namespace:
 @format_option
 @cluster_options
 def produce(
-    topic: str, input_path: str, model: str, job_id: str | None, skip_invalid: bool, fmt: str,
-    bootstrap_servers: str, namespace: str,
+    topic: str,
+    input_path: str,
+    model: str,
+    job_id: str | None,
+    skip_invalid: bool,
+    fmt: str,
+    bootstrap_servers: str,
+    namespace: str,
 ) -> None:
     """Produce raw text records from a JSONL or text file (or stdin) to TOPIC."""
     report = submit(
-        require_servers(bootstrap_servers), Topics(namespace), TextInput.open(input_path, fmt),  # type: ignore[arg-type]
-        model, job_id=job_id, skip_invalid=skip_invalid, topic=topic,
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        model,
+        job_id=job_id,
+        skip_invalid=skip_invalid,
+        topic=topic,
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -270,8 +323,15 @@ def worker_preprocess(batch_size: int, bootstrap_servers: str, namespace: str, m
 @cluster_options
 @repository_option
 def worker_gpu(
-    model: str, engine: str, threads: int, drain: bool, max_batch_size: int | None, max_linger_ms: float,
-    bootstrap_servers: str, namespace: str, model_repository: Path,
+    model: str,
+    engine: str,
+    threads: int,
+    drain: bool,
+    max_batch_size: int | None,
+    max_linger_ms: float,
+    bootstrap_servers: str,
+    namespace: str,
+    model_repository: Path,
 ) -> None:
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
     from gpu_consumer.worker import serve
@@ -281,8 +341,14 @@ def worker_gpu(
     config = load_model_config(model_repository, model)
     limits = BatchLimits(max_batch_size or config.max_batch_size, max_linger_ms)
     stats = serve(
-        require_servers(bootstrap_servers), Topics(namespace), model_repository, model, limits,
-        engine_kind=engine, threads=threads, drain=drain,
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        model_repository,
+        model,
+        limits,
+        engine_kind=engine,
+        threads=threads,
+        drain=drain,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 def format_eta(seconds: float | None) -> str:
     if seconds is None:
         return "--"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     if seconds >= 60:

@@ -13,7 +13,7 @@ import numpy as np
 from kafka_io import Message
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
-from schemas import DeadLetter, InferenceResult, SerdeError, decode
+from schemas import DeadLetter, InferenceResult, RawText, SerdeError, TensorRecord, decode
 
 
 @dataclass
@@ -65,22 +65,21 @@ class JobOutcome:
 
     def ordered(self) -> list[InferenceResult | DeadLetter]:
         """Every record, results and dead letters, in the job's input order."""
-        seq = {rid: r.seq for rid, r in self.results.items()}
         items: list[tuple[float, InferenceResult | DeadLetter]] = [(r.seq, r) for r in self.results.values()]
-        items += [(_dead_seq(d, seq), d) for d in self.dead.values()]
+        items += [(_dead_seq(d), d) for d in self.dead.values()]
         return [item for _, item in sorted(items, key=lambda x: x[0])]
 
 
-def _dead_seq(letter: DeadLetter, known: dict[str, int]) -> float:
-    # A dead letter carries the raw payload, not the seq; decode it to place the record in order.
-    from schemas import RawText, TensorRecord
-
-    for record_type in (RawText, TensorRecord):
-        try:
-            return float(decode(letter.payload, record_type).seq)  # type: ignore[type-var]
-        except SerdeError:
-            continue
-    return float("inf")
+def _dead_seq(letter: DeadLetter) -> float:
+    """Where a dead-lettered record stood in its job: the seq of the payload it failed on."""
+    try:
+        return decode(letter.payload, RawText).seq
+    except SerdeError:
+        pass
+    try:
+        return decode(letter.payload, TensorRecord).seq
+    except SerdeError:
+        return float("inf")  # undecodable payloads go last
 
 
 def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str) -> JobOutcome:

@@ -119,7 +119,10 @@ def run_job(
                     repository=repository,
                     log_path=workdir / f"{name}.log",
                 )
-                for name, args in (("preprocess", ["preprocess"]), ("gpu", ["gpu", "--model", model, *worker_args]))
+                for name, args in (
+                    ("preprocess", ["preprocess"]),
+                    ("gpu", ["gpu", "--model", model, *worker_args]),
+                )
             ]
             stack.callback(stop_all, workers)
             log(f"embedded broker on {broker.bootstrap_servers}; worker logs in {workdir}")

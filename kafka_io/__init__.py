@@ -4,7 +4,7 @@ Settings, client factories with house defaults, topic creation, produce-and-conf
 polling, topic reading and the embedded Tansu broker.
 """
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message, Producer
 
 from kafka_io.errors import BrokerUnavailableError, DeliveryError, KafkaIOError
 from kafka_io.records import OutRecord, SourceRef
@@ -12,11 +12,13 @@ from kafka_io.settings import KafkaSettings, Topics
 
 __all__ = [
     "BrokerUnavailableError",
+    "Consumer",
     "DeliveryError",
     "KafkaIOError",
     "KafkaSettings",
     "Message",
     "OutRecord",
+    "Producer",
     "SourceRef",
     "Topics",
 ]

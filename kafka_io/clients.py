@@ -65,9 +65,7 @@ def make_producer(settings: KafkaSettings, **extra: Any) -> Producer:
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consumer:
-    return Consumer(
-        {**CONSUMER_DEFAULTS, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED}
-    )
+    return Consumer({**CONSUMER_DEFAULTS, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED})
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:

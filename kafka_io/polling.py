@@ -14,9 +14,21 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from kafka_io.records import SourceRef
+
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+
+
+def tp_of(msg: Message) -> TP:
+    # topic() and partition() are None only on client-level error events, never on records.
+    return (msg.topic() or "", msg.partition() or 0)
+
+
+def source_of(msg: Message) -> SourceRef:
+    """A consumed record as the pure stages see it."""
+    return SourceRef(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.value() or b"", msg.key())
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,7 @@ def batches(
     while True:
         timeout = max(0.0, first_at + linger_s - time.monotonic()) if pending else idle_poll_s
         for msg in consumer.consume(num_messages=limits.max_batch_size - len(pending), timeout=timeout):
-            tp = (msg.topic(), msg.partition())
+            tp = tp_of(msg)
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
@@ -100,7 +112,7 @@ def batches(
             # Records of a partition given away will be redelivered to its new owner; processing
             # them here too would only make duplicates and commit offsets we no longer own.
             revocations = assignment.revocations
-            pending = [m for m in pending if (m.topic(), m.partition()) in assignment.assigned]
+            pending = [m for m in pending if tp_of(m) in assignment.assigned]
         stopping = should_stop()
         if pending and (
             stopping
@@ -118,8 +130,8 @@ def next_offsets(batch: list[Message]) -> list[TopicPartition]:
     """The offsets to commit once every output of the batch is stored: last consumed + 1 per partition."""
     last: dict[TP, int] = {}
     for msg in batch:
-        tp = (msg.topic(), msg.partition())
-        last[tp] = max(last.get(tp, -1), msg.offset())
+        tp = tp_of(msg)
+        last[tp] = max(last.get(tp, -1), msg.offset() or 0)
     return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
 
 

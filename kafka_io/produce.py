@@ -29,13 +29,14 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
 
     sent = 0
     for record in records:
+        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
         while True:
             try:
                 producer.produce(
                     record.topic,
                     value=record.value,
                     key=record.key,
-                    headers=record.headers or None,
+                    headers=headers or None,
                     on_delivery=on_delivery,
                 )
                 break

@@ -10,6 +10,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from kafka_io.clients import make_consumer
 from kafka_io.errors import BrokerUnavailableError
+from kafka_io.polling import tp_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
 
@@ -32,7 +33,7 @@ class TopicFollower:
         out = []
         for msg in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
             err = msg.error()
-            tp = (msg.topic(), msg.partition())
+            tp = tp_of(msg)
             if err is None:
                 self.at_eof.discard(tp)
                 out.append(msg)

@@ -32,9 +32,7 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
     try:
         existing = set(admin.list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
-        raise BrokerUnavailableError(
-            f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0]}"
-        ) from None
+        raise BrokerUnavailableError(f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0]}") from None
     # one spec per name: a CreateTopics request naming a topic twice is malformed
     missing = list({s.name: s for s in reversed(specs) if s.name not in existing}.values())
     if not missing:
@@ -44,7 +42,7 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
-    for name, future in futures.items():
+    for future in futures.values():
         try:
             future.result()
         except KafkaException as exc:

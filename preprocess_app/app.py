@@ -71,9 +71,7 @@ def create_app(
                 if new:
                     await loop.run_in_executor(None, ensure_topics, settings, [TopicSpec(t) for t in new])
                     known_tensor_topics.update(new)
-                pending = [
-                    await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out
-                ]
+                pending = [await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out]
                 await asyncio.gather(*pending)
             except Exception:
                 # Not the records' fault (their errors are dead letters): the broker or the worker

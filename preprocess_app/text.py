@@ -81,7 +81,11 @@ def preprocess_batch(sources: Sequence[SourceRef], models: ModelLookup, topics: 
                 model_version=cfg.version,
                 tensors=(Tensor.from_array(ids_input.name, ids.astype(ids_input.dtype, copy=False)),),
                 attributes=raw.attributes,
-                timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": finished},
+                timestamps={
+                    "submitted": raw.submitted_at,
+                    "preprocess_start": started,
+                    "preprocess_end": finished,
+                },
             )
             out.append(
                 OutRecord(

@@ -32,9 +32,7 @@ def decode_line(raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-        ) from None
+        raise ValueError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
 
 
 def check_text(text: str) -> str | None:

@@ -26,7 +26,9 @@ def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRec
                 continue
             if record.record_id in first_seen:
                 yield InputError(
-                    str(path), number, f"duplicate id {record.record_id!r} (first on line {first_seen[record.record_id]})"
+                    str(path),
+                    number,
+                    f"duplicate id {record.record_id!r} (first on line {first_seen[record.record_id]})",
                 )
                 continue
             first_seen[record.record_id] = number

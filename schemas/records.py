@@ -11,9 +11,7 @@ import numpy as np
 from schemas.errors import TensorFormatError
 
 # Only fixed-width numeric types cross the wire; object or string arrays cannot be rebuilt from bytes.
-TENSOR_DTYPES = frozenset(
-    {"bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"}
-)
+TENSOR_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"})
 
 
 def now_us() -> int:
@@ -85,9 +83,7 @@ class RawText:
 
     @classmethod
     def from_avro(cls, d: dict[str, Any]) -> RawText:
-        return cls(
-            d["job_id"], d["record_id"], d["seq"], d["model"], d["text"], d["submitted_at"], d["attributes"]
-        )
+        return cls(d["job_id"], d["record_id"], d["seq"], d["model"], d["text"], d["submitted_at"], d["attributes"])
 
 
 @dataclass(frozen=True)
@@ -212,8 +208,18 @@ class DeadLetter:
         """The dead letter for a record that `error` stopped at `stage`; source is (topic, partition, offset, value)."""
         topic, partition, offset, payload = source
         return cls(
-            stage, type(error).__name__, str(error), topic, partition, offset, payload, now_us(),
-            job_id, record_id, model, model_version,
+            stage,
+            type(error).__name__,
+            str(error),
+            topic,
+            partition,
+            offset,
+            payload,
+            now_us(),
+            job_id,
+            record_id,
+            model,
+            model_version,
         )
 
     def to_avro(self) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TypeVar, cast
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
@@ -32,7 +32,7 @@ HEADER_LEN = len(MAGIC) + 8
 
 
 class AvroRecord(Protocol):
-    SCHEMA: str
+    SCHEMA: ClassVar[str]
 
     def to_avro(self) -> dict[str, Any]: ...
 
@@ -78,7 +78,7 @@ class SchemaRegistry:
 
 
 def _load(raw: dict[str, Any]) -> Schema:
-    parsed = parse_schema(raw, named_schemas={})
+    parsed = cast(dict[str, Any], parse_schema(raw, named_schemas={}))
     canonical = to_parsing_canonical_form(parsed)
     return Schema(parsed["name"], parsed, bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO")))
 
@@ -132,7 +132,7 @@ def decode_with(schemas: SchemaRegistry, data: bytes, record_type: type[R]) -> R
         raise TruncatedRecordError(
             f"{writer.name} body has {len(data) - body.tell()} bytes after the end of the record"
         )
-    return record_type.from_avro(fields)
+    return record_type.from_avro(cast(dict[str, Any], fields))
 
 
 def fingerprint_of(name: str) -> bytes:

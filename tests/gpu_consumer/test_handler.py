@@ -12,14 +12,26 @@ from tests.tiny_model import TinyModel
 
 def tensor_record(seq: int, ids: np.ndarray, model: str = "tiny") -> bytes:
     return encode(
-        TensorRecord("job-h", f"r{seq}", seq, model, "1", (Tensor.from_array("input_ids", ids),), {},
-                     {"submitted": 1, "preprocess_start": 2, "preprocess_end": 3})
+        TensorRecord(
+            "job-h",
+            f"r{seq}",
+            seq,
+            model,
+            "1",
+            (Tensor.from_array("input_ids", ids),),
+            {},
+            {"submitted": 1, "preprocess_start": 2, "preprocess_end": 3},
+        )
     )
 
 
 def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny: TinyModel) -> None:
     topics = Topics("ns")
-    good = [np.array([101, 7592, 2088, 102]), np.array([101, 2000, 3000, 4000, 5000, 6000, 102]), np.array([101, 102])]
+    good = [
+        np.array([101, 7592, 2088, 102]),
+        np.array([101, 2000, 3000, 4000, 5000, 6000, 102]),
+        np.array([101, 102]),
+    ]
     sources = [
         SourceRef("ns.tensors.tiny", 0, 0, tensor_record(0, good[0])),
         SourceRef("ns.tensors.tiny", 0, 1, tensor_record(1, np.array([1.5], dtype=np.float32))),

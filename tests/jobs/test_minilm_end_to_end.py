@@ -25,7 +25,10 @@ def test_run_embeds_the_shipped_example_like_the_model_run_directly(tmp_path: Pa
     env[ENV_MODEL_REPOSITORY] = str(tmp_path / "models")  # empty: `run` prepares the model itself
     done = subprocess.run(
         [sys.executable, "-m", "jobs.cli", "run", str(EXAMPLE), "--model", "minilm", "-o", str(out)],
-        env=env, capture_output=True, text=True, timeout=800,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=800,
     )
     assert done.returncode == 0, done.stderr
     assert "1200 records in" in done.stderr and "records/s" in done.stderr and "mean batch size" in done.stderr

@@ -89,15 +89,26 @@ def test_poison_records_are_dead_lettered_while_the_rest_complete(
         [
             OutRecord(topics.raw_text, b"\x00garbage that is not avro"),
             OutRecord(topics.raw_text, encode(RawText(job_id, "unknown-model", 30, "nope", "text", 0))),
-            OutRecord(topics.tensors("tiny"), encode(TensorRecord(
-                job_id, "wrong-dtype", 31, "tiny", "1", (Tensor.from_array("input_ids", ids.astype(np.float32)),)
-            ))),
+            OutRecord(
+                topics.tensors("tiny"),
+                encode(
+                    TensorRecord(
+                        job_id,
+                        "wrong-dtype",
+                        31,
+                        "tiny",
+                        "1",
+                        (Tensor.from_array("input_ids", ids.astype(np.float32)),),
+                    )
+                ),
+            ),
         ],
     )
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
-    outcome, _ = watch_job(pipeline.settings, topics, job_id, len(rows) + 2, check=pipeline.check_workers,
-                           timeout_s=120)
+    outcome, _ = watch_job(
+        pipeline.settings, topics, job_id, len(rows) + 2, check=pipeline.check_workers, timeout_s=120
+    )
     assert sorted(outcome.results) == sorted(r["id"] for r in rows)
     assert {rid: (d.stage, d.error_type) for rid, d in outcome.dead.items()} == {
         "unknown-model": ("preprocess", "ModelNotFoundError"),

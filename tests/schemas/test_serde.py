@@ -42,8 +42,13 @@ def crc64_avro(data: bytes) -> int:
 
 def raw_text(**overrides: object) -> RawText:
     fields: dict[str, object] = {
-        "job_id": "job-1", "record_id": "r1", "seq": 7, "model": "minilm", "text": "héllo wörld",
-        "submitted_at": 1_700_000_000_000_000, "attributes": {"lang": "en"},
+        "job_id": "job-1",
+        "record_id": "r1",
+        "seq": 7,
+        "model": "minilm",
+        "text": "héllo wörld",
+        "submitted_at": 1_700_000_000_000_000,
+        "attributes": {"lang": "en"},
     }
     fields.update(overrides)
     return RawText(**fields)  # type: ignore[arg-type]
@@ -51,14 +56,31 @@ def raw_text(**overrides: object) -> RawText:
 
 def tensor_record() -> TensorRecord:
     ids = np.array([101, 7592, 2088, 102], dtype=np.int64)
-    return TensorRecord("job-1", "r1", 7, "minilm", "1", (Tensor.from_array("input_ids", ids),),
-                        {"k": "v"}, {"submitted": 1, "preprocess_end": 2})
+    return TensorRecord(
+        "job-1",
+        "r1",
+        7,
+        "minilm",
+        "1",
+        (Tensor.from_array("input_ids", ids),),
+        {"k": "v"},
+        {"submitted": 1, "preprocess_end": 2},
+    )
 
 
 def test_every_record_type_round_trips() -> None:
-    result = InferenceResult("job-1", "r1", 7, "minilm", "1",
-                             (Tensor.from_array("embedding", np.arange(4, dtype=np.float32)),),
-                             "w-0", 16, {}, {"inference_end": 5})
+    result = InferenceResult(
+        "job-1",
+        "r1",
+        7,
+        "minilm",
+        "1",
+        (Tensor.from_array("embedding", np.arange(4, dtype=np.float32)),),
+        "w-0",
+        16,
+        {},
+        {"inference_end": 5},
+    )
     letter = DeadLetter("preprocess", "ValueError", "bad", "raw.text", 2, 99, b"\x00\x01", 123, "job-1", None)
     for record in (raw_text(), tensor_record(), result, letter):
         assert decode(encode(record), type(record)) == record
@@ -117,7 +139,7 @@ def test_not_avro_and_wrong_record_type() -> None:
         decode(b'{"text": "json is not avro"}', RawText)
     with pytest.raises(NotSingleObjectError):
         decode(b"", RawText)
-    with pytest.raises(WrongRecordTypeError, match="expected a nearline.TensorRecord"):
+    with pytest.raises(WrongRecordTypeError, match=r"expected a nearline\.TensorRecord"):
         decode(encode(raw_text()), TensorRecord)
 
 
