@@ -93,3 +93,26 @@ def stop_all(workers: list[WorkerProcess], timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
     for w in workers:
         w.stop(max(0.1, deadline - time.monotonic()))
+
+
+def start_pipeline_workers(
+    model: str,
+    *,
+    bootstrap_servers: str,
+    namespace: str,
+    repository: Path,
+    logs: Path,
+    gpu_args: tuple[str, ...] = (),
+) -> list[WorkerProcess]:
+    """One preprocess and one GPU worker for `model`: the pipeline `nearline run` needs on one machine."""
+    return [
+        spawn_worker(
+            name,
+            args,
+            bootstrap_servers=bootstrap_servers,
+            namespace=namespace,
+            repository=repository,
+            log_path=logs / f"{name}.log",
+        )
+        for name, args in (("preprocess", ["preprocess"]), ("gpu", ["gpu", "--model", model, *gpu_args]))
+    ]

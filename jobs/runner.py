@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.local import WorkerProcess, spawn_worker, stop_all
+from jobs.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.progress import Progress, Summary
 from jobs.results import JobOutcome
 from jobs.submit import InvalidInputError, SubmitReport, TextInput, pipeline_topics, submit
@@ -110,20 +110,14 @@ def run_job(
             stack.callback(broker.stop)
             settings = KafkaSettings(broker.bootstrap_servers)
             ensure_topics(settings, pipeline_topics(topics, model))
-            workers = [
-                spawn_worker(
-                    name,
-                    args,
-                    bootstrap_servers=broker.bootstrap_servers,
-                    namespace=namespace,
-                    repository=repository,
-                    log_path=workdir / f"{name}.log",
-                )
-                for name, args in (
-                    ("preprocess", ["preprocess"]),
-                    ("gpu", ["gpu", "--model", model, *worker_args]),
-                )
-            ]
+            workers = start_pipeline_workers(
+                model,
+                bootstrap_servers=broker.bootstrap_servers,
+                namespace=namespace,
+                repository=repository,
+                logs=workdir,
+                gpu_args=worker_args,
+            )
             stack.callback(stop_all, workers)
             log(f"embedded broker on {broker.bootstrap_servers}; worker logs in {workdir}")
 
