@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from kafka_io.clients import make_admin
 from kafka_io.errors import BrokerUnavailableError
@@ -29,10 +29,7 @@ class TopicSpec:
 def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:
     """Create the topics that do not exist yet; existing ones are left as they are."""
     admin = make_admin(settings)
-    try:
-        existing = set(admin.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        raise BrokerUnavailableError(f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0]}") from None
+    existing = set(_metadata(settings, admin, None, timeout_s).topics)
     # one spec per name: a CreateTopics request naming a topic twice is malformed
     missing = list({s.name: s for s in reversed(specs) if s.name not in existing}.values())
     if not missing:
@@ -51,8 +48,17 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
 
 
 def partitions_of(settings: KafkaSettings, topic: str, timeout_s: float = 10.0) -> list[int]:
-    meta = make_admin(settings).list_topics(topic, timeout=timeout_s)
+    meta = _metadata(settings, make_admin(settings), topic, timeout_s)
     t = meta.topics.get(topic)
     if t is None or t.error is not None:
         return []
     return sorted(t.partitions)
+
+
+def _metadata(settings: KafkaSettings, admin: AdminClient, topic: str | None, timeout_s: float) -> ClusterMetadata:
+    try:
+        return admin.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
+        ) from None

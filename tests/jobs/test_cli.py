@@ -1,0 +1,38 @@
+"""CLI behaviour that needs no workers: clear errors and distinct exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def nearline(*args: str, env_servers: str = "127.0.0.1:1") -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "NEARLINE_BOOTSTRAP_SERVERS": env_servers}
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("command", [["submit", "{input}", "--model", "tiny"], ["results", "job-x"]])
+def test_a_broker_that_is_down_is_named_with_exit_code_3(command: list[str], tmp_path: Path) -> None:
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    started = time.monotonic()
+    done = nearline(*[a.replace("{input}", str(good)) for a in command])
+    assert done.returncode == 3, done.stderr
+    assert "127.0.0.1:1" in done.stderr and "did not answer" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_help_lists_the_env_var_of_every_shared_option() -> None:
+    done = nearline("run", "--help")
+    assert done.returncode == 0
+    for var in ("NEARLINE_BOOTSTRAP_SERVERS", "NEARLINE_NAMESPACE", "NEARLINE_MODEL_REPOSITORY", "NEARLINE_RUN_MODEL"):
+        assert var in done.stdout
