@@ -15,7 +15,7 @@ import click
 from jobs.exit_codes import ExitCode
 from jobs.local import ENV_MODEL_REPOSITORY
 from jobs.progress import Progress
-from jobs.submit import InvalidInputError, TextInput, submit
+from jobs.submit import InvalidInputError, SubmitReport, TextInput, submit
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from schemas.model_config import ModelNotFoundError
@@ -215,6 +215,30 @@ def run(
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
 
 
+def _submit(
+    input_path: str,
+    fmt: str,
+    model: str,
+    job_id: str | None,
+    skip_invalid: bool,
+    bootstrap_servers: str,
+    namespace: str,
+    topic: str | None = None,
+) -> SubmitReport:
+    report = submit(
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        model,
+        job_id=job_id,
+        skip_invalid=skip_invalid,
+        topic=topic,
+    )
+    for error in report.skipped:
+        click.echo(f"skipped: {error}", err=True)
+    return report
+
+
 @cli.command(name="submit")
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True)
@@ -232,16 +256,7 @@ def submit_cmd(
     namespace: str,
 ) -> None:
     """Submit INPUT as a job to running workers; prints the job id."""
-    report = submit(
-        require_servers(bootstrap_servers),
-        Topics(namespace),
-        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
-        model,
-        job_id=job_id,
-        skip_invalid=skip_invalid,
-    )
-    for error in report.skipped:
-        click.echo(f"skipped: {error}", err=True)
+    report = _submit(input_path, fmt, model, job_id, skip_invalid, bootstrap_servers, namespace)
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
 
@@ -284,17 +299,7 @@ def produce(
     namespace: str,
 ) -> None:
     """Produce raw text records from a JSONL or text file (or stdin) to TOPIC."""
-    report = submit(
-        require_servers(bootstrap_servers),
-        Topics(namespace),
-        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
-        model,
-        job_id=job_id,
-        skip_invalid=skip_invalid,
-        topic=topic,
-    )
-    for error in report.skipped:
-        click.echo(f"skipped: {error}", err=True)
+    report = _submit(input_path, fmt, model, job_id, skip_invalid, bootstrap_servers, namespace, topic)
     click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -58,8 +58,27 @@ class Tensor:
         return cls(d["name"], d["dtype"], tuple(d["shape"]), d["data"])
 
 
+class AvroFields:
+    """to_avro/from_avro for a record dataclass whose fields are its Avro fields, by the same names."""
+
+    TENSOR_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def to_avro(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        for name in self.TENSOR_FIELDS:
+            d[name] = [t.to_avro() for t in d[name]]
+        return d
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> Self:
+        kwargs = {f.name: d[f.name] for f in fields(cls)}  # type: ignore[arg-type]
+        for name in cls.TENSOR_FIELDS:
+            kwargs[name] = tuple(Tensor.from_avro(t) for t in kwargs[name])
+        return cls(**kwargs)
+
+
 @dataclass(frozen=True)
-class RawText:
+class RawText(AvroFields):
     SCHEMA: ClassVar[str] = "nearline.RawText"
 
     job_id: str
@@ -70,25 +89,11 @@ class RawText:
     submitted_at: int
     attributes: dict[str, str] = field(default_factory=dict)
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "record_id": self.record_id,
-            "seq": self.seq,
-            "model": self.model,
-            "text": self.text,
-            "attributes": self.attributes,
-            "submitted_at": self.submitted_at,
-        }
-
-    @classmethod
-    def from_avro(cls, d: dict[str, Any]) -> RawText:
-        return cls(d["job_id"], d["record_id"], d["seq"], d["model"], d["text"], d["submitted_at"], d["attributes"])
-
 
 @dataclass(frozen=True)
-class TensorRecord:
+class TensorRecord(AvroFields):
     SCHEMA: ClassVar[str] = "nearline.TensorRecord"
+    TENSOR_FIELDS = ("tensors",)
 
     job_id: str
     record_id: str
@@ -102,35 +107,11 @@ class TensorRecord:
     def arrays(self) -> dict[str, np.ndarray]:
         return {t.name: t.to_array() for t in self.tensors}
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "record_id": self.record_id,
-            "seq": self.seq,
-            "model": self.model,
-            "model_version": self.model_version,
-            "tensors": [t.to_avro() for t in self.tensors],
-            "attributes": self.attributes,
-            "timestamps": self.timestamps,
-        }
-
-    @classmethod
-    def from_avro(cls, d: dict[str, Any]) -> TensorRecord:
-        return cls(
-            d["job_id"],
-            d["record_id"],
-            d["seq"],
-            d["model"],
-            d["model_version"],
-            tuple(Tensor.from_avro(t) for t in d["tensors"]),
-            d["attributes"],
-            d["timestamps"],
-        )
-
 
 @dataclass(frozen=True)
-class InferenceResult:
+class InferenceResult(AvroFields):
     SCHEMA: ClassVar[str] = "nearline.InferenceResult"
+    TENSOR_FIELDS = ("outputs",)
 
     job_id: str
     record_id: str
@@ -146,38 +127,9 @@ class InferenceResult:
     def arrays(self) -> dict[str, np.ndarray]:
         return {t.name: t.to_array() for t in self.outputs}
 
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "record_id": self.record_id,
-            "seq": self.seq,
-            "model": self.model,
-            "model_version": self.model_version,
-            "outputs": [t.to_avro() for t in self.outputs],
-            "batch_id": self.batch_id,
-            "batch_size": self.batch_size,
-            "attributes": self.attributes,
-            "timestamps": self.timestamps,
-        }
-
-    @classmethod
-    def from_avro(cls, d: dict[str, Any]) -> InferenceResult:
-        return cls(
-            d["job_id"],
-            d["record_id"],
-            d["seq"],
-            d["model"],
-            d["model_version"],
-            tuple(Tensor.from_avro(t) for t in d["outputs"]),
-            d["batch_id"],
-            d["batch_size"],
-            d["attributes"],
-            d["timestamps"],
-        )
-
 
 @dataclass(frozen=True)
-class DeadLetter:
+class DeadLetter(AvroFields):
     SCHEMA: ClassVar[str] = "nearline.DeadLetter"
 
     stage: str
@@ -220,37 +172,4 @@ class DeadLetter:
             record_id,
             model,
             model_version,
-        )
-
-    def to_avro(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage,
-            "error_type": self.error_type,
-            "error": self.error,
-            "source_topic": self.source_topic,
-            "source_partition": self.source_partition,
-            "source_offset": self.source_offset,
-            "payload": self.payload,
-            "job_id": self.job_id,
-            "record_id": self.record_id,
-            "model": self.model,
-            "model_version": self.model_version,
-            "failed_at": self.failed_at,
-        }
-
-    @classmethod
-    def from_avro(cls, d: dict[str, Any]) -> DeadLetter:
-        return cls(
-            d["stage"],
-            d["error_type"],
-            d["error"],
-            d["source_topic"],
-            d["source_partition"],
-            d["source_offset"],
-            d["payload"],
-            d["failed_at"],
-            d["job_id"],
-            d["record_id"],
-            d["model"],
-            d["model_version"],
         )
