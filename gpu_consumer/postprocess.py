@@ -1,12 +1,16 @@
-"""Graph outputs to per-record results, per the model config's `postprocess` steps. Pure numpy."""
+"""Graph outputs to per-record results, per the model config. Pure numpy."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 
 from gpu_consumer.batcher import PaddedBatch
+from schemas import Tensor
 from schemas.model_config import ModelConfig
 
 Step = Callable[[np.ndarray, PaddedBatch], np.ndarray]
@@ -23,12 +27,46 @@ def l2_normalize(x: np.ndarray, batch: PaddedBatch) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
-STEPS: dict[str, Step] = {"mean_pooling": mean_pooling, "l2_normalize": l2_normalize}
+def softmax(logits: np.ndarray, batch: PaddedBatch) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def postprocess(config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch) -> np.ndarray:
-    """The first graph output through the configured steps; row i belongs to record i."""
+STEPS: dict[str, Step] = {"mean_pooling": mean_pooling, "l2_normalize": l2_normalize, "softmax": softmax}
+
+
+@dataclass(frozen=True)
+class RecordOutput:
+    tensors: tuple[Tensor, ...]
+    labels: tuple[str, ...] = ()
+
+
+@cache
+def load_labels(path: Path) -> tuple[str, ...]:
+    return tuple(path.read_text(encoding="utf-8").splitlines())
+
+
+def postprocess(config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch) -> list[RecordOutput]:
+    """The first graph output through the configured steps, then packaged per record (row i = record i)."""
     x = outputs[config.outputs[0].name]
     for name in config.postprocess:
         x = STEPS[name](x, batch)
-    return x.astype(np.float32, copy=False)
+    x = x.astype(np.float32, copy=False)
+    if config.task == "image-classification":
+        return top_k(config, x)
+    return [RecordOutput((Tensor.from_array(config.result_name, row),)) for row in x]
+
+
+def top_k(config: ModelConfig, scores: np.ndarray) -> list[RecordOutput]:
+    """The k best classes per row, best first, with their names from the model's labels file."""
+    names = load_labels(config.directory / config.labels_file) if config.labels_file else ()
+    order = np.argsort(-scores, axis=1, kind="stable")[:, : config.top_k]
+    out = []
+    for row, idx in zip(scores, order, strict=True):
+        out.append(
+            RecordOutput(
+                (Tensor.from_array("top_index", idx.astype(np.int64)), Tensor.from_array("top_score", row[idx])),
+                tuple(names[i] if i < len(names) else str(i) for i in idx),
+            )
+        )
+    return out

@@ -15,9 +15,10 @@ import click
 from jobs.exit_codes import ExitCode
 from jobs.local import ENV_MODEL_REPOSITORY
 from jobs.progress import Progress
-from jobs.submit import InvalidInputError, SubmitReport, TextInput, submit
+from jobs.submit import InvalidInputError, JobInput, SubmitReport, submit
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from producers.images import MAX_IMAGE_BYTES
 from schemas.model_config import ModelNotFoundError
 
 HOME = Path.home() / ".nearline"
@@ -102,6 +103,21 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--max-image-bytes",
+        type=int,
+        default=MAX_IMAGE_BYTES,
+        envvar="NEARLINE_MAX_IMAGE_BYTES",
+        show_envvar=True,
+        help="Refuse (at submit, naming the file) any larger image; keep it under the cluster's record limit.",
+    )(f)
+    f = click.option(
+        "--kind",
+        type=click.Choice(["auto", "text", "image"]),
+        default="auto",
+        show_envvar=True,
+        help='auto: a folder, an image file or a JSONL of {"image": path} is images; anything else is text.',
+    )(f)
     return click.option(
         "--format",
         "fmt",
@@ -109,7 +125,7 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
         default="auto",
         show_default=True,
         show_envvar=True,
-        help="auto: JSON Lines for .jsonl/.ndjson, one text per line otherwise.",
+        help="Text input: JSON Lines for .jsonl/.ndjson (auto), or one text per line.",
     )(f)
 
 
@@ -172,6 +188,8 @@ def run(
     job_id: str | None,
     skip_invalid: bool,
     fmt: str,
+    kind: str,
+    max_image_bytes: int,
     max_batch_size: int | None,
     max_linger_ms: float,
     bootstrap_servers: str,
@@ -194,7 +212,7 @@ def run(
     if max_batch_size:
         worker_args += ["--max-batch-size", str(max_batch_size)]
     result = run_job(
-        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        JobInput.open(input_path, fmt, kind, max_image_bytes),  # type: ignore[arg-type]
         model,
         repository=model_repository,
         bootstrap_servers=bootstrap_servers,
@@ -218,6 +236,8 @@ def run(
 def _submit(
     input_path: str,
     fmt: str,
+    kind: str,
+    max_image_bytes: int,
     model: str,
     job_id: str | None,
     skip_invalid: bool,
@@ -228,7 +248,7 @@ def _submit(
     report = submit(
         require_servers(bootstrap_servers),
         Topics(namespace),
-        TextInput.open(input_path, fmt),  # type: ignore[arg-type]
+        JobInput.open(input_path, fmt, kind, max_image_bytes),  # type: ignore[arg-type]
         model,
         job_id=job_id,
         skip_invalid=skip_invalid,
@@ -252,11 +272,13 @@ def submit_cmd(
     job_id: str | None,
     skip_invalid: bool,
     fmt: str,
+    kind: str,
+    max_image_bytes: int,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
     """Submit INPUT as a job to running workers; prints the job id."""
-    report = _submit(input_path, fmt, model, job_id, skip_invalid, bootstrap_servers, namespace)
+    report = _submit(input_path, fmt, kind, max_image_bytes, model, job_id, skip_invalid, bootstrap_servers, namespace)
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
 
@@ -295,11 +317,15 @@ def produce(
     job_id: str | None,
     skip_invalid: bool,
     fmt: str,
+    kind: str,
+    max_image_bytes: int,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
-    """Produce raw text records from a JSONL or text file (or stdin) to TOPIC."""
-    report = _submit(input_path, fmt, model, job_id, skip_invalid, bootstrap_servers, namespace, topic)
+    """Produce raw text or image records from a file, folder or stdin to TOPIC."""
+    report = _submit(
+        input_path, fmt, kind, max_image_bytes, model, job_id, skip_invalid, bootstrap_servers, namespace, topic
+    )
     click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
 
 
@@ -402,7 +428,7 @@ def models() -> None:
 
 
 @models.command(name="prepare")
-@click.argument("name", type=click.Choice(["minilm"]))
+@click.argument("name", type=click.Choice(["minilm", "efficientnet-lite0"]))
 @repository_option
 def models_prepare(name: str, model_repository: Path) -> None:
     """Export a packaged model to ONNX into the model repository."""

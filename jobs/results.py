@@ -13,7 +13,7 @@ import numpy as np
 from kafka_io import Message
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
-from schemas import DeadLetter, InferenceResult, RawText, SerdeError, TensorRecord, decode
+from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 
 
 @dataclass
@@ -72,14 +72,13 @@ class JobOutcome:
 
 def _dead_seq(letter: DeadLetter) -> float:
     """Where a dead-lettered record stood in its job: the seq of the payload it failed on."""
-    try:
-        return decode(letter.payload, RawText).seq
-    except SerdeError:
-        pass
-    try:
-        return decode(letter.payload, TensorRecord).seq
-    except SerdeError:
-        return float("inf")  # undecodable payloads go last
+    record_types: tuple[type[RawText] | type[RawImage] | type[TensorRecord], ...] = (RawText, RawImage, TensorRecord)
+    for record_type in record_types:
+        try:
+            return decode(letter.payload, record_type).seq
+        except SerdeError:
+            continue
+    return float("inf")  # undecodable payloads go last
 
 
 def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str) -> JobOutcome:
@@ -98,9 +97,16 @@ def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
             "error": {"stage": item.stage, "type": item.error_type, "message": item.error},
         }
     line: dict[str, Any] = {"id": item.record_id, "job_id": item.job_id, "model": item.model}
-    for name, array in item.arrays().items():
-        # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
-        line[name] = np.round(array.astype(np.float64), 8).tolist()
+    arrays = item.arrays()
+    if item.labels:  # a classifier: its top classes, best first
+        line["labels"] = [
+            {"label": label, "index": int(index), "score": round(float(score), 6)}
+            for label, index, score in zip(item.labels, arrays["top_index"], arrays["top_score"], strict=True)
+        ]
+    else:
+        for name, array in arrays.items():
+            # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
+            line[name] = np.round(array.astype(np.float64), 8).tolist()
     line["model_version"] = item.model_version
     return line
 

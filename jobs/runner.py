@@ -13,7 +13,7 @@ from pathlib import Path
 from jobs.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.progress import Progress, Summary
 from jobs.results import JobOutcome
-from jobs.submit import InvalidInputError, SubmitReport, TextInput, pipeline_topics, submit
+from jobs.submit import InvalidInputError, JobInput, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings, Topics
@@ -82,7 +82,7 @@ def summarize(outcome: JobOutcome, seconds: float) -> Summary:
 
 
 def run_job(
-    source: TextInput,
+    source: JobInput,
     model: str,
     *,
     repository: Path,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import json
 import secrets
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -16,7 +18,10 @@ from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from producers import InputError, InputFormat, InputRecord, read_text_input
-from schemas import RawText, encode, now_us
+from producers.images import MAX_IMAGE_BYTES, ImageRecord, is_image_path, read_image_folder, read_image_jsonl
+from schemas import RawImage, RawText, encode, now_us
+
+InputKind = Literal["auto", "text", "image"]
 
 
 class InvalidInputError(ValueError):
@@ -25,21 +30,50 @@ class InvalidInputError(ValueError):
         self.errors = errors
 
 
+def detect_kind(path: Path) -> Literal["text", "image"]:
+    """A folder or an image file is images; a JSONL whose first object has "image" is images; else text."""
+    if path.is_dir() or is_image_path(path):
+        return "image"
+    if path.suffix.lower() in (".jsonl", ".ndjson") and path.is_file():
+        with path.open("rb") as f:
+            for raw in f:
+                if raw.strip():
+                    try:
+                        first = json.loads(raw)
+                    except ValueError:
+                        return "text"  # the text reader reports the line
+                    return "image" if isinstance(first, dict) and "image" in first else "text"
+    return "text"
+
+
 @dataclass(frozen=True)
-class TextInput:
-    """An input file (or '-' for stdin), read twice: once to validate, once to produce."""
+class JobInput:
+    """An input file, folder or '-' for stdin, read twice: once to validate, once to produce."""
 
     path: Path
+    kind: Literal["text", "image"]
     fmt: InputFormat = "auto"
+    max_image_bytes: int = MAX_IMAGE_BYTES
     _stdin: bytes | None = None
 
     @classmethod
-    def open(cls, name: str, fmt: InputFormat = "auto") -> TextInput:
+    def open(
+        cls, name: str, fmt: InputFormat = "auto", kind: InputKind = "auto", max_image_bytes: int = MAX_IMAGE_BYTES
+    ) -> JobInput:
         if name == "-":
-            return cls(Path("<stdin>"), "lines" if fmt == "auto" else fmt, sys.stdin.buffer.read())
-        return cls(Path(name), fmt)
+            return cls(
+                Path("<stdin>"), "text", "lines" if fmt == "auto" else fmt, max_image_bytes, sys.stdin.buffer.read()
+            )
+        path = Path(name)
+        return cls(path, detect_kind(path) if kind == "auto" else kind, fmt, max_image_bytes)
 
-    def read(self) -> Iterator[InputRecord | InputError]:
+    def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        if self.kind == "image":
+            if self.path.is_dir() or is_image_path(self.path):
+                return read_image_folder(self.path, self.max_image_bytes)
+            return read_image_jsonl(self.path, self.max_image_bytes)
+        if not self.path.is_file() and self._stdin is None:
+            return iter([InputError(str(self.path), 0, "no such file")])
         stream = io.BytesIO(self._stdin) if self._stdin is not None else None
         return read_text_input(self.path, self.fmt, stream)
 
@@ -53,8 +87,39 @@ class TextInput:
                 valid += 1
         return valid, errors
 
-    def records(self) -> Iterator[InputRecord]:
-        return (r for r in self.read() if isinstance(r, InputRecord))
+    def raw_topic(self, topics: Topics) -> str:
+        return topics.raw_image if self.kind == "image" else topics.raw_text
+
+    def out_records(self, job_id: str, model: str, topic: str) -> Iterator[OutRecord]:
+        submitted_at = now_us()
+        seq = 0
+        for item in self.read():
+            if isinstance(item, InputError):
+                continue
+            if isinstance(item, ImageRecord):
+                try:
+                    data = item.path.read_bytes()
+                except OSError:
+                    continue  # vanished since validation; counted as not submitted
+                value = encode(
+                    RawImage(
+                        job_id,
+                        item.record_id,
+                        seq,
+                        model,
+                        data,
+                        item.content_type,
+                        str(item.path),
+                        submitted_at,
+                        item.attributes,
+                    )
+                )
+            else:
+                value = encode(RawText(job_id, item.record_id, seq, model, item.text, submitted_at, item.attributes))
+            yield OutRecord(
+                topic, value, key=f"{job_id}/{item.record_id}".encode(), headers=[("job_id", job_id.encode())]
+            )
+            seq += 1
 
 
 @dataclass(frozen=True)
@@ -70,13 +135,14 @@ def new_job_id() -> str:
 
 
 def pipeline_topics(topics: Topics, model: str) -> list[TopicSpec]:
-    return [TopicSpec(t) for t in (topics.raw_text, topics.tensors(model), topics.results, topics.dead_letters)]
+    names = (topics.raw_text, topics.raw_image, topics.tensors(model), topics.results, topics.dead_letters)
+    return [TopicSpec(t) for t in names]
 
 
 def submit(
     settings: KafkaSettings,
     topics: Topics,
-    source: TextInput,
+    source: JobInput,
     model: str,
     *,
     job_id: str | None = None,
@@ -84,7 +150,7 @@ def submit(
     validated: tuple[int, list[InputError]] | None = None,
     topic: str | None = None,
 ) -> SubmitReport:
-    """Produce every valid record of `source` to raw.text as one job.
+    """Produce every valid record of `source` to raw.text or raw.image as one job.
 
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one.
@@ -93,20 +159,8 @@ def submit(
     if errors and not skip_invalid:
         raise InvalidInputError(errors)
     job_id = job_id or new_job_id()
-    topic = topic or topics.raw_text
+    topic = topic or source.raw_topic(topics)
     ensure_topics(settings, [*pipeline_topics(topics, model), TopicSpec(topic)])
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
-    submitted_at = now_us()
-
-    def out_records() -> Iterator[OutRecord]:
-        for seq, record in enumerate(source.records()):
-            raw = RawText(job_id, record.record_id, seq, model, record.text, submitted_at, record.attributes)
-            yield OutRecord(
-                topic,
-                encode(raw),
-                key=f"{job_id}/{record.record_id}".encode(),
-                headers=[("job_id", job_id.encode())],
-            )
-
-    count = produce_all(producer, out_records())
+    count = produce_all(producer, source.out_records(job_id, model, topic))
     return SubmitReport(job_id, model, count, errors)

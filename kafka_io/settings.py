@@ -52,6 +52,10 @@ class Topics:
         return self._name("raw.text")
 
     @property
+    def raw_image(self) -> str:
+        return self._name("raw.image")
+
+    @property
     def results(self) -> str:
         return self._name("results")
 

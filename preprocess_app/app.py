@@ -1,4 +1,4 @@
-"""The preprocess worker: faust wiring only. The work itself is preprocess_app.text.preprocess_batch.
+"""The preprocess worker: faust wiring only. The work itself is preprocess_app.text and .image.
 
 Commit rule: a batch's events are acked, so faust may commit past them, only after every tensor
 record and dead letter it produced has been confirmed by the broker.
@@ -7,22 +7,28 @@ record and dead letter it produced has been confirmed by the broker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import faust
 
 from kafka_io.clients import MAX_RECORD_BYTES
-from kafka_io.records import SourceRef
+from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from preprocess_app.models import TextModels
-from preprocess_app.text import preprocess_batch
+from preprocess_app.image import preprocess_images
+from preprocess_app.models import Models
+from preprocess_app.text import preprocess_texts
 
 log = logging.getLogger(__name__)
+
+Step = Callable[[Sequence[SourceRef]], list[OutRecord]]
 
 
 def create_app(
@@ -30,8 +36,10 @@ def create_app(
     topics: Topics,
     repository: Path,
     *,
-    batch_size: int = 64,
+    text_batch: int = 64,
+    image_batch: int = 16,
     batch_within_s: float = 0.05,
+    threads: int | None = None,
 ) -> faust.App:
     app = faust.App(
         topics.preprocess_app_id,
@@ -52,12 +60,14 @@ def create_app(
         web_enabled=False,
         datadir=tempfile.mkdtemp(prefix="nearline-faust-"),
     )
-    models = TextModels(repository)
-    known_tensor_topics: set[str] = set()
-    raw_topic = app.topic(topics.raw_text, value_serializer="raw", key_serializer="raw")
+    models = Models(repository)
+    # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
+    # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
+    # which could deadlock): Pillow releases the GIL while it decodes and resizes.
+    decode_pool = ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 2, thread_name_prefix="decode")
+    known_topics: set[str] = {topics.dead_letters}
 
-    @app.agent(raw_topic)
-    async def preprocess(stream: Any) -> None:
+    async def run_batches(stream: Any, step: Step, batch_size: int) -> None:
         loop = asyncio.get_running_loop()
         async for events in stream.noack_take(batch_size, within=batch_within_s):
             try:
@@ -65,12 +75,11 @@ def create_app(
                     SourceRef(e.message.topic, e.message.partition, e.message.offset, e.message.value, e.message.key)
                     for e in events
                 ]
-                # Tokenizing off the event loop keeps heartbeats flowing during a long batch.
-                out = await loop.run_in_executor(None, preprocess_batch, sources, models, topics)
-                new = {r.topic for r in out} - known_tensor_topics - {topics.dead_letters}
+                out = await loop.run_in_executor(None, step, sources)
+                new = {r.topic for r in out} - known_topics
                 if new:
                     await loop.run_in_executor(None, ensure_topics, settings, [TopicSpec(t) for t in new])
-                    known_tensor_topics.update(new)
+                    known_topics.update(new)
                 pending = [await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out]
                 await asyncio.gather(*pending)
             except Exception:
@@ -82,12 +91,23 @@ def create_app(
             for event in events:
                 await stream.ack(event)
 
+    texts = functools.partial(preprocess_texts, models=models, topics=topics)
+    images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
+
+    @app.agent(app.topic(topics.raw_text, value_serializer="raw", key_serializer="raw"))
+    async def preprocess_text(stream: Any) -> None:
+        await run_batches(stream, texts, text_batch)
+
+    @app.agent(app.topic(topics.raw_image, value_serializer="raw", key_serializer="raw"))
+    async def preprocess_image(stream: Any) -> None:
+        await run_batches(stream, images, image_batch)
+
     return app
 
 
 def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, *, batch_size: int = 64) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
-    ensure_topics(settings, [TopicSpec(topics.raw_text), TopicSpec(topics.dead_letters)])
-    app = create_app(settings, topics, repository, batch_size=batch_size)
+    ensure_topics(settings, [TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)])
+    app = create_app(settings, topics, repository, text_batch=batch_size)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)
     worker.execute_from_commandline()

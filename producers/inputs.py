@@ -24,7 +24,8 @@ class InputError:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.reason}"
+        # line 0: the problem is the file itself (an image in a folder), not a line of it
+        return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
 
 
 def decode_line(raw: bytes) -> str:

@@ -8,13 +8,14 @@ from schemas.errors import (
     UnknownSchemaError,
     WrongRecordTypeError,
 )
-from schemas.records import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, now_us
+from schemas.records import DeadLetter, InferenceResult, RawImage, RawText, Tensor, TensorRecord, now_us
 from schemas.serde import decode, encode
 
 __all__ = [
     "DeadLetter",
     "InferenceResult",
     "NotSingleObjectError",
+    "RawImage",
     "RawText",
     "SerdeError",
     "Tensor",

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 # How the batcher fills each graph input: token ids travel in the record; the mask and the
 # segment ids are derived from the lengths when the batch is padded.
-InputRole = Literal["token_ids", "attention_mask", "token_type_ids"]
+InputRole = Literal["token_ids", "attention_mask", "token_type_ids", "pixels"]
+Task = Literal["text-embedding", "image-classification"]
 CONFIG_FILE = "config.json"
 
 
@@ -38,18 +39,38 @@ class TokenizerSpec:
 
 
 @dataclass(frozen=True)
+class ImageSpec:
+    """How an encoded image becomes the model's uint8 CHW input."""
+
+    resize: int = 256  # shorter side, before the centre crop
+    crop: int = 224
+    resample: Literal["bicubic", "bilinear"] = "bicubic"
+    background: tuple[int, int, int] = (255, 255, 255)  # transparent pixels are composited on this
+    max_pixels: int = 64_000_000  # decompression-bomb cap, checked from the header before decoding
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str
     version: str
-    task: Literal["text-embedding"]
+    task: Task
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
-    tokenizer: TokenizerSpec
     postprocess: tuple[str, ...]  # applied in order, e.g. ("mean_pooling", "l2_normalize")
+    tokenizer: TokenizerSpec | None = None  # text models
+    image: ImageSpec | None = None  # image models
+    labels_file: str | None = None  # classifiers: one class name per line, in index order
+    top_k: int = 5  # classifiers: how many classes a result carries
     result_name: str = "embedding"
     source: str = ""
     directory: Path = field(default=Path("."), compare=False)
+
+    @property
+    def max_length(self) -> int:
+        if self.tokenizer is None:
+            raise ModelNotFoundError(f"model {self.name!r} is not a text model")
+        return self.tokenizer.max_length
 
     @property
     def onnx_path(self) -> Path:
@@ -57,6 +78,8 @@ class ModelConfig:
 
     @property
     def tokenizer_path(self) -> Path:
+        if self.tokenizer is None:
+            raise ModelNotFoundError(f"model {self.name!r} is not a text model")
         return self.directory / self.tokenizer.file
 
     def input_for(self, role: InputRole) -> TensorSpec | None:
@@ -76,8 +99,11 @@ class ModelConfig:
             inputs=tuple(_spec(i) for i in d["inputs"]),
             outputs=tuple(_spec(o) for o in d["outputs"]),
             max_batch_size=int(d["max_batch_size"]),
-            tokenizer=TokenizerSpec(**d["tokenizer"]),
             postprocess=tuple(d["postprocess"]),
+            tokenizer=TokenizerSpec(**d["tokenizer"]) if d.get("tokenizer") else None,
+            image=_image_spec(d["image"]) if d.get("image") else None,
+            labels_file=d.get("labels_file"),
+            top_k=int(d.get("top_k", 5)),
             result_name=d.get("result_name", "embedding"),
             source=d.get("source", ""),
             directory=directory,
@@ -88,6 +114,10 @@ class ModelConfig:
         path = self.directory / CONFIG_FILE
         path.write_text(self.to_json(), encoding="utf-8")
         return path
+
+
+def _image_spec(d: dict[str, Any]) -> ImageSpec:
+    return ImageSpec(**{**d, "background": tuple(d.get("background", (255, 255, 255)))})
 
 
 def _spec(d: dict[str, Any]) -> TensorSpec:

@@ -62,11 +62,14 @@ class AvroFields:
     """to_avro/from_avro for a record dataclass whose fields are its Avro fields, by the same names."""
 
     TENSOR_FIELDS: ClassVar[tuple[str, ...]] = ()
+    TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ()  # Avro arrays held as tuples, so records stay hashable
 
     def to_avro(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
         for name in self.TENSOR_FIELDS:
             d[name] = [t.to_avro() for t in d[name]]
+        for name in self.TUPLE_FIELDS:
+            d[name] = list(d[name])
         return d
 
     @classmethod
@@ -74,6 +77,8 @@ class AvroFields:
         kwargs = {f.name: d[f.name] for f in fields(cls)}  # type: ignore[arg-type]
         for name in cls.TENSOR_FIELDS:
             kwargs[name] = tuple(Tensor.from_avro(t) for t in kwargs[name])
+        for name in cls.TUPLE_FIELDS:
+            kwargs[name] = tuple(kwargs[name])
         return cls(**kwargs)
 
 
@@ -86,6 +91,21 @@ class RawText(AvroFields):
     seq: int
     model: str
     text: str
+    submitted_at: int
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RawImage(AvroFields):
+    SCHEMA: ClassVar[str] = "nearline.RawImage"
+
+    job_id: str
+    record_id: str
+    seq: int
+    model: str
+    image: bytes
+    content_type: str
+    source: str
     submitted_at: int
     attributes: dict[str, str] = field(default_factory=dict)
 
@@ -112,6 +132,7 @@ class TensorRecord(AvroFields):
 class InferenceResult(AvroFields):
     SCHEMA: ClassVar[str] = "nearline.InferenceResult"
     TENSOR_FIELDS = ("outputs",)
+    TUPLE_FIELDS = ("labels",)
 
     job_id: str
     record_id: str
@@ -123,6 +144,7 @@ class InferenceResult(AvroFields):
     batch_size: int
     attributes: dict[str, str] = field(default_factory=dict)
     timestamps: dict[str, int] = field(default_factory=dict)
+    labels: tuple[str, ...] = ()
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {t.name: t.to_array() for t in self.outputs}

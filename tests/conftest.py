@@ -11,6 +11,7 @@ import pytest
 
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
+from schemas.model_config import ModelConfig
 from tests.tiny_model import TinyModel, build_tiny_model
 
 
@@ -47,3 +48,11 @@ def model_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny(model_repository: Path) -> TinyModel:
     return build_tiny_model(model_repository)
+
+
+@pytest.fixture(scope="session")
+def efficientnet(model_repository: Path) -> ModelConfig:
+    """The real EfficientNet-Lite0, prepared into the session's model repository."""
+    from gpu_consumer.export import prepare_efficientnet_lite0
+
+    return prepare_efficientnet_lite0(model_repository)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import check_token_ids, pad_batch, warmup_batch
+from gpu_consumer.batcher import check_record_input, pad_batch, warmup_batch
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
 from schemas import TensorFormatError
 from tests.tiny_model import TinyModel
@@ -25,7 +25,7 @@ def test_pads_to_the_longest_in_the_batch_and_derives_mask_and_segments(tiny: Ti
 
 def test_warmup_batch_is_the_largest_shape(tiny: TinyModel) -> None:
     batch = warmup_batch(tiny.config)
-    assert batch.inputs["input_ids"].shape == (tiny.config.max_batch_size, tiny.config.tokenizer.max_length)
+    assert batch.inputs["input_ids"].shape == (tiny.config.max_batch_size, tiny.config.max_length)
 
 
 def test_mean_pooling_ignores_padding() -> None:
@@ -52,4 +52,4 @@ def pad_batch_of_lengths(lengths: list[int]):  # type: ignore[no-untyped-def]
 )
 def test_records_the_model_cannot_take_are_refused(tiny: TinyModel, ids: np.ndarray, message: str) -> None:
     with pytest.raises(TensorFormatError, match=message):
-        check_token_ids(tiny.config, ids)
+        check_record_input(tiny.config, ids)

@@ -7,8 +7,8 @@ import pytest
 
 from kafka_io.records import SourceRef
 from kafka_io.settings import Topics
-from preprocess_app.models import TextModels
-from preprocess_app.text import load_tokenizer, preprocess_batch, tokenize
+from preprocess_app.models import Models, load_tokenizer
+from preprocess_app.text import preprocess_texts, tokenize
 from schemas import DeadLetter, RawText, TensorRecord, decode, encode
 from tests.tiny_model import TinyModel, minilm_tokenizer_file
 
@@ -55,7 +55,7 @@ def test_bad_records_become_dead_letters_and_the_rest_of_the_batch_goes_on(
         SourceRef("ns.raw.text", 1, 12, raw(2, "for a model nobody has", model="nope")),
         SourceRef("ns.raw.text", 1, 13, raw(3, "goodbye")),
     ]
-    out = preprocess_batch(sources, TextModels(model_repository), topics)
+    out = preprocess_texts(sources, Models(model_repository), topics)
     tensors = [decode(o.value, TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]
     dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
     assert [(t.record_id, t.seq, t.model_version) for t in tensors] == [("r0", 0, "1"), ("r3", 3, "1")]

