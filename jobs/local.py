@@ -14,6 +14,14 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 
 ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
 
+# glibc and Pillow settings for the image decoder: large buffers are reused instead of being
+# mapped and page-faulted afresh for every 4K image (shared/docs/models.md, section 4).
+PREPROCESS_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": "4294967296",
+    "MALLOC_TRIM_THRESHOLD_": "4294967296",
+    "PILLOW_BLOCKS_MAX": "64",
+}
+
 
 class WorkerDiedError(RuntimeError):
     pass
@@ -113,6 +121,7 @@ def start_pipeline_workers(
             namespace=namespace,
             repository=repository,
             log_path=logs / f"{name}.log",
+            extra_env=PREPROCESS_ENV if name == "preprocess" else None,
         )
         for name, args in (("preprocess", ["preprocess"]), ("gpu", ["gpu", "--model", model, *gpu_args]))
     ]

@@ -87,7 +87,7 @@ def to_rgb(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
 def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     """Encoded image bytes -> uint8 array [3, crop, crop], or an ImageError saying why not."""
     image = open_checked(data, spec)
-    if image.format == "JPEG":
+    if image.format == "JPEG" and spec.jpeg_draft:
         # Let libjpeg scale by 1/2, 1/4 or 1/8 in the DCT domain while keeping both sides >= the
         # resize target: a 4K JPEG decodes ~6x faster (shared/docs/models.md).
         image.draft("RGB", (spec.resize, spec.resize))
