@@ -16,6 +16,55 @@ from schemas.model_config import InputRole, ModelConfig, TensorSpec
 
 
 @dataclass(frozen=True)
+class BatchPolicy:
+    """How the records of one poll window are cut into executed batches."""
+
+    max_batch_size: int
+    max_batch_tokens: int | None = None  # padded tokens per executed batch (text only)
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+
+
+def bucket_of(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket that holds `length`; buckets are the engine's length profiles."""
+    for bucket in buckets:
+        if length <= bucket:
+            return bucket
+    return length
+
+
+def plan_batches(
+    lengths: Sequence[int], policy: BatchPolicy, buckets: Sequence[int] = (), pad_to_bucket: bool = False
+) -> list[list[int]]:
+    """Indices of the window's records per executed batch (TEI's approach, with the engine's buckets).
+
+    Records are sorted by length so that a batch pads little; a batch never spans two length
+    buckets, holds at most max_batch_size records and, once padded (to the longest record, or to
+    the bucket for static-shape engines), at most max_batch_tokens tokens. Images: length 0 for
+    all, so this is plain chunking in arrival order.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # stable: ties keep arrival order
+    plans: list[list[int]] = []
+    current: list[int] = []
+    current_bucket = -1
+    for i in order:
+        bucket = bucket_of(lengths[i], buckets)
+        width = bucket if pad_to_bucket else lengths[i]  # sorted: the newest record is the longest
+        too_many = len(current) + 1 > policy.max_batch_size
+        too_wide = policy.max_batch_tokens is not None and (len(current) + 1) * width > policy.max_batch_tokens
+        if current and (bucket != current_bucket or too_many or too_wide):
+            plans.append(current)
+            current = []
+        current.append(i)
+        current_bucket = bucket
+    if current:
+        plans.append(current)
+    return plans
+
+
+@dataclass(frozen=True)
 class PaddedBatch:
     inputs: dict[str, np.ndarray]
     lengths: np.ndarray  # real tokens per row (text); the row count for images
@@ -25,8 +74,15 @@ class PaddedBatch:
         return len(self.lengths)
 
     @property
+    def width(self) -> int:
+        """Padded sequence length (0 for images)."""
+        inputs = iter(self.inputs.values())
+        first = next(inputs)
+        return int(first.shape[1]) if first.ndim == 2 else 0
+
+    @property
     def padded_tokens(self) -> int:
-        return int(self.lengths.size * (self.lengths.max() if self.lengths.size else 0))
+        return self.size * self.width
 
 
 def carried_input(config: ModelConfig) -> TensorSpec:
@@ -54,18 +110,19 @@ def check_record_input(config: ModelConfig, array: np.ndarray) -> None:
         raise TensorFormatError(f"{spec.name}: {len(array)} tokens, model {config.name} takes 1 to {config.max_length}")
 
 
-def make_batch(config: ModelConfig, records: Sequence[np.ndarray]) -> PaddedBatch:
+def make_batch(config: ModelConfig, records: Sequence[np.ndarray], width: int | None = None) -> PaddedBatch:
     spec = carried_input(config)
     if spec.role == "pixels":
         return PaddedBatch({spec.name: np.stack(records)}, np.zeros(len(records), dtype=np.int64))
-    return pad_batch(config, records)
+    return pad_batch(config, records, width)
 
 
-def pad_batch(config: ModelConfig, sequences: Sequence[np.ndarray]) -> PaddedBatch:
-    """Pad token-id sequences to the longest in the batch and derive the mask and segment ids."""
+def pad_batch(config: ModelConfig, sequences: Sequence[np.ndarray], width: int | None = None) -> PaddedBatch:
+    """Pad token-id sequences to `width` (default: the longest in the batch) and derive the mask
+    and segment ids."""
     assert config.tokenizer is not None
     lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-    width = int(lengths.max())
+    width = max(width or 0, int(lengths.max()))
     derived: dict[InputRole | None, np.ndarray] = {
         "attention_mask": np.arange(width) < lengths[:, None],
         "token_type_ids": np.zeros((len(sequences), width), dtype=np.int64),

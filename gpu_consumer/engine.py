@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 class Engine(Protocol):
     name: str
     max_batch_size: int
+    # True for static-shape engines (TensorRT profiles, CUDA graphs): text batches are padded to
+    # the model's length bucket instead of the longest record, so each shape is built once.
+    pad_to_bucket: bool
 
     def warmup(self) -> None:
         """Run once at the largest shape, so a bad engine fails at start-up, not mid-poll."""
@@ -36,6 +39,7 @@ PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CP
 
 class OnnxRuntimeEngine:
     name = "onnxruntime"
+    pad_to_bucket = False  # dynamic axes: the longest record of the batch is the cheapest width
 
     def __init__(self, config: ModelConfig, threads: int = 0) -> None:
         import onnxruntime as ort

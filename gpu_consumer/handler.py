@@ -1,4 +1,5 @@
-"""The pure core of the GPU worker: consumed tensor records in, results and dead letters out. No I/O."""
+"""The pure core of the GPU worker: a window of consumed tensor records in, results and dead
+letters out. No I/O."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_consumer.batcher import carried_input, check_record_input, make_batch
+from gpu_consumer.batcher import BatchPolicy, carried_input, check_record_input, make_batch, plan_batches
 from gpu_consumer.engine import Engine
 from gpu_consumer.postprocess import postprocess
 from kafka_io.records import OutRecord, SourceRef
@@ -19,11 +20,20 @@ STAGE = "inference"
 
 
 def handle_batch(
-    sources: Sequence[SourceRef], engine: Engine, config: ModelConfig, topics: Topics, batch_id: str
+    sources: Sequence[SourceRef],
+    engine: Engine,
+    config: ModelConfig,
+    topics: Topics,
+    batch_id: str,
+    policy: BatchPolicy | None = None,
 ) -> list[OutRecord]:
-    """Run one batch. A record that cannot be decoded or fed to this model is dead-lettered; an
-    engine failure is raised, since it is not the records' fault."""
+    """Run one poll window: decode, sort and cut into executed batches (batcher.plan_batches), infer.
+
+    A record that cannot be decoded or fed to this model is dead-lettered; an engine failure is
+    raised, since it is not the records' fault.
+    """
     formed = now_us()
+    policy = policy or BatchPolicy(engine.max_batch_size)
     out: list[OutRecord] = []
     valid: list[tuple[TensorRecord, np.ndarray]] = []
     carried = carried_input(config).name
@@ -41,42 +51,50 @@ def handle_batch(
             out.append(_dead(exc, src, topics, config, record))
             continue
         valid.append((record, arrays[carried]))
-    if not valid:
-        return out
 
-    batch = make_batch(config, [array for _, array in valid])
-    started = now_us()
-    outputs = engine.infer(batch.inputs)
-    finished = now_us()
-    per_record = postprocess(config, outputs, batch)
-    for row, (record, _) in enumerate(valid):
-        result = InferenceResult(
-            job_id=record.job_id,
-            record_id=record.record_id,
-            seq=record.seq,
-            model=config.name,
-            model_version=config.version,
-            outputs=per_record[row].tensors,
-            labels=per_record[row].labels,
-            batch_id=batch_id,
-            batch_size=batch.size,
-            attributes=record.attributes,
-            timestamps={
-                **record.timestamps,
-                "batch_formed": formed,
-                "inference_start": started,
-                "inference_end": finished,
-                "result_produced": now_us(),
-            },
-        )
-        out.append(
-            OutRecord(
-                topics.results,
-                encode(result),
-                key=f"{record.job_id}/{record.record_id}".encode(),
-                headers=[("job_id", record.job_id.encode())],
+    text = config.tokenizer is not None
+    lengths = [len(array) if text else 0 for _, array in valid]
+    plans = plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket)
+    for n, rows in enumerate(plans):
+        items = [valid[i] for i in rows]
+        width = max(lengths[i] for i in rows)
+        if text and engine.pad_to_bucket:
+            width = next((b for b in config.buckets if b >= width), width)
+        batch = make_batch(config, [array for _, array in items], width if text else None)
+        started = now_us()
+        outputs = engine.infer(batch.inputs)
+        finished = now_us()
+        per_record = postprocess(config, outputs, batch)
+        for row, (record, array) in enumerate(items):
+            result = InferenceResult(
+                job_id=record.job_id,
+                record_id=record.record_id,
+                seq=record.seq,
+                model=config.name,
+                model_version=config.version,
+                outputs=per_record[row].tensors,
+                labels=per_record[row].labels,
+                batch_id=f"{batch_id}.{n}",
+                batch_size=batch.size,
+                length=len(array) if text else 0,
+                padded_length=batch.width,
+                attributes=record.attributes,
+                timestamps={
+                    **record.timestamps,
+                    "batch_formed": formed,
+                    "inference_start": started,
+                    "inference_end": finished,
+                    "result_produced": now_us(),
+                },
             )
-        )
+            out.append(
+                OutRecord(
+                    topics.results,
+                    encode(result),
+                    key=f"{record.job_id}/{record.record_id}".encode(),
+                    headers=[("job_id", record.job_id.encode())],
+                )
+            )
     return out
 
 

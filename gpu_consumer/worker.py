@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.handler import handle_batch
 from gpu_consumer.postprocess import STEPS
@@ -47,6 +48,7 @@ def run(
     config: ModelConfig,
     topics: Topics,
     limits: BatchLimits,
+    policy: BatchPolicy,
     *,
     worker_id: str,
     drain: bool = False,
@@ -55,7 +57,7 @@ def run(
     stats = WorkerStats()
     for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
         sources = [source_of(m) for m in batch]
-        out = handle_batch(sources, engine, config, topics, batch_id=f"{worker_id}-{stats.batches}")
+        out = handle_batch(sources, engine, config, topics, f"{worker_id}-{stats.batches}", policy)
         produce_all(producer, out)
         commit_batch(consumer, batch)
         stats.batches += 1
@@ -68,8 +70,10 @@ def serve(
     topics: Topics,
     repository: Path,
     model: str,
-    limits: BatchLimits | None = None,
+    policy: BatchPolicy | None = None,
     *,
+    max_queue: int | None = None,
+    max_linger_ms: float = 20.0,
     engine_kind: str = "auto",
     threads: int = 0,
     drain: bool = False,
@@ -79,9 +83,11 @@ def serve(
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
-    limits = limits or BatchLimits(max_batch_size=config.max_batch_size)
-    if limits.max_batch_size > config.max_batch_size:
-        raise ValueError(f"max_batch_size {limits.max_batch_size} exceeds the model's {config.max_batch_size}")
+    policy = policy or BatchPolicy(config.max_batch_size)
+    if policy.max_batch_size > config.max_batch_size:
+        raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
+    # Poll more than one batch's worth, so sorting by length has something to sort.
+    limits = BatchLimits(max_queue or 4 * policy.max_batch_size, max_linger_ms)
     engine = make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     tensors = topics.tensors(model)
@@ -108,6 +114,7 @@ def serve(
             config,
             topics,
             limits,
+            policy,
             worker_id=worker_id,
             drain=drain,
             should_stop=lambda: stopping,

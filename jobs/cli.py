@@ -90,16 +90,35 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         default=20.0,
         show_default=True,
         show_envvar=True,
-        help="Close a batch this long after its first record, even if not full.",
+        help="Close a poll window this long after its first record, even if not full.",
+    )(f)
+    f = click.option(
+        "--max-queue",
+        type=int,
+        default=None,
+        show_envvar=True,
+        help="Records polled per window, sorted by length and cut into batches [default: 4 x max-batch-size].",
+    )(f)
+    f = click.option(
+        "--max-batch-tokens",
+        type=int,
+        default=None,
+        show_envvar=True,
+        help="Padded tokens per executed text batch [default: no limit beyond max-batch-size].",
     )(f)
     f = click.option(
         "--max-batch-size",
         type=int,
         default=None,
         show_envvar=True,
-        help="Records per batch [default: the model's max_batch_size].",
+        help="Records per executed batch [default: the model's max_batch_size].",
     )(f)
     return f
+
+
+def batch_args(**options: float | int | None) -> list[str]:
+    """The batch options as `nearline worker gpu` arguments, for the workers `run` starts."""
+    return [a for name, v in options.items() if v is not None for a in (f"--{name.replace('_', '-')}", str(v))]
 
 
 def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -191,6 +210,8 @@ def run(
     kind: str,
     max_image_bytes: int,
     max_batch_size: int | None,
+    max_batch_tokens: int | None,
+    max_queue: int | None,
     max_linger_ms: float,
     bootstrap_servers: str,
     namespace: str,
@@ -208,9 +229,12 @@ def run(
     from jobs.results import write_outcome
     from jobs.runner import run_job
 
-    worker_args = ["--max-linger-ms", str(max_linger_ms)]
-    if max_batch_size:
-        worker_args += ["--max-batch-size", str(max_batch_size)]
+    worker_args = batch_args(
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+        max_queue=max_queue,
+        max_linger_ms=max_linger_ms,
+    )
     result = run_job(
         JobInput.open(input_path, fmt, kind, max_image_bytes),  # type: ignore[arg-type]
         model,
@@ -302,6 +326,28 @@ def results(job_id: str, output: Path | None, bootstrap_servers: str, namespace:
         raise SystemExit(ExitCode.FAILED)
 
 
+@cli.command(name="profile")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@cluster_options
+def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """Latency per stage (p50/p95/p99), the bottleneck and the engine busy fraction of a job."""
+    import json
+
+    from jobs.profile import profile
+    from jobs.results import read_outcome
+
+    outcome = read_outcome(require_servers(bootstrap_servers), Topics(namespace), job_id)
+    if not outcome.results:
+        click.echo(f"error: no results for job {job_id}", err=True)
+        raise SystemExit(ExitCode.FAILED)
+    report = profile(outcome.results.values())
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo("\n".join(report.lines()))
+
+
 @cli.command()
 @click.argument("topic")
 @click.argument("input_path", metavar="FILE|-")
@@ -359,24 +405,27 @@ def worker_gpu(
     threads: int,
     drain: bool,
     max_batch_size: int | None,
+    max_batch_tokens: int | None,
+    max_queue: int | None,
     max_linger_ms: float,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
 ) -> None:
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
+    from gpu_consumer.batcher import BatchPolicy
     from gpu_consumer.worker import serve
-    from kafka_io.polling import BatchLimits
     from schemas.model_config import load_model_config
 
     config = load_model_config(model_repository, model)
-    limits = BatchLimits(max_batch_size or config.max_batch_size, max_linger_ms)
     stats = serve(
         require_servers(bootstrap_servers),
         Topics(namespace),
         model_repository,
         model,
-        limits,
+        BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens),
+        max_queue=max_queue,
+        max_linger_ms=max_linger_ms,
         engine_kind=engine,
         threads=threads,
         drain=drain,

@@ -65,9 +65,22 @@ class ModelConfig:
     image: ImageSpec | None = None  # image models
     labels_file: str | None = None  # classifiers: one class name per line, in index order
     top_k: int = 5  # classifiers: how many classes a result carries
+    # text: sequence-length profiles of the engine; batches never span two, static-shape engines
+    # (TensorRT, CUDA graphs) pad to them. Default: powers of two from 16 to the max length.
+    length_buckets: tuple[int, ...] = ()
     result_name: str = "embedding"
     source: str = ""
     directory: Path = field(default=Path("."), compare=False)
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        if self.length_buckets or self.tokenizer is None:
+            return self.length_buckets
+        out, b = [], 16
+        while b < self.max_length:
+            out.append(b)
+            b *= 2
+        return (*out, self.max_length)
 
     @property
     def max_length(self) -> int:
@@ -107,6 +120,7 @@ class ModelConfig:
             image=_image_spec(d["image"]) if d.get("image") else None,
             labels_file=d.get("labels_file"),
             top_k=int(d.get("top_k", 5)),
+            length_buckets=tuple(d.get("length_buckets", ())),
             result_name=d.get("result_name", "embedding"),
             source=d.get("source", ""),
             directory=directory,

@@ -145,6 +145,8 @@ class InferenceResult(AvroFields):
     attributes: dict[str, str] = field(default_factory=dict)
     timestamps: dict[str, int] = field(default_factory=dict)
     labels: tuple[str, ...] = ()
+    length: int = 0
+    padded_length: int = 0
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {t.name: t.to_array() for t in self.outputs}

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import check_record_input, pad_batch, warmup_batch
+from gpu_consumer.batcher import BatchPolicy, check_record_input, pad_batch, plan_batches, warmup_batch
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
 from schemas import TensorFormatError
 from tests.tiny_model import TinyModel
@@ -53,3 +53,26 @@ def pad_batch_of_lengths(lengths: list[int]):  # type: ignore[no-untyped-def]
 def test_records_the_model_cannot_take_are_refused(tiny: TinyModel, ids: np.ndarray, message: str) -> None:
     with pytest.raises(TensorFormatError, match=message):
         check_record_input(tiny.config, ids)
+
+
+def test_a_window_is_sorted_by_length_and_cut_at_buckets_size_and_token_budget() -> None:
+    lengths = [40, 3, 17, 5, 30, 16, 60, 4]
+    buckets = (16, 32, 64)
+    plans = plan_batches(lengths, BatchPolicy(max_batch_size=2), buckets)
+    assert [[lengths[i] for i in p] for p in plans] == [[3, 4], [5, 16], [17, 30], [40, 60]]
+    plans = plan_batches(lengths, BatchPolicy(max_batch_size=8), buckets)
+    assert [[lengths[i] for i in p] for p in plans] == [[3, 4, 5, 16], [17, 30], [40, 60]]
+    # 3 rows of 30 padded tokens is over a 64-token budget; 2 rows of 30 is not
+    plans = plan_batches([30, 20, 25], BatchPolicy(max_batch_size=8, max_batch_tokens=64), buckets)
+    assert [[[30, 20, 25][i] for i in p] for p in plans] == [[20, 25], [30]]
+    # a static-shape engine pays the whole bucket: 2 rows of bucket 32 already fill the budget
+    plans = plan_batches([20, 25, 30], BatchPolicy(8, 64), buckets, pad_to_bucket=True)
+    assert [len(p) for p in plans] == [2, 1]
+
+
+def test_images_are_chunked_in_arrival_order() -> None:
+    assert plan_batches([0] * 5, BatchPolicy(max_batch_size=2)) == [[0, 1], [2, 3], [4]]
+
+
+def test_default_length_buckets_are_powers_of_two_up_to_the_max_length(tiny: TinyModel) -> None:
+    assert tiny.config.buckets == (16, 32, 64)

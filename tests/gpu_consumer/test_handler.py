@@ -45,10 +45,13 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
 
     results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
     dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
-    assert [r.record_id for r in results] == ["r0", "r2", "r4"]
-    for result, ids in zip(results, [good[0], good[1], good[2]], strict=True):
+    by_id = {r.record_id: r for r in results}
+    assert [r.record_id for r in results] == ["r4", "r0", "r2"]  # shortest first: sorted for padding
+    for rid, ids in zip(["r0", "r2", "r4"], good, strict=True):
+        result = by_id[rid]
         np.testing.assert_allclose(result.arrays()["embedding"], tiny.expected(ids), rtol=1e-5, atol=1e-6)
-        assert result.batch_size == 3 and result.batch_id == "w-0"
+        assert result.batch_size == 3 and result.batch_id == "w-0.0"
+        assert (result.length, result.padded_length) == (len(ids), 7)
         assert {"submitted", "batch_formed", "inference_start", "inference_end", "result_produced"} <= set(
             result.timestamps
         )
@@ -66,6 +69,7 @@ def test_a_batch_of_only_poison_runs_no_inference(tiny: TinyModel) -> None:
     class Exploding:
         name = "exploding"
         max_batch_size = 16
+        pad_to_bucket = False
 
         def warmup(self) -> None: ...
 

@@ -58,6 +58,22 @@ def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(
         expected = tiny.expected(np.array(reference_ids(row["text"])))
         np.testing.assert_allclose(line["embedding"], expected, atol=1e-6)
 
+    shown = pipeline.cli("profile", job_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "bottleneck: " in shown.stdout and "engine busy fraction" in shown.stdout
+    report = json.loads(pipeline.cli("profile", job_id, "--json").stdout)
+    assert report["records"] == len(rows)
+    assert set(report["stages"]) == {
+        "wait for preprocess",
+        "preprocess",
+        "wait for inference",
+        "batching",
+        "inference",
+        "postprocess",
+    }
+    assert 0 < report["engine_busy_fraction"] <= 1
+    assert max(report["batch_sizes"], key=int) and report["mean_batch_size"] <= 8
+
 
 def test_a_malformed_file_is_rejected_with_file_and_line_and_nothing_is_produced(
     pipeline: Pipeline, tmp_path: Path

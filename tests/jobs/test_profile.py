@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import pytest
+
+from jobs.profile import busy_time_us, profile
+from schemas import InferenceResult
+
+
+def result(rid: str, batch: str, ts: list[int], length: int = 10, padded: int = 10) -> InferenceResult:
+    keys = [
+        "submitted",
+        "preprocess_start",
+        "preprocess_end",
+        "batch_formed",
+        "inference_start",
+        "inference_end",
+        "result_produced",
+    ]
+    return InferenceResult(
+        "j", rid, 0, "m", "1", (), batch, 2, {}, dict(zip(keys, ts, strict=True)), (), length, padded
+    )
+
+
+def test_busy_time_is_the_union_of_the_engine_intervals() -> None:
+    assert busy_time_us([(0, 10), (5, 20), (30, 40), (35, 36)]) == 30
+
+
+def test_stage_latencies_bottleneck_and_engine_busy_fraction() -> None:
+    # two batches of two records; the wait for inference dominates, so inference is the bottleneck
+    results = [
+        result("a", "b0", [0, 1000, 2000, 50_000, 50_000, 60_000, 61_000], 8, 10),
+        result("b", "b0", [0, 1000, 2000, 50_000, 50_000, 60_000, 61_000], 10, 10),
+        result("c", "b1", [0, 1000, 2000, 90_000, 90_000, 100_000, 101_000], 5, 10),
+        result("d", "b1", [0, 1000, 2000, 90_000, 90_000, 100_000, 100_000], 7, 10),
+    ]
+    p = profile(results)
+    assert p.records == 4 and p.batches == 2 and p.mean_batch_size == 2
+    assert p.stages["preprocess"].p50_ms == pytest.approx(1.0)
+    assert p.stages["inference"].p99_ms == pytest.approx(10.0)
+    assert p.stages["wait for inference"].mean_ms == pytest.approx(68.0)
+    assert (p.slowest_stage, p.bottleneck) == ("wait for inference", "inference")
+    assert p.wall_s == pytest.approx(0.101)
+    assert p.engine_busy_fraction == pytest.approx(20_000 / 101_000)
+    assert p.padding_waste == pytest.approx(1 - 30 / 40)
+    assert p.end_to_end.p50_ms == pytest.approx(80.5)  # median of 61, 61, 100, 101 ms
