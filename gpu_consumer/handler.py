@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy, carried_input, check_record_input, make_batch, plan_batches
-from gpu_consumer.engine import Engine
+from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.postprocess import postprocess
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import Topics
@@ -54,15 +54,18 @@ def handle_batch(
 
     text = config.tokenizer is not None
     lengths = [len(array) if text else 0 for _, array in valid]
-    plans = plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket)
-    for n, rows in enumerate(plans):
+    planned = []
+    for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket):
         items = [valid[i] for i in rows]
         width = max(lengths[i] for i in rows)
         if text and engine.pad_to_bucket:
             width = next((b for b in config.buckets if b >= width), width)
-        batch = make_batch(config, [array for _, array in items], width if text else None)
-        started = now_us()
-        outputs = engine.infer(batch.inputs)
+        planned.append((items, make_batch(config, [array for _, array in items], width if text else None)))
+    started = now_us()
+    # Outputs are pulled one batch at a time, so a batch's inference time runs from the end of the
+    # previous batch's postprocessing to its own outputs; pipelined engines meanwhile copy in the next.
+    outputs_per_batch = infer_all(engine, [b.inputs for _, b in planned])
+    for n, ((items, batch), outputs) in enumerate(zip(planned, outputs_per_batch, strict=True)):
         finished = now_us()
         per_record = postprocess(config, outputs, batch)
         for row, (record, array) in enumerate(items):
@@ -95,6 +98,7 @@ def handle_batch(
                     headers=[("job_id", record.job_id.encode())],
                 )
             )
+        started = now_us()
     return out
 
 

@@ -393,7 +393,13 @@ def worker_preprocess(batch_size: int, bootstrap_servers: str, namespace: str, m
 
 @worker.command(name="gpu")
 @click.option("--model", "-m", required=True, show_envvar=True)
-@click.option("--engine", type=click.Choice(["auto", "onnxruntime"]), default="auto", show_envvar=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]),
+    default="auto",
+    show_envvar=True,
+    help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime.",
+)
 @click.option("--threads", type=int, default=0, show_envvar=True, help="Engine threads; 0 = one per core.")
 @click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
 @batch_options

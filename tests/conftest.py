@@ -56,3 +56,27 @@ def efficientnet(model_repository: Path) -> ModelConfig:
     from gpu_consumer.export import prepare_efficientnet_lite0
 
     return prepare_efficientnet_lite0(model_repository)
+
+
+@pytest.fixture(scope="session")
+def minilm(model_repository: Path) -> ModelConfig:
+    """The real all-MiniLM-L6-v2, prepared into the session's model repository."""
+    from gpu_consumer.export import prepare_minilm
+
+    return prepare_minilm(model_repository)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests run only where torch sees a CUDA device (the device script runs them there)."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

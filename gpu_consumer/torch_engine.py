@@ -1,0 +1,148 @@
+"""The torch backend: the model's TorchScript (models/<name>/<version>/model.pt) on CUDA in FP16,
+with static shapes per (batch, length) bucket replayed as CUDA graphs and pinned-memory copies on
+a side stream (cuda_staging). On a machine without CUDA it runs the same module in FP32 on the
+CPU, which is how its parity with ONNX Runtime is tested here.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from gpu_consumer.batcher import warmup_batch
+from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.trt_plan import derive_profiles, plan_buffers
+from schemas.model_config import ModelConfig
+
+log = logging.getLogger(__name__)
+TORCHSCRIPT_FILE = "model.pt"
+
+
+def batch_bucket(rows: int, max_batch_size: int) -> int:
+    """Rows padded up to a power of two (at most max_batch_size): few shapes, so few CUDA graphs."""
+    bucket = 1
+    while bucket < rows:
+        bucket *= 2
+    return min(bucket, max_batch_size)
+
+
+def pad_rows(inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    """Add rows up to `rows`; an added text row holds one real token so no attention row is empty."""
+    out = {}
+    for name, array in inputs.items():
+        extra = rows - array.shape[0]
+        if extra <= 0:
+            out[name] = array
+            continue
+        filler = np.zeros((extra, *array.shape[1:]), dtype=array.dtype)
+        if name == "attention_mask":
+            filler[:, 0] = 1
+        out[name] = np.concatenate([array, filler])
+    return out
+
+
+class TorchEngine:
+    name = "torch"
+
+    def __init__(self, config: ModelConfig, device: str | None = None, cuda_graphs: bool = True) -> None:
+        try:
+            import torch
+        except ImportError:
+            raise EngineLoadError("the torch engine needs torch: pip install 'nearline[gpu]'") from None
+        path = config.directory / TORCHSCRIPT_FILE
+        if not path.is_file():
+            raise EngineLoadError(f"{path} is missing: prepare the model again (nearline models prepare {config.name})")
+        self.config = config
+        self.max_batch_size = config.max_batch_size
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.cuda = self.device.type == "cuda"
+        self.pad_to_bucket = self.cuda  # static shapes only pay where they are replayed as graphs
+        with warnings.catch_warnings():
+            # TorchScript is deprecated in favour of torch.export from torch 2.13 on, but it is what
+            # loads the same file on the GPU machines' torch 2.11 as on 2.13 here.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            module = torch.jit.load(str(path), map_location=self.device).eval()
+        self.module = module.half() if self.cuda else module  # integer and uint8 inputs are untouched
+        self.output_names = [o.name for o in config.outputs]
+        self.cuda_graphs = cuda_graphs and self.cuda
+        self._graphs: dict[tuple[tuple[int, ...], ...], tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+        if self.cuda:
+            from gpu_consumer.cuda_staging import Slot
+
+            buffers = plan_buffers(config, derive_profiles(config, self.max_batch_size))
+            names_in = {s.name for s in config.inputs}
+            inputs = [b for b in buffers if b.name in names_in]
+            outputs = [b for b in buffers if b.name not in names_in]
+            self.slots = [Slot(inputs, outputs, self.device) for _ in range(2)]
+            self.copy_stream = torch.cuda.Stream()
+            self.compute_stream = torch.cuda.Stream()
+        log.info("torch engine for %s:%s on %s", config.name, config.version, self.device)
+
+    def warmup(self) -> None:
+        self.infer(warmup_batch(self.config).inputs)
+
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return next(self.infer_many([inputs]))
+
+    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+        import torch
+
+        if not self.cuda:
+            with torch.inference_mode():
+                for inputs in batches:
+                    outs = self.module(*[torch.from_numpy(inputs[s.name]) for s in self.config.inputs])
+                    yield self._named(outs, len(next(iter(inputs.values()))))
+            return
+
+        from gpu_consumer.cuda_staging import pipelined
+
+        rows: list[int] = []
+
+        def padded() -> Iterator[dict[str, np.ndarray]]:
+            for inputs in batches:
+                n = len(next(iter(inputs.values())))
+                rows.append(n)
+                yield pad_rows(inputs, batch_bucket(n, self.max_batch_size))
+
+        for k, outputs in enumerate(pipelined(padded(), self.slots, self.copy_stream, self.compute_stream, self._run)):
+            yield {name: out[: rows[k]].astype(np.float32, copy=False) for name, out in outputs.items()}
+
+    def _run(self, views: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        args = [views[s.name] for s in self.config.inputs]
+        with torch.cuda.stream(self.compute_stream), torch.inference_mode():
+            if not self.cuda_graphs:
+                return self._named_tensors(self.module(*args))
+            key = tuple(tuple(a.shape) for a in args)
+            if key not in self._graphs:
+                self._graphs[key] = self._capture(args)
+            graph, static_in, static_out = self._graphs[key]
+            for spec, arg in zip(self.config.inputs, args, strict=True):
+                static_in[spec.name].copy_(arg)
+            graph.replay()
+            return static_out
+
+    def _capture(self, args: list[Any]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        import torch
+
+        static_in = {s.name: a.clone() for s, a in zip(self.config.inputs, args, strict=True)}
+        ordered = [static_in[s.name] for s in self.config.inputs]
+        for _ in range(2):  # warm the allocator and kernels before capture, as CUDA graphs require
+            self.module(*ordered)
+        self.compute_stream.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.compute_stream):
+            static_out = self._named_tensors(self.module(*ordered))
+        return graph, static_in, static_out
+
+    def _named_tensors(self, outs: Any) -> dict[str, Any]:
+        outs = outs if isinstance(outs, tuple | list) else (outs,)
+        return dict(zip(self.output_names, outs, strict=True))
+
+    def _named(self, outs: Any, rows: int) -> dict[str, np.ndarray]:
+        return {n: t[:rows].float().numpy() for n, t in self._named_tensors(outs).items()}

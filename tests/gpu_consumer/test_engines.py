@@ -1,0 +1,115 @@
+"""Engines against each other on the same batches, and the TensorRT planning that needs no TensorRT."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_consumer.batcher import make_batch
+from gpu_consumer.engine import EngineLoadError, OnnxRuntimeEngine
+from gpu_consumer.torch_engine import TorchEngine, batch_bucket, pad_rows
+from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for
+from preprocess_app.image import decode_image
+from preprocess_app.models import load_tokenizer
+from preprocess_app.text import tokenize
+from schemas.model_config import ModelConfig
+from tests.image_corpus import real_photos
+
+TEXTS = ["A man is eating food.", "Kafka keeps the records; the GPU batches them.", "short", "x " * 300]
+
+
+def text_batch(config: ModelConfig) -> dict[str, np.ndarray]:
+    ids = tokenize(load_tokenizer(config.tokenizer_path, config.max_length), TEXTS, config.max_length)
+    return make_batch(config, ids).inputs
+
+
+def image_batch(config: ModelConfig) -> dict[str, np.ndarray]:
+    assert config.image is not None
+    return make_batch(config, [decode_image(p.read_bytes(), config.image) for p in real_photos()[:6]]).inputs
+
+
+@pytest.mark.slow
+def test_the_torch_engine_matches_onnx_runtime_on_cpu(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    for config, batch in ((minilm, text_batch(minilm)), (efficientnet, image_batch(efficientnet))):
+        name = config.outputs[0].name
+        want = OnnxRuntimeEngine(config, threads=1).infer(batch)[name]
+        got = TorchEngine(config, device="cpu").infer(batch)[name]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=2e-4, err_msg=config.name)
+
+
+@pytest.mark.gpu
+def test_the_torch_engine_on_cuda_in_fp16_matches_onnx_runtime(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    from gpu_consumer.postprocess import postprocess
+
+    batch = text_batch(minilm)
+    padded = make_batch(
+        minilm, [row[: int(m.sum())] for row, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
+    )
+    want = postprocess(minilm, OnnxRuntimeEngine(minilm).infer(padded.inputs), padded)
+    got = postprocess(minilm, TorchEngine(minilm).infer(padded.inputs), padded)
+    for w, g in zip(want, got, strict=True):
+        a, b = w.tensors[0].to_array(), g.tensors[0].to_array()
+        assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.999
+    images = image_batch(efficientnet)
+    want_top = OnnxRuntimeEngine(efficientnet).infer(images)["logits"].argmax(axis=1)
+    got_top = TorchEngine(efficientnet).infer(images)["logits"].argmax(axis=1)
+    assert got_top.tolist() == want_top.tolist()
+
+
+def test_rows_are_padded_to_a_power_of_two_with_a_real_token_each() -> None:
+    assert [batch_bucket(n, 64) for n in (1, 3, 4, 33, 64, 70)] == [1, 4, 4, 64, 64, 64]
+    padded = pad_rows({"input_ids": np.ones((3, 5), np.int64), "attention_mask": np.ones((3, 5), np.int64)}, 4)
+    assert padded["input_ids"].shape == (4, 5)
+    assert padded["attention_mask"][3].tolist() == [1, 0, 0, 0, 0]
+
+
+def test_tensorrt_profiles_follow_the_length_buckets(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    profiles = derive_profiles(minilm, 64)
+    assert [p.width for p in profiles] == [(1, 16), (17, 32), (33, 64), (65, 128), (129, 256)]
+    ids = profiles[2].inputs[0]
+    assert (ids.name, ids.min, ids.opt, ids.max) == ("input_ids", (1, 33), (64, 64), (64, 64))
+    assert [profile_for(profiles, w) for w in (1, 16, 17, 200, 256)] == [0, 0, 1, 4, 4]
+    with pytest.raises(ValueError, match="257"):
+        profile_for(profiles, 257)
+    (image,) = derive_profiles(efficientnet, 32)
+    assert image.inputs[0].min == (1, 3, 224, 224) and image.inputs[0].max == (32, 3, 224, 224)
+    assert profile_for([image], 0) == 0
+
+
+def test_tensorrt_cache_key_changes_with_every_fact_that_invalidates_an_engine(minilm: ModelConfig) -> None:
+    profiles = derive_profiles(minilm, 64)
+    base = ("ab" * 32, "10.3.0", "NVIDIA H200", (9, 0), "fp16", profiles)
+    key = engine_cache_key(*base)
+    assert key == engine_cache_key(*base)  # stable across restarts
+    changed = [
+        ("cd" * 32, *base[1:]),
+        (base[0], "10.4.0", *base[2:]),
+        (*base[:2], "NVIDIA A100", *base[3:]),
+        (*base[:3], (8, 0), *base[4:]),
+        (*base[:4], "fp32", base[5]),
+        (*base[:5], derive_profiles(minilm, 32)),
+    ]
+    assert len({engine_cache_key(*c) for c in changed} | {key}) == len(changed) + 1
+
+
+def test_tensorrt_buffers_are_planned_at_the_largest_shapes(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    buffers = {b.name: b for b in plan_buffers(minilm, derive_profiles(minilm, 64))}
+    assert buffers["input_ids"].shape == (64, 256) and buffers["input_ids"].nbytes == 64 * 256 * 8
+    assert buffers["token_embeddings"].shape == (64, 256, 384)
+    image = {b.name: b for b in plan_buffers(efficientnet, derive_profiles(efficientnet, 16))}
+    assert image["pixels"].nbytes == 16 * 3 * 224 * 224 and image["logits"].shape == (16, 1000)
+
+
+def test_the_tensorrt_engine_says_what_to_install_when_tensorrt_is_missing(minilm: ModelConfig) -> None:
+    pytest.importorskip("torch")
+    try:
+        import tensorrt  # noqa: F401
+
+        pytest.skip("TensorRT is installed here")
+    except ImportError:
+        pass
+    from gpu_consumer.tensorrt_engine import TensorRTEngine
+
+    with pytest.raises(EngineLoadError, match="NVIDIA TensorRT 10 for Python"):
+        TensorRTEngine(minilm)
