@@ -200,7 +200,7 @@ def main() -> None:
     engine = make_engine(config, args.engine)
     engine.warmup()
     policy = BatchPolicy(args.batch_size)
-    window = 4 * args.batch_size  # what the GPU worker polls by default
+    window = 8 * args.batch_size  # what the GPU worker polls by default
     tokenizer = load_tokenizer(config.tokenizer_path, config.max_length)
     ids = tokenize(tokenizer, texts, config.max_length)
 

@@ -21,6 +21,9 @@ class BatchPolicy:
 
     max_batch_size: int
     max_batch_tokens: int | None = None  # padded tokens per executed batch (text only)
+    # For engines that pad to the longest record: a batch ends before the record that would make
+    # more than this share of its tokens padding. 10% keeps batches large on sorted windows.
+    max_padding_waste: float | None = 0.10
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -38,27 +41,39 @@ def bucket_of(length: int, buckets: Sequence[int]) -> int:
 def plan_batches(
     lengths: Sequence[int], policy: BatchPolicy, buckets: Sequence[int] = (), pad_to_bucket: bool = False
 ) -> list[list[int]]:
-    """Indices of the window's records per executed batch (TEI's approach, with the engine's buckets).
+    """Indices of the window's records per executed batch (TEI's approach).
 
-    Records are sorted by length so that a batch pads little; a batch never spans two length
-    buckets, holds at most max_batch_size records and, once padded (to the longest record, or to
-    the bucket for static-shape engines), at most max_batch_tokens tokens. Images: length 0 for
-    all, so this is plain chunking in arrival order.
+    Records are sorted by length so that a batch pads little. A batch holds at most
+    max_batch_size records and, once padded, at most max_batch_tokens tokens. Static-shape engines
+    (pad_to_bucket: TensorRT profiles, CUDA graphs) pad to the length bucket, so a batch never
+    spans two buckets; engines that pad to the longest record cut instead where padding would pass
+    max_padding_waste. Images have length 0: plain chunking in arrival order.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # stable: ties keep arrival order
     plans: list[list[int]] = []
     current: list[int] = []
-    current_bucket = -1
+    current_bucket, real = -1, 0
     for i in order:
         bucket = bucket_of(lengths[i], buckets)
         width = bucket if pad_to_bucket else lengths[i]  # sorted: the newest record is the longest
-        too_many = len(current) + 1 > policy.max_batch_size
-        too_wide = policy.max_batch_tokens is not None and (len(current) + 1) * width > policy.max_batch_tokens
-        if current and (bucket != current_bucket or too_many or too_wide):
+        rows = len(current) + 1
+        cut = (
+            rows > policy.max_batch_size
+            or (policy.max_batch_tokens is not None and rows * width > policy.max_batch_tokens)
+            or (pad_to_bucket and bucket != current_bucket)
+            or (
+                not pad_to_bucket
+                and policy.max_padding_waste is not None
+                and width > 0
+                and 1 - (real + lengths[i]) / (rows * width) > policy.max_padding_waste
+            )
+        )
+        if current and cut:
             plans.append(current)
-            current = []
+            current, real = [], 0
         current.append(i)
         current_bucket = bucket
+        real += lengths[i]
     if current:
         plans.append(current)
     return plans

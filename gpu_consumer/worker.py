@@ -87,7 +87,7 @@ def serve(
     if policy.max_batch_size > config.max_batch_size:
         raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
     # Poll more than one batch's worth, so sorting by length has something to sort.
-    limits = BatchLimits(max_queue or 4 * policy.max_batch_size, max_linger_ms)
+    limits = BatchLimits(max_queue or 8 * policy.max_batch_size, max_linger_ms)
     engine = make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     tensors = topics.tensors(model)

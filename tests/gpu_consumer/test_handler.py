@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_batch
 from kafka_io.records import SourceRef
@@ -41,7 +42,8 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
         SourceRef("ns.tensors.tiny", 1, 3, b"\xc3\x01" + b"\x00" * 8),
     ]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    out = handle_batch(sources, engine, tiny.config, topics, batch_id="w-0")
+    policy = BatchPolicy(16, max_padding_waste=None)  # one batch, padded to its longest record
+    out = handle_batch(sources, engine, tiny.config, topics, "w-0", policy)
 
     results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
     dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
