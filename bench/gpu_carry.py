@@ -38,7 +38,7 @@ WHEELS = [
     "colorlog==6.12.0",
     "async-timeout==5.0.1",
 ]
-LIMIT = 60 * 2**20  # under the tool's 64 MiB, with room for the repository itself
+LIMIT = 62 * 2**20  # the tool carries 64 MiB with the tracked files (about 1.5 MiB)
 TEXTS = 512
 
 
