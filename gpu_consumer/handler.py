@@ -10,9 +10,10 @@ import numpy as np
 from gpu_consumer.batcher import BatchPolicy, carried_input, check_record_input, make_batch, plan_batches
 from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.postprocess import postprocess
+from kafka_io.dead_letters import dead_letter
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import Topics
-from schemas import DeadLetter, InferenceResult, SerdeError, TensorRecord, decode, encode, now_us
+from schemas import InferenceResult, SerdeError, TensorRecord, decode, encode, now_us
 from schemas.errors import TensorFormatError
 from schemas.model_config import ModelConfig
 
@@ -105,13 +106,5 @@ def handle_batch(
 def _dead(
     error: Exception, src: SourceRef, topics: Topics, config: ModelConfig, record: TensorRecord | None
 ) -> OutRecord:
-    letter = DeadLetter.from_error(
-        STAGE,
-        error,
-        (src.topic, src.partition, src.offset, src.value),
-        job_id=record.job_id if record else None,
-        record_id=record.record_id if record else None,
-        model=config.name,
-        model_version=config.version,
-    )
-    return OutRecord(topics.dead_letters, encode(letter), key=src.key)
+    ids = {"job_id": record.job_id, "record_id": record.record_id} if record else {}
+    return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, **ids)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from kafka_io.dead_letters import dead_letter
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import Topics
-from schemas import DeadLetter, RawImage, RawText, TensorRecord, encode
+from schemas import RawImage, RawText, TensorRecord, encode
 
 STAGE = "preprocess"
 
@@ -23,12 +24,6 @@ def tensor_out(topics: Topics, record: TensorRecord) -> OutRecord:
 
 
 def dead_out(error: Exception, src: SourceRef, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:
-    letter = DeadLetter.from_error(
-        STAGE,
-        error,
-        (src.topic, src.partition, src.offset, src.value),
-        job_id=raw.job_id if raw else None,
-        record_id=raw.record_id if raw else None,
-        model=raw.model if raw else None,
-    )
-    return OutRecord(topics.dead_letters, encode(letter), key=src.key)
+    if raw is None:
+        return dead_letter(STAGE, error, src, topics)
+    return dead_letter(STAGE, error, src, topics, job_id=raw.job_id, record_id=raw.record_id, model=raw.model)

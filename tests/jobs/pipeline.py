@@ -57,3 +57,12 @@ class Pipeline:
 
     def stop(self) -> None:
         stop_all([w for w in self.workers if w.process.poll() is None])
+
+
+def run_embedded(*args: str, repository: Path, timeout_s: float = 800) -> subprocess.CompletedProcess[str]:
+    """`nearline run ...` on the embedded default (no cluster named), as README command 1 runs it."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}
+    env[ENV_MODEL_REPOSITORY] = str(repository)
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "run", *args], env=env, capture_output=True, text=True, timeout=timeout_s
+    )

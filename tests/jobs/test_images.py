@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from jobs.local import ENV_MODEL_REPOSITORY
 from jobs.runner import watch_job
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from preprocess_app.image import decode_image
 from schemas.model_config import ImageSpec, ModelConfig
 from tests.image_corpus import bad_and_odd_images, real_photos
-from tests.jobs.pipeline import Pipeline
+from tests.jobs.pipeline import Pipeline, run_embedded
 from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
 from tests.tiny_model import TinyModel
 
@@ -49,15 +44,7 @@ def test_run_classifies_real_photos_like_torch_on_the_same_decoded_image(tmp_pat
     for p in real_photos():
         shutil.copy2(p, photos / f"{p.parent.name}-{p.name}")
     out = tmp_path / "out.jsonl"
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}
-    env[ENV_MODEL_REPOSITORY] = str(tmp_path / "models")
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", str(photos), "--model", "efficientnet-lite0", "-o", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=500,
-    )
+    done = run_embedded(str(photos), "--model", "efficientnet-lite0", "-o", str(out), repository=tmp_path / "models")
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     paths = sorted(photos.iterdir())

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from jobs.local import ENV_MODEL_REPOSITORY
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from tests.jobs.pipeline import run_embedded
 
 EXAMPLE = Path(__file__).parents[2] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
 
@@ -21,15 +17,8 @@ EXAMPLE = Path(__file__).parents[2] / "producers" / "examples" / "python-docs-pa
 @pytest.mark.timeout(900)
 def test_run_embeds_the_shipped_example_like_the_model_run_directly(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}
-    env[ENV_MODEL_REPOSITORY] = str(tmp_path / "models")  # empty: `run` prepares the model itself
-    done = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", str(EXAMPLE), "--model", "minilm", "-o", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=800,
-    )
+    # an empty model repository: `run` prepares the model itself
+    done = run_embedded(str(EXAMPLE), "--model", "minilm", "-o", str(out), repository=tmp_path / "models")
     assert done.returncode == 0, done.stderr
     assert "1200 records in" in done.stderr and "records/s" in done.stderr and "mean batch size" in done.stderr
 
