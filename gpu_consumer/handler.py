@@ -4,11 +4,20 @@ letters out. No I/O."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpu_consumer.batcher import BatchPolicy, carried_input, check_record_input, make_batch, plan_batches
+from gpu_consumer.batcher import (
+    BatchPolicy,
+    PaddedBatch,
+    carried_input,
+    check_record_input,
+    make_batch,
+    plan_batches,
+)
 from gpu_consumer.engine import Engine, infer_all
+from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from kafka_io.dead_letters import dead_letter
 from kafka_io.records import OutRecord, SourceRef
@@ -18,6 +27,22 @@ from schemas.errors import TensorFormatError
 from schemas.model_config import ModelConfig
 
 STAGE = "inference"
+
+
+@dataclass(frozen=True)
+class Item:
+    source: SourceRef
+    record: TensorRecord
+    array: np.ndarray  # the input the record carries (token ids or pixels)
+
+
+@dataclass(frozen=True)
+class Executed:
+    items: list[Item]
+    batch: PaddedBatch
+    outputs: dict[str, np.ndarray]
+    started_us: int
+    finished_us: int
 
 
 def handle_batch(
@@ -30,13 +55,14 @@ def handle_batch(
 ) -> list[OutRecord]:
     """Run one poll window: decode, sort and cut into executed batches (batcher.plan_batches), infer.
 
-    A record that cannot be decoded or fed to this model is dead-lettered; an engine failure is
-    raised, since it is not the records' fault.
+    A record that cannot be decoded or fed to this model, or that makes the engine fail (found by
+    bisecting its batch), is dead-lettered; the others get results. An engine that fails on
+    everything raises EngineFault: not the records' fault, so nothing is dead-lettered.
     """
     formed = now_us()
     policy = policy or BatchPolicy(engine.max_batch_size)
     out: list[OutRecord] = []
-    valid: list[tuple[TensorRecord, np.ndarray]] = []
+    valid: list[Item] = []
     carried = carried_input(config).name
     for src in sources:
         record: TensorRecord | None = None
@@ -51,25 +77,20 @@ def handle_batch(
         except SerdeError as exc:
             out.append(_dead(exc, src, topics, config, record))
             continue
-        valid.append((record, arrays[carried]))
+        valid.append(Item(src, record, arrays[carried]))
 
     text = config.tokenizer is not None
-    lengths = [len(array) if text else 0 for _, array in valid]
-    planned = []
-    for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket):
-        items = [valid[i] for i in rows]
-        width = max(lengths[i] for i in rows)
-        if text and engine.pad_to_bucket:
-            width = next((b for b in config.buckets if b >= width), width)
-        planned.append((items, make_batch(config, [array for _, array in items], width if text else None)))
-    started = now_us()
-    # Outputs are pulled one batch at a time, so a batch's inference time runs from the end of the
-    # previous batch's postprocessing to its own outputs; pipelined engines meanwhile copy in the next.
-    outputs_per_batch = infer_all(engine, [b.inputs for _, b in planned])
-    for n, ((items, batch), outputs) in enumerate(zip(planned, outputs_per_batch, strict=True)):
-        finished = now_us()
-        per_record = postprocess(config, outputs, batch)
-        for row, (record, array) in enumerate(items):
+    lengths = [len(item.array) if text else 0 for item in valid]
+    planned = [[valid[i] for i in rows] for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket)]
+    executed, poison = _execute(engine, config, planned, formed)
+    if len(poison) > 1 and not executed:
+        engine.warmup()  # every record failed: if synthetic input fails too, the engine is broken
+    out.extend(_dead(error, item.source, topics, config, item.record) for item, error in poison)
+
+    for n, run in enumerate(executed):
+        per_record = postprocess(config, run.outputs, run.batch)
+        for row, item in enumerate(run.items):
+            record = item.record
             result = InferenceResult(
                 job_id=record.job_id,
                 record_id=record.record_id,
@@ -79,15 +100,15 @@ def handle_batch(
                 outputs=per_record[row].tensors,
                 labels=per_record[row].labels,
                 batch_id=f"{batch_id}.{n}",
-                batch_size=batch.size,
-                length=len(array) if text else 0,
-                padded_length=batch.width,
+                batch_size=run.batch.size,
+                length=len(item.array) if text else 0,
+                padded_length=run.batch.width,
                 attributes=record.attributes,
                 timestamps={
                     **record.timestamps,
                     "batch_formed": formed,
-                    "inference_start": started,
-                    "inference_end": finished,
+                    "inference_start": run.started_us,
+                    "inference_end": run.finished_us,
                     "result_produced": now_us(),
                 },
             )
@@ -99,8 +120,55 @@ def handle_batch(
                     headers=[("job_id", record.job_id.encode())],
                 )
             )
-        started = now_us()
     return out
+
+
+def _batch_of(engine: Engine, config: ModelConfig, items: list[Item]) -> PaddedBatch:
+    if config.tokenizer is None:
+        return make_batch(config, [item.array for item in items])
+    width = max(len(item.array) for item in items)
+    if engine.pad_to_bucket:
+        width = next((b for b in config.buckets if b >= width), width)
+    return make_batch(config, [item.array for item in items], width)
+
+
+def _execute(
+    engine: Engine, config: ModelConfig, planned: list[list[Item]], started: int
+) -> tuple[list[Executed], list[tuple[Item, Exception]]]:
+    """Infer every planned batch, pipelined while all goes well; a failing batch is bisected.
+
+    Outputs are pulled one batch at a time, so a batch's inference time runs from the previous
+    batch's outputs to its own; pipelined engines meanwhile copy in the next batch.
+    """
+    executed: list[Executed] = []
+    poison: list[tuple[Item, Exception]] = []
+    batches = [_batch_of(engine, config, items) for items in planned]
+    pipelined = iter(infer_all(engine, [b.inputs for b in batches]))
+    healthy = True
+    for items, batch in zip(planned, batches, strict=True):
+        if healthy:
+            try:
+                outputs = next(pipelined)
+                finished = now_us()
+                executed.append(Executed(items, batch, outputs, started, finished))
+                started = finished
+                continue
+            except Exception as exc:
+                if is_fault(exc):
+                    raise EngineFault(f"{engine.name}: {exc}") from exc
+                healthy = False  # the pipeline is spent: the rest runs batch by batch
+
+        def run(rows: list[int], items: list[Item] = items) -> tuple[PaddedBatch, dict[str, np.ndarray]]:
+            sub = _batch_of(engine, config, [items[i] for i in rows])
+            return sub, engine.infer(sub.inputs)
+
+        good, bad = bisect(run, list(range(len(items))))
+        for rows, (sub, outputs) in good:
+            finished = now_us()
+            executed.append(Executed([items[i] for i in rows], sub, outputs, started, finished))
+            started = finished
+        poison.extend((items[i], error) for i, error in bad)
+    return executed, poison
 
 
 def _dead(

@@ -30,6 +30,7 @@ class NearlineGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from gpu_consumer.engine import EngineLoadError
         from gpu_consumer.export import ExportUnavailableError
+        from gpu_consumer.isolation import EngineFault
 
         try:
             return super().invoke(ctx)
@@ -46,6 +47,9 @@ class NearlineGroup(click.Group):
         except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.UNAVAILABLE)
+        except EngineFault as exc:
+            click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
+            ctx.exit(ExitCode.FAILED)
 
 
 def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -475,6 +479,70 @@ def broker_stop() -> None:
         running.stop()
         click.echo(f"stopped broker pid {running.pid}", err=True)
     state.unlink(missing_ok=True)
+
+
+@cli.group()
+def dlq() -> None:
+    """The dead-letter topic: records a stage could not process, with the reason."""
+
+
+def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--stage", type=click.Choice(["preprocess", "inference"]), default=None)(f)
+    f = click.option("--job", "job_id", default=None, help="Only this job's dead letters.")(f)
+    return cluster_options(f)
+
+
+@dlq.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@_dlq_filters
+def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str) -> None:
+    """One line per dead letter: id (PARTITION:OFFSET), stage, error, job and record."""
+    import json
+
+    from jobs.dlq import entries, select
+
+    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), job_id=job_id, stage=stage)
+    for e in chosen:
+        if as_json:
+            click.echo(json.dumps(e.summary()))
+        else:
+            d = e.letter
+            click.echo(f"{e.id}\t{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
+    click.echo(f"{len(chosen)} dead letters", err=True)
+
+
+@dlq.command(name="show")
+@click.argument("ids", nargs=-1, required=True, metavar="PARTITION:OFFSET...")
+@cluster_options
+def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> None:
+    """Everything about some dead letters, the payload included (base64), as JSON lines."""
+    import json
+
+    from jobs.dlq import entries, select
+
+    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), ids=ids)
+    for e in chosen:
+        click.echo(json.dumps(e.detail()))
+    missing = set(ids) - {e.id for e in chosen}
+    if missing:
+        click.echo(f"error: no dead letter at {', '.join(sorted(missing))}", err=True)
+        raise SystemExit(ExitCode.FAILED)
+
+
+@dlq.command(name="replay")
+@click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]")
+@_dlq_filters
+def dlq_replay(
+    ids: tuple[str, ...], job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
+) -> None:
+    """Re-inject dead letters into the topic they failed on, after a fix (all that match the filters)."""
+    from jobs.dlq import entries, replay, select
+
+    if not (ids or job_id or stage):
+        raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
+    settings = require_servers(bootstrap_servers)
+    chosen = select(entries(settings, Topics(namespace)), job_id=job_id, stage=stage, ids=ids)
+    click.echo(f"replayed {replay(settings, chosen)} dead letters", err=True)
 
 
 @cli.group()

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engine import OnnxRuntimeEngine
+from gpu_consumer.handler import handle_batch
+from gpu_consumer.isolation import EngineFault, bisect
+from kafka_io.records import SourceRef
+from kafka_io.settings import Topics
+from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
+from tests.tiny_model import TinyModel
+
+
+def test_bisection_pins_failures_to_single_rows() -> None:
+    poison = {3, 6}
+    calls: list[list[int]] = []
+
+    def run(rows: list[int]) -> int:
+        calls.append(rows)
+        if poison & set(rows):
+            raise ValueError(f"bad rows {sorted(poison & set(rows))}")
+        return len(rows)
+
+    good, bad = bisect(run, list(range(8)))
+    assert sorted(i for rows, _ in good for i in rows) == [0, 1, 2, 4, 5, 7]
+    assert [i for i, _ in bad] == [3, 6]
+    assert len(calls) < 16  # halves, not one call per record
+
+
+def test_faults_are_not_bisected() -> None:
+    def run(rows: list[int]) -> int:
+        raise MemoryError("CUDA out of memory")
+
+    with pytest.raises(MemoryError):
+        bisect(run, list(range(8)))
+
+
+def record(seq: int, ids: list[int]) -> SourceRef:
+    tensor = Tensor.from_array("input_ids", np.array(ids, dtype=np.int64))
+    value = encode(TensorRecord("job-x", f"r{seq}", seq, "tiny", "1", (tensor,), {}, {"submitted": 1}))
+    return SourceRef("ns.tensors.tiny", seq % 2, 100 + seq, value)
+
+
+def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_completes(tiny: TinyModel) -> None:
+    # token id 99999 is outside the vocabulary: ONNX Runtime's Gather fails on the whole batch
+    sources = [record(i, [101, 2000 + i, 102]) for i in range(7)] + [record(7, [101, 99999, 102])]
+    engine = OnnxRuntimeEngine(tiny.config, threads=1)
+    out = handle_batch(sources, engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
+    results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
+    dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    assert sorted(r.record_id for r in results) == [f"r{i}" for i in range(7)]
+    for r in results:
+        ids = np.array([101, 2000 + r.seq, 102])
+        np.testing.assert_allclose(r.arrays()["embedding"], tiny.expected(ids), atol=1e-6)
+    (letter,) = dead
+    assert (letter.stage, letter.record_id, letter.model, letter.model_version) == ("inference", "r7", "tiny", "1")
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == ("ns.tensors.tiny", 1, 107)
+    assert "out of" in letter.error or "bounds" in letter.error
+
+
+def test_an_engine_that_fails_on_everything_is_a_fault_not_poison(tiny: TinyModel) -> None:
+    class Broken:
+        name = "broken"
+        max_batch_size = 16
+        pad_to_bucket = False
+
+        def warmup(self) -> None:
+            raise RuntimeError("engine cannot run at all")
+
+        def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            raise RuntimeError("engine cannot run at all")
+
+    with pytest.raises(RuntimeError, match="cannot run at all"):
+        handle_batch([record(i, [101, 7, 102]) for i in range(4)], Broken(), tiny.config, Topics(), "w-0")
+    with pytest.raises(EngineFault):
+
+        class OutOfMemory(Broken):
+            def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        handle_batch([record(0, [101, 7, 102])], OutOfMemory(), tiny.config, Topics(), "w-0")
