@@ -481,6 +481,131 @@ def broker_stop() -> None:
     state.unlink(missing_ok=True)
 
 
+@cli.command(name="replay")
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, default=None, help="One partition [default: all].")
+@click.option("--from-offset", type=int, default=None)
+@click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
+@click.option("--to-offset", type=int, default=None, help="Stop before this offset.")
+@click.option("--to-time", default=None, help="Stop after the last record at or before this time.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@cluster_options
+def replay_cmd(
+    topic: str,
+    partition: int | None,
+    from_offset: int | None,
+    from_time: str | None,
+    to_offset: int | None,
+    to_time: str | None,
+    output: Path | None,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Decode a topic's records from an offset or a time to JSON lines, and stop at the end.
+
+    \b
+    Example:
+      nearline replay --topic results --from-time 2026-11-29T18:00:00Z -o results.jsonl
+    """
+    import json
+
+    from jobs.replay import message_json, replay_messages
+
+    if (from_offset is None) == (from_time is None):
+        raise click.UsageError("give exactly one of --from-offset and --from-time")
+    messages = replay_messages(
+        require_servers(bootstrap_servers),
+        topic,
+        partition=partition,
+        from_offset=from_offset,
+        from_time=from_time,
+        to_offset=to_offset,
+        to_time=to_time,
+    )
+    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    count = 0
+    try:
+        for msg in messages:
+            out.write(json.dumps(message_json(msg), ensure_ascii=False) + "\n")
+            count += 1
+    finally:
+        if output:
+            out.close()
+    click.echo(f"{count} records", err=True)
+
+
+@cli.group()
+def offsets() -> None:
+    """Consumer-group offsets: where a group is, and moving it."""
+
+
+@offsets.command(name="show")
+@click.option("--group", required=True)
+@click.option("--topic", required=True)
+@cluster_options
+def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
+    """Committed offset, end and lag per partition."""
+    from kafka_io.offsets import group_offsets
+
+    rows = group_offsets(require_servers(bootstrap_servers), group, topic)
+    click.echo("partition\tcommitted\tend\tlag")
+    for r in rows:
+        committed = r.committed if r.committed >= 0 else "-"
+        click.echo(f"{r.partition}\t{committed}\t{r.end}\t{r.lag}")
+    click.echo(f"total lag {sum(r.lag for r in rows)}", err=True)
+
+
+@offsets.command(name="reset")
+@click.option("--group", required=True)
+@click.option("--topic", required=True)
+@click.option("--to-earliest", "to", flag_value="earliest")
+@click.option("--to-latest", "to", flag_value="latest")
+@click.option("--to-offset", type=int, default=None)
+@click.option("--to-time", default=None, help="ISO 8601.")
+@click.option("--dry-run", is_flag=True, help="Print the new offsets; change nothing.")
+@cluster_options
+def offsets_reset(
+    group: str,
+    topic: str,
+    to: str | None,
+    to_offset: int | None,
+    to_time: str | None,
+    dry_run: bool,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
+    from jobs.replay import parse_time_ms
+    from kafka_io.errors import KafkaIOError
+    from kafka_io.offsets import end_offsets, group_offsets, offsets_for_time, reset_group_offsets
+
+    if sum(x is not None for x in (to, to_offset, to_time)) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+    settings = require_servers(bootstrap_servers)
+    ends = end_offsets(settings, topic)
+    if to == "earliest":
+        target = dict.fromkeys(ends, 0)
+    elif to == "latest":
+        target = ends
+    elif to_offset is not None:
+        target = {p: min(to_offset, end) for p, end in ends.items()}
+    else:
+        found = offsets_for_time(settings, topic, parse_time_ms(str(to_time)))
+        target = {p: found[p] if found.get(p, -1) >= 0 else ends[p] for p in ends}
+    current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
+    for p in sorted(target):
+        click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")
+    if dry_run:
+        click.echo("dry run: nothing changed", err=True)
+        return
+    try:
+        reset_group_offsets(settings, group, {(topic, p): o for p, o in target.items()})
+    except KafkaIOError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
+    click.echo(f"group {group} reset on {topic}", err=True)
+
+
 @cli.group()
 def dlq() -> None:
     """The dead-letter topic: records a stage could not process, with the reason."""

@@ -66,3 +66,47 @@ def read_topics(settings: KafkaSettings, topics: list[str], timeout_s: float = 6
                     f"reading {topics} at {settings.bootstrap_servers} did not reach the end in {timeout_s:.0f} s"
                 )
             yield from follower.poll(0.5)
+
+
+def read_range(
+    settings: KafkaSettings,
+    topic: str,
+    start: dict[int, int],
+    *,
+    stop_offset: int | None = None,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    timeout_s: float = 60.0,
+) -> Iterator[Message]:
+    """Records of `topic` from start[partition] until each partition's end, `stop_offset`
+    (exclusive) or the first record after `to_ms`, skipping records before `from_ms`."""
+    consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}")
+    try:
+        consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(start.items())])
+        active = set(start)
+        deadline = time.monotonic() + timeout_s
+        while active:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(f"reading {topic} did not reach the end in {timeout_s:.0f} s")
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                partition = msg.partition() or 0
+                if partition not in active:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        active.discard(partition)
+                    elif err.fatal():
+                        raise KafkaException(err)
+                    continue
+                timestamp = msg.timestamp()[1]
+                if (stop_offset is not None and (msg.offset() or 0) >= stop_offset) or (
+                    to_ms is not None and timestamp > to_ms
+                ):
+                    active.discard(partition)
+                    consumer.pause([TopicPartition(topic, partition)])
+                    continue
+                if from_ms is None or timestamp >= from_ms:
+                    yield msg
+    finally:
+        consumer.close()

@@ -197,3 +197,8 @@ class DeadLetter(AvroFields):
             model,
             model_version,
         )
+
+
+RECORD_TYPES: dict[str, type[AvroFields]] = {
+    cls.SCHEMA: cls for cls in (RawText, RawImage, TensorRecord, InferenceResult, DeadLetter)
+}

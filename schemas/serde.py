@@ -135,5 +135,17 @@ def decode_with(schemas: SchemaRegistry, data: bytes, record_type: type[R]) -> R
     return record_type.from_avro(cast(dict[str, Any], fields))
 
 
+def decode_any(data: bytes) -> Any:
+    """Whichever pipeline record `data` holds, by its writer schema's name."""
+    from schemas.records import RECORD_TYPES
+
+    if len(data) < HEADER_LEN or data[:2] != MAGIC:
+        raise NotSingleObjectError(f"not an Avro single-object record ({len(data)} bytes)")
+    name = registry().writer(bytes(data[2:HEADER_LEN])).name
+    if name not in RECORD_TYPES:
+        raise WrongRecordTypeError(f"{name} is not a pipeline record")
+    return decode(data, RECORD_TYPES[name])  # type: ignore[type-var]
+
+
 def fingerprint_of(name: str) -> bytes:
     return registry().current(name).fingerprint

@@ -1,0 +1,80 @@
+"""nearline replay and nearline offsets against the real broker."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kafka_io.clients import make_consumer, make_producer
+from kafka_io.polling import BatchLimits, batches, commit_batch, subscribe
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import OutRecord
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import RawText, encode
+from tests.jobs.pipeline import Pipeline
+
+
+def produce_texts(pipeline: Pipeline, topic: str, texts: list[str], partitions: int = 2) -> None:
+    ensure_topics(pipeline.settings, [TopicSpec(topic, partitions)])
+    records = [
+        OutRecord(topic, encode(RawText("job-r", f"r-{t}", i, "m", t, 0)), key=t.encode()) for i, t in enumerate(texts)
+    ]
+    produce_all(make_producer(pipeline.settings), records)
+
+
+def replay(pipeline: Pipeline, tmp_path: Path, *args: str) -> list[dict[str, object]]:
+    out = tmp_path / "replay.jsonl"
+    done = pipeline.cli("replay", *args, "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Pipeline, tmp_path: Path) -> None:
+    topic = pipeline.topics.raw_text
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(20)])
+    by_partition: dict[int, list[str]] = {}
+    for msg in read_topics(pipeline.settings, [topic]):
+        by_partition.setdefault(msg.partition(), []).append(msg.key().decode())
+    lines = replay(pipeline, tmp_path, "--topic", topic, "--partition", "1", "--from-offset", "1", "--to-offset", "3")
+    assert [(line["partition"], line["offset"]) for line in lines] == [(1, 1), (1, 2)]
+    assert [line["record"]["text"] for line in lines] == by_partition[1][1:3]
+    assert all(line["type"] == "nearline.RawText" for line in lines)
+    everything = replay(pipeline, tmp_path, "--topic", topic, "--from-offset", "0")
+    assert len(everything) == 20
+
+
+def test_replay_from_a_time_returns_only_later_records(pipeline: Pipeline, tmp_path: Path) -> None:
+    topic = pipeline.topics.raw_text
+    produce_texts(pipeline, topic, [f"before {i}" for i in range(5)])
+    time.sleep(1.5)
+    cut = datetime.now(UTC)
+    time.sleep(1.5)
+    produce_texts(pipeline, topic, [f"after {i}" for i in range(7)])
+    later = replay(pipeline, tmp_path, "--topic", topic, "--from-time", cut.isoformat())
+    assert sorted(line["record"]["text"] for line in later) == sorted(f"after {i}" for i in range(7))
+    earlier = replay(pipeline, tmp_path, "--topic", topic, "--from-offset", "0", "--to-time", cut.isoformat())
+    assert sorted(line["record"]["text"] for line in earlier) == sorted(f"before {i}" for i in range(5))
+
+
+def test_offsets_show_and_reset_a_stopped_group(pipeline: Pipeline) -> None:
+    topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("replay")
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
+    consumer = make_consumer(pipeline.settings, group)
+    first = next(batches(consumer, subscribe(consumer, [topic]), BatchLimits(5, 5000)))
+    commit_batch(consumer, first)
+    consumer.close()
+
+    shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"
+    dry = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-offset", "2", "--dry-run")
+    assert f"{topic}/0: 5 -> 2" in dry.stdout
+    assert pipeline.cli("offsets", "show", "--group", group, "--topic", topic).stdout.splitlines()[1] == "0\t5\t12\t7"
+    for args, committed in ((["--to-offset", "2"], 2), (["--to-latest"], 12), (["--to-earliest"], 0)):
+        done = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, *args)
+        assert done.returncode == 0, done.stderr
+        row = pipeline.cli("offsets", "show", "--group", group, "--topic", topic).stdout.splitlines()[1]
+        assert row.split("\t")[1] == str(committed)
