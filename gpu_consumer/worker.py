@@ -24,7 +24,7 @@ from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.handler import handle_batch
 from gpu_consumer.postprocess import STEPS
 from kafka_io import Consumer, Producer
-from kafka_io.clients import make_consumer, make_producer
+from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, source_of, subscribe
 from kafka_io.produce import produce_all
 from kafka_io.settings import KafkaSettings, Topics
@@ -79,6 +79,7 @@ def serve(
     drain: bool = False,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop."""
+    check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:

@@ -425,11 +425,14 @@ def worker_gpu(
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
     from gpu_consumer.batcher import BatchPolicy
     from gpu_consumer.worker import serve
+    from kafka_io.clients import check_reachable
     from schemas.model_config import load_model_config
 
+    settings = require_servers(bootstrap_servers)
+    check_reachable(settings)  # before loading anything: a down broker is reported in seconds
     config = load_model_config(model_repository, model)
     stats = serve(
-        require_servers(bootstrap_servers),
+        settings,
         Topics(namespace),
         model_repository,
         model,

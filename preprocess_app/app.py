@@ -18,7 +18,7 @@ from typing import Any
 
 import faust
 
-from kafka_io.clients import MAX_RECORD_BYTES
+from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
@@ -107,6 +107,7 @@ def create_app(
 
 def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, *, batch_size: int = 64) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
+    check_reachable(settings)
     ensure_topics(settings, [TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)])
     app = create_app(settings, topics, repository, text_batch=batch_size)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)

@@ -19,7 +19,16 @@ def nearline(*args: str, env_servers: str = "127.0.0.1:1") -> subprocess.Complet
     )
 
 
-@pytest.mark.parametrize("command", [["submit", "{input}", "--model", "tiny"], ["results", "job-x"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["submit", "{input}", "--model", "tiny"],
+        ["results", "job-x"],
+        ["worker", "gpu", "--model", "tiny"],
+        ["worker", "preprocess"],
+        ["run", "{input}", "--model", "tiny", "--bootstrap-servers", "127.0.0.1:1"],
+    ],
+)
 def test_a_broker_that_is_down_is_named_with_exit_code_3(command: list[str], tmp_path: Path) -> None:
     good = tmp_path / "in.txt"
     good.write_text("one line\n")
