@@ -29,6 +29,7 @@ from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, sou
 from kafka_io.produce import produce_all
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.transactions import TransactionAbortedError, commit_in_transaction, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
@@ -53,13 +54,20 @@ def run(
     worker_id: str,
     drain: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
+    transactional: bool = False,
 ) -> WorkerStats:
     stats = WorkerStats()
     for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
         sources = [source_of(m) for m in batch]
         out = handle_batch(sources, engine, config, topics, f"{worker_id}-{stats.batches}", policy)
-        produce_all(producer, out)
-        commit_batch(consumer, batch)
+        if transactional:
+            try:
+                commit_in_transaction(producer, consumer, out, batch)
+            except TransactionAbortedError:
+                continue  # rewound: the batch comes back in a later poll
+        else:
+            produce_all(producer, out)
+            commit_batch(consumer, batch)
         stats.batches += 1
         stats.records += len(batch)
     return stats
@@ -77,6 +85,8 @@ def serve(
     engine_kind: str = "auto",
     threads: int = 0,
     drain: bool = False,
+    exactly_once: bool = False,
+    instance_id: str | None = None,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop."""
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
@@ -95,7 +105,12 @@ def serve(
     ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     consumer = make_consumer(settings.with_client_id(f"gpu-{worker_id}"), topics.gpu_group(model))
-    producer = make_producer(settings.with_client_id(f"gpu-{worker_id}"))
+    if exactly_once:
+        # stable per worker instance, so a restarted instance fences its own zombie at once
+        transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
+        producer = make_transactional_producer(settings.with_client_id(f"gpu-{worker_id}"), transactional_id)
+    else:
+        producer = make_producer(settings.with_client_id(f"gpu-{worker_id}"))
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -119,6 +134,7 @@ def serve(
             worker_id=worker_id,
             drain=drain,
             should_stop=lambda: stopping,
+            transactional=exactly_once,
         )
     finally:
         consumer.close()  # leave the group now, so the partitions move without waiting for the session timeout

@@ -406,6 +406,18 @@ def worker_preprocess(batch_size: int, bootstrap_servers: str, namespace: str, m
 )
 @click.option("--threads", type=int, default=0, show_envvar=True, help="Engine threads; 0 = one per core.")
 @click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
+@click.option(
+    "--exactly-once",
+    is_flag=True,
+    show_envvar=True,
+    help="Commit each batch's results and offsets in one Kafka transaction (read_committed readers).",
+)
+@click.option(
+    "--instance-id",
+    default=None,
+    show_envvar=True,
+    help="Stable name of this worker for its transactional id [default: the host name].",
+)
 @batch_options
 @cluster_options
 @repository_option
@@ -414,6 +426,8 @@ def worker_gpu(
     engine: str,
     threads: int,
     drain: bool,
+    exactly_once: bool,
+    instance_id: str | None,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_queue: int | None,
@@ -442,6 +456,8 @@ def worker_gpu(
         engine_kind=engine,
         threads=threads,
         drain=drain,
+        exactly_once=exactly_once,
+        instance_id=instance_id,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
 

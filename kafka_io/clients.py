@@ -32,6 +32,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "heartbeat.interval.ms": 1000,
     "partition.assignment.strategy": "range",
     "auto.offset.reset": "earliest",
+    # never see records of open or aborted transactions (exactly-once mode's outputs)
+    "isolation.level": "read_committed",
     "fetch.max.bytes": 4 * MAX_RECORD_BYTES,
     "receive.message.max.bytes": 4 * MAX_RECORD_BYTES + 1_000_000,
     "max.partition.fetch.bytes": MAX_RECORD_BYTES,

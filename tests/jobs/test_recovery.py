@@ -20,7 +20,7 @@ import pytest
 
 from jobs.results import JobOutcome
 from jobs.runner import watch_job
-from kafka_io.reading import TopicFollower
+from kafka_io.reading import TopicFollower, read_topics
 from tests.image_corpus import real_photos
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
@@ -152,3 +152,27 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
     assert reached < len(rows)
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
     assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
+
+
+@pytest.mark.slow
+def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    rows = example_lines(1200)
+    pipeline.start("preprocess", "preprocess")
+    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", "--exactly-once", "--instance-id", "eos-a")
+    gpu = pipeline.start("gpu", *args)
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    reached = follow_until(pipeline, pipeline.topics.results, job_id, 300)
+    # A clean stop mid-job (Tansu cannot show the crash case). In this mode offsets move only inside
+    # the transactions: had they not, the restarted worker would redo the job and double results.
+    gpu.process.send_signal(signal.SIGTERM)
+    assert gpu.process.wait(30) == 0
+    assert reached < len(rows)
+    pipeline.start("gpu", *args)
+    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
+    copies: dict[str, int] = {}
+    for msg in read_topics(pipeline.settings, [pipeline.topics.results]):  # read_committed, not deduplicated
+        copies[msg.key().decode()] = copies.get(msg.key().decode(), 0) + 1
+    assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
+    assert set(copies.values()) == {1}
