@@ -15,7 +15,7 @@ import click
 from jobs.exit_codes import ExitCode
 from jobs.local import ENV_MODEL_REPOSITORY
 from jobs.progress import Progress
-from jobs.submit import InvalidInputError, JobInput, SubmitReport, submit
+from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, SubmitReport, submit
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from producers.images import MAX_IMAGE_BYTES
@@ -47,6 +47,9 @@ class NearlineGroup(click.Group):
         except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.UNAVAILABLE)
+        except BacklogRefusedError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.REFUSED)
         except EngineFault as exc:
             click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
             ctx.exit(ExitCode.FAILED)
@@ -272,6 +275,7 @@ def _submit(
     bootstrap_servers: str,
     namespace: str,
     topic: str | None = None,
+    max_backlog: int | None = None,
 ) -> SubmitReport:
     report = submit(
         require_servers(bootstrap_servers),
@@ -281,6 +285,7 @@ def _submit(
         job_id=job_id,
         skip_invalid=skip_invalid,
         topic=topic,
+        max_backlog=max_backlog,
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -288,6 +293,14 @@ def _submit(
 
 
 @cli.command(name="submit")
+@click.option(
+    "--max-backlog",
+    type=int,
+    default=None,
+    envvar="NEARLINE_MAX_BACKLOG",
+    show_envvar=True,
+    help="Refuse (exit 5) a job that would leave more records than this waiting in the pipeline.",
+)
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True)
 @click.option("--job-id", default=None, help="Job id [default: generated]; resubmitting reuses it.")
@@ -295,6 +308,7 @@ def _submit(
 @format_option
 @cluster_options
 def submit_cmd(
+    max_backlog: int | None,
     input_path: str,
     model: str,
     job_id: str | None,
@@ -306,7 +320,18 @@ def submit_cmd(
     namespace: str,
 ) -> None:
     """Submit INPUT as a job to running workers; prints the job id."""
-    report = _submit(input_path, fmt, kind, max_image_bytes, model, job_id, skip_invalid, bootstrap_servers, namespace)
+    report = _submit(
+        input_path,
+        fmt,
+        kind,
+        max_image_bytes,
+        model,
+        job_id,
+        skip_invalid,
+        bootstrap_servers,
+        namespace,
+        max_backlog=max_backlog,
+    )
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
 
@@ -386,13 +411,28 @@ def worker() -> None:
 
 @worker.command(name="preprocess")
 @click.option("--batch-size", type=int, default=64, show_envvar=True)
+@click.option(
+    "--max-tensor-lag",
+    type=int,
+    default=None,
+    show_envvar=True,
+    help="Pause while a GPU group is this many records behind its tensor topic [default: never].",
+)
 @cluster_options
 @repository_option
-def worker_preprocess(batch_size: int, bootstrap_servers: str, namespace: str, model_repository: Path) -> None:
-    """Tokenize raw.text into tensors.<model> (faust app)."""
+def worker_preprocess(
+    batch_size: int, max_tensor_lag: int | None, bootstrap_servers: str, namespace: str, model_repository: Path
+) -> None:
+    """Tokenize raw.text and decode raw.image into tensors.<model> (faust app)."""
     from preprocess_app.app import run_worker
 
-    run_worker(require_servers(bootstrap_servers), Topics(namespace), model_repository, batch_size=batch_size)
+    run_worker(
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        model_repository,
+        batch_size=batch_size,
+        max_tensor_lag=max_tensor_lag,
+    )
 
 
 @worker.command(name="gpu")

@@ -10,3 +10,4 @@ class ExitCode(IntEnum):
     INVALID_INPUT = 2  # a bad input file: same family as a bad command line
     UNAVAILABLE = 3  # the broker or the model cannot be reached at start-up
     COMPLETED_WITH_ERRORS = 4  # the job finished, but some records went to the dead-letter topic
+    REFUSED = 5  # backpressure: the job would push the backlog past --max-backlog

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from kafka_io.clients import make_producer
+from kafka_io.offsets import group_offsets
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
@@ -22,6 +23,10 @@ from producers.images import MAX_IMAGE_BYTES, ImageRecord, is_image_path, read_i
 from schemas import RawImage, RawText, encode, now_us
 
 InputKind = Literal["auto", "text", "image"]
+
+
+class BacklogRefusedError(RuntimeError):
+    """The job would push the pipeline's backlog past the configured maximum."""
 
 
 class InvalidInputError(ValueError):
@@ -134,6 +139,16 @@ def new_job_id() -> str:
     return f"job-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
+def backlog(settings: KafkaSettings, topics: Topics, model: str, raw_topic: str) -> dict[str, int]:
+    """Records submitted but not yet consumed: by the preprocess app, and by the model's GPU group."""
+    return {
+        raw_topic: sum(o.lag for o in group_offsets(settings, topics.preprocess_app_id, raw_topic)),
+        topics.tensors(model): sum(
+            o.lag for o in group_offsets(settings, topics.gpu_group(model), topics.tensors(model))
+        ),
+    }
+
+
 def pipeline_topics(topics: Topics, model: str) -> list[TopicSpec]:
     names = (topics.raw_text, topics.raw_image, topics.tensors(model), topics.results, topics.dead_letters)
     return [TopicSpec(t) for t in names]
@@ -149,18 +164,27 @@ def submit(
     skip_invalid: bool = False,
     validated: tuple[int, list[InputError]] | None = None,
     topic: str | None = None,
+    max_backlog: int | None = None,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job.
 
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one.
     """
-    _, errors = validated or source.validate()
+    valid, errors = validated or source.validate()
     if errors and not skip_invalid:
         raise InvalidInputError(errors)
     job_id = job_id or new_job_id()
     topic = topic or source.raw_topic(topics)
     ensure_topics(settings, [*pipeline_topics(topics, model), TopicSpec(topic)])
+    if max_backlog is not None:
+        current = backlog(settings, topics, model, topic)
+        if sum(current.values()) + valid > max_backlog:
+            waiting = ", ".join(f"{t}: {n}" for t, n in current.items())
+            raise BacklogRefusedError(
+                f"refused: the backlog is {sum(current.values())} records ({waiting}); this job adds {valid}, "
+                f"over the maximum of {max_backlog}. Retry later or add workers."
+            )
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
     count = produce_all(producer, source.out_records(job_id, model, topic))
     return SubmitReport(job_id, model, count, errors)

@@ -19,6 +19,7 @@ from typing import Any
 import faust
 
 from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
+from kafka_io.offsets import group_offsets
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
@@ -40,6 +41,7 @@ def create_app(
     image_batch: int = 16,
     batch_within_s: float = 0.05,
     threads: int | None = None,
+    max_tensor_lag: int | None = None,
 ) -> faust.App:
     app = faust.App(
         topics.preprocess_app_id,
@@ -66,10 +68,31 @@ def create_app(
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
     decode_pool = ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 2, thread_name_prefix="decode")
     known_topics: set[str] = {topics.dead_letters}
+    # Backpressure: while a GPU group lags more than max_tensor_lag records behind its tensor
+    # topic, batches wait before they are processed; faust then stops fetching once its stream
+    # buffer is full, so memory stays bounded however far ahead the producers are. The lag is
+    # measured every second and, in between, raised by what this worker itself produced, so a
+    # fast tokenizer cannot overshoot the bound by a second's worth of records.
+    lag: dict[str, int] = {}
+
+    @app.timer(1.0)
+    async def measure_lag() -> None:
+        if max_tensor_lag is not None:
+            loop = asyncio.get_running_loop()
+            tensor_topics = known_topics - {topics.dead_letters}
+            lag.update(await loop.run_in_executor(None, tensor_lags, settings, topics, tensor_topics))
+
+    async def wait_for_gpus() -> None:
+        if max_tensor_lag is None or max(lag.values(), default=0) <= max_tensor_lag:
+            return
+        log.warning("backpressure: GPU lag %s over %d records; pausing", lag, max_tensor_lag)
+        while max(lag.values(), default=0) > max_tensor_lag:
+            await asyncio.sleep(0.2)
 
     async def run_batches(stream: Any, step: Step, batch_size: int) -> None:
         loop = asyncio.get_running_loop()
         async for events in stream.noack_take(batch_size, within=batch_within_s):
+            await wait_for_gpus()
             try:
                 sources = [
                     SourceRef(e.message.topic, e.message.partition, e.message.offset, e.message.value, e.message.key)
@@ -82,6 +105,9 @@ def create_app(
                     known_topics.update(new)
                 pending = [await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out]
                 await asyncio.gather(*pending)
+                for r in out:
+                    if r.topic != topics.dead_letters:
+                        lag[r.topic] = lag.get(r.topic, 0) + 1
             except Exception:
                 # Not the records' fault (their errors are dead letters): the broker or the worker
                 # itself is broken. Exit without acking so Kafka redelivers to a healthy worker.
@@ -105,10 +131,25 @@ def create_app(
     return app
 
 
-def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, *, batch_size: int = 64) -> None:
+def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:
+    """Records each model's GPU group has yet to consume from its tensor topic."""
+    prefix = topics.tensors("")
+    return {
+        t: sum(o.lag for o in group_offsets(settings, topics.gpu_group(t[len(prefix) :]), t)) for t in tensor_topics
+    }
+
+
+def run_worker(
+    settings: KafkaSettings,
+    topics: Topics,
+    repository: Path,
+    *,
+    batch_size: int = 64,
+    max_tensor_lag: int | None = None,
+) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
     check_reachable(settings)
     ensure_topics(settings, [TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)])
-    app = create_app(settings, topics, repository, text_batch=batch_size)
+    app = create_app(settings, topics, repository, text_batch=batch_size, max_tensor_lag=max_tensor_lag)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)
     worker.execute_from_commandline()
