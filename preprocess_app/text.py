@@ -38,6 +38,9 @@ def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: 
         except SerdeError as exc:
             out.append(dead_out(exc, src, topics))
             continue
+        if not raw.text.strip():  # producers refuse these; other writers of raw.text may not
+            out.append(dead_out(ValueError("text is empty"), src, topics, raw))
+            continue
         by_model.setdefault(raw.model, []).append((src, raw))
 
     for name, items in by_model.items():

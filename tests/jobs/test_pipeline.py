@@ -100,11 +100,25 @@ def test_poison_records_are_dead_lettered_while_the_rest_complete(
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--job-id", "job-poison")
     topics = pipeline.topics
     ids = np.array([101, 2000, 102])
+    good = encode(RawText(job_id, "x", 0, "tiny", "text", 0))
+    tensor = Tensor.from_array("input_ids", ids)
     produce_all(
         make_producer(pipeline.settings),
         [
             OutRecord(topics.raw_text, b"\x00garbage that is not avro"),
+            OutRecord(topics.raw_text, good[:2] + b"\xff" * 8 + good[10:]),  # unknown schema fingerprint
+            OutRecord(topics.raw_text, good[: len(good) - 6]),  # truncated body
             OutRecord(topics.raw_text, encode(RawText(job_id, "unknown-model", 30, "nope", "text", 0))),
+            OutRecord(topics.raw_text, encode(RawText(job_id, "blank", 32, "tiny", " \t\n ", 0))),
+            OutRecord(topics.raw_text, encode(RawText(job_id, "ten-mb", 33, "tiny", "lorem ipsum " * 900_000, 0))),
+            OutRecord(
+                topics.tensors("tiny"),
+                encode(
+                    TensorRecord(
+                        job_id, "wrong-shape", 34, "tiny", "1", (Tensor("input_ids", "int64", (1, 3), tensor.data),)
+                    )
+                ),
+            ),
             OutRecord(
                 topics.tensors("tiny"),
                 encode(
@@ -123,16 +137,20 @@ def test_poison_records_are_dead_lettered_while_the_rest_complete(
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
     outcome, _ = watch_job(
-        pipeline.settings, topics, job_id, len(rows) + 2, check=pipeline.check_workers, timeout_s=120
+        pipeline.settings, topics, job_id, len(rows) + 5, check=pipeline.check_workers, timeout_s=120
     )
-    assert sorted(outcome.results) == sorted(r["id"] for r in rows)
+    # a 10 MB text is a fine input: cut to the model's length, not refused
+    assert sorted(outcome.results) == sorted([r["id"] for r in rows] + ["ten-mb"])
     assert {rid: (d.stage, d.error_type) for rid, d in outcome.dead.items()} == {
         "unknown-model": ("preprocess", "ModelNotFoundError"),
+        "blank": ("preprocess", "ValueError"),
         "wrong-dtype": ("inference", "TensorFormatError"),
+        "wrong-shape": ("inference", "TensorFormatError"),
     }
-    letters = [m for m in read_topics(pipeline.settings, [topics.dead_letters])]
-    garbage = [decode(m.value(), DeadLetter) for m in letters]
-    assert any(g.error_type == "NotSingleObjectError" and g.payload.startswith(b"\x00garbage") for g in garbage)
+    letters = [decode(m.value(), DeadLetter) for m in read_topics(pipeline.settings, [topics.dead_letters])]
+    unattributed = sorted(d.error_type for d in letters if d.job_id is None)
+    assert unattributed == ["NotSingleObjectError", "TruncatedRecordError", "UnknownSchemaError"]
+    assert any(d.payload.startswith(b"\x00garbage") for d in letters)
     for w in pipeline.workers:
         assert w.process.poll() is None  # poison never kills a worker
 
