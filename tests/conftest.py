@@ -16,17 +16,21 @@ from tests.tiny_model import TinyModel, build_tiny_model
 
 
 @pytest.fixture(scope="session")
-def bootstrap_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """$KAFKA_BOOTSTRAP_SERVERS if set, else the embedded Tansu broker for this session."""
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
+def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker | None]:
+    """The embedded Tansu broker for this session, or None when $KAFKA_BOOTSTRAP_SERVERS names one."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        yield None
         return
     broker = EmbeddedBroker.start(tmp_path_factory.mktemp("broker") / "broker.log")
     try:
-        yield broker.bootstrap_servers
+        yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(embedded_broker: EmbeddedBroker | None) -> str:
+    return embedded_broker.bootstrap_servers if embedded_broker else os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 
 
 @pytest.fixture

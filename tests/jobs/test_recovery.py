@@ -8,6 +8,7 @@ two-worker failover); each asserts that every input record ends with exactly one
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import signal
@@ -20,6 +21,7 @@ import pytest
 
 from jobs.results import JobOutcome
 from jobs.runner import watch_job
+from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower, read_topics
 from tests.image_corpus import real_photos
 from tests.jobs.pipeline import Pipeline
@@ -176,3 +178,24 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
         copies[msg.key().decode()] = copies.get(msg.key().decode(), 0) + 1
     assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
     assert set(copies.values()) == {1}
+
+
+@pytest.mark.slow
+def test_workers_ride_out_a_short_broker_outage(
+    pipeline: Pipeline, tiny: TinyModel, embedded_broker: EmbeddedBroker | None, tmp_path: Path
+) -> None:
+    if embedded_broker is None:
+        pytest.skip("needs the embedded broker, to freeze it")
+    rows = example_lines(1200)
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    follow_until(pipeline, pipeline.topics.results, job_id, 100)
+    os.kill(embedded_broker.pid, signal.SIGSTOP)  # the broker stops answering; its connections stay open
+    try:
+        time.sleep(5)
+        pipeline.check_workers()  # still running, not crashed
+    finally:
+        os.kill(embedded_broker.pid, signal.SIGCONT)
+    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
+    assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
