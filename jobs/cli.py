@@ -339,12 +339,15 @@ def submit_cmd(
 @cli.command()
 @click.argument("job_id")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--model-version", default=None, help="Only this version's results [default: the newest per record].")
 @cluster_options
-def results(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
+def results(
+    job_id: str, output: Path | None, model_version: str | None, bootstrap_servers: str, namespace: str
+) -> None:
     """Write a job's results as JSON Lines in input order, one line per record."""
     from jobs.results import read_outcome, write_outcome
 
-    outcome = read_outcome(require_servers(bootstrap_servers), Topics(namespace), job_id)
+    outcome = read_outcome(require_servers(bootstrap_servers), Topics(namespace), job_id, model_version)
     written = write_outcome(outcome, output, sys.stdout)
     click.echo(
         f"{len(outcome.results)} results, {len(outcome.dead)} dead letters"
@@ -538,6 +541,46 @@ def broker_stop() -> None:
         running.stop()
         click.echo(f"stopped broker pid {running.pid}", err=True)
     state.unlink(missing_ok=True)
+
+
+@cli.command(name="reprocess")
+@click.argument("job_id")
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    required=True,
+    metavar="MODEL[@VERSION]",
+    help="The model to re-run, at a version [default: its latest].",
+)
+@click.option("--engine", type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]), default="auto")
+@cluster_options
+@repository_option
+def reprocess_cmd(
+    job_id: str, model_spec: str, engine: str, bootstrap_servers: str, namespace: str, model_repository: Path
+) -> None:
+    """Re-run a job's inference from its tensor records with another model version.
+
+    The version must take the same inputs (same tokenizer or image preprocessing): only inference
+    is repeated. Its results become the ones `results` reports (the newest version wins).
+    """
+    from jobs.reprocess import JobNotFoundError, reprocess
+
+    model, _, version = model_spec.partition("@")
+    try:
+        reprocess(
+            require_servers(bootstrap_servers),
+            Topics(namespace),
+            model_repository,
+            job_id,
+            model,
+            version or None,
+            engine_kind=engine,
+            log=lambda line: click.echo(line, err=True),
+        )
+    except JobNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
 
 
 @cli.command(name="replay")

@@ -22,6 +22,7 @@ class JobOutcome:
     repeat a record; the first copy wins, so every reader reports each record once."""
 
     job_id: str
+    model_version: str | None = None  # only results of this version; None: the newest of each record
     results: dict[str, InferenceResult] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     duplicates: int = 0
@@ -46,10 +47,11 @@ class JobOutcome:
             result = decode(value, InferenceResult)
         except SerdeError:
             return  # not ours to judge here; the results topic is written only by GPU workers
-        if result.job_id != self.job_id:
+        if result.job_id != self.job_id or self.model_version not in (None, result.model_version):
             return
-        if result.record_id in self.results:
-            self.duplicates += 1
+        kept = self.results.get(result.record_id)
+        if kept is not None and _version_key(result.model_version) <= _version_key(kept.model_version):
+            self.duplicates += kept.model_version == result.model_version
             return
         self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
         self.results[result.record_id] = result
@@ -70,6 +72,11 @@ class JobOutcome:
         return [item for _, item in sorted(items, key=lambda x: x[0])]
 
 
+def _version_key(version: str) -> tuple[int, int | str]:
+    """Numeric versions in numeric order (Triton's convention), others after them by name."""
+    return (0, int(version)) if version.isdigit() else (1, version)
+
+
 def _dead_seq(letter: DeadLetter) -> float:
     """Where a dead-lettered record stood in its job: the seq of the payload it failed on."""
     record_types: tuple[type[RawText] | type[RawImage] | type[TensorRecord], ...] = (RawText, RawImage, TensorRecord)
@@ -81,8 +88,8 @@ def _dead_seq(letter: DeadLetter) -> float:
     return float("inf")  # undecodable payloads go last
 
 
-def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str) -> JobOutcome:
-    outcome = JobOutcome(job_id)
+def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str, model_version: str | None = None) -> JobOutcome:
+    outcome = JobOutcome(job_id, model_version)
     outcome.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
     return outcome
 

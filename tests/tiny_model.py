@@ -38,8 +38,8 @@ def minilm_tokenizer_file() -> Path:
     return Path(get_model_path()) / "tokenizer.json"
 
 
-def build_tiny_model(repository: Path, name: str = "tiny", max_length: int = 64) -> TinyModel:
-    rng = np.random.default_rng(42)
+def build_tiny_model(repository: Path, name: str = "tiny", max_length: int = 64, version: str = "1") -> TinyModel:
+    rng = np.random.default_rng(42 + int(version))
     table = rng.standard_normal((VOCAB, DIM)).astype(np.float32)
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])
     mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])
@@ -57,13 +57,13 @@ def build_tiny_model(repository: Path, name: str = "tiny", max_length: int = 64)
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    directory = repository / name / "1"
+    directory = repository / name / version
     directory.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(directory / "model.onnx"))
     shutil.copy2(minilm_tokenizer_file(), directory / "tokenizer.json")
     config = ModelConfig(
         name=name,
-        version="1",
+        version=version,
         task="text-embedding",
         inputs=MINILM_INPUTS,
         outputs=(TensorSpec("token_embeddings", "float32", ("batch", "sequence", DIM)),),

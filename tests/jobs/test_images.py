@@ -70,7 +70,7 @@ def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_work
         shutil.copy2(p, folder / p.name)
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
-    job_id = submit_model(pipeline, folder, "efficientnet-lite0")
+    job_id = submit(pipeline, folder, model="efficientnet-lite0")
     total = len(list(folder.iterdir()))
     outcome, _ = watch_job(
         pipeline.settings, pipeline.topics, job_id, total, check=pipeline.check_workers, timeout_s=180
@@ -86,12 +86,6 @@ def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_work
     assert set(outcome.results) == good | {p.name for p in real_photos()[:4]}
     for w in pipeline.workers:
         assert w.process.poll() is None
-
-
-def submit_model(pipeline: Pipeline, path: Path, model: str) -> str:
-    done = pipeline.cli("submit", str(path), "--model", model)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @pytest.mark.slow
@@ -111,7 +105,7 @@ def test_a_text_job_and_an_image_job_run_at_the_same_time_on_one_broker(
     submitters = [
         threading.Thread(target=lambda: jobs.__setitem__("text", submit(pipeline, texts))),
         threading.Thread(
-            target=lambda: jobs.__setitem__("image", submit_model(pipeline, photos, "efficientnet-lite0"))
+            target=lambda: jobs.__setitem__("image", submit(pipeline, photos, model="efficientnet-lite0"))
         ),
     ]
     for t in submitters:

@@ -33,8 +33,8 @@ def write_jsonl(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
-def submit(pipeline: Pipeline, path: Path, *extra: str) -> str:
-    done = pipeline.cli("submit", str(path), "--model", "tiny", *extra)
+def submit(pipeline: Pipeline, path: Path, *extra: str, model: str = "tiny") -> str:
+    done = pipeline.cli("submit", str(path), "--model", model, *extra)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -1,0 +1,65 @@
+"""`nearline reprocess`: run a finished job's tensor records through another model version.
+
+Preprocessing is not repeated: the job's tensor records are read back from tensors.<model> (the
+job id travels in each record's header, so no record is decoded twice) and batched through the
+chosen version in this process. The new results carry that version; readers prefer the newest
+version of each record unless asked for one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engine import make_engine
+from gpu_consumer.handler import handle_batch
+from kafka_io.clients import make_producer
+from kafka_io.polling import source_of
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import SourceRef
+from kafka_io.settings import KafkaSettings, Topics
+from schemas.model_config import load_model_config
+
+
+class JobNotFoundError(LookupError):
+    """No tensor records of the job in the model's tensor topic."""
+
+
+def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> list[SourceRef]:
+    wanted = job_id.encode()
+    return [
+        source_of(msg)
+        for msg in read_topics(settings, [topics.tensors(model)])
+        if dict(msg.headers() or []).get("job_id") == wanted
+    ]
+
+
+def reprocess(
+    settings: KafkaSettings,
+    topics: Topics,
+    repository: Path,
+    job_id: str,
+    model: str,
+    version: str | None,
+    *,
+    engine_kind: str = "auto",
+    log: Callable[[str], None] = print,
+) -> int:
+    config = load_model_config(repository, model, version)
+    sources = job_tensors(settings, topics, model, job_id)
+    if not sources:
+        raise JobNotFoundError(f"no tensor records of job {job_id} in {topics.tensors(model)}")
+    engine = make_engine(config, engine_kind)
+    engine.warmup()
+    policy = BatchPolicy(config.max_batch_size)
+    producer = make_producer(settings.with_client_id(f"reprocess-{job_id}"))
+    window = 8 * config.max_batch_size
+    done = 0
+    for start in range(0, len(sources), window):
+        out = handle_batch(sources[start : start + window], engine, config, topics, f"reprocess-{start}", policy)
+        produce_all(producer, out)
+        done += len(out)
+    log(f"reprocessed {len(sources)} tensor records of {job_id} with {model}@{config.version}")
+    return done
