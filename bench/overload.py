@@ -1,0 +1,103 @@
+"""Benchmark: peak memory under a 10x overload, against the same pipeline at 1x.
+
+    .venv/bin/python -m bench.overload [--records 1200] [--factor 10] [--seconds 90]
+
+1x: one job of N records through a fresh embedded broker, preprocess worker and GPU worker.
+10x: a fresh set again, with factor x N records submitted at once (the GPU side does ~100/s
+here, so the backlog is minutes deep) and backpressure on (--max-tensor-lag); sampled for
+`--seconds`, then stopped. Prints each process's peak RSS (VmHWM): the workers' must not grow
+with the backlog. The broker's does: Tansu keeps every record in memory (no retention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from bench.decoupling import EXAMPLE, machine
+from jobs.local import spawn_worker, stop_all
+from jobs.runner import ensure_model, watch_job
+from jobs.submit import JobInput, submit
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.settings import KafkaSettings, Topics
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run(records: int, repository: Path, seconds: float, max_lag: int, workdir: Path) -> dict[str, float]:
+    rows = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines()]
+    workload = workdir / f"load-{records}.jsonl"
+    with workload.open("w", encoding="utf-8") as f:
+        for i in range(records):
+            row = rows[i % len(rows)]
+            f.write(json.dumps({"id": f"{i}-{row['id']}", "text": row["text"]}) + "\n")
+    broker = EmbeddedBroker.start(workdir / f"broker-{records}.log")
+    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("overload")
+    workers = [
+        spawn_worker(
+            name,
+            args,
+            bootstrap_servers=broker.bootstrap_servers,
+            namespace=topics.namespace,
+            repository=repository,
+            log_path=workdir / f"{name}-{records}.log",
+        )
+        for name, args in (
+            ("preprocess", ["preprocess", "--max-tensor-lag", str(max_lag)]),
+            ("gpu", ["gpu", "--model", "minilm"]),
+        )
+    ]
+
+    def check() -> None:
+        for w in workers:
+            w.check_alive()
+
+    try:
+        report = submit(settings, topics, JobInput(workload, "text"), "minilm")
+        try:
+            outcome, _ = watch_job(settings, topics, report.job_id, report.submitted, timeout_s=seconds, check=check)
+            done = len(outcome.results)
+        except TimeoutError as exc:
+            done = int(str(exc).split(":")[1].split()[0])
+        return {
+            "records": records,
+            "done": done,
+            "preprocess_mb": peak_rss_mb(workers[0].process.pid),
+            "gpu_mb": peak_rss_mb(workers[1].process.pid),
+            "broker_mb": peak_rss_mb(broker.pid),
+        }
+    finally:
+        stop_all(workers)
+        broker.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1200)
+    parser.add_argument("--factor", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=90)
+    parser.add_argument("--max-tensor-lag", type=int, default=1024)
+    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    args = parser.parse_args()
+    ensure_model(args.model_repository, "minilm", print)
+    with tempfile.TemporaryDirectory(prefix="nearline-overload-") as tmp:
+        base = run(args.records, args.model_repository, 600, args.max_tensor_lag, Path(tmp))
+        over = run(args.records * args.factor, args.model_repository, args.seconds, args.max_tensor_lag, Path(tmp))
+    print(f"machine: {machine()}")
+    print(f"{'load':<8}{'records':>9}{'done':>7}{'preprocess MB':>15}{'gpu MB':>9}{'broker MB':>11}")
+    for name, r in (("1x", base), (f"{args.factor}x", over)):
+        print(
+            f"{name:<8}{r['records']:>9.0f}{r['done']:>7.0f}{r['preprocess_mb']:>15.0f}{r['gpu_mb']:>9.0f}"
+            f"{r['broker_mb']:>11.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
