@@ -23,8 +23,9 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.handler import handle_batch
 from gpu_consumer.postprocess import STEPS
-from kafka_io import Consumer, Producer
+from kafka_io import Consumer, KafkaException, Producer
 from kafka_io.clients import check_reachable, make_consumer, make_producer
+from kafka_io.errors import DeliveryError
 from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, source_of, subscribe
 from kafka_io.produce import produce_all
 from kafka_io.settings import KafkaSettings, Topics
@@ -33,6 +34,8 @@ from kafka_io.transactions import TransactionAbortedError, commit_in_transaction
 from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
+# A batch's deliveries normally confirm in milliseconds; this long means the broker is gone.
+DELIVERY_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -44,7 +47,7 @@ class WorkerStats:
 def run(
     consumer: Consumer,
     assignment: Assignment,
-    producer: Producer,
+    new_producer: Callable[[], Producer],
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
@@ -57,6 +60,7 @@ def run(
     transactional: bool = False,
 ) -> WorkerStats:
     stats = WorkerStats()
+    producer = new_producer()
     for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
         sources = [source_of(m) for m in batch]
         out = handle_batch(sources, engine, config, topics, f"{worker_id}-{stats.batches}", policy)
@@ -66,8 +70,22 @@ def run(
             except TransactionAbortedError:
                 continue  # rewound: the batch comes back in a later poll
         else:
-            produce_all(producer, out)
-            commit_batch(consumer, batch)
+            try:
+                produce_all(producer, out, timeout_s=DELIVERY_TIMEOUT_S)
+            except DeliveryError as exc:
+                # A broker that restarted without its state (Tansu memory storage) no longer knows
+                # this idempotent producer's id, and librdkafka retries it forever. A new producer
+                # gets a new id; a second failure is a real outage, and the worker exits.
+                log.warning("%s; recreating the producer and producing the batch again", exc)
+                producer.purge()
+                producer = new_producer()
+                produce_all(producer, out, timeout_s=DELIVERY_TIMEOUT_S)
+            try:
+                commit_batch(consumer, batch)
+            except KafkaException as exc:
+                # The group moved on (a rebalance, a restarted broker): the outputs are stored and
+                # keyed, so the records' redelivery only makes duplicates that readers drop.
+                log.warning("commit failed (%s); the batch may be consumed again", exc)
         stats.batches += 1
         stats.records += len(batch)
     return stats
@@ -105,12 +123,15 @@ def serve(
     ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     consumer = make_consumer(settings.with_client_id(f"gpu-{worker_id}"), topics.gpu_group(model))
-    if exactly_once:
-        # stable per worker instance, so a restarted instance fences its own zombie at once
-        transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
-        producer = make_transactional_producer(settings.with_client_id(f"gpu-{worker_id}"), transactional_id)
-    else:
-        producer = make_producer(settings.with_client_id(f"gpu-{worker_id}"))
+    client = settings.with_client_id(f"gpu-{worker_id}")
+    # stable per worker instance, so a restarted instance fences its own zombie at once
+    transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
+
+    def new_producer() -> Producer:
+        if exactly_once:
+            return make_transactional_producer(client, transactional_id)
+        return make_producer(client)
+
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -125,7 +146,7 @@ def serve(
         return run(
             consumer,
             assignment,
-            producer,
+            new_producer,
             engine,
             config,
             topics,

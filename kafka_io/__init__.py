@@ -4,7 +4,7 @@ Settings, client factories with house defaults, topic creation, produce-and-conf
 polling, topic reading and the embedded Tansu broker.
 """
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer
 
 from kafka_io.errors import BrokerUnavailableError, DeliveryError, KafkaIOError
 from kafka_io.records import OutRecord, SourceRef
@@ -14,6 +14,7 @@ __all__ = [
     "BrokerUnavailableError",
     "Consumer",
     "DeliveryError",
+    "KafkaException",
     "KafkaIOError",
     "KafkaSettings",
     "Message",

@@ -37,6 +37,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.max.bytes": 4 * MAX_RECORD_BYTES,
     "receive.message.max.bytes": 4 * MAX_RECORD_BYTES + 1_000_000,
     "max.partition.fetch.bytes": MAX_RECORD_BYTES,
+    # notice a subscribed topic that appears (or reappears after a broker lost it) in seconds
+    "topic.metadata.refresh.interval.ms": 5000,
 }
 # Offsets move only when the application says its outputs are stored; EOF is the caught-up signal.
 CONSUMER_FIXED: dict[str, Any] = {

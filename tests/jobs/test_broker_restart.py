@@ -1,0 +1,61 @@
+"""A GPU worker keeps working across a restart of the embedded broker, which loses all its data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.local import spawn_worker
+from jobs.runner import watch_job
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.records import OutRecord
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import Tensor, TensorRecord, encode
+from tests.tiny_model import TinyModel
+
+
+def feed(settings: KafkaSettings, topics: Topics, job_id: str, n: int) -> None:
+    ensure_topics(settings, [TopicSpec(t) for t in (topics.tensors("tiny"), topics.results, topics.dead_letters)])
+    records = []
+    for i in range(n):
+        ids = Tensor.from_array("input_ids", np.array([101, 2000 + i, 102], dtype=np.int64))
+        value = encode(TensorRecord(job_id, f"r{i}", i, "tiny", "1", (ids,), {}, {"submitted": 1}))
+        records.append(
+            OutRecord(topics.tensors("tiny"), value, f"{job_id}/r{i}".encode(), [("job_id", job_id.encode())])
+        )
+    produce_all(make_producer(settings), records)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_gpu_worker_recovers_from_a_broker_restart_that_lost_everything(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("restart")
+    gpu = spawn_worker(
+        "gpu",
+        ["gpu", "--model", "tiny"],
+        bootstrap_servers=broker.bootstrap_servers,
+        namespace=topics.namespace,
+        repository=model_repository,
+        log_path=tmp_path / "gpu.log",
+    )
+    try:
+        feed(settings, topics, "job-before", 10)
+        before, _ = watch_job(settings, topics, "job-before", 10, check=gpu.check_alive, timeout_s=120)
+        assert len(before.results) == 10
+
+        broker.stop()
+        broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty: no topics, no groups
+        feed(settings, topics, "job-after", 10)
+        after, _ = watch_job(settings, topics, "job-after", 10, check=gpu.check_alive, timeout_s=240)
+        assert sorted(after.results) == [f"r{i}" for i in range(10)]
+    finally:
+        gpu.stop()
+        broker.stop()
