@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.local import spawn_worker
+from jobs.local import spawn_worker, stop_all
 from jobs.runner import watch_job
+from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -33,29 +34,43 @@ def feed(settings: KafkaSettings, topics: Topics, job_id: str, n: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_the_gpu_worker_recovers_from_a_broker_restart_that_lost_everything(
+def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
     tiny: TinyModel, model_repository: Path, tmp_path: Path
 ) -> None:
     broker = EmbeddedBroker.start(tmp_path / "broker.log")
     settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("restart")
-    gpu = spawn_worker(
-        "gpu",
-        ["gpu", "--model", "tiny"],
-        bootstrap_servers=broker.bootstrap_servers,
-        namespace=topics.namespace,
-        repository=model_repository,
-        log_path=tmp_path / "gpu.log",
+    gpu, pre = (
+        spawn_worker(
+            name,
+            args,
+            bootstrap_servers=broker.bootstrap_servers,
+            namespace=topics.namespace,
+            repository=model_repository,
+            log_path=tmp_path / f"{name}.log",
+        )
+        for name, args in (("gpu", ["gpu", "--model", "tiny"]), ("preprocess", ["preprocess"]))
     )
+
+    def check() -> None:
+        gpu.check_alive()
+        pre.check_alive()
+
     try:
         feed(settings, topics, "job-before", 10)
-        before, _ = watch_job(settings, topics, "job-before", 10, check=gpu.check_alive, timeout_s=120)
+        before, _ = watch_job(settings, topics, "job-before", 10, check=check, timeout_s=120)
         assert len(before.results) == 10
 
         broker.stop()
         broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty: no topics, no groups
         feed(settings, topics, "job-after", 10)
-        after, _ = watch_job(settings, topics, "job-after", 10, check=gpu.check_alive, timeout_s=240)
+        after, _ = watch_job(settings, topics, "job-after", 10, check=check, timeout_s=240)
         assert sorted(after.results) == [f"r{i}" for i in range(10)]
+        # and a text job through both stages
+        texts = tmp_path / "texts.txt"
+        texts.write_text("".join(f"sentence number {i}\n" for i in range(25)))
+        report = submit(settings, topics, JobInput(texts, "text"), "tiny")
+        text_job, _ = watch_job(settings, topics, report.job_id, 25, check=check, timeout_s=240)
+        assert len(text_job.results) == 25
     finally:
-        gpu.stop()
+        stop_all([gpu, pre])
         broker.stop()
