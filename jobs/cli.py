@@ -293,6 +293,7 @@ def _submit(
 
 
 @cli.command(name="submit")
+@click.option("--wait", is_flag=True, help="Return when the job completes: exit 0, or 4 if some records dead-lettered.")
 @click.option(
     "--max-backlog",
     type=int,
@@ -308,6 +309,7 @@ def _submit(
 @format_option
 @cluster_options
 def submit_cmd(
+    wait: bool,
     max_backlog: int | None,
     input_path: str,
     model: str,
@@ -334,6 +336,76 @@ def submit_cmd(
     )
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
+    if wait:
+        from jobs.runner import watch_job
+
+        outcome, seconds = watch_job(
+            require_servers(bootstrap_servers),
+            Topics(namespace),
+            report.job_id,
+            report.submitted,
+            on_progress=_progress_printer(),
+        )
+        click.echo(f"job {report.job_id} done in {seconds:.1f} s: {len(outcome.dead)} dead-lettered", err=True)
+        if outcome.dead:
+            raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
+
+
+@cli.group(name="jobs")
+def jobs_group() -> None:
+    """The job registry (topic jobs)."""
+
+
+@jobs_group.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@cluster_options
+def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """Every registered job with its state and progress, oldest first."""
+    import json
+
+    from jobs.registry import JobStatus, load_jobs
+    from kafka_io.reading import read_topics
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    statuses = {
+        j.job_id: JobStatus(j) for j in sorted(load_jobs(settings, topics).values(), key=lambda j: j.submitted_at)
+    }
+    for msg in read_topics(settings, [topics.results, topics.dead_letters]):
+        # results carry a job_id header; dead letters keep their source's job/record key
+        header = dict(msg.headers() or []).get("job_id")
+        job_id = header if isinstance(header, bytes) else (msg.key() or b"").split(b"/")[0]
+        status = statuses.get(job_id.decode())
+        if status is not None:
+            status.add([msg], topics)
+    for status in statuses.values():
+        if as_json:
+            click.echo(json.dumps(status.to_dict()))
+        else:
+            click.echo(f"{status.job.job_id}\t{status.job.model}\t{status.state}\t{status.done}/{status.job.total}")
+
+
+@cli.command(name="status")
+@click.argument("job_id")
+@click.option("--watch", is_flag=True, help="Refresh until the job ends, with rate and ETA.")
+@click.option("--json", "as_json", is_flag=True)
+@cluster_options
+def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """A job's state and per-stage counts (submitted, preprocessed, inferred, dead-lettered)."""
+    import json
+
+    from jobs.registry import JobNotFoundError, job_status, watch_status
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    try:
+        if not watch:
+            status = job_status(settings, topics, job_id)
+            click.echo(json.dumps(status.to_dict()) if as_json else status.line())
+            return
+        for status, rate in watch_status(settings, topics, job_id):
+            click.echo(json.dumps(status.to_dict(rate)) if as_json else status.line(rate))
+    except JobNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
 
 
 @cli.command()

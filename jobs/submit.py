@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.offsets import group_offsets
 from kafka_io.produce import produce_all
@@ -20,7 +21,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from producers import InputError, InputFormat, InputRecord, read_text_input
 from producers.images import MAX_IMAGE_BYTES, ImageRecord, is_image_path, read_image_folder, read_image_jsonl
-from schemas import RawImage, RawText, encode, now_us
+from schemas import Job, RawImage, RawText, encode, now_us
 
 InputKind = Literal["auto", "text", "image"]
 
@@ -165,6 +166,7 @@ def submit(
     validated: tuple[int, list[InputError]] | None = None,
     topic: str | None = None,
     max_backlog: int | None = None,
+    schedule: str | None = None,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job.
 
@@ -187,4 +189,6 @@ def submit(
             )
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
     count = produce_all(producer, source.out_records(job_id, model, topic))
+    # Registered once every record is stored, so a registered job's total is what was submitted.
+    register(settings, topics, Job(job_id, model, str(source.path), source.kind, count, now_us(), schedule=schedule))
     return SubmitReport(job_id, model, count, errors)

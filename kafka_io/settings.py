@@ -60,6 +60,10 @@ class Topics:
         return self._name("results")
 
     @property
+    def jobs(self) -> str:
+        return self._name("jobs")
+
+    @property
     def dead_letters(self) -> str:
         return self._name("dead.letters")
 

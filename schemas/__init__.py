@@ -8,12 +8,13 @@ from schemas.errors import (
     UnknownSchemaError,
     WrongRecordTypeError,
 )
-from schemas.records import DeadLetter, InferenceResult, RawImage, RawText, Tensor, TensorRecord, now_us
+from schemas.records import DeadLetter, InferenceResult, Job, RawImage, RawText, Tensor, TensorRecord, now_us
 from schemas.serde import decode, encode
 
 __all__ = [
     "DeadLetter",
     "InferenceResult",
+    "Job",
     "NotSingleObjectError",
     "RawImage",
     "RawText",

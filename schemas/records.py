@@ -199,6 +199,21 @@ class DeadLetter(AvroFields):
         )
 
 
+@dataclass(frozen=True)
+class Job(AvroFields):
+    SCHEMA: ClassVar[str] = "nearline.Job"
+
+    job_id: str
+    model: str
+    input: str
+    kind: str
+    total: int
+    submitted_at: int
+    cancelled_at: int | None = None
+    schedule: str | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+
 RECORD_TYPES: dict[str, type[AvroFields]] = {
-    cls.SCHEMA: cls for cls in (RawText, RawImage, TensorRecord, InferenceResult, DeadLetter)
+    cls.SCHEMA: cls for cls in (RawText, RawImage, TensorRecord, InferenceResult, DeadLetter, Job)
 }

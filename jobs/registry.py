@@ -1,0 +1,164 @@
+"""Jobs as durable objects: specs in the compacted `jobs` topic, progress derived from the stages' output.
+
+The last value per job id wins and a tombstone deletes, read that way on every broker (Tansu
+never compacts). Counts are distinct record ids in each stage's output topic, so they stay exact
+across worker restarts and at-least-once redelivery.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.progress import format_eta
+from jobs.results import JobOutcome
+from kafka_io import Message
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.reading import TopicFollower, read_topics
+from kafka_io.records import OutRecord
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import Job, SerdeError, decode, encode
+
+
+class JobNotFoundError(LookupError):
+    pass
+
+
+def jobs_topic(topics: Topics) -> TopicSpec:
+    return TopicSpec(topics.jobs, partitions=1, config=(("cleanup.policy", "compact"),))
+
+
+def register(settings: KafkaSettings, topics: Topics, job: Job) -> None:
+    ensure_topics(settings, [jobs_topic(topics)])
+    produce_all(
+        make_producer(settings.with_client_id("registry")), [OutRecord(topics.jobs, encode(job), job.job_id.encode())]
+    )
+
+
+def load_jobs(settings: KafkaSettings, topics: Topics) -> dict[str, Job]:
+    ensure_topics(settings, [jobs_topic(topics)])
+    jobs: dict[str, Job] = {}
+    for msg in read_topics(settings, [topics.jobs]):
+        key = (msg.key() or b"").decode()
+        if msg.value() is None:
+            jobs.pop(key, None)  # tombstone
+            continue
+        try:
+            jobs[key] = decode(msg.value() or b"", Job)
+        except SerdeError:
+            continue
+    return jobs
+
+
+def find_job(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:
+    try:
+        return load_jobs(settings, topics)[job_id]
+    except KeyError:
+        raise JobNotFoundError(f"no job {job_id} in {topics.jobs}") from None
+
+
+@dataclass
+class JobStatus:
+    """Per-stage counts of one job, folded from the tensor, result and dead-letter topics."""
+
+    job: Job
+    preprocessed: set[str] = field(default_factory=set)
+    outcome: JobOutcome = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.outcome = JobOutcome(self.job.job_id)
+
+    def add(self, messages: Iterable[Message], topics: Topics) -> None:
+        wanted = self.job.job_id.encode()
+        tensors = topics.tensors(self.job.model)
+        rest = []
+        for msg in messages:
+            if msg.topic() == tensors:
+                if dict(msg.headers() or []).get("job_id") == wanted:
+                    self.preprocessed.add((msg.key() or b"").decode())
+            else:
+                rest.append(msg)
+        self.outcome.add(rest, topics)
+
+    @property
+    def done(self) -> int:
+        return self.outcome.done
+
+    @property
+    def state(self) -> str:
+        if self.job.cancelled_at is not None and self.done < self.job.total:
+            return "cancelled"
+        if self.done >= self.job.total:
+            return "completed_with_errors" if self.outcome.dead else "completed"
+        return "running" if self.preprocessed or self.done else "submitted"
+
+    def counts(self) -> dict[str, int]:
+        cancelled = self.job.total - self.done if self.state == "cancelled" else 0
+        return {
+            "submitted": self.job.total,
+            "preprocessed": len(self.preprocessed | {f"{self.job.job_id}/{r}" for r in self.outcome.dead}),
+            "inferred": len(self.outcome.results),
+            "dead_lettered": len(self.outcome.dead),
+            "cancelled": cancelled,
+        }
+
+    def to_dict(self, rate: float | None = None) -> dict[str, Any]:
+        remaining = self.job.total - self.done
+        return {
+            "job_id": self.job.job_id,
+            "model": self.job.model,
+            "input": self.job.input,
+            "schedule": self.job.schedule,
+            "state": self.state,
+            "counts": self.counts(),
+            "records_per_s": rate,
+            "eta_s": remaining / rate if rate and remaining > 0 else None,
+        }
+
+    def line(self, rate: float | None = None) -> str:
+        c = self.counts()
+        eta = format_eta(self.job.total and (self.job.total - self.done) / rate if rate else None)
+        return (
+            f"{self.job.job_id} {self.state}: {self.done}/{c['submitted']} done "
+            f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
+            + (f", cancelled {c['cancelled']}" if c["cancelled"] else "")
+            + ")"
+            + (f"  {rate:.1f} rec/s  ETA {eta}" if rate is not None else "")
+        )
+
+
+def status_topics(topics: Topics, job: Job) -> list[str]:
+    return [topics.tensors(job.model), topics.results, topics.dead_letters]
+
+
+def job_status(settings: KafkaSettings, topics: Topics, job_id: str) -> JobStatus:
+    status = JobStatus(find_job(settings, topics, job_id))
+    status.add(read_topics(settings, status_topics(topics, status.job)), topics)
+    return status
+
+
+def watch_status(
+    settings: KafkaSettings, topics: Topics, job_id: str, every_s: float = 2.0, timeout_s: float | None = None
+) -> Iterable[tuple[JobStatus, float | None]]:
+    """(status, rate) every `every_s` until the job is completed or cancelled."""
+    status = JobStatus(find_job(settings, topics, job_id))
+    started, first_done = time.monotonic(), None
+    with TopicFollower(settings, status_topics(topics, status.job)) as follower:
+        while True:
+            deadline = time.monotonic() + every_s
+            while time.monotonic() < deadline:
+                status.add(follower.poll(0.2), topics)
+            now = time.monotonic()
+            if first_done is None:
+                first_done = (status.done, now)
+            rate = (status.done - first_done[0]) / (now - first_done[1]) if now > first_done[1] else None
+            if status.state in ("cancelled", "completed", "completed_with_errors") and follower.caught_up():
+                yield status, rate
+                return
+            yield status, rate or None
+            if timeout_s is not None and now - started > timeout_s:
+                raise TimeoutError(f"job {job_id} still {status.state} after {timeout_s:.0f} s")
