@@ -24,12 +24,13 @@ from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.handler import handle_batch
 from gpu_consumer.postprocess import STEPS
 from kafka_io import Consumer, KafkaException, Producer
+from kafka_io.cancellations import Cancellations, job_of
 from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.errors import DeliveryError
 from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, source_of, subscribe
 from kafka_io.produce import produce_all
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from kafka_io.transactions import TransactionAbortedError, commit_in_transaction, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
@@ -58,11 +59,13 @@ def run(
     drain: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     transactional: bool = False,
+    skip: Callable[[str | None], bool] = lambda job_id: False,
 ) -> WorkerStats:
     stats = WorkerStats()
     producer = new_producer()
     for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
-        sources = [source_of(m) for m in batch]
+        # records of cancelled jobs are consumed and committed, never run: counted as cancelled
+        sources = [source_of(m) for m in batch if not skip(job_of(m.headers()))]
         out = handle_batch(sources, engine, config, topics, f"{worker_id}-{stats.batches}", policy)
         if transactional:
             try:
@@ -140,6 +143,8 @@ def serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    ensure_topics(settings, [jobs_topic(topics)])
+    cancellations = Cancellations(settings, topics)
     assignment = subscribe(consumer, [tensors])
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
     try:
@@ -156,6 +161,8 @@ def serve(
             drain=drain,
             should_stop=lambda: stopping,
             transactional=exactly_once,
+            skip=cancellations.is_cancelled,
         )
     finally:
+        cancellations.close()
         consumer.close()  # leave the group now, so the partitions move without waiting for the session timeout

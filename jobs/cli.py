@@ -408,6 +408,21 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
         raise SystemExit(ExitCode.FAILED) from None
 
 
+@cli.command(name="cancel")
+@click.argument("job_id")
+@cluster_options
+def cancel_cmd(job_id: str, bootstrap_servers: str, namespace: str) -> None:
+    """Cancel a job: workers skip its remaining records (counted as cancelled, not lost)."""
+    from jobs.registry import JobNotFoundError, cancel
+
+    try:
+        cancel(require_servers(bootstrap_servers), Topics(namespace), job_id)
+    except JobNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
+    click.echo(f"cancelled {job_id}", err=True)
+
+
 @cli.command()
 @click.argument("job_id")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)

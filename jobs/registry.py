@@ -20,16 +20,12 @@ from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics
-from schemas import Job, SerdeError, decode, encode
+from kafka_io.topics import ensure_topics, jobs_topic
+from schemas import Job, SerdeError, decode, encode, now_us
 
 
 class JobNotFoundError(LookupError):
     pass
-
-
-def jobs_topic(topics: Topics) -> TopicSpec:
-    return TopicSpec(topics.jobs, partitions=1, config=(("cleanup.policy", "compact"),))
 
 
 def register(settings: KafkaSettings, topics: Topics, job: Job) -> None:
@@ -162,3 +158,11 @@ def watch_status(
             yield status, rate or None
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"job {job_id} still {status.state} after {timeout_s:.0f} s")
+
+
+def cancel(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:
+    """Mark the job cancelled: workers skip its remaining records, which status counts as cancelled."""
+    job = find_job(settings, topics, job_id)
+    cancelled = Job(**{**job.to_avro(), "cancelled_at": now_us()})
+    register(settings, topics, cancelled)
+    return cancelled

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from kafka_io.clients import make_admin
 from kafka_io.errors import BrokerUnavailableError
-from kafka_io.settings import KafkaSettings
+from kafka_io.settings import KafkaSettings, Topics
 
 DEFAULT_PARTITIONS = 4
 
@@ -24,6 +24,11 @@ class TopicSpec:
     partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = 1
     config: tuple[tuple[str, str], ...] = ()
+
+
+def jobs_topic(topics: Topics) -> TopicSpec:
+    """The job registry: one partition (one order of events per job), compacted where Kafka compacts."""
+    return TopicSpec(topics.jobs, partitions=1, config=(("cleanup.policy", "compact"),))
 
 
 def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:

@@ -18,11 +18,12 @@ from typing import Any
 
 import faust
 
+from kafka_io.cancellations import Cancellations, job_of
 from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
 from kafka_io.offsets import group_offsets
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
@@ -63,6 +64,7 @@ def create_app(
         datadir=tempfile.mkdtemp(prefix="nearline-faust-"),
     )
     models = Models(repository)
+    cancellations = Cancellations(settings, topics)
     # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
     # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
@@ -97,6 +99,7 @@ def create_app(
                 sources = [
                     SourceRef(e.message.topic, e.message.partition, e.message.offset, e.message.value, e.message.key)
                     for e in events
+                    if not cancellations.is_cancelled(job_of(e.message.headers))  # counted as cancelled
                 ]
                 out = await loop.run_in_executor(None, step, sources)
                 new = {r.topic for r in out} - known_topics
@@ -150,6 +153,7 @@ def run_worker(
     """Run the preprocess worker until SIGTERM/SIGINT."""
     check_reachable(settings)
     ensure_topics(settings, [TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)])
+    ensure_topics(settings, [jobs_topic(topics)])
     app = create_app(settings, topics, repository, text_batch=batch_size, max_tensor_lag=max_tensor_lag)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)
     worker.execute_from_commandline()

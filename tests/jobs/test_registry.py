@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, write_jsonl
@@ -56,3 +58,45 @@ def test_submit_wait_exits_0_when_all_succeed_and_4_when_some_dead_letter(
     status = json.loads(pipeline.cli("status", job_id, "--json").stdout)
     assert status["state"] == "completed_with_errors"
     assert status["counts"]["dead_lettered"] == 20
+
+
+def test_cancelled_jobs_are_skipped_by_both_stages_and_counted_as_cancelled(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    rows = example_lines(200)
+    source = str(write_jsonl(tmp_path / "in.jsonl", rows))
+
+    def status(job_id: str) -> dict[str, Any]:
+        return json.loads(pipeline.cli("status", job_id, "--json").stdout)
+
+    def settle(job_id: str, key: str) -> dict[str, Any]:
+        """Poll until the count under `key` stops moving for three reads."""
+        previous, steady, deadline = -1, 0, time.monotonic() + 120
+        while steady < 3:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+            current = status(job_id)
+            steady = steady + 1 if current["counts"][key] == previous else 0
+            previous = current["counts"][key]
+        return current
+
+    # cancelled after preprocessing, before inference: the GPU worker skips every record
+    pre = pipeline.start("preprocess", "preprocess")
+    first = pipeline.cli("submit", source, "--model", "tiny").stdout.strip()
+    settle(first, "preprocessed")
+    assert pipeline.cli("cancel", first).returncode == 0
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    # cancelled before preprocessing: the preprocess worker skips every record
+    pre.stop()
+    second = pipeline.cli("submit", source, "--model", "tiny").stdout.strip()
+    assert pipeline.cli("cancel", second).returncode == 0
+    pipeline.start("preprocess", "preprocess")
+    # a third job, not cancelled, shows the workers kept working
+    third = pipeline.cli("submit", source, "--model", "tiny", "--wait")
+    assert third.returncode == 0, third.stderr
+
+    one, two = settle(first, "inferred"), settle(second, "preprocessed")
+    assert one["state"] == two["state"] == "cancelled"
+    assert one["counts"] == {"submitted": 200, "preprocessed": 200, "inferred": 0, "dead_lettered": 0, "cancelled": 200}
+    assert two["counts"] == {"submitted": 200, "preprocessed": 0, "inferred": 0, "dead_lettered": 0, "cancelled": 200}
+    assert pipeline.cli("cancel", "job-nope").returncode == 1
