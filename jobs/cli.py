@@ -1,167 +1,30 @@
-"""The `nearline` command line. Every option is also an environment variable (shown in --help)."""
+"""The `nearline` command line. Every option is also an environment variable (shown in --help).
+
+Commands for jobs live here; workers, broker and models in cli_workers.py; replay, offsets, dlq
+and reprocess in cli_ops.py; shared options in cli_options.py."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
+from jobs import cli_ops, cli_workers
+from jobs.cli_options import (
+    NearlineGroup,
+    batch_args,
+    batch_options,
+    cluster_options,
+    format_option,
+    progress_printer,
+    repository_option,
+    require_servers,
+)
 from jobs.exit_codes import ExitCode
-from jobs.local import ENV_MODEL_REPOSITORY
-from jobs.progress import Progress
-from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, SubmitReport, submit
-from kafka_io.errors import BrokerUnavailableError
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
-from producers.images import MAX_IMAGE_BYTES
-from schemas.model_config import ModelNotFoundError
-
-HOME = Path.home() / ".nearline"
-
-
-class NearlineGroup(click.Group):
-    """Turns the errors users can cause or fix into one clear line and a distinct exit code."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        from gpu_consumer.engine import EngineLoadError
-        from gpu_consumer.export import ExportUnavailableError
-        from gpu_consumer.isolation import EngineFault
-
-        try:
-            return super().invoke(ctx)
-        except InvalidInputError as exc:
-            for error in exc.errors[:50]:
-                click.echo(f"error: {error}", err=True)
-            if len(exc.errors) > 50:
-                click.echo(f"... and {len(exc.errors) - 50} more", err=True)
-            click.echo(
-                f"nothing was submitted: {len(exc.errors)} invalid record(s); fix them or pass --skip-invalid",
-                err=True,
-            )
-            ctx.exit(ExitCode.INVALID_INPUT)
-        except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.UNAVAILABLE)
-        except BacklogRefusedError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.REFUSED)
-        except EngineFault as exc:
-            click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
-            ctx.exit(ExitCode.FAILED)
-
-
-def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--bootstrap-servers and --namespace, with the same env var names on every command."""
-
-    @click.option(
-        "--bootstrap-servers",
-        envvar=ENV_BOOTSTRAP,
-        show_envvar=True,
-        default="",
-        help="Kafka cluster (host:port,...).",
-    )
-    @click.option(
-        "--namespace",
-        envvar=ENV_NAMESPACE,
-        show_envvar=True,
-        default="",
-        help="Prefix of every topic and group name, to share a cluster between pipelines.",
-    )
-    @functools.wraps(f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return f(*args, **kwargs)
-
-    return wrapper
-
-
-def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--model-repository",
-        envvar=ENV_MODEL_REPOSITORY,
-        show_envvar=True,
-        default="models",
-        type=click.Path(file_okay=False, path_type=Path),
-        help="Folder of models/<name>/<version>/.",
-    )(f)
-
-
-def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option(
-        "--max-linger-ms",
-        type=float,
-        default=20.0,
-        show_default=True,
-        show_envvar=True,
-        help="Close a poll window this long after its first record, even if not full.",
-    )(f)
-    f = click.option(
-        "--max-queue",
-        type=int,
-        default=None,
-        show_envvar=True,
-        help="Records polled per window, sorted by length and cut into batches [default: 8 x max-batch-size].",
-    )(f)
-    f = click.option(
-        "--max-batch-tokens",
-        type=int,
-        default=None,
-        show_envvar=True,
-        help="Padded tokens per executed text batch [default: no limit beyond max-batch-size].",
-    )(f)
-    f = click.option(
-        "--max-batch-size",
-        type=int,
-        default=None,
-        show_envvar=True,
-        help="Records per executed batch [default: the model's max_batch_size].",
-    )(f)
-    return f
-
-
-def batch_args(**options: float | int | None) -> list[str]:
-    """The batch options as `nearline worker gpu` arguments, for the workers `run` starts."""
-    return [a for name, v in options.items() if v is not None for a in (f"--{name.replace('_', '-')}", str(v))]
-
-
-def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option(
-        "--max-image-bytes",
-        type=int,
-        default=MAX_IMAGE_BYTES,
-        envvar="NEARLINE_MAX_IMAGE_BYTES",
-        show_envvar=True,
-        help="Refuse (at submit, naming the file) any larger image; keep it under the cluster's record limit.",
-    )(f)
-    f = click.option(
-        "--kind",
-        type=click.Choice(["auto", "text", "image"]),
-        default="auto",
-        show_envvar=True,
-        help='auto: a folder, an image file or a JSONL of {"image": path} is images; anything else is text.',
-    )(f)
-    return click.option(
-        "--format",
-        "fmt",
-        type=click.Choice(["auto", "jsonl", "lines"]),
-        default="auto",
-        show_default=True,
-        show_envvar=True,
-        help="Text input: JSON Lines for .jsonl/.ndjson (auto), or one text per line.",
-    )(f)
-
-
-def require_servers(bootstrap_servers: str) -> KafkaSettings:
-    if not bootstrap_servers:
-        raise BrokerUnavailableError(
-            f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
-            "(`nearline broker start` runs a local one)"
-        )
-    return KafkaSettings.from_env(bootstrap_servers)
+from jobs.submit import JobInput, SubmitReport, submit
+from kafka_io.settings import Topics
 
 
 @click.group(cls=NearlineGroup, context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True})
@@ -174,21 +37,6 @@ def require_servers(bootstrap_servers: str) -> KafkaSettings:
 def cli(log_level: str) -> None:
     """nearline: durable near-line batch inference over Kafka."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def _progress_printer() -> Callable[[Progress], None]:
-    tty = sys.stderr.isatty()
-    last = [0.0]
-
-    def show(p: Progress) -> None:
-        now = time.monotonic()
-        if tty:
-            click.echo("\r" + p.line(now).ljust(79), nl=p.done >= p.total, err=True)
-        elif now - last[0] >= 5 or p.done >= p.total:
-            click.echo(p.line(now), err=True)
-            last[0] = now
-
-    return show
 
 
 @cli.command()
@@ -252,7 +100,7 @@ def run(
         skip_invalid=skip_invalid,
         worker_args=tuple(worker_args),
         log=lambda line: click.echo(line, err=True),
-        on_progress=_progress_printer(),
+        on_progress=progress_printer(),
     )
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -344,7 +192,7 @@ def submit_cmd(
             Topics(namespace),
             report.job_id,
             report.submitted,
-            on_progress=_progress_printer(),
+            on_progress=progress_printer(),
         )
         click.echo(f"job {report.job_id} done in {seconds:.1f} s: {len(outcome.dead)} dead-lettered", err=True)
         if outcome.dead:
@@ -494,400 +342,17 @@ def produce(
     click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
 
 
-@cli.group()
-def worker() -> None:
-    """Long-running worker processes."""
-
-
-@worker.command(name="preprocess")
-@click.option("--batch-size", type=int, default=64, show_envvar=True)
-@click.option(
-    "--max-tensor-lag",
-    type=int,
-    default=None,
-    show_envvar=True,
-    help="Pause while a GPU group is this many records behind its tensor topic [default: never].",
-)
-@cluster_options
-@repository_option
-def worker_preprocess(
-    batch_size: int, max_tensor_lag: int | None, bootstrap_servers: str, namespace: str, model_repository: Path
-) -> None:
-    """Tokenize raw.text and decode raw.image into tensors.<model> (faust app)."""
-    from preprocess_app.app import run_worker
-
-    run_worker(
-        require_servers(bootstrap_servers),
-        Topics(namespace),
-        model_repository,
-        batch_size=batch_size,
-        max_tensor_lag=max_tensor_lag,
-    )
-
-
-@worker.command(name="gpu")
-@click.option("--model", "-m", required=True, show_envvar=True)
-@click.option(
-    "--engine",
-    type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]),
-    default="auto",
-    show_envvar=True,
-    help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime.",
-)
-@click.option("--threads", type=int, default=0, show_envvar=True, help="Engine threads; 0 = one per core.")
-@click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
-@click.option(
-    "--exactly-once",
-    is_flag=True,
-    show_envvar=True,
-    help="Commit each batch's results and offsets in one Kafka transaction (read_committed readers).",
-)
-@click.option(
-    "--instance-id",
-    default=None,
-    show_envvar=True,
-    help="Stable name of this worker for its transactional id [default: the host name].",
-)
-@batch_options
-@cluster_options
-@repository_option
-def worker_gpu(
-    model: str,
-    engine: str,
-    threads: int,
-    drain: bool,
-    exactly_once: bool,
-    instance_id: str | None,
-    max_batch_size: int | None,
-    max_batch_tokens: int | None,
-    max_queue: int | None,
-    max_linger_ms: float,
-    bootstrap_servers: str,
-    namespace: str,
-    model_repository: Path,
-) -> None:
-    """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
-    from gpu_consumer.batcher import BatchPolicy
-    from gpu_consumer.worker import serve
-    from kafka_io.clients import check_reachable
-    from schemas.model_config import load_model_config
-
-    settings = require_servers(bootstrap_servers)
-    check_reachable(settings)  # before loading anything: a down broker is reported in seconds
-    config = load_model_config(model_repository, model)
-    stats = serve(
-        settings,
-        Topics(namespace),
-        model_repository,
-        model,
-        BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens),
-        max_queue=max_queue,
-        max_linger_ms=max_linger_ms,
-        engine_kind=engine,
-        threads=threads,
-        drain=drain,
-        exactly_once=exactly_once,
-        instance_id=instance_id,
-    )
-    click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
-
-
-@cli.group()
-def broker() -> None:
-    """A long-lived local broker for development (Tansu, memory only: data ends with it)."""
-
-
-@broker.command(name="start")
-@click.option("--port", type=int, default=9092, show_envvar=True)
-def broker_start(port: int) -> None:
-    """Start the local broker in the background and print its address."""
-    from kafka_io.broker import EmbeddedBroker
-
-    state = HOME / "broker.json"
-    running = EmbeddedBroker.load(state)
-    if running and running.alive():
-        click.echo(f"already running (pid {running.pid})", err=True)
-        click.echo(f"export {ENV_BOOTSTRAP}={running.bootstrap_servers}")
-        return
-    started = EmbeddedBroker.start(HOME / "broker.log", port=port)
-    started.save(state)
-    click.echo(f"broker running, pid {started.pid}, log {started.log_path}", err=True)
-    click.echo(f"export {ENV_BOOTSTRAP}={started.bootstrap_servers}")
-
-
-@broker.command(name="stop")
-def broker_stop() -> None:
-    """Stop the local broker started by `nearline broker start`."""
-    from kafka_io.broker import EmbeddedBroker
-
-    state = HOME / "broker.json"
-    running = EmbeddedBroker.load(state)
-    if running is None or not running.alive():
-        click.echo("no local broker is running", err=True)
-    else:
-        running.stop()
-        click.echo(f"stopped broker pid {running.pid}", err=True)
-    state.unlink(missing_ok=True)
-
-
-@cli.command(name="reprocess")
-@click.argument("job_id")
-@click.option(
-    "--model",
-    "-m",
-    "model_spec",
-    required=True,
-    metavar="MODEL[@VERSION]",
-    help="The model to re-run, at a version [default: its latest].",
-)
-@click.option("--engine", type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]), default="auto")
-@cluster_options
-@repository_option
-def reprocess_cmd(
-    job_id: str, model_spec: str, engine: str, bootstrap_servers: str, namespace: str, model_repository: Path
-) -> None:
-    """Re-run a job's inference from its tensor records with another model version.
-
-    The version must take the same inputs (same tokenizer or image preprocessing): only inference
-    is repeated. Its results become the ones `results` reports (the newest version wins).
-    """
-    from jobs.reprocess import JobNotFoundError, reprocess
-
-    model, _, version = model_spec.partition("@")
-    try:
-        reprocess(
-            require_servers(bootstrap_servers),
-            Topics(namespace),
-            model_repository,
-            job_id,
-            model,
-            version or None,
-            engine_kind=engine,
-            log=lambda line: click.echo(line, err=True),
-        )
-    except JobNotFoundError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExitCode.FAILED) from None
-
-
-@cli.command(name="replay")
-@click.option("--topic", required=True)
-@click.option("--partition", type=int, default=None, help="One partition [default: all].")
-@click.option("--from-offset", type=int, default=None)
-@click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
-@click.option("--to-offset", type=int, default=None, help="Stop before this offset.")
-@click.option("--to-time", default=None, help="Stop after the last record at or before this time.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
-@cluster_options
-def replay_cmd(
-    topic: str,
-    partition: int | None,
-    from_offset: int | None,
-    from_time: str | None,
-    to_offset: int | None,
-    to_time: str | None,
-    output: Path | None,
-    bootstrap_servers: str,
-    namespace: str,
-) -> None:
-    """Decode a topic's records from an offset or a time to JSON lines, and stop at the end.
-
-    \b
-    Example:
-      nearline replay --topic results --from-time 2026-11-29T18:00:00Z -o results.jsonl
-    """
-    import json
-
-    from jobs.replay import message_json, replay_messages
-
-    if (from_offset is None) == (from_time is None):
-        raise click.UsageError("give exactly one of --from-offset and --from-time")
-    messages = replay_messages(
-        require_servers(bootstrap_servers),
-        topic,
-        partition=partition,
-        from_offset=from_offset,
-        from_time=from_time,
-        to_offset=to_offset,
-        to_time=to_time,
-    )
-    out = output.open("w", encoding="utf-8") if output else sys.stdout
-    count = 0
-    try:
-        for msg in messages:
-            out.write(json.dumps(message_json(msg), ensure_ascii=False) + "\n")
-            count += 1
-    finally:
-        if output:
-            out.close()
-    click.echo(f"{count} records", err=True)
-
-
-@cli.group()
-def offsets() -> None:
-    """Consumer-group offsets: where a group is, and moving it."""
-
-
-@offsets.command(name="show")
-@click.option("--group", required=True)
-@click.option("--topic", required=True)
-@cluster_options
-def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
-    """Committed offset, end and lag per partition."""
-    from kafka_io.offsets import group_offsets
-
-    rows = group_offsets(require_servers(bootstrap_servers), group, topic)
-    click.echo("partition\tcommitted\tend\tlag")
-    for r in rows:
-        committed = r.committed if r.committed >= 0 else "-"
-        click.echo(f"{r.partition}\t{committed}\t{r.end}\t{r.lag}")
-    click.echo(f"total lag {sum(r.lag for r in rows)}", err=True)
-
-
-@offsets.command(name="reset")
-@click.option("--group", required=True)
-@click.option("--topic", required=True)
-@click.option("--to-earliest", "to", flag_value="earliest")
-@click.option("--to-latest", "to", flag_value="latest")
-@click.option("--to-offset", type=int, default=None)
-@click.option("--to-time", default=None, help="ISO 8601.")
-@click.option("--dry-run", is_flag=True, help="Print the new offsets; change nothing.")
-@cluster_options
-def offsets_reset(
-    group: str,
-    topic: str,
-    to: str | None,
-    to_offset: int | None,
-    to_time: str | None,
-    dry_run: bool,
-    bootstrap_servers: str,
-    namespace: str,
-) -> None:
-    """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
-    from jobs.replay import parse_time_ms
-    from kafka_io.errors import KafkaIOError
-    from kafka_io.offsets import end_offsets, group_offsets, offsets_for_time, reset_group_offsets
-
-    if sum(x is not None for x in (to, to_offset, to_time)) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
-    settings = require_servers(bootstrap_servers)
-    ends = end_offsets(settings, topic)
-    if to == "earliest":
-        target = dict.fromkeys(ends, 0)
-    elif to == "latest":
-        target = ends
-    elif to_offset is not None:
-        target = {p: min(to_offset, end) for p, end in ends.items()}
-    else:
-        found = offsets_for_time(settings, topic, parse_time_ms(str(to_time)))
-        target = {p: found[p] if found.get(p, -1) >= 0 else ends[p] for p in ends}
-    current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
-    for p in sorted(target):
-        click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")
-    if dry_run:
-        click.echo("dry run: nothing changed", err=True)
-        return
-    try:
-        reset_group_offsets(settings, group, {(topic, p): o for p, o in target.items()})
-    except KafkaIOError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExitCode.FAILED) from None
-    click.echo(f"group {group} reset on {topic}", err=True)
-
-
-@cli.group()
-def dlq() -> None:
-    """The dead-letter topic: records a stage could not process, with the reason."""
-
-
-def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
-    f = click.option("--stage", type=click.Choice(["preprocess", "inference"]), default=None)(f)
-    f = click.option("--job", "job_id", default=None, help="Only this job's dead letters.")(f)
-    return cluster_options(f)
-
-
-@dlq.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
-@_dlq_filters
-def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str) -> None:
-    """One line per dead letter: id (PARTITION:OFFSET), stage, error, job and record."""
-    import json
-
-    from jobs.dlq import entries, select
-
-    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), job_id=job_id, stage=stage)
-    for e in chosen:
-        if as_json:
-            click.echo(json.dumps(e.summary()))
-        else:
-            d = e.letter
-            click.echo(f"{e.id}\t{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
-    click.echo(f"{len(chosen)} dead letters", err=True)
-
-
-@dlq.command(name="show")
-@click.argument("ids", nargs=-1, required=True, metavar="PARTITION:OFFSET...")
-@cluster_options
-def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> None:
-    """Everything about some dead letters, the payload included (base64), as JSON lines."""
-    import json
-
-    from jobs.dlq import entries, select
-
-    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), ids=ids)
-    for e in chosen:
-        click.echo(json.dumps(e.detail()))
-    missing = set(ids) - {e.id for e in chosen}
-    if missing:
-        click.echo(f"error: no dead letter at {', '.join(sorted(missing))}", err=True)
-        raise SystemExit(ExitCode.FAILED)
-
-
-@dlq.command(name="replay")
-@click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]")
-@_dlq_filters
-def dlq_replay(
-    ids: tuple[str, ...], job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
-) -> None:
-    """Re-inject dead letters into the topic they failed on, after a fix (all that match the filters)."""
-    from jobs.dlq import entries, replay, select
-
-    if not (ids or job_id or stage):
-        raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
-    settings = require_servers(bootstrap_servers)
-    chosen = select(entries(settings, Topics(namespace)), job_id=job_id, stage=stage, ids=ids)
-    click.echo(f"replayed {replay(settings, chosen)} dead letters", err=True)
-
-
-@cli.group()
-def models() -> None:
-    """The model repository."""
-
-
-@models.command(name="prepare")
-@click.argument("name", type=click.Choice(["minilm", "efficientnet-lite0"]))
-@repository_option
-def models_prepare(name: str, model_repository: Path) -> None:
-    """Export a packaged model to ONNX into the model repository."""
-    from gpu_consumer.export import PREPARERS
-
-    config = PREPARERS[name](model_repository)
-    click.echo(f"prepared {config.name} version {config.version} in {config.directory}")
-
-
-@models.command(name="list")
-@repository_option
-def models_list(model_repository: Path) -> None:
-    """Models and versions in the repository."""
-    from schemas.model_config import load_model_config, versions
-
-    if not model_repository.is_dir():
-        click.echo(f"{model_repository} does not exist; try `nearline models prepare minilm`", err=True)
-        return
-    for folder in sorted(p for p in model_repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for version in versions(model_repository, folder.name):
-            config = load_model_config(model_repository, folder.name, version)
-            click.echo(f"{config.name}\t{config.version}\t{config.task}\t{config.source}")
+# The other command modules define their commands standalone; the root group gathers them here.
+for _command in (
+    cli_workers.worker,
+    cli_workers.broker,
+    cli_workers.models,
+    cli_ops.reprocess_cmd,
+    cli_ops.replay_cmd,
+    cli_ops.offsets,
+    cli_ops.dlq,
+):
+    cli.add_command(_command)
 
 
 def main() -> None:

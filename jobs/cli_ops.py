@@ -1,0 +1,243 @@
+"""Operating on what is in Kafka: `nearline reprocess`, `replay`, `offsets` and `dlq`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobs.cli_options import cluster_options, repository_option, require_servers
+from jobs.exit_codes import ExitCode
+from kafka_io.settings import Topics
+
+
+@click.command(name="reprocess")
+@click.argument("job_id")
+@click.option(
+    "--model",
+    "-m",
+    "model_spec",
+    required=True,
+    metavar="MODEL[@VERSION]",
+    help="The model to re-run, at a version [default: its latest].",
+)
+@click.option("--engine", type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]), default="auto")
+@cluster_options
+@repository_option
+def reprocess_cmd(
+    job_id: str, model_spec: str, engine: str, bootstrap_servers: str, namespace: str, model_repository: Path
+) -> None:
+    """Re-run a job's inference from its tensor records with another model version.
+
+    The version must take the same inputs (same tokenizer or image preprocessing): only inference
+    is repeated. Its results become the ones `results` reports (the newest version wins).
+    """
+    from jobs.reprocess import JobNotFoundError, reprocess
+
+    model, _, version = model_spec.partition("@")
+    try:
+        reprocess(
+            require_servers(bootstrap_servers),
+            Topics(namespace),
+            model_repository,
+            job_id,
+            model,
+            version or None,
+            engine_kind=engine,
+            log=lambda line: click.echo(line, err=True),
+        )
+    except JobNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
+
+
+@click.command(name="replay")
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, default=None, help="One partition [default: all].")
+@click.option("--from-offset", type=int, default=None)
+@click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
+@click.option("--to-offset", type=int, default=None, help="Stop before this offset.")
+@click.option("--to-time", default=None, help="Stop after the last record at or before this time.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@cluster_options
+def replay_cmd(
+    topic: str,
+    partition: int | None,
+    from_offset: int | None,
+    from_time: str | None,
+    to_offset: int | None,
+    to_time: str | None,
+    output: Path | None,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Decode a topic's records from an offset or a time to JSON lines, and stop at the end.
+
+    \b
+    Example:
+      nearline replay --topic results --from-time 2026-11-29T18:00:00Z -o results.jsonl
+    """
+    import json
+
+    from jobs.replay import message_json, replay_messages
+
+    if (from_offset is None) == (from_time is None):
+        raise click.UsageError("give exactly one of --from-offset and --from-time")
+    messages = replay_messages(
+        require_servers(bootstrap_servers),
+        topic,
+        partition=partition,
+        from_offset=from_offset,
+        from_time=from_time,
+        to_offset=to_offset,
+        to_time=to_time,
+    )
+    out = output.open("w", encoding="utf-8") if output else sys.stdout
+    count = 0
+    try:
+        for msg in messages:
+            out.write(json.dumps(message_json(msg), ensure_ascii=False) + "\n")
+            count += 1
+    finally:
+        if output:
+            out.close()
+    click.echo(f"{count} records", err=True)
+
+
+@click.group()
+def offsets() -> None:
+    """Consumer-group offsets: where a group is, and moving it."""
+
+
+@offsets.command(name="show")
+@click.option("--group", required=True)
+@click.option("--topic", required=True)
+@cluster_options
+def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
+    """Committed offset, end and lag per partition."""
+    from kafka_io.offsets import group_offsets
+
+    rows = group_offsets(require_servers(bootstrap_servers), group, topic)
+    click.echo("partition\tcommitted\tend\tlag")
+    for r in rows:
+        committed = r.committed if r.committed >= 0 else "-"
+        click.echo(f"{r.partition}\t{committed}\t{r.end}\t{r.lag}")
+    click.echo(f"total lag {sum(r.lag for r in rows)}", err=True)
+
+
+@offsets.command(name="reset")
+@click.option("--group", required=True)
+@click.option("--topic", required=True)
+@click.option("--to-earliest", "to", flag_value="earliest")
+@click.option("--to-latest", "to", flag_value="latest")
+@click.option("--to-offset", type=int, default=None)
+@click.option("--to-time", default=None, help="ISO 8601.")
+@click.option("--dry-run", is_flag=True, help="Print the new offsets; change nothing.")
+@cluster_options
+def offsets_reset(
+    group: str,
+    topic: str,
+    to: str | None,
+    to_offset: int | None,
+    to_time: str | None,
+    dry_run: bool,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
+    from jobs.replay import parse_time_ms
+    from kafka_io.errors import KafkaIOError
+    from kafka_io.offsets import end_offsets, group_offsets, offsets_for_time, reset_group_offsets
+
+    if sum(x is not None for x in (to, to_offset, to_time)) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+    settings = require_servers(bootstrap_servers)
+    ends = end_offsets(settings, topic)
+    if to == "earliest":
+        target = dict.fromkeys(ends, 0)
+    elif to == "latest":
+        target = ends
+    elif to_offset is not None:
+        target = {p: min(to_offset, end) for p, end in ends.items()}
+    else:
+        found = offsets_for_time(settings, topic, parse_time_ms(str(to_time)))
+        target = {p: found[p] if found.get(p, -1) >= 0 else ends[p] for p in ends}
+    current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
+    for p in sorted(target):
+        click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")
+    if dry_run:
+        click.echo("dry run: nothing changed", err=True)
+        return
+    try:
+        reset_group_offsets(settings, group, {(topic, p): o for p, o in target.items()})
+    except KafkaIOError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
+    click.echo(f"group {group} reset on {topic}", err=True)
+
+
+@click.group()
+def dlq() -> None:
+    """The dead-letter topic: records a stage could not process, with the reason."""
+
+
+def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--stage", type=click.Choice(["preprocess", "inference"]), default=None)(f)
+    f = click.option("--job", "job_id", default=None, help="Only this job's dead letters.")(f)
+    return cluster_options(f)
+
+
+@dlq.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@_dlq_filters
+def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str) -> None:
+    """One line per dead letter: id (PARTITION:OFFSET), stage, error, job and record."""
+    import json
+
+    from jobs.dlq import entries, select
+
+    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), job_id=job_id, stage=stage)
+    for e in chosen:
+        if as_json:
+            click.echo(json.dumps(e.summary()))
+        else:
+            d = e.letter
+            click.echo(f"{e.id}\t{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
+    click.echo(f"{len(chosen)} dead letters", err=True)
+
+
+@dlq.command(name="show")
+@click.argument("ids", nargs=-1, required=True, metavar="PARTITION:OFFSET...")
+@cluster_options
+def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> None:
+    """Everything about some dead letters, the payload included (base64), as JSON lines."""
+    import json
+
+    from jobs.dlq import entries, select
+
+    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), ids=ids)
+    for e in chosen:
+        click.echo(json.dumps(e.detail()))
+    missing = set(ids) - {e.id for e in chosen}
+    if missing:
+        click.echo(f"error: no dead letter at {', '.join(sorted(missing))}", err=True)
+        raise SystemExit(ExitCode.FAILED)
+
+
+@dlq.command(name="replay")
+@click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]")
+@_dlq_filters
+def dlq_replay(
+    ids: tuple[str, ...], job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
+) -> None:
+    """Re-inject dead letters into the topic they failed on, after a fix (all that match the filters)."""
+    from jobs.dlq import entries, replay, select
+
+    if not (ids or job_id or stage):
+        raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
+    settings = require_servers(bootstrap_servers)
+    chosen = select(entries(settings, Topics(namespace)), job_id=job_id, stage=stage, ids=ids)
+    click.echo(f"replayed {replay(settings, chosen)} dead letters", err=True)

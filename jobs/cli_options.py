@@ -1,0 +1,179 @@
+"""What every `nearline` command shares: the error-to-exit-code group, options that double as
+environment variables, and progress output."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobs.exit_codes import ExitCode
+from jobs.local import ENV_MODEL_REPOSITORY
+from jobs.progress import Progress
+from jobs.submit import BacklogRefusedError, InvalidInputError
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
+from producers.images import MAX_IMAGE_BYTES
+from schemas.model_config import ModelNotFoundError
+
+HOME = Path.home() / ".nearline"
+
+
+class NearlineGroup(click.Group):
+    """Turns the errors users can cause or fix into one clear line and a distinct exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from gpu_consumer.engine import EngineLoadError
+        from gpu_consumer.export import ExportUnavailableError
+        from gpu_consumer.isolation import EngineFault
+
+        try:
+            return super().invoke(ctx)
+        except InvalidInputError as exc:
+            for error in exc.errors[:50]:
+                click.echo(f"error: {error}", err=True)
+            if len(exc.errors) > 50:
+                click.echo(f"... and {len(exc.errors) - 50} more", err=True)
+            click.echo(
+                f"nothing was submitted: {len(exc.errors)} invalid record(s); fix them or pass --skip-invalid",
+                err=True,
+            )
+            ctx.exit(ExitCode.INVALID_INPUT)
+        except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.UNAVAILABLE)
+        except BacklogRefusedError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.REFUSED)
+        except EngineFault as exc:
+            click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
+            ctx.exit(ExitCode.FAILED)
+
+
+def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--bootstrap-servers and --namespace, with the same env var names on every command."""
+
+    @click.option(
+        "--bootstrap-servers",
+        envvar=ENV_BOOTSTRAP,
+        show_envvar=True,
+        default="",
+        help="Kafka cluster (host:port,...).",
+    )
+    @click.option(
+        "--namespace",
+        envvar=ENV_NAMESPACE,
+        show_envvar=True,
+        default="",
+        help="Prefix of every topic and group name, to share a cluster between pipelines.",
+    )
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return f(*args, **kwargs)
+
+    return wrapper
+
+
+def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--model-repository",
+        envvar=ENV_MODEL_REPOSITORY,
+        show_envvar=True,
+        default="models",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Folder of models/<name>/<version>/.",
+    )(f)
+
+
+def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--max-linger-ms",
+        type=float,
+        default=20.0,
+        show_default=True,
+        show_envvar=True,
+        help="Close a poll window this long after its first record, even if not full.",
+    )(f)
+    f = click.option(
+        "--max-queue",
+        type=int,
+        default=None,
+        show_envvar=True,
+        help="Records polled per window, sorted by length and cut into batches [default: 8 x max-batch-size].",
+    )(f)
+    f = click.option(
+        "--max-batch-tokens",
+        type=int,
+        default=None,
+        show_envvar=True,
+        help="Padded tokens per executed text batch [default: no limit beyond max-batch-size].",
+    )(f)
+    f = click.option(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        show_envvar=True,
+        help="Records per executed batch [default: the model's max_batch_size].",
+    )(f)
+    return f
+
+
+def batch_args(**options: float | int | None) -> list[str]:
+    """The batch options as `nearline worker gpu` arguments, for the workers `run` starts."""
+    return [a for name, v in options.items() if v is not None for a in (f"--{name.replace('_', '-')}", str(v))]
+
+
+def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--max-image-bytes",
+        type=int,
+        default=MAX_IMAGE_BYTES,
+        envvar="NEARLINE_MAX_IMAGE_BYTES",
+        show_envvar=True,
+        help="Refuse (at submit, naming the file) any larger image; keep it under the cluster's record limit.",
+    )(f)
+    f = click.option(
+        "--kind",
+        type=click.Choice(["auto", "text", "image"]),
+        default="auto",
+        show_envvar=True,
+        help='auto: a folder, an image file or a JSONL of {"image": path} is images; anything else is text.',
+    )(f)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(["auto", "jsonl", "lines"]),
+        default="auto",
+        show_default=True,
+        show_envvar=True,
+        help="Text input: JSON Lines for .jsonl/.ndjson (auto), or one text per line.",
+    )(f)
+
+
+def require_servers(bootstrap_servers: str) -> KafkaSettings:
+    if not bootstrap_servers:
+        raise BrokerUnavailableError(
+            f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
+            "(`nearline broker start` runs a local one)"
+        )
+    return KafkaSettings.from_env(bootstrap_servers)
+
+
+def progress_printer() -> Callable[[Progress], None]:
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def show(p: Progress) -> None:
+        now = time.monotonic()
+        if tty:
+            click.echo("\r" + p.line(now).ljust(79), nl=p.done >= p.total, err=True)
+        elif now - last[0] >= 5 or p.done >= p.total:
+            click.echo(p.line(now), err=True)
+            last[0] = now
+
+    return show

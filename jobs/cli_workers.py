@@ -1,0 +1,178 @@
+"""`nearline worker`, `nearline broker` and `nearline models`: the long-running processes and
+their prerequisites."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from jobs.cli_options import HOME, batch_options, cluster_options, repository_option, require_servers
+from kafka_io.settings import ENV_BOOTSTRAP, Topics
+
+
+@click.group()
+def worker() -> None:
+    """Long-running worker processes."""
+
+
+@worker.command(name="preprocess")
+@click.option("--batch-size", type=int, default=64, show_envvar=True)
+@click.option(
+    "--max-tensor-lag",
+    type=int,
+    default=None,
+    show_envvar=True,
+    help="Pause while a GPU group is this many records behind its tensor topic [default: never].",
+)
+@cluster_options
+@repository_option
+def worker_preprocess(
+    batch_size: int, max_tensor_lag: int | None, bootstrap_servers: str, namespace: str, model_repository: Path
+) -> None:
+    """Tokenize raw.text and decode raw.image into tensors.<model> (faust app)."""
+    from preprocess_app.app import run_worker
+
+    run_worker(
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        model_repository,
+        batch_size=batch_size,
+        max_tensor_lag=max_tensor_lag,
+    )
+
+
+@worker.command(name="gpu")
+@click.option("--model", "-m", required=True, show_envvar=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]),
+    default="auto",
+    show_envvar=True,
+    help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime.",
+)
+@click.option("--threads", type=int, default=0, show_envvar=True, help="Engine threads; 0 = one per core.")
+@click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
+@click.option(
+    "--exactly-once",
+    is_flag=True,
+    show_envvar=True,
+    help="Commit each batch's results and offsets in one Kafka transaction (read_committed readers).",
+)
+@click.option(
+    "--instance-id",
+    default=None,
+    show_envvar=True,
+    help="Stable name of this worker for its transactional id [default: the host name].",
+)
+@batch_options
+@cluster_options
+@repository_option
+def worker_gpu(
+    model: str,
+    engine: str,
+    threads: int,
+    drain: bool,
+    exactly_once: bool,
+    instance_id: str | None,
+    max_batch_size: int | None,
+    max_batch_tokens: int | None,
+    max_queue: int | None,
+    max_linger_ms: float,
+    bootstrap_servers: str,
+    namespace: str,
+    model_repository: Path,
+) -> None:
+    """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
+    from gpu_consumer.batcher import BatchPolicy
+    from gpu_consumer.worker import serve
+    from kafka_io.clients import check_reachable
+    from schemas.model_config import load_model_config
+
+    settings = require_servers(bootstrap_servers)
+    check_reachable(settings)  # before loading anything: a down broker is reported in seconds
+    config = load_model_config(model_repository, model)
+    stats = serve(
+        settings,
+        Topics(namespace),
+        model_repository,
+        model,
+        BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens),
+        max_queue=max_queue,
+        max_linger_ms=max_linger_ms,
+        engine_kind=engine,
+        threads=threads,
+        drain=drain,
+        exactly_once=exactly_once,
+        instance_id=instance_id,
+    )
+    click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
+
+
+@click.group()
+def broker() -> None:
+    """A long-lived local broker for development (Tansu, memory only: data ends with it)."""
+
+
+@broker.command(name="start")
+@click.option("--port", type=int, default=9092, show_envvar=True)
+def broker_start(port: int) -> None:
+    """Start the local broker in the background and print its address."""
+    from kafka_io.broker import EmbeddedBroker
+
+    state = HOME / "broker.json"
+    running = EmbeddedBroker.load(state)
+    if running and running.alive():
+        click.echo(f"already running (pid {running.pid})", err=True)
+        click.echo(f"export {ENV_BOOTSTRAP}={running.bootstrap_servers}")
+        return
+    started = EmbeddedBroker.start(HOME / "broker.log", port=port)
+    started.save(state)
+    click.echo(f"broker running, pid {started.pid}, log {started.log_path}", err=True)
+    click.echo(f"export {ENV_BOOTSTRAP}={started.bootstrap_servers}")
+
+
+@broker.command(name="stop")
+def broker_stop() -> None:
+    """Stop the local broker started by `nearline broker start`."""
+    from kafka_io.broker import EmbeddedBroker
+
+    state = HOME / "broker.json"
+    running = EmbeddedBroker.load(state)
+    if running is None or not running.alive():
+        click.echo("no local broker is running", err=True)
+    else:
+        running.stop()
+        click.echo(f"stopped broker pid {running.pid}", err=True)
+    state.unlink(missing_ok=True)
+
+
+@click.group()
+def models() -> None:
+    """The model repository."""
+
+
+@models.command(name="prepare")
+@click.argument("name", type=click.Choice(["minilm", "efficientnet-lite0"]))
+@repository_option
+def models_prepare(name: str, model_repository: Path) -> None:
+    """Export a packaged model to ONNX into the model repository."""
+    from gpu_consumer.export import PREPARERS
+
+    config = PREPARERS[name](model_repository)
+    click.echo(f"prepared {config.name} version {config.version} in {config.directory}")
+
+
+@models.command(name="list")
+@repository_option
+def models_list(model_repository: Path) -> None:
+    """Models and versions in the repository."""
+    from schemas.model_config import load_model_config, versions
+
+    if not model_repository.is_dir():
+        click.echo(f"{model_repository} does not exist; try `nearline models prepare minilm`", err=True)
+        return
+    for folder in sorted(p for p in model_repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for version in versions(model_repository, folder.name):
+            config = load_model_config(model_repository, folder.name, version)
+            click.echo(f"{config.name}\t{config.version}\t{config.task}\t{config.source}")
