@@ -11,6 +11,7 @@ import numpy as np
 from gpu_consumer.batcher import (
     BatchPolicy,
     PaddedBatch,
+    bucket_of,
     carried_input,
     check_record_input,
     make_batch,
@@ -128,7 +129,7 @@ def _batch_of(engine: Engine, config: ModelConfig, items: list[Item]) -> PaddedB
         return make_batch(config, [item.array for item in items])
     width = max(len(item.array) for item in items)
     if engine.pad_to_bucket:
-        width = next((b for b in config.buckets if b >= width), width)
+        width = bucket_of(width, config.buckets)
     return make_batch(config, [item.array for item in items], width)
 
 

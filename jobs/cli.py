@@ -212,6 +212,7 @@ def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     import json
 
     from jobs.registry import JobStatus, load_jobs
+    from kafka_io.cancellations import job_of
     from kafka_io.reading import read_topics
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
@@ -220,9 +221,8 @@ def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     }
     for msg in read_topics(settings, [topics.results, topics.dead_letters]):
         # results carry a job_id header; dead letters keep their source's job/record key
-        header = dict(msg.headers() or []).get("job_id")
-        job_id = header if isinstance(header, bytes) else (msg.key() or b"").split(b"/")[0]
-        status = statuses.get(job_id.decode())
+        job_id = job_of(msg.headers()) or (msg.key() or b"").split(b"/")[0].decode()
+        status = statuses.get(job_id)
         if status is not None:
             status.add([msg], topics)
     for status in statuses.values():

@@ -14,7 +14,7 @@ from typing import Literal
 
 from jobs.registry import register
 from kafka_io.clients import make_producer
-from kafka_io.offsets import group_offsets
+from kafka_io.offsets import group_lag
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
@@ -143,10 +143,8 @@ def new_job_id() -> str:
 def backlog(settings: KafkaSettings, topics: Topics, model: str, raw_topic: str) -> dict[str, int]:
     """Records submitted but not yet consumed: by the preprocess app, and by the model's GPU group."""
     return {
-        raw_topic: sum(o.lag for o in group_offsets(settings, topics.preprocess_app_id, raw_topic)),
-        topics.tensors(model): sum(
-            o.lag for o in group_offsets(settings, topics.gpu_group(model), topics.tensors(model))
-        ),
+        raw_topic: group_lag(settings, topics.preprocess_app_id, raw_topic),
+        topics.tensors(model): group_lag(settings, topics.gpu_group(model), topics.tensors(model)),
     }
 
 

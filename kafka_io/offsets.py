@@ -77,6 +77,11 @@ def group_offsets(settings: KafkaSettings, group: str, topic: str, timeout_s: fl
     return [GroupOffset(topic, tp.partition, tp.offset, ends[tp.partition]) for tp in committed]
 
 
+def group_lag(settings: KafkaSettings, group: str, topic: str) -> int:
+    """Records of `topic` the group has yet to consume, over all partitions."""
+    return sum(o.lag for o in group_offsets(settings, group, topic))
+
+
 def reset_group_offsets(settings: KafkaSettings, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Set a group's committed offsets. Kafka refuses while the group has members: stop them first."""
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])

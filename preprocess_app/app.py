@@ -20,7 +20,7 @@ import faust
 
 from kafka_io.cancellations import Cancellations, job_of
 from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
-from kafka_io.offsets import group_offsets
+from kafka_io.offsets import group_lag
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
@@ -137,9 +137,7 @@ def create_app(
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:
     """Records each model's GPU group has yet to consume from its tensor topic."""
     prefix = topics.tensors("")
-    return {
-        t: sum(o.lag for o in group_offsets(settings, topics.gpu_group(t[len(prefix) :]), t)) for t in tensor_topics
-    }
+    return {t: group_lag(settings, topics.gpu_group(t[len(prefix) :]), t) for t in tensor_topics}
 
 
 def run_worker(
