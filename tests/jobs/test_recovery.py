@@ -58,6 +58,21 @@ def assert_exactly_one_result_each(pipeline: Pipeline, job_id: str, ids: list[st
     assert got == ids  # every record once, in input order, nothing dead-lettered, nothing lost
 
 
+def assert_status_is_exact(pipeline: Pipeline, job_id: str, total: int) -> None:
+    """`nearline status` counts distinct ids, so redelivery after the kill must not inflate it."""
+    done = pipeline.cli("status", job_id, "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["state"] == "completed"
+    assert status["counts"] == {
+        "submitted": total,
+        "preprocessed": total,
+        "inferred": total,
+        "dead_lettered": 0,
+        "cancelled": 0,
+    }
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(3))
 def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
@@ -75,6 +90,7 @@ def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
     assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
+    assert_status_is_exact(pipeline, job_id, len(rows))
 
 
 @pytest.mark.slow
@@ -101,6 +117,7 @@ def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
     pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
     watch_job(pipeline.settings, pipeline.topics, job_id, len(ids), check=pipeline.check_workers, timeout_s=240)
     assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path)
+    assert_status_is_exact(pipeline, job_id, len(ids))
 
 
 @pytest.mark.slow
@@ -154,6 +171,7 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
     assert reached < len(rows)
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
     assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
+    assert_status_is_exact(pipeline, job_id, len(rows))
 
 
 @pytest.mark.slow
@@ -199,3 +217,4 @@ def test_workers_ride_out_a_short_broker_outage(
         os.kill(embedded_broker.pid, signal.SIGCONT)
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
     assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
+    assert_status_is_exact(pipeline, job_id, len(rows))
