@@ -15,12 +15,10 @@ from typing import Any
 from jobs.progress import format_eta
 from jobs.results import JobOutcome
 from kafka_io import Message
-from kafka_io.clients import make_producer
-from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower, read_topics
-from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import ensure_topics, jobs_topic
+from kafka_io.tables import put_row, read_rows
+from kafka_io.topics import jobs_topic
 from schemas import Job, SerdeError, decode, encode, now_us
 
 
@@ -29,24 +27,16 @@ class JobNotFoundError(LookupError):
 
 
 def register(settings: KafkaSettings, topics: Topics, job: Job) -> None:
-    ensure_topics(settings, [jobs_topic(topics)])
-    produce_all(
-        make_producer(settings.with_client_id("registry")), [OutRecord(topics.jobs, encode(job), job.job_id.encode())]
-    )
+    put_row(settings, jobs_topic(topics), job.job_id, encode(job))
 
 
 def load_jobs(settings: KafkaSettings, topics: Topics) -> dict[str, Job]:
-    ensure_topics(settings, [jobs_topic(topics)])
     jobs: dict[str, Job] = {}
-    for msg in read_topics(settings, [topics.jobs]):
-        key = (msg.key() or b"").decode()
-        if msg.value() is None:
-            jobs.pop(key, None)  # tombstone
-            continue
+    for key, value in read_rows(settings, jobs_topic(topics)).items():
         try:
-            jobs[key] = decode(msg.value() or b"", Job)
+            jobs[key] = decode(value, Job)
         except SerdeError:
-            continue
+            continue  # not a job record: a stray write must not hide every other job
     return jobs
 
 
@@ -86,6 +76,8 @@ class JobStatus:
 
     @property
     def state(self) -> str:
+        if self.job.error is not None:
+            return "failed"
         if self.job.cancelled_at is not None and self.done < self.job.total:
             return "cancelled"
         if self.done >= self.job.total:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import json
+import os
 import secrets
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -61,6 +63,9 @@ class JobInput:
     fmt: InputFormat = "auto"
     max_image_bytes: int = MAX_IMAGE_BYTES
     _stdin: bytes | None = None
+    # Several files or folders read as one job (a scheduled input's glob); each record id is
+    # prefixed with its file's path relative to the others, so ids stay unique across files.
+    parts: tuple[Path, ...] = ()
 
     @classmethod
     def open(
@@ -73,7 +78,25 @@ class JobInput:
         path = Path(name)
         return cls(path, detect_kind(path) if kind == "auto" else kind, fmt, max_image_bytes)
 
+    @classmethod
+    def matching(cls, pattern: str) -> JobInput:
+        """What a glob (or plain path) names now, as one input; ValueError if nothing usable matches."""
+        paths = [Path(p) for p in sorted(glob.glob(pattern))] if glob.has_magic(pattern) else [Path(pattern)]
+        paths = [p for p in paths if p.exists()]
+        if not paths:
+            raise ValueError(
+                f"{pattern}: no such file" + (" (the pattern matches nothing)" if glob.has_magic(pattern) else "")
+            )
+        if len(paths) == 1:
+            return cls.open(str(paths[0]))
+        kinds = {detect_kind(p) for p in paths}
+        if len(kinds) > 1:
+            raise ValueError(f"{pattern}: matches both text and image inputs; one job holds one kind")
+        return cls(Path(pattern), kinds.pop(), parts=tuple(paths))
+
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        if self.parts:
+            return self._read_parts()
         if self.kind == "image":
             if self.path.is_dir() or is_image_path(self.path):
                 return read_image_folder(self.path, self.max_image_bytes)
@@ -82,6 +105,13 @@ class JobInput:
             return iter([InputError(str(self.path), 0, "no such file")])
         stream = io.BytesIO(self._stdin) if self._stdin is not None else None
         return read_text_input(self.path, self.fmt, stream)
+
+    def _read_parts(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        common = Path(os.path.commonpath(self.parts)) if len(self.parts) > 1 else self.parts[0].parent
+        for part in self.parts:
+            prefix = part.relative_to(common).as_posix()
+            for item in replace(self, path=part, parts=()).read():
+                yield item if isinstance(item, InputError) else replace(item, record_id=f"{prefix}:{item.record_id}")
 
     def validate(self) -> tuple[int, list[InputError]]:
         """(valid records, problems) without keeping the records in memory."""
@@ -165,6 +195,7 @@ def submit(
     topic: str | None = None,
     max_backlog: int | None = None,
     schedule: str | None = None,
+    attributes: dict[str, str] | None = None,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job.
 
@@ -188,5 +219,18 @@ def submit(
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
     count = produce_all(producer, source.out_records(job_id, model, topic))
     # Registered once every record is stored, so a registered job's total is what was submitted.
-    register(settings, topics, Job(job_id, model, str(source.path), source.kind, count, now_us(), schedule=schedule))
+    register(
+        settings,
+        topics,
+        Job(
+            job_id,
+            model,
+            str(source.path),
+            source.kind,
+            count,
+            now_us(),
+            schedule=schedule,
+            attributes=attributes or {},
+        ),
+    )
     return SubmitReport(job_id, model, count, errors)

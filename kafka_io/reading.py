@@ -20,7 +20,13 @@ class TopicFollower:
 
     def __init__(self, settings: KafkaSettings, topics: list[str]) -> None:
         # librdkafka wants a group.id even for assign(); a throwaway one that never commits.
-        self._consumer: Consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}")
+        self._consumer: Consumer = make_consumer(
+            settings,
+            group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}",
+            # An idle long-poll fetch holds back the watermark query of poll_to_end() for its
+            # whole wait (500 ms by default); followers are few, so shorter fetches cost little.
+            **{"fetch.wait.max.ms": 100},
+        )
         self.partitions: set[tuple[str, int]] = set()
         for topic in topics:
             self.partitions |= {(topic, p) for p in partitions_of(settings, topic)}
@@ -28,6 +34,7 @@ class TopicFollower:
             raise BrokerUnavailableError(f"none of {topics} exists at {settings.bootstrap_servers}")
         self._consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(self.partitions)])
         self.at_eof: set[tuple[str, int]] = set()
+        self._next: dict[tuple[str, int], int] = {}  # offset after the last record returned
 
     def poll(self, timeout_s: float, max_records: int = 1000) -> list[Message]:
         out = []
@@ -36,6 +43,7 @@ class TopicFollower:
             tp = tp_of(msg)
             if err is None:
                 self.at_eof.discard(tp)
+                self._next[tp] = (msg.offset() or 0) + 1
                 out.append(msg)
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.at_eof.add(tp)
@@ -44,7 +52,31 @@ class TopicFollower:
         return out
 
     def caught_up(self) -> bool:
+        """At the end as of the last poll; records written since may not be seen yet."""
         return self.at_eof >= self.partitions
+
+    def poll_to_end(self, timeout_s: float = 30.0) -> list[Message]:
+        """Every record written before this call. Unlike caught_up(), which an EOF from before the
+        latest write can still satisfy, this asks the broker where each partition ends now.
+
+        Tansu answers that query with the start of the last batch + 1, not its end
+        (shared/docs/tansu.md): exact for topics written one record per produce, as the
+        schedule topics are; elsewhere the rest of that last batch may come in later polls."""
+        ends = {}
+        for topic, partition in self.partitions:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s, cached=False
+            )
+            ends[(topic, partition)] = (low, high)
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while any(self._next.get(tp, low) < high for tp, (low, high) in ends.items()):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"could not read {sorted(self.partitions)} to the end in {timeout_s:.0f} s"
+                )
+            out.extend(self.poll(0.1))
+        return out
 
     def close(self) -> None:
         self._consumer.close()

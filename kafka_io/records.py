@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class OutRecord:
     topic: str
-    value: bytes
+    value: bytes | None  # None: a tombstone, which deletes the key from a compacted topic
     key: bytes | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
 

@@ -64,6 +64,14 @@ class Topics:
         return self._name("jobs")
 
     @property
+    def schedules(self) -> str:
+        return self._name("schedules")
+
+    @property
+    def schedule_ticks(self) -> str:
+        return self._name("schedule.ticks")
+
+    @property
     def dead_letters(self) -> str:
         return self._name("dead.letters")
 

@@ -31,6 +31,22 @@ def jobs_topic(topics: Topics) -> TopicSpec:
     return TopicSpec(topics.jobs, partitions=1, config=(("cleanup.policy", "compact"),))
 
 
+def schedules_topic(topics: Topics) -> TopicSpec:
+    """Schedule specs, last value per name: like the job registry."""
+    return TopicSpec(topics.schedules, partitions=1, config=(("cleanup.policy", "compact"),))
+
+
+def schedule_ticks_topic(topics: Topics) -> TopicSpec:
+    """Schedulers' claims on ticks. One partition, so every scheduler reads the claims in one order and
+    agrees which came first. Compacted per schedule@tick so it stays small, but only after a day:
+    the competing claims of a tick must all be readable while schedulers still decide on it."""
+    return TopicSpec(
+        topics.schedule_ticks,
+        partitions=1,
+        config=(("cleanup.policy", "compact"), ("min.compaction.lag.ms", str(24 * 3600 * 1000))),
+    )
+
+
 def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:
     """Create the topics that do not exist yet; existing ones are left as they are."""
     admin = make_admin(settings)

@@ -8,7 +8,18 @@ from schemas.errors import (
     UnknownSchemaError,
     WrongRecordTypeError,
 )
-from schemas.records import DeadLetter, InferenceResult, Job, RawImage, RawText, Tensor, TensorRecord, now_us
+from schemas.records import (
+    DeadLetter,
+    InferenceResult,
+    Job,
+    RawImage,
+    RawText,
+    Schedule,
+    ScheduleTick,
+    Tensor,
+    TensorRecord,
+    now_us,
+)
 from schemas.serde import decode, encode
 
 __all__ = [
@@ -18,6 +29,8 @@ __all__ = [
     "NotSingleObjectError",
     "RawImage",
     "RawText",
+    "Schedule",
+    "ScheduleTick",
     "SerdeError",
     "Tensor",
     "TensorFormatError",

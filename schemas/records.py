@@ -211,9 +211,38 @@ class Job(AvroFields):
     submitted_at: int
     cancelled_at: int | None = None
     schedule: str | None = None
+    error: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Schedule(AvroFields):
+    SCHEMA: ClassVar[str] = "nearline.Schedule"
+
+    name: str
+    cron: str
+    input: str
+    model: str
+    timezone: str
+    misfire: str
+    paused: bool
+    active_since: int
+    created_at: int
+
+
+@dataclass(frozen=True)
+class ScheduleTick(AvroFields):
+    SCHEMA: ClassVar[str] = "nearline.ScheduleTick"
+
+    schedule: str
+    tick_at: int
+    job_id: str
+    scheduler: str
+    claim_id: str
+    claimed_at: int
+
+
 RECORD_TYPES: dict[str, type[AvroFields]] = {
-    cls.SCHEMA: cls for cls in (RawText, RawImage, TensorRecord, InferenceResult, DeadLetter, Job)
+    cls.SCHEMA: cls
+    for cls in (RawText, RawImage, TensorRecord, InferenceResult, DeadLetter, Job, Schedule, ScheduleTick)
 }

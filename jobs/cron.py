@@ -1,0 +1,114 @@
+"""When a schedule's ticks fall and which of them run: pure functions of the cron spec and a clock.
+
+Times are aware datetimes; a schedule's cron is read in its own time zone (so "0 3 * * *" in
+Europe/Berlin is 03:00 local across DST changes) and ticks are compared in UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+Misfire = Literal["skip", "catch-up"]
+MISFIRE_POLICIES: tuple[Misfire, ...] = ("skip", "catch-up")
+
+
+class ScheduleSpecError(ValueError):
+    """A cron expression, time zone or misfire policy that cannot be used."""
+
+
+def check_spec(cron: str, timezone: str, misfire: str) -> None:
+    if len(cron.split()) != 5 or not croniter.is_valid(cron):
+        raise ScheduleSpecError(
+            f"cron expression {cron!r} is not valid: five fields, minute hour day-of-month month day-of-week"
+        )
+    zone(timezone)
+    if misfire not in MISFIRE_POLICIES:
+        raise ScheduleSpecError(f"misfire policy {misfire!r}: use one of {', '.join(MISFIRE_POLICIES)}")
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleSpecError(f"unknown time zone {name!r}: use an IANA name such as UTC or Europe/Berlin") from None
+
+
+def ticks_after(cron: str, timezone: str, after: datetime) -> Iterator[datetime]:
+    """The ticks strictly after `after`, in UTC, without end.
+
+    cron is matched against naive wall-clock time and each match is then placed in the zone
+    here, because croniter's own zone handling puts some ticks an hour off around DST changes.
+    A wall time that happens twice (clocks going back) runs once, at its first occurrence; one
+    that never happens (clocks going forward) runs at the same offset as the hour before it.
+    """
+    tz = zone(timezone)
+    it = croniter(cron, after.astimezone(tz).replace(tzinfo=None))
+    while True:
+        tick = it.get_next(datetime).replace(tzinfo=tz, fold=0).astimezone(UTC)
+        if tick > after:
+            yield tick
+
+
+def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
+    return next(ticks_after(cron, timezone, after))
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    run: list[datetime]  # oldest first
+    skipped: int  # missed ticks that will never run
+    first_skipped: datetime | None = None
+    last_skipped: datetime | None = None
+
+
+def plan_ticks(
+    cron: str,
+    timezone: str,
+    misfire: Misfire,
+    cursor: datetime,
+    now: datetime,
+    grace: timedelta,
+    max_catch_up: int = 100,
+) -> TickPlan:
+    """The ticks in (cursor, now] that should run now.
+
+    A tick at most `grace` old is on time and runs under either policy: that is ordinary loop
+    latency. Older ones were missed (no scheduler was running): `skip` drops them, `catch-up`
+    runs them oldest first, at most `max_catch_up` of the newest so that a schedule left off for
+    a month does not flood the pipeline with a month of per-minute jobs.
+    """
+    due: list[datetime] = []
+    for tick in ticks_after(cron, timezone, cursor):
+        if tick > now:
+            break
+        due.append(tick)
+    late = [t for t in due if now - t > grace]
+    on_time = due[len(late) :]
+    if misfire == "catch-up":
+        keep = late[-max_catch_up:] if max_catch_up > 0 else []
+        dropped = late[: len(late) - len(keep)]
+        return TickPlan([*keep, *on_time], len(dropped), *_span(dropped))
+    return TickPlan(on_time, len(late), *_span(late))
+
+
+def _span(ticks: list[datetime]) -> tuple[datetime | None, datetime | None]:
+    return (ticks[0], ticks[-1]) if ticks else (None, None)
+
+
+def tick_job_id(schedule: str, tick: datetime) -> str:
+    """The job a tick submits: the same name for every scheduler that considers the tick."""
+    return f"{schedule}-{tick.astimezone(UTC):%Y%m%dT%H%MZ}"
+
+
+def to_us(t: datetime) -> int:
+    return int(t.timestamp() * 1_000_000)
+
+
+def from_us(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, UTC)

@@ -1,0 +1,141 @@
+"""Schedules as data: rows of the compacted `schedules` topic, and the tick claims beside them.
+
+`nearline schedule add|pause|resume|rm` write here; the scheduler process (jobs/scheduler.py)
+follows the same topics. Nothing lives on a local disk, so a schedule survives any restart.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from jobs.cron import Misfire, check_spec, from_us, next_tick
+from kafka_io.reading import read_topics
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.tables import put_row, read_rows
+from kafka_io.topics import schedule_ticks_topic, schedules_topic
+from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
+
+
+class ScheduleNotFoundError(LookupError):
+    pass
+
+
+class ScheduleExistsError(ValueError):
+    pass
+
+
+def absolute_input(pattern: str) -> str:
+    """The scheduler may run in another directory: store what the user meant, not what they typed."""
+    return os.path.abspath(os.path.expanduser(pattern))
+
+
+def new_schedule(
+    name: str,
+    cron: str,
+    input_pattern: str,
+    model: str,
+    timezone: str = "UTC",
+    misfire: Misfire = "skip",
+    at_us: int | None = None,
+) -> Schedule:
+    if not name or "/" in name or "@" in name or name != name.strip():
+        raise ValueError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
+    check_spec(cron, timezone, misfire)
+    now = at_us if at_us is not None else now_us()
+    return Schedule(name, cron, absolute_input(input_pattern), model, timezone, misfire, False, now, now)
+
+
+def load_schedules(settings: KafkaSettings, topics: Topics) -> dict[str, Schedule]:
+    out: dict[str, Schedule] = {}
+    for key, value in read_rows(settings, schedules_topic(topics)).items():
+        try:
+            out[key] = decode(value, Schedule)
+        except SerdeError:
+            continue
+    return out
+
+
+def add_schedule(settings: KafkaSettings, topics: Topics, schedule: Schedule, replace_existing: bool = False) -> None:
+    if not replace_existing and schedule.name in load_schedules(settings, topics):
+        raise ScheduleExistsError(f"schedule {schedule.name} exists: remove it first, or pass --replace")
+    put_row(settings, schedules_topic(topics), schedule.name, encode(schedule))
+
+
+def find_schedule(settings: KafkaSettings, topics: Topics, name: str) -> Schedule:
+    try:
+        return load_schedules(settings, topics)[name]
+    except KeyError:
+        raise ScheduleNotFoundError(f"no schedule {name} in {topics.schedules}") from None
+
+
+def set_paused(settings: KafkaSettings, topics: Topics, name: str, paused: bool, at_us: int | None = None) -> Schedule:
+    """Pause, or resume from now: ticks that fell while paused never run, whatever the misfire policy."""
+    current = find_schedule(settings, topics, name)
+    since = at_us if at_us is not None else now_us()
+    updated = replace(current, paused=paused, active_since=current.active_since if paused else since)
+    put_row(settings, schedules_topic(topics), name, encode(updated))
+    return updated
+
+
+def remove_schedule(settings: KafkaSettings, topics: Topics, name: str) -> None:
+    find_schedule(settings, topics, name)
+    put_row(settings, schedules_topic(topics), name, None)
+
+
+def load_ticks(settings: KafkaSettings, topics: Topics) -> list[ScheduleTick]:
+    """Every claim, in log order (the order that decides which claim of a tick won)."""
+    out = []
+    for msg in read_topics(settings, [schedule_ticks_topic(topics).name]):
+        if msg.value() is not None:
+            try:
+                out.append(decode(msg.value() or b"", ScheduleTick))
+            except SerdeError:
+                continue
+    return out
+
+
+def winning_claims(claims: list[ScheduleTick]) -> dict[tuple[str, int], ScheduleTick]:
+    """(schedule, tick) -> the first claim of it in log order."""
+    first: dict[tuple[str, int], ScheduleTick] = {}
+    for claim in claims:
+        first.setdefault((claim.schedule, claim.tick_at), claim)
+    return first
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    schedule: Schedule
+    next_tick: datetime | None
+    last_tick: ScheduleTick | None
+
+    def to_dict(self) -> dict[str, object]:
+        s = self.schedule
+        return {
+            "name": s.name,
+            "cron": s.cron,
+            "timezone": s.timezone,
+            "input": s.input,
+            "model": s.model,
+            "misfire": s.misfire,
+            "state": "paused" if s.paused else "active",
+            "next_tick": self.next_tick.isoformat() if self.next_tick else None,
+            "last_tick": from_us(self.last_tick.tick_at).isoformat() if self.last_tick else None,
+            "last_job_id": self.last_tick.job_id if self.last_tick else None,
+        }
+
+
+def describe(settings: KafkaSettings, topics: Topics, now: datetime) -> list[ScheduleView]:
+    schedules = load_schedules(settings, topics)
+    last: dict[str, ScheduleTick] = {}
+    for claim in winning_claims(load_ticks(settings, topics)).values():
+        s = schedules.get(claim.schedule)
+        # ticks run only after a schedule is created: earlier claims belong to a removed namesake
+        newer = claim.schedule not in last or claim.tick_at > last[claim.schedule].tick_at
+        if s is not None and claim.tick_at > s.created_at and newer:
+            last[claim.schedule] = claim
+    return [
+        ScheduleView(s, None if s.paused else next_tick(s.cron, s.timezone, now), last.get(s.name))
+        for s in sorted(schedules.values(), key=lambda s: s.name)
+    ]

@@ -1,0 +1,35 @@
+"""Keyed tables kept in compacted topics (jobs, schedules): write a row, read the latest rows.
+
+Readers fold the log themselves, last value per key wins and a tombstone (null value) deletes,
+so they are right on a broker that never compacts (Tansu) and on one that has not compacted yet.
+"""
+
+from __future__ import annotations
+
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import OutRecord
+from kafka_io.settings import KafkaSettings
+from kafka_io.topics import TopicSpec, ensure_topics
+
+
+def put_row(settings: KafkaSettings, table: TopicSpec, key: str, value: bytes | None) -> None:
+    """Write one row and wait until the broker has it; value None deletes the key."""
+    ensure_topics(settings, [table])
+    producer = make_producer(settings.with_client_id(f"table-{table.name}"))
+    produce_all(producer, [OutRecord(table.name, value, key.encode())])
+
+
+def read_rows(settings: KafkaSettings, table: TopicSpec) -> dict[str, bytes]:
+    """The table as it stands now: key -> latest value, deleted keys left out."""
+    ensure_topics(settings, [table])
+    rows: dict[str, bytes] = {}
+    for msg in read_topics(settings, [table.name]):
+        key = (msg.key() or b"").decode()
+        value = msg.value()
+        if value is None:
+            rows.pop(key, None)
+        else:
+            rows[key] = value
+    return rows
