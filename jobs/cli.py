@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from jobs import cli_ops, cli_workers
+from jobs import cli_ops, cli_schedule, cli_workers
 from jobs.cli_options import (
     NearlineGroup,
     batch_args,
@@ -229,7 +229,10 @@ def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
         if as_json:
             click.echo(json.dumps(status.to_dict()))
         else:
-            click.echo(f"{status.job.job_id}\t{status.job.model}\t{status.state}\t{status.done}/{status.job.total}")
+            schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
+            click.echo(
+                f"{status.job.job_id}\t{status.job.model}\t{status.state}\t{status.done}/{status.job.total}{schedule}"
+            )
 
 
 @cli.command(name="status")
@@ -351,6 +354,7 @@ for _command in (
     cli_ops.replay_cmd,
     cli_ops.offsets,
     cli_ops.dlq,
+    cli_schedule.schedule,
 ):
     cli.add_command(_command)
 

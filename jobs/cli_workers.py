@@ -3,6 +3,7 @@ their prerequisites."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -107,6 +108,45 @@ def worker_gpu(
         instance_id=instance_id,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
+
+
+@worker.command(name="scheduler")
+@click.option(
+    "--instance-id",
+    default=None,
+    show_envvar=True,
+    help="Stable name of this scheduler: a restart with the same name finishes a tick it had claimed "
+    "[default: the host name].",
+)
+@click.option("--grace-s", type=float, default=30.0, show_envvar=True, help="A tick this late is on time, not missed.")
+@click.option("--max-catch-up", type=int, default=100, show_envvar=True, help="Most missed ticks run under catch-up.")
+@cluster_options
+def worker_scheduler(
+    instance_id: str | None, grace_s: float, max_catch_up: int, bootstrap_servers: str, namespace: str
+) -> None:
+    """Submit one job per schedule tick. Run as many as you like: each tick is submitted once."""
+    import signal
+    import socket
+    import threading
+    from datetime import UTC, datetime, timedelta
+
+    from jobs.scheduler import Scheduler, SchedulerConfig
+    from kafka_io.clients import check_reachable
+
+    settings = require_servers(bootstrap_servers)
+    check_reachable(settings)
+    config = SchedulerConfig(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def say(line: str) -> None:
+        click.echo(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} {line}", err=True)
+
+    with Scheduler(settings, Topics(namespace), config, on_event=say) as scheduler:
+        say(f"scheduler {config.instance_id} running: {len(scheduler.schedules)} schedule(s)")
+        with contextlib.suppress(KeyboardInterrupt):
+            scheduler.run(stop)
+    say(f"scheduler {config.instance_id} stopped")
 
 
 @click.group()

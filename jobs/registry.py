@@ -102,12 +102,15 @@ class JobStatus:
             "input": self.job.input,
             "schedule": self.job.schedule,
             "state": self.state,
+            "error": self.job.error,
             "counts": self.counts(),
             "records_per_s": rate,
             "eta_s": remaining / rate if rate and remaining > 0 else None,
         }
 
     def line(self, rate: float | None = None) -> str:
+        if self.job.error is not None:
+            return f"{self.job.job_id} failed: {self.job.error}"
         c = self.counts()
         eta = format_eta(self.job.total and (self.job.total - self.done) / rate if rate else None)
         return (
@@ -144,7 +147,7 @@ def watch_status(
             if first_done is None:
                 first_done = (status.done, now)
             rate = (status.done - first_done[0]) / (now - first_done[1]) if now > first_done[1] else None
-            if status.state in ("cancelled", "completed", "completed_with_errors") and follower.caught_up():
+            if status.state in ("cancelled", "completed", "completed_with_errors", "failed") and follower.caught_up():
                 yield status, rate
                 return
             yield status, rate or None

@@ -1,0 +1,121 @@
+"""`nearline schedule add|list|pause|resume|rm`: recurring jobs, stored in the `schedules` topic.
+
+The jobs themselves are submitted by `nearline worker scheduler` (jobs/scheduler.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+
+from jobs.cli_options import cluster_options, require_servers
+from jobs.cron import MISFIRE_POLICIES, ScheduleSpecError
+from jobs.exit_codes import ExitCode
+from jobs.schedules import (
+    ScheduleExistsError,
+    ScheduleNotFoundError,
+    add_schedule,
+    describe,
+    new_schedule,
+    remove_schedule,
+    set_paused,
+)
+from kafka_io.settings import Topics
+
+T = TypeVar("T")
+
+
+def _user_errors(action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except (ScheduleSpecError, ScheduleExistsError, ScheduleNotFoundError, ValueError) as exc:
+        click.echo(f"error: {exc.args[0] if exc.args else exc}", err=True)
+        raise SystemExit(ExitCode.USAGE if isinstance(exc, ValueError) else ExitCode.FAILED) from None
+
+
+@click.group(name="schedule")
+def schedule() -> None:
+    """Recurring jobs: a cron spec, an input path or glob, a model. Run `nearline worker scheduler`."""
+
+
+@schedule.command(name="add")
+@click.argument("name")
+@click.option("--cron", required=True, help='Five-field cron expression, e.g. "0 3 * * *" for 03:00 daily.')
+@click.option("--input", "input_pattern", required=True, help="Path or glob, expanded at each tick (quote globs).")
+@click.option("--model", "-m", required=True)
+@click.option("--timezone", default="UTC", help="IANA zone the cron expression is read in.")
+@click.option(
+    "--misfire",
+    type=click.Choice(MISFIRE_POLICIES),
+    default="skip",
+    help="Ticks missed while no scheduler ran: skip them, or run each late (catch-up).",
+)
+@click.option("--replace", "replace_existing", is_flag=True, help="Overwrite a schedule of the same name.")
+@cluster_options
+def schedule_add(
+    name: str,
+    cron: str,
+    input_pattern: str,
+    model: str,
+    timezone: str,
+    misfire: str,
+    replace_existing: bool,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Add a schedule; it runs from its next tick on."""
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    created = _user_errors(lambda: new_schedule(name, cron, input_pattern, model, timezone, misfire))  # type: ignore[arg-type]
+    _user_errors(lambda: add_schedule(settings, topics, created, replace_existing))
+    view = describe(settings, topics, datetime.now(UTC))
+    next_tick = next((v.next_tick for v in view if v.schedule.name == name), None)
+    click.echo(f"schedule {name} added; next tick {next_tick:%Y-%m-%d %H:%M %Z}" if next_tick else name, err=True)
+
+
+@schedule.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@cluster_options
+def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """Every schedule with its state, next tick and last job."""
+    for view in describe(require_servers(bootstrap_servers), Topics(namespace), datetime.now(UTC)):
+        row: dict[str, Any] = view.to_dict()
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            click.echo(
+                f"{row['name']}\t{row['cron']} ({row['timezone']})\t{row['state']}\t"
+                f"next {row['next_tick'] or '-'}\tlast job {row['last_job_id'] or '-'}\t{row['model']}\t{row['input']}"
+            )
+
+
+@schedule.command(name="pause")
+@click.argument("name")
+@cluster_options
+def schedule_pause(name: str, bootstrap_servers: str, namespace: str) -> None:
+    """Stop submitting jobs for NAME until resumed."""
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    _user_errors(lambda: set_paused(settings, topics, name, True))
+    click.echo(f"schedule {name} paused", err=True)
+
+
+@schedule.command(name="resume")
+@click.argument("name")
+@cluster_options
+def schedule_resume(name: str, bootstrap_servers: str, namespace: str) -> None:
+    """Resume NAME from its next tick; ticks that fell while paused do not run."""
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    _user_errors(lambda: set_paused(settings, topics, name, False))
+    click.echo(f"schedule {name} resumed", err=True)
+
+
+@schedule.command(name="rm")
+@click.argument("name")
+@cluster_options
+def schedule_rm(name: str, bootstrap_servers: str, namespace: str) -> None:
+    """Remove NAME. Jobs it already submitted stay."""
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    _user_errors(lambda: remove_schedule(settings, topics, name))
+    click.echo(f"schedule {name} removed", err=True)
