@@ -318,6 +318,31 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
         click.echo("\n".join(report.lines()))
 
 
+@cli.command(name="report")
+@click.argument("job_id")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file to write [default: JOB_ID.html].",
+)
+@cluster_options
+def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
+    """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
+    from jobs.registry import JobNotFoundError, job_status
+    from jobs.report import render
+
+    try:
+        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id)
+    except JobNotFoundError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(ExitCode.FAILED) from None
+    path = output or Path(f"{job_id}.html")
+    path.write_text(render(status), encoding="utf-8")
+    click.echo(f"wrote {path} ({status.state}, {len(status.outcome.results)} results)", err=True)
+
+
 @cli.command()
 @click.argument("topic")
 @click.argument("input_path", metavar="FILE|-")
