@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bench.decoupling import EXAMPLE, machine
-from jobs.local import spawn_worker, stop_all
+from jobs.local import start_pipeline_workers, stop_all
 from jobs.runner import ensure_model, watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
@@ -40,20 +40,15 @@ def run(records: int, repository: Path, seconds: float, max_lag: int, workdir: P
             f.write(json.dumps({"id": f"{i}-{row['id']}", "text": row["text"]}) + "\n")
     broker = EmbeddedBroker.start(workdir / f"broker-{records}.log")
     settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("overload")
-    workers = [
-        spawn_worker(
-            name,
-            args,
-            bootstrap_servers=broker.bootstrap_servers,
-            namespace=topics.namespace,
-            repository=repository,
-            log_path=workdir / f"{name}-{records}.log",
-        )
-        for name, args in (
-            ("preprocess", ["preprocess", "--max-tensor-lag", str(max_lag)]),
-            ("gpu", ["gpu", "--model", "minilm"]),
-        )
-    ]
+    workers = start_pipeline_workers(
+        "minilm",
+        bootstrap_servers=broker.bootstrap_servers,
+        namespace=topics.namespace,
+        repository=repository,
+        logs=workdir,
+        preprocess_args=("--max-tensor-lag", str(max_lag)),
+        log_suffix=f"-{records}",
+    )
 
     def check() -> None:
         for w in workers:

@@ -111,8 +111,11 @@ def start_pipeline_workers(
     repository: Path,
     logs: Path,
     gpu_args: tuple[str, ...] = (),
+    preprocess_args: tuple[str, ...] = (),
+    log_suffix: str = "",
 ) -> list[WorkerProcess]:
-    """One preprocess and one GPU worker for `model`: the pipeline `nearline run` needs on one machine."""
+    """One preprocess and one GPU worker for `model`, in that order: the pipeline `nearline run`
+    needs on one machine."""
     return [
         spawn_worker(
             name,
@@ -120,8 +123,11 @@ def start_pipeline_workers(
             bootstrap_servers=bootstrap_servers,
             namespace=namespace,
             repository=repository,
-            log_path=logs / f"{name}.log",
+            log_path=logs / f"{name}{log_suffix}.log",
             extra_env=PREPROCESS_ENV if name == "preprocess" else None,
         )
-        for name, args in (("preprocess", ["preprocess"]), ("gpu", ["gpu", "--model", model, *gpu_args]))
+        for name, args in (
+            ("preprocess", ["preprocess", *preprocess_args]),
+            ("gpu", ["gpu", "--model", model, *gpu_args]),
+        )
     ]

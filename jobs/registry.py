@@ -17,9 +17,9 @@ from jobs.results import JobOutcome
 from kafka_io import Message
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.tables import put_row, read_rows
+from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
-from schemas import Job, SerdeError, decode, encode, now_us
+from schemas import Job, encode, now_us
 
 
 class JobNotFoundError(LookupError):
@@ -31,13 +31,7 @@ def register(settings: KafkaSettings, topics: Topics, job: Job) -> None:
 
 
 def load_jobs(settings: KafkaSettings, topics: Topics) -> dict[str, Job]:
-    jobs: dict[str, Job] = {}
-    for key, value in read_rows(settings, jobs_topic(topics)).items():
-        try:
-            jobs[key] = decode(value, Job)
-        except SerdeError:
-            continue  # not a job record: a stray write must not hide every other job
-    return jobs
+    return read_records(settings, jobs_topic(topics), Job)
 
 
 def find_job(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:

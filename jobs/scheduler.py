@@ -83,12 +83,24 @@ class Scheduler:
         self._awaiting: str | None = None  # the claim id this scheduler waits to read back
 
     def __enter__(self) -> Scheduler:
+        self._open()
+        return self
+
+    def _open(self) -> None:
         ensure_topics(self.settings, [schedules_topic(self.topics), schedule_ticks_topic(self.topics)])
         self._follower = TopicFollower(self.settings, [self.topics.schedules, self.topics.schedule_ticks])
         self._producer = make_producer(self.settings)
+        self.schedules, self.claims, self.last_tick = {}, {}, {}
         self.catch_up()
         self._unfinished = self._own_unfinished_claims()
-        return self
+
+    def _reopen(self) -> None:
+        """New clients and state read afresh: after a broker restart the old ones can be wedged
+        (shared/docs/tansu.md), and what was read before may be gone."""
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
+        self._open()
 
     def __exit__(self, *exc: object) -> None:
         if self._follower is not None:
@@ -195,7 +207,7 @@ class Scheduler:
                 schedule=schedule.name,
                 attributes={"tick": tick.isoformat()},
             )
-        except ValueError as exc:  # the input is missing or invalid: the job fails, the tick is done
+        except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
             failed = Job(job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name)
             register(self.settings, self.topics, Job(**{**failed.to_avro(), "error": str(exc)}))
             self.on_event(f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC, job {job_id} failed: {exc}")
@@ -229,8 +241,13 @@ class Scheduler:
             try:
                 self.step()
             except (BrokerUnavailableError, DeliveryError, KafkaException) as exc:
-                self.on_event(f"scheduler: Kafka unavailable, retrying: {exc}")
-                stop.wait(5.0)
+                self.on_event(f"scheduler: Kafka unavailable, retrying in 5 s: {exc}")
+                if stop.wait(5.0):
+                    return
+                try:
+                    self._reopen()
+                except (BrokerUnavailableError, DeliveryError, KafkaException):
+                    continue
             stop.wait(self.config.poll_s)
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from jobs.cron import Misfire, check_spec, from_us, next_tick
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.tables import put_row, read_rows
+from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
 from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 
@@ -48,13 +48,7 @@ def new_schedule(
 
 
 def load_schedules(settings: KafkaSettings, topics: Topics) -> dict[str, Schedule]:
-    out: dict[str, Schedule] = {}
-    for key, value in read_rows(settings, schedules_topic(topics)).items():
-        try:
-            out[key] = decode(value, Schedule)
-        except SerdeError:
-            continue
-    return out
+    return read_records(settings, schedules_topic(topics), Schedule)
 
 
 def add_schedule(settings: KafkaSettings, topics: Topics, schedule: Schedule, replace_existing: bool = False) -> None:
@@ -120,6 +114,7 @@ class ScheduleView:
             "model": s.model,
             "misfire": s.misfire,
             "state": "paused" if s.paused else "active",
+            "active_since": from_us(s.active_since).isoformat(),
             "next_tick": self.next_tick.isoformat() if self.next_tick else None,
             "last_tick": from_us(self.last_tick.tick_at).isoformat() if self.last_tick else None,
             "last_job_id": self.last_tick.job_id if self.last_tick else None,

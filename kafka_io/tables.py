@@ -12,6 +12,8 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import SerdeError, decode
+from schemas.serde import R
 
 
 def put_row(settings: KafkaSettings, table: TopicSpec, key: str, value: bytes | None) -> None:
@@ -33,3 +35,14 @@ def read_rows(settings: KafkaSettings, table: TopicSpec) -> dict[str, bytes]:
         else:
             rows[key] = value
     return rows
+
+
+def read_records(settings: KafkaSettings, table: TopicSpec, cls: type[R]) -> dict[str, R]:
+    """The table's rows decoded as `cls`; a row that is not one is skipped, not allowed to hide the rest."""
+    out: dict[str, R] = {}
+    for key, value in read_rows(settings, table).items():
+        try:
+            out[key] = decode(value, cls)
+        except SerdeError:
+            continue
+    return out

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.local import spawn_worker, stop_all
+from jobs.local import start_pipeline_workers, stop_all
 from jobs.runner import watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
@@ -39,16 +39,12 @@ def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
 ) -> None:
     broker = EmbeddedBroker.start(tmp_path / "broker.log")
     settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("restart")
-    gpu, pre = (
-        spawn_worker(
-            name,
-            args,
-            bootstrap_servers=broker.bootstrap_servers,
-            namespace=topics.namespace,
-            repository=model_repository,
-            log_path=tmp_path / f"{name}.log",
-        )
-        for name, args in (("gpu", ["gpu", "--model", "tiny"]), ("preprocess", ["preprocess"]))
+    pre, gpu = start_pipeline_workers(
+        "tiny",
+        bootstrap_servers=broker.bootstrap_servers,
+        namespace=topics.namespace,
+        repository=model_repository,
+        logs=tmp_path,
     )
 
     def check() -> None:
