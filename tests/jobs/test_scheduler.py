@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from jobs.schedules import (
     set_paused,
     winning_claims,
 )
+from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -213,3 +215,35 @@ def test_a_restarted_winner_finishes_a_tick_it_claimed_but_did_not_submit(
         assert restarted.step() == ["hourly-20261129T1001Z"]
         assert restarted.step() == []
     assert raw_records_of(settings, topics, "hourly-20261129T1001Z") == 5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_running_scheduler_recovers_from_a_broker_restart_that_lost_everything(
+    clock: Clock, text_input: Path, tmp_path: Path
+) -> None:
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("restart")
+    events: list[str] = []
+    stop = threading.Event()
+    scheduler = Scheduler(settings, topics, SchedulerConfig("a", poll_s=0.2), clock=clock, on_event=events.append)
+    try:
+        with scheduler:
+            runner = threading.Thread(target=scheduler.run, args=(stop,))
+            runner.start()
+            broker.stop()
+            broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty
+            deadline = time.monotonic() + 120
+            while not any("Kafka unavailable" in e for e in events):
+                assert time.monotonic() < deadline, events
+                time.sleep(0.5)
+            add(settings, topics, text_input)  # the schedule, written again to the new broker
+            clock.at(1, 2)
+            while "hourly-20261129T1001Z" not in scheduled_jobs(settings, topics):
+                assert time.monotonic() < deadline and runner.is_alive(), events
+                time.sleep(1)
+            stop.set()
+            runner.join(30)
+    finally:
+        stop.set()
+        broker.stop()
