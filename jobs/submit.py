@@ -84,9 +84,7 @@ class JobInput:
         paths = [Path(p) for p in sorted(glob.glob(pattern))] if glob.has_magic(pattern) else [Path(pattern)]
         paths = [p for p in paths if p.exists()]
         if not paths:
-            raise ValueError(
-                f"{pattern}: no such file" + (" (the pattern matches nothing)" if glob.has_magic(pattern) else "")
-            )
+            raise ValueError(f"{pattern}: matches no file" if glob.has_magic(pattern) else f"{pattern}: no such file")
         if len(paths) == 1:
             return cls.open(str(paths[0]))
         kinds = {detect_kind(p) for p in paths}

@@ -187,7 +187,7 @@ def test_a_missing_input_fails_the_ticks_job_with_the_reason_and_the_schedule_go
     clock.at(1, 2)
     assert a.step() == []
     failed = scheduled_jobs(settings, topics)["hourly-20261129T1001Z"]
-    assert failed.error == f"{pattern}: no such file (the pattern matches nothing)"
+    assert failed.error == f"{pattern}: matches no file"
     assert JobStatus(failed).state == "failed"
 
     (tmp_path / "drop").mkdir()
