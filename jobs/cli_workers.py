@@ -115,8 +115,8 @@ def worker_gpu(
     "--instance-id",
     default=None,
     show_envvar=True,
-    help="Stable name of this scheduler: a restart with the same name finishes a tick it had claimed "
-    "[default: the host name].",
+    help="Stable name, unique per scheduler: a restart with the same name finishes a tick it had "
+    "claimed but not submitted [default: the host name].",
 )
 @click.option("--grace-s", type=float, default=30.0, show_envvar=True, help="A tick this late is on time, not missed.")
 @click.option("--max-catch-up", type=int, default=100, show_envvar=True, help="Most missed ticks run under catch-up.")
