@@ -23,7 +23,7 @@ from jobs.schedules import (
     remove_schedule,
     set_paused,
 )
-from kafka_io.settings import Topics
+from kafka_io.settings import KafkaSettings, Topics
 
 T = TypeVar("T")
 
@@ -91,31 +91,27 @@ def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None
             )
 
 
-@schedule.command(name="pause")
-@click.argument("name")
-@cluster_options
-def schedule_pause(name: str, bootstrap_servers: str, namespace: str) -> None:
-    """Stop submitting jobs for NAME until resumed."""
-    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    _user_errors(lambda: set_paused(settings, topics, name, True))
-    click.echo(f"schedule {name} paused", err=True)
+def _named_command(
+    verb: str, done: str, help_text: str, action: Callable[[KafkaSettings, Topics, str], object]
+) -> None:
+    """`nearline schedule VERB NAME`: one action on one schedule, reported as `schedule NAME DONE`."""
+
+    @schedule.command(name=verb, help=help_text)
+    @click.argument("name")
+    @cluster_options
+    def command(name: str, bootstrap_servers: str, namespace: str) -> None:
+        settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+        _user_errors(lambda: action(settings, topics, name))
+        click.echo(f"schedule {name} {done}", err=True)
 
 
-@schedule.command(name="resume")
-@click.argument("name")
-@cluster_options
-def schedule_resume(name: str, bootstrap_servers: str, namespace: str) -> None:
-    """Resume NAME from its next tick; ticks that fell while paused do not run."""
-    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    _user_errors(lambda: set_paused(settings, topics, name, False))
-    click.echo(f"schedule {name} resumed", err=True)
-
-
-@schedule.command(name="rm")
-@click.argument("name")
-@cluster_options
-def schedule_rm(name: str, bootstrap_servers: str, namespace: str) -> None:
-    """Remove NAME. Jobs it already submitted stay."""
-    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    _user_errors(lambda: remove_schedule(settings, topics, name))
-    click.echo(f"schedule {name} removed", err=True)
+_named_command(
+    "pause", "paused", "Stop submitting jobs for NAME until resumed.", lambda st, t, n: set_paused(st, t, n, True)
+)
+_named_command(
+    "resume",
+    "resumed",
+    "Resume NAME from its next tick; ticks that fell while paused do not run.",
+    lambda st, t, n: set_paused(st, t, n, False),
+)
+_named_command("rm", "removed", "Remove NAME. Jobs it already submitted stay.", remove_schedule)
