@@ -3,6 +3,7 @@ stage and batch sizes — built from the stage timestamps its results carry (as 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -101,11 +102,35 @@ def render(status: JobStatus, generated_at: datetime | None = None) -> str:
             f"bottleneck: <b>{escape(summary.bottleneck)}</b>; engine busy {summary.engine_busy_fraction:.0%} "
             f"of the job's wall time.</p>"
         )
+    parts += _dead_letter_section(status)
     parts += _throughput_section(results)
     parts += _latency_section(results, summary)
     parts += _batch_section(summary)
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _dead_letter_section(status: JobStatus) -> list[str]:
+    """Why records failed, grouped by stage and error type: the first thing to read in a bad job."""
+    if not status.outcome.dead:
+        return []
+    groups = Counter((d.stage, d.error_type) for d in status.outcome.dead.values())
+    example: dict[tuple[str, str], str] = {}
+    for record_id, d in sorted(status.outcome.dead.items()):
+        example.setdefault((d.stage, d.error_type), f"{record_id}: {d.error}")
+    rows = [
+        f"<tr><td>{escape(stage)}</td><td>{escape(kind)}</td><td>{n:,}</td>"
+        f"<td>{escape(example[(stage, kind)])}</td></tr>"
+        for (stage, kind), n in groups.most_common()
+    ]
+    return [
+        '<section id="dead-letters"><h2>Dead letters</h2>',
+        "<table><thead><tr><th>stage</th><th>error</th><th>records</th><th>first example</th></tr></thead>",
+        "<tbody>",
+        *rows,
+        "</tbody></table><p>Inspect and replay them with <code>nearline dlq list --job "
+        f"{escape(status.job.job_id)}</code>.</p></section>",
+    ]
 
 
 def _throughput_section(results: list[InferenceResult]) -> list[str]:

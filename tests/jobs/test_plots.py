@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from jobs.plots import Bar, bar_chart, histogram_bars, log_ticks, nice_step, ticks
-from jobs.report import stage_latencies_ms, throughput
+from jobs.registry import JobStatus
+from jobs.report import render, stage_latencies_ms, throughput
+from schemas import DeadLetter, Job
 from tests.jobs.test_profile import result
 
 
@@ -52,3 +54,18 @@ def test_an_empty_chart_says_so_instead_of_failing() -> None:
     assert "no data" in bar_chart("x", [], title="Batch sizes", x_label="", y_label="", color="#000000")
     svg = bar_chart("x", [Bar(0, 1, 3, "8")], title="t", x_label="", y_label="", color="#123456")
     assert 'fill="#123456"' in svg and "<title>8: 3</title>" in svg
+
+
+def test_the_report_groups_dead_letters_by_stage_and_error_with_an_example() -> None:
+    job = Job("job-1", "tiny", "in.jsonl", "text", 3, 0)
+    status = JobStatus(job)
+    for rid, stage, kind in [
+        ("a", "preprocess", "TextTooLong"),
+        ("b", "preprocess", "TextTooLong"),
+        ("c", "gpu", "EngineError"),
+    ]:
+        status.outcome.dead[rid] = DeadLetter(stage, kind, f"{rid} broke", "raw.text", 0, 0, b"", 0, "job-1", rid)
+    page = render(status)
+    assert "<tr><td>preprocess</td><td>TextTooLong</td><td>2</td><td>a: a broke</td></tr>" in page
+    assert "<tr><td>gpu</td><td>EngineError</td><td>1</td><td>c: c broke</td></tr>" in page
+    assert status.state == "completed_with_errors" and "no data" in page  # no results: empty charts say so
