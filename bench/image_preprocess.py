@@ -99,7 +99,7 @@ def main() -> None:
 
     import PIL
 
-    from bench.pipeline_vs_engine import machine
+    from bench.decoupling import machine
 
     with tempfile.TemporaryDirectory() as tmp:
         inputs = make_inputs(Path(tmp))
