@@ -12,10 +12,9 @@ from typing import Any, TypeVar
 import click
 
 from jobs.cli_options import cluster_options, require_servers
-from jobs.cron import MISFIRE_POLICIES, ScheduleSpecError
+from jobs.cron import MISFIRE_POLICIES, next_tick
 from jobs.exit_codes import ExitCode
 from jobs.schedules import (
-    ScheduleExistsError,
     ScheduleNotFoundError,
     add_schedule,
     describe,
@@ -31,7 +30,7 @@ T = TypeVar("T")
 def _user_errors(action: Callable[[], T]) -> T:
     try:
         return action()
-    except (ScheduleSpecError, ScheduleExistsError, ScheduleNotFoundError, ValueError) as exc:
+    except (ValueError, ScheduleNotFoundError) as exc:  # ScheduleSpecError and ScheduleExistsError included
         click.echo(f"error: {exc.args[0] if exc.args else exc}", err=True)
         raise SystemExit(ExitCode.USAGE if isinstance(exc, ValueError) else ExitCode.FAILED) from None
 
@@ -70,9 +69,8 @@ def schedule_add(
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     created = _user_errors(lambda: new_schedule(name, cron, input_pattern, model, timezone, misfire))  # type: ignore[arg-type]
     _user_errors(lambda: add_schedule(settings, topics, created, replace_existing))
-    view = describe(settings, topics, datetime.now(UTC))
-    next_tick = next((v.next_tick for v in view if v.schedule.name == name), None)
-    click.echo(f"schedule {name} added; next tick {next_tick:%Y-%m-%d %H:%M %Z}" if next_tick else name, err=True)
+    first = next_tick(created.cron, created.timezone, datetime.now(UTC))
+    click.echo(f"schedule {name} added; next tick {first:%Y-%m-%d %H:%M %Z}", err=True)
 
 
 @schedule.command(name="list")

@@ -70,7 +70,7 @@ class TickPlan:
 def plan_ticks(
     cron: str,
     timezone: str,
-    misfire: Misfire,
+    misfire: str,
     cursor: datetime,
     now: datetime,
     grace: timedelta,
@@ -81,7 +81,8 @@ def plan_ticks(
     A tick at most `grace` old is on time and runs under either policy: that is ordinary loop
     latency. Older ones were missed (no scheduler was running): `skip` drops them, `catch-up`
     runs them oldest first, at most `max_catch_up` of the newest so that a schedule left off for
-    a month does not flood the pipeline with a month of per-minute jobs.
+    a month does not flood the pipeline with a month of per-minute jobs. Any policy other than
+    catch-up is skip.
     """
     due: list[datetime] = []
     for tick in ticks_after(cron, timezone, cursor):

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from jobs.cron import Misfire, from_us, plan_ticks, tick_job_id, to_us
+from jobs.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.registry import load_jobs, register
+from jobs.schedules import TickClaims
 from jobs.submit import JobInput, submit
 from kafka_io import KafkaException, Message, Producer
 from kafka_io.clients import make_producer
@@ -74,8 +75,7 @@ class Scheduler:
         self.clock = clock
         self.on_event = on_event
         self.schedules: dict[str, Schedule] = {}
-        self.claims: dict[tuple[str, int], ScheduleTick] = {}  # the first claim of each tick
-        self.last_tick: dict[str, int] = {}  # newest claimed tick per schedule, by anyone
+        self.ticks = TickClaims()
         self._skipped_to: dict[str, datetime] = {}  # local only: missed ticks already reported
         self._unfinished: list[Unfinished] = []  # ticks won whose job is not submitted yet
         self._follower: TopicFollower | None = None
@@ -90,7 +90,7 @@ class Scheduler:
         ensure_topics(self.settings, [schedules_topic(self.topics), schedule_ticks_topic(self.topics)])
         self._follower = TopicFollower(self.settings, [self.topics.schedules, self.topics.schedule_ticks])
         self._producer = make_producer(self.settings)
-        self.schedules, self.claims, self.last_tick = {}, {}, {}
+        self.schedules, self.ticks = {}, TickClaims()
         self.catch_up()
         self._unfinished = self._own_unfinished_claims()
 
@@ -124,14 +124,13 @@ class Scheduler:
                     claim = decode(value, ScheduleTick)
                     if claim.claim_id == self._awaiting:
                         self._awaiting = None
-                    self.claims.setdefault((claim.schedule, claim.tick_at), claim)
-                    self.last_tick[claim.schedule] = max(self.last_tick.get(claim.schedule, 0), claim.tick_at)
+                    self.ticks.add(claim)
             except SerdeError as exc:
                 log.warning("ignoring an unreadable record in %s at offset %s: %s", msg.topic(), msg.offset(), exc)
 
     def _own_unfinished_claims(self) -> list[Unfinished]:
         horizon = to_us(self.clock() - RESUME_WINDOW)
-        mine = [c for c in self.claims.values() if c.scheduler == self.config.instance_id and c.tick_at >= horizon]
+        mine = [c for c in self.ticks.first.values() if c.scheduler == self.config.instance_id and c.tick_at >= horizon]
         if not mine:
             return []
         registered = load_jobs(self.settings, self.topics)
@@ -145,12 +144,12 @@ class Scheduler:
         for schedule in list(self.schedules.values()):
             if schedule.paused:
                 continue
-            cursor = from_us(max(self.last_tick.get(schedule.name, 0), schedule.active_since))
+            cursor = from_us(max(self.ticks.newest.get(schedule.name, 0), schedule.active_since))
             cursor = max(cursor, self._skipped_to.get(schedule.name, cursor))
             plan = plan_ticks(
                 schedule.cron,
                 schedule.timezone,
-                _misfire(schedule),
+                schedule.misfire,
                 cursor,
                 now,
                 self.config.grace,
@@ -173,7 +172,7 @@ class Scheduler:
         """Append a claim on the tick and read the log up to it: True if it is the first claim."""
         assert self._follower is not None and self._producer is not None
         key = (name, to_us(tick))
-        if key in self.claims:
+        if key in self.ticks.first:
             return False  # someone claimed it already (maybe this scheduler, before a restart)
         mine = ScheduleTick(
             name, to_us(tick), tick_job_id(name, tick), self.config.instance_id, secrets.token_hex(8), now_us()
@@ -188,7 +187,7 @@ class Scheduler:
             if time.monotonic() > deadline:
                 raise BrokerUnavailableError(f"claim on {name} {tick} was acked but not read back in 60 s")
             self._apply(self._follower.poll(0.1))
-        winner = self.claims[key]
+        winner = self.ticks.first[key]
         if winner.claim_id != mine.claim_id:
             self.on_event(f"schedule {name}: tick {tick:%Y-%m-%d %H:%M} UTC is {winner.scheduler}'s, not submitting")
             return False
@@ -208,8 +207,10 @@ class Scheduler:
                 attributes={"tick": tick.isoformat()},
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
-            failed = Job(job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name)
-            register(self.settings, self.topics, Job(**{**failed.to_avro(), "error": str(exc)}))
+            failed = Job(
+                job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name, error=str(exc)
+            )
+            register(self.settings, self.topics, failed)
             self.on_event(f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC, job {job_id} failed: {exc}")
             return None
         except (BrokerUnavailableError, DeliveryError, KafkaException) as exc:
@@ -249,7 +250,3 @@ class Scheduler:
                 except (BrokerUnavailableError, DeliveryError, KafkaException):
                     continue
             stop.wait(self.config.poll_s)
-
-
-def _misfire(schedule: Schedule) -> Misfire:
-    return "catch-up" if schedule.misfire == "catch-up" else "skip"

@@ -7,7 +7,7 @@ follows the same topics. Nothing lives on a local disk, so a schedule survives a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from jobs.cron import Misfire, check_spec, from_us, next_tick
@@ -90,12 +90,24 @@ def load_ticks(settings: KafkaSettings, topics: Topics) -> list[ScheduleTick]:
     return out
 
 
-def winning_claims(claims: list[ScheduleTick]) -> dict[tuple[str, int], ScheduleTick]:
-    """(schedule, tick) -> the first claim of it in log order."""
-    first: dict[tuple[str, int], ScheduleTick] = {}
-    for claim in claims:
-        first.setdefault((claim.schedule, claim.tick_at), claim)
-    return first
+@dataclass
+class TickClaims:
+    """The claims log folded in log order. The first claim of a tick wins: the one rule every
+    scheduler, and `schedule list`, applies to the same log."""
+
+    first: dict[tuple[str, int], ScheduleTick] = field(default_factory=dict)  # (schedule, tick) -> winner
+    newest: dict[str, int] = field(default_factory=dict)  # schedule -> its newest claimed tick
+
+    def add(self, claim: ScheduleTick) -> None:
+        self.first.setdefault((claim.schedule, claim.tick_at), claim)
+        self.newest[claim.schedule] = max(self.newest.get(claim.schedule, 0), claim.tick_at)
+
+    @classmethod
+    def of(cls, claims: list[ScheduleTick]) -> TickClaims:
+        folded = cls()
+        for claim in claims:
+            folded.add(claim)
+        return folded
 
 
 @dataclass(frozen=True)
@@ -123,13 +135,13 @@ class ScheduleView:
 
 def describe(settings: KafkaSettings, topics: Topics, now: datetime) -> list[ScheduleView]:
     schedules = load_schedules(settings, topics)
+    claims = TickClaims.of(load_ticks(settings, topics))
     last: dict[str, ScheduleTick] = {}
-    for claim in winning_claims(load_ticks(settings, topics)).values():
-        s = schedules.get(claim.schedule)
+    for s in schedules.values():
+        newest = claims.newest.get(s.name, 0)
         # ticks run only after a schedule is created: earlier claims belong to a removed namesake
-        newer = claim.schedule not in last or claim.tick_at > last[claim.schedule].tick_at
-        if s is not None and claim.tick_at > s.created_at and newer:
-            last[claim.schedule] = claim
+        if newest > s.created_at:
+            last[s.name] = claims.first[(s.name, newest)]
     return [
         ScheduleView(s, None if s.paused else next_tick(s.cron, s.timezone, now), last.get(s.name))
         for s in sorted(schedules.values(), key=lambda s: s.name)

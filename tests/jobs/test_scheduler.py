@@ -15,13 +15,13 @@ from jobs.cron import to_us
 from jobs.registry import JobStatus, load_jobs
 from jobs.scheduler import Scheduler, SchedulerConfig
 from jobs.schedules import (
+    TickClaims,
     add_schedule,
     describe,
     load_ticks,
     new_schedule,
     remove_schedule,
     set_paused,
-    winning_claims,
 )
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
@@ -124,7 +124,7 @@ def test_two_schedulers_stepping_concurrently_submit_exactly_one_job_per_tick(
     }
     for job_id in expected:  # each tick's records were produced once, by the winner alone
         assert raw_records_of(settings, topics, job_id) == 5
-    winners = winning_claims(load_ticks(settings, topics))
+    winners = TickClaims.of(load_ticks(settings, topics)).first
     assert len(winners) == 3
 
 
