@@ -21,7 +21,7 @@ from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from kafka_io.dead_letters import dead_letter
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import OutRecord, SourceRef, job_record
 from kafka_io.settings import Topics
 from schemas import InferenceResult, SerdeError, TensorRecord, decode, encode, now_us
 from schemas.errors import TensorFormatError
@@ -113,14 +113,7 @@ def handle_batch(
                     "result_produced": now_us(),
                 },
             )
-            out.append(
-                OutRecord(
-                    topics.results,
-                    encode(result),
-                    key=f"{record.job_id}/{record.record_id}".encode(),
-                    headers=[("job_id", record.job_id.encode())],
-                )
-            )
+            out.append(job_record(topics.results, encode(result), record.job_id, record.record_id))
     return out
 
 

@@ -18,7 +18,7 @@ from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.offsets import group_lag
 from kafka_io.produce import produce_all
-from kafka_io.records import OutRecord
+from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from producers import InputError, InputFormat, InputRecord, read_text_input
@@ -105,7 +105,7 @@ class JobInput:
         return read_text_input(self.path, self.fmt, stream)
 
     def _read_parts(self) -> Iterator[InputRecord | ImageRecord | InputError]:
-        common = Path(os.path.commonpath(self.parts)) if len(self.parts) > 1 else self.parts[0].parent
+        common = Path(os.path.commonpath(self.parts))  # matching() makes parts only of two or more
         for part in self.parts:
             prefix = part.relative_to(common).as_posix()
             for item in replace(self, path=part, parts=()).read():
@@ -150,9 +150,7 @@ class JobInput:
                 )
             else:
                 value = encode(RawText(job_id, item.record_id, seq, model, item.text, submitted_at, item.attributes))
-            yield OutRecord(
-                topic, value, key=f"{job_id}/{item.record_id}".encode(), headers=[("job_id", job_id.encode())]
-            )
+            yield job_record(topic, value, job_id, item.record_id)
             seq += 1
 
 

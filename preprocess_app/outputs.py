@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 from kafka_io.dead_letters import dead_letter
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import OutRecord, SourceRef, job_record
 from kafka_io.settings import Topics
 from schemas import RawImage, RawText, TensorRecord, encode
 
 STAGE = "preprocess"
 
 
-def record_key(job_id: str, record_id: str) -> bytes:
-    return f"{job_id}/{record_id}".encode()
-
-
 def tensor_out(topics: Topics, record: TensorRecord) -> OutRecord:
-    return OutRecord(
-        topics.tensors(record.model),
-        encode(record),
-        key=record_key(record.job_id, record.record_id),
-        headers=[("job_id", record.job_id.encode())],
-    )
+    return job_record(topics.tensors(record.model), encode(record), record.job_id, record.record_id)
 
 
 def dead_out(error: Exception, src: SourceRef, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:
