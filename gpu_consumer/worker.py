@@ -123,10 +123,13 @@ def serve(
     engine = make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     tensors = topics.tensors(model)
-    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    ensure_topics(
+        settings,
+        [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters), jobs_topic(topics)],
+    )
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
-    consumer = make_consumer(settings.with_client_id(f"gpu-{worker_id}"), topics.gpu_group(model))
     client = settings.with_client_id(f"gpu-{worker_id}")
+    consumer = make_consumer(client, topics.gpu_group(model))
     # stable per worker instance, so a restarted instance fences its own zombie at once
     transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
 
@@ -143,7 +146,6 @@ def serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    ensure_topics(settings, [jobs_topic(topics)])
     cancellations = Cancellations(settings, topics)
     assignment = subscribe(consumer, [tensors])
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)

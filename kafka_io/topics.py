@@ -28,12 +28,17 @@ class TopicSpec:
 
 def jobs_topic(topics: Topics) -> TopicSpec:
     """The job registry: one partition (one order of events per job), compacted where Kafka compacts."""
-    return TopicSpec(topics.jobs, partitions=1, config=(("cleanup.policy", "compact"),))
+    return _table(topics.jobs)
 
 
 def schedules_topic(topics: Topics) -> TopicSpec:
     """Schedule specs, last value per name: like the job registry."""
-    return TopicSpec(topics.schedules, partitions=1, config=(("cleanup.policy", "compact"),))
+    return _table(topics.schedules)
+
+
+def _table(name: str) -> TopicSpec:
+    """A keyed table (kafka_io/tables.py): one partition, compacted."""
+    return TopicSpec(name, partitions=1, config=(("cleanup.policy", "compact"),))
 
 
 def schedule_ticks_topic(topics: Topics) -> TopicSpec:

@@ -150,8 +150,10 @@ def run_worker(
 ) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
     check_reachable(settings)
-    ensure_topics(settings, [TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)])
-    ensure_topics(settings, [jobs_topic(topics)])
+    ensure_topics(
+        settings,
+        [*(TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)), jobs_topic(topics)],
+    )
     app = create_app(settings, topics, repository, text_batch=batch_size, max_tensor_lag=max_tensor_lag)
     worker = faust.Worker(app, loglevel="WARNING", quiet=True)
     worker.execute_from_commandline()
