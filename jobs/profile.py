@@ -83,15 +83,28 @@ def busy_time_us(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-def profile(results: Iterable[InferenceResult]) -> Profile:
-    rows = [r for r in results if all(k in r.timestamps for _, a, b in STAGES for k in (a, b))]
-    if not rows:
-        raise ValueError("no results with stage timestamps")
+def timed(results: Iterable[InferenceResult]) -> list[InferenceResult]:
+    """The results that carry every stage timestamp."""
+    return [r for r in results if all(k in r.timestamps for _, a, b in STAGES for k in (a, b))]
+
+
+def stage_samples_us(rows: list[InferenceResult]) -> dict[str, np.ndarray]:
+    """Each stage's latency per record in µs, then "end to end"; rows as timed() returns them."""
     ts = {
         key: np.array([r.timestamps[key] for r in rows], dtype=np.int64) for key in {k for s in STAGES for k in s[1:]}
     }
-    stages = {name: Latency.of(np.maximum(ts[b] - ts[a], 0)) for name, a, b in STAGES}
-    wall_us = int(ts["result_produced"].max() - ts["submitted"].min())
+    samples = {name: np.maximum(ts[b] - ts[a], 0) for name, a, b in STAGES}
+    samples["end to end"] = ts["result_produced"] - ts["submitted"]
+    return samples
+
+
+def profile(results: Iterable[InferenceResult]) -> Profile:
+    rows = timed(results)
+    if not rows:
+        raise ValueError("no results with stage timestamps")
+    samples = stage_samples_us(rows)
+    stages = {name: Latency.of(samples[name]) for name, _, _ in STAGES}
+    wall_us = max(r.timestamps["result_produced"] for r in rows) - min(r.timestamps["submitted"] for r in rows)
     batches = {r.batch_id: r for r in rows}
     busy = busy_time_us((r.timestamps["inference_start"], r.timestamps["inference_end"]) for r in batches.values())
     slowest = max(stages, key=lambda s: stages[s].mean_ms)
@@ -101,7 +114,7 @@ def profile(results: Iterable[InferenceResult]) -> Profile:
         wall_s=wall_us / 1e6,
         records_per_s=len(rows) / (wall_us / 1e6) if wall_us else 0.0,
         stages=stages,
-        end_to_end=Latency.of(ts["result_produced"] - ts["submitted"]),
+        end_to_end=Latency.of(samples["end to end"]),
         slowest_stage=slowest,
         bottleneck=BLAME.get(slowest, slowest),
         engine_busy_fraction=busy / wall_us if wall_us else 0.0,

@@ -12,7 +12,7 @@ from html import escape
 import numpy as np
 
 from jobs.plots import Bar, bar_chart, histogram_bars, nice_step
-from jobs.profile import STAGES, Profile, profile
+from jobs.profile import Profile, profile, stage_samples_us, timed
 from jobs.registry import JobStatus
 from schemas import InferenceResult
 
@@ -64,15 +64,7 @@ def throughput(results: Iterable[InferenceResult], buckets: int = 40) -> Through
 
 def stage_latencies_ms(results: Iterable[InferenceResult]) -> dict[str, np.ndarray]:
     """Each stage's latency per record, in ms, plus end to end; records missing a stamp are left out."""
-    rows = [r for r in results if all(k in r.timestamps for _, a, b in STAGES for k in (a, b))]
-    out = {
-        name: np.array([max(r.timestamps[b] - r.timestamps[a], 0) for r in rows], dtype=np.float64) / 1000
-        for name, a, b in STAGES
-    }
-    out["end to end"] = (
-        np.array([r.timestamps["result_produced"] - r.timestamps["submitted"] for r in rows], dtype=np.float64) / 1000
-    )
-    return out
+    return {name: us / 1000 for name, us in stage_samples_us(timed(results)).items()}
 
 
 def render(status: JobStatus, generated_at: datetime | None = None) -> str:
