@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jobs.progress import format_eta
 from jobs.results import JobOutcome
 from kafka_io import Message
+from kafka_io.cancellations import job_of
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
@@ -53,12 +54,11 @@ class JobStatus:
         self.outcome = JobOutcome(self.job.job_id)
 
     def add(self, messages: Iterable[Message], topics: Topics) -> None:
-        wanted = self.job.job_id.encode()
         tensors = topics.tensors(self.job.model)
         rest = []
         for msg in messages:
             if msg.topic() == tensors:
-                if dict(msg.headers() or []).get("job_id") == wanted:
+                if job_of(msg.headers()) == self.job.job_id:
                     self.preprocessed.add((msg.key() or b"").decode())
             else:
                 rest.append(msg)
@@ -152,6 +152,6 @@ def watch_status(
 def cancel(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:
     """Mark the job cancelled: workers skip its remaining records, which status counts as cancelled."""
     job = find_job(settings, topics, job_id)
-    cancelled = Job(**{**job.to_avro(), "cancelled_at": now_us()})
+    cancelled = replace(job, cancelled_at=now_us())
     register(settings, topics, cancelled)
     return cancelled

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import make_engine
 from gpu_consumer.handler import handle_batch
+from kafka_io.cancellations import job_of
 from kafka_io.clients import make_producer
 from kafka_io.polling import source_of
 from kafka_io.produce import produce_all
@@ -28,12 +29,7 @@ class JobNotFoundError(LookupError):
 
 
 def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> list[SourceRef]:
-    wanted = job_id.encode()
-    return [
-        source_of(msg)
-        for msg in read_topics(settings, [topics.tensors(model)])
-        if dict(msg.headers() or []).get("job_id") == wanted
-    ]
+    return [source_of(msg) for msg in read_topics(settings, [topics.tensors(model)]) if job_of(msg.headers()) == job_id]
 
 
 def reprocess(
