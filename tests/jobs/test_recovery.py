@@ -73,6 +73,13 @@ def assert_status_is_exact(pipeline: Pipeline, job_id: str, total: int) -> None:
     }
 
 
+def finish_and_check(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
+    """Wait for the job, then: one result per record in `nearline results`, exact `status` counts."""
+    watch_job(pipeline.settings, pipeline.topics, job_id, len(ids), check=pipeline.check_workers, timeout_s=timeout_s)
+    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path)
+    assert_status_is_exact(pipeline, job_id, len(ids))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(3))
 def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
@@ -88,9 +95,7 @@ def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
     gpu.process.wait()
     assert reached < len(rows), f"trial {trial}: the kill at {kill_at} landed after the job"
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
-    assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
-    assert_status_is_exact(pipeline, job_id, len(rows))
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
 @pytest.mark.slow
@@ -115,9 +120,7 @@ def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
     assert reached < len(ids), f"trial {trial}: the kill at {kill_at} landed after preprocessing"
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(ids), check=pipeline.check_workers, timeout_s=240)
-    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path)
-    assert_status_is_exact(pipeline, job_id, len(ids))
+    finish_and_check(pipeline, job_id, ids, tmp_path, timeout_s=240)
 
 
 @pytest.mark.slow
@@ -140,8 +143,7 @@ def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing
     submit(pipeline, source, "--job-id", job_id)
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=300)
-    assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=300)
 
 
 @pytest.mark.slow
@@ -169,9 +171,7 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
     second.process.send_signal(signal.SIGKILL)
     second.process.wait()
     assert reached < len(rows)
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
-    assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
-    assert_status_is_exact(pipeline, job_id, len(rows))
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
 @pytest.mark.slow
@@ -215,6 +215,4 @@ def test_workers_ride_out_a_short_broker_outage(
         pipeline.check_workers()  # still running, not crashed
     finally:
         os.kill(embedded_broker.pid, signal.SIGCONT)
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
-    assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path)
-    assert_status_is_exact(pipeline, job_id, len(rows))
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
