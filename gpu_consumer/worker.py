@@ -10,6 +10,7 @@ results are keyed by job/record so readers drop the duplicates.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -77,10 +78,13 @@ def run(
                 produce_all(producer, out, timeout_s=DELIVERY_TIMEOUT_S)
             except DeliveryError as exc:
                 # A broker that restarted without its state (Tansu memory storage) no longer knows
-                # this idempotent producer's id, and librdkafka retries it forever. A new producer
-                # gets a new id; a second failure is a real outage, and the worker exits.
+                # this idempotent producer's id: librdkafka retries it forever, or turns the
+                # producer fatal on the sequence gap. Nothing was committed, so a new producer
+                # (a new id) sends the whole batch again; a second failure is a real outage, and
+                # the worker exits.
                 log.warning("%s; recreating the producer and producing the batch again", exc)
-                producer.purge()
+                with contextlib.suppress(KafkaException):  # a fatal producer may refuse even this
+                    producer.purge()
                 producer = new_producer()
                 produce_all(producer, out, timeout_s=DELIVERY_TIMEOUT_S)
             try:

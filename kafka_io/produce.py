@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kafka_io.errors import DeliveryError
 from kafka_io.records import OutRecord
@@ -15,8 +15,18 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
     """Send every record and wait for all delivery reports; raise DeliveryError on any failure.
 
     `flush()` returning 0 only means the queue is empty, not that the broker stored the
-    records: failures arrive in delivery reports, so those are what is counted.
+    records: failures arrive in delivery reports, so those are what is counted. A producer that
+    turned fatal (an idempotent producer whose sequence numbers a restarted broker no longer
+    knows) raises from produce, poll or flush instead; that too is a DeliveryError, and the
+    producer is unusable: the caller makes a new one.
     """
+    try:
+        return _produce_and_confirm(producer, records, timeout_s)
+    except KafkaException as exc:
+        raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
+
+
+def _produce_and_confirm(producer: Producer, records: Iterable[OutRecord], timeout_s: float) -> int:
     failures: list[str] = []
     confirmed = 0
 

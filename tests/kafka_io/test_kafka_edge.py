@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition
 
+from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_reachable, make_consumer, make_producer
-from kafka_io.errors import BrokerUnavailableError
+from kafka_io.errors import BrokerUnavailableError, DeliveryError
 from kafka_io.polling import BatchLimits, batches, commit_batch, subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -83,3 +85,26 @@ def test_an_unreachable_broker_fails_fast_naming_the_servers() -> None:
     with pytest.raises(BrokerUnavailableError, match=r"127\.0\.0\.1:1"):
         check_reachable(KafkaSettings("127.0.0.1:1"), timeout_s=2)
     assert time.monotonic() - started < 10
+
+
+def test_a_producer_that_outlived_a_broker_restart_fails_as_a_delivery_error(tmp_path: Path) -> None:
+    """The broker lost every producer id: librdkafka either retries forever or turns the producer
+    fatal (OUT_OF_ORDER_SEQUENCE_NUMBER, raised from flush). Both must reach the caller as the one
+    DeliveryError the workers recover from."""
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    try:
+        settings = KafkaSettings(broker.bootstrap_servers)
+        records = [OutRecord("restarted", f"v{i}".encode(), key=f"k{i}".encode()) for i in range(40)]
+        ensure_topics(settings, [TopicSpec("restarted", 4)])
+        producer = make_producer(settings)
+        assert produce_all(producer, records) == 40
+        broker.stop()
+        broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)
+        ensure_topics(settings, [TopicSpec("restarted", 4), TopicSpec("other")])
+        # The new broker hands out producer ids from the start again: the old producer's id now
+        # belongs to this one, and the old producer's sequence numbers are out of order.
+        assert produce_all(make_producer(settings), [OutRecord("other", b"v")]) == 1
+        with pytest.raises(DeliveryError):
+            produce_all(producer, records, timeout_s=5)
+    finally:
+        broker.stop()
