@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from jobs import cli_ops, cli_schedule, cli_workers
+from jobs import cli_ops, cli_workers
 from jobs.cli_options import (
     NearlineGroup,
     batch_args,
@@ -27,7 +27,12 @@ from jobs.submit import JobInput, SubmitReport, submit
 from kafka_io.settings import Topics
 
 
-@click.group(cls=NearlineGroup, context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True})
+@click.group(
+    cls=NearlineGroup,
+    context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True},
+    # croniter (and the pytz it imports) belong to schedules only: workers must start without them
+    lazy={"schedule": "jobs.cli_schedule:schedule"},
+)
 @click.option(
     "--log-level",
     default="WARNING",
@@ -379,7 +384,6 @@ for _command in (
     cli_ops.replay_cmd,
     cli_ops.offsets,
     cli_ops.dlq,
-    cli_schedule.schedule,
 ):
     cli.add_command(_command)
 

@@ -4,6 +4,7 @@ environment variables, and progress output."""
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,24 @@ HOME = Path.home() / ".nearline"
 
 
 class NearlineGroup(click.Group):
-    """Turns the errors users can cause or fix into one clear line and a distinct exit code."""
+    """Turns the errors users can cause or fix into one clear line and a distinct exit code.
+
+    `lazy` names commands by "module:attribute", imported only when that command runs (or help
+    lists it): a worker process then never imports what only other commands need."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            command: click.Command = getattr(importlib.import_module(module), attribute)
+            return command
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         from gpu_consumer.engine import EngineLoadError

@@ -8,8 +8,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from jobs.local import ENV_MODEL_REPOSITORY, WorkerProcess, spawn_worker, stop_all
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.records import OutRecord
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import Tensor, TensorRecord, encode
 
 
 @dataclass
@@ -66,3 +73,16 @@ def run_embedded(*args: str, repository: Path, timeout_s: float = 800) -> subpro
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", "run", *args], env=env, capture_output=True, text=True, timeout=timeout_s
     )
+
+
+def feed_tensors(settings: KafkaSettings, topics: Topics, job_id: str, n: int) -> None:
+    """n tiny-model tensor records of job_id straight into tensors.tiny, as the preprocess stage writes them."""
+    ensure_topics(settings, [TopicSpec(t) for t in (topics.tensors("tiny"), topics.results, topics.dead_letters)])
+    records = []
+    for i in range(n):
+        ids = Tensor.from_array("input_ids", np.array([101, 2000 + i, 102], dtype=np.int64))
+        value = encode(TensorRecord(job_id, f"r{i}", i, "tiny", "1", (ids,), {}, {"submitted": 1}))
+        records.append(
+            OutRecord(topics.tensors("tiny"), value, f"{job_id}/r{i}".encode(), [("job_id", job_id.encode())])
+        )
+    produce_all(make_producer(settings), records)

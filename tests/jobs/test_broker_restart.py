@@ -4,32 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from jobs.local import start_pipeline_workers, stop_all
 from jobs.runner import watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.clients import make_producer
-from kafka_io.produce import produce_all
-from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics
-from schemas import Tensor, TensorRecord, encode
+from tests.jobs.pipeline import feed_tensors
 from tests.tiny_model import TinyModel
-
-
-def feed(settings: KafkaSettings, topics: Topics, job_id: str, n: int) -> None:
-    ensure_topics(settings, [TopicSpec(t) for t in (topics.tensors("tiny"), topics.results, topics.dead_letters)])
-    records = []
-    for i in range(n):
-        ids = Tensor.from_array("input_ids", np.array([101, 2000 + i, 102], dtype=np.int64))
-        value = encode(TensorRecord(job_id, f"r{i}", i, "tiny", "1", (ids,), {}, {"submitted": 1}))
-        records.append(
-            OutRecord(topics.tensors("tiny"), value, f"{job_id}/r{i}".encode(), [("job_id", job_id.encode())])
-        )
-    produce_all(make_producer(settings), records)
 
 
 @pytest.mark.slow
@@ -52,13 +35,13 @@ def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
         pre.check_alive()
 
     try:
-        feed(settings, topics, "job-before", 10)
+        feed_tensors(settings, topics, "job-before", 10)
         before, _ = watch_job(settings, topics, "job-before", 10, check=check, timeout_s=120)
         assert len(before.results) == 10
 
         broker.stop()
         broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty: no topics, no groups
-        feed(settings, topics, "job-after", 10)
+        feed_tensors(settings, topics, "job-after", 10)
         after, _ = watch_job(settings, topics, "job-after", 10, check=check, timeout_s=240)
         assert sorted(after.results) == [f"r{i}" for i in range(10)]
         # and a text job through both stages
