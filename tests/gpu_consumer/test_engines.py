@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.engine import EngineLoadError, OnnxRuntimeEngine
-from gpu_consumer.torch_engine import TorchEngine, batch_bucket, pad_rows
+from gpu_consumer.torch_engine import (
+    TORCHSCRIPT_FILE,
+    TORCHSCRIPT_FP16_FILE,
+    TorchEngine,
+    batch_bucket,
+    pad_rows,
+    torchscript_path,
+)
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for
 from preprocess_app.image import decode_image
 from preprocess_app.models import load_tokenizer
@@ -38,8 +48,10 @@ def test_the_torch_engine_matches_onnx_runtime_on_cpu(minilm: ModelConfig, effic
         np.testing.assert_allclose(got, want, atol=2e-4, err_msg=config.name)
 
 
-@pytest.mark.gpu
-def test_the_torch_engine_on_cuda_in_fp16_matches_onnx_runtime(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+def assert_same_embeddings_and_labels(
+    minilm: ModelConfig, efficientnet: ModelConfig, engine: Callable[[ModelConfig], TorchEngine]
+) -> None:
+    """Cosine >= 0.999 to ONNX Runtime for every MiniLM embedding; the same top-1 for every photo."""
     from gpu_consumer.postprocess import postprocess
 
     batch = text_batch(minilm)
@@ -47,14 +59,40 @@ def test_the_torch_engine_on_cuda_in_fp16_matches_onnx_runtime(minilm: ModelConf
         minilm, [row[: int(m.sum())] for row, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
     )
     want = postprocess(minilm, OnnxRuntimeEngine(minilm).infer(padded.inputs), padded)
-    got = postprocess(minilm, TorchEngine(minilm).infer(padded.inputs), padded)
+    got = postprocess(minilm, engine(minilm).infer(padded.inputs), padded)
     for w, g in zip(want, got, strict=True):
         a, b = w.tensors[0].to_array(), g.tensors[0].to_array()
         assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.999
     images = image_batch(efficientnet)
     want_top = OnnxRuntimeEngine(efficientnet).infer(images)["logits"].argmax(axis=1)
-    got_top = TorchEngine(efficientnet).infer(images)["logits"].argmax(axis=1)
+    got_top = engine(efficientnet).infer(images)["logits"].argmax(axis=1)
     assert got_top.tolist() == want_top.tolist()
+
+
+@pytest.mark.slow
+def test_the_fp16_torchscript_matches_onnx_runtime_on_cpu(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    """The file the GPU runs, run on the CPU: it must be a real FP16 trace, not FP32 halved."""
+
+    def fp16(config: ModelConfig) -> TorchEngine:
+        engine = TorchEngine(config, device="cpu", precision="fp16")
+        assert engine.precision == "fp16", f"{config.name} has no FP16 TorchScript"
+        return engine
+
+    assert_same_embeddings_and_labels(minilm, efficientnet, fp16)
+
+
+def test_the_torch_engine_loads_the_precision_there_is(tmp_path: Path) -> None:
+    (tmp_path / TORCHSCRIPT_FP16_FILE).write_bytes(b"")
+    assert torchscript_path(tmp_path, "fp32") == (tmp_path / TORCHSCRIPT_FP16_FILE, "fp16")
+    (tmp_path / TORCHSCRIPT_FILE).write_bytes(b"")
+    assert torchscript_path(tmp_path, "fp32") == (tmp_path / TORCHSCRIPT_FILE, "fp32")
+    with pytest.raises(EngineLoadError, match="prepare the model again"):
+        torchscript_path(tmp_path / "empty", "fp16")
+
+
+@pytest.mark.gpu
+def test_the_torch_engine_on_cuda_in_fp16_matches_onnx_runtime(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    assert_same_embeddings_and_labels(minilm, efficientnet, TorchEngine)
 
 
 def test_rows_are_padded_to_a_power_of_two_with_a_real_token_each() -> None:
