@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 import platform
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -183,6 +185,9 @@ def pipeline(
 
 
 def main() -> None:
+    # `timeout` and the device tool stop a run with SIGTERM: exit through the finally blocks, which
+    # stop the broker and workers started in their own sessions, instead of orphaning them.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--records", type=int, default=1200, help="first N records of the shipped example")
@@ -220,7 +225,8 @@ def main() -> None:
     a, b, d, c = results
     table = [a, b, c, d]
 
-    print(f"\nmachine: {machine()}; engine {engine.name} ({getattr(engine, 'providers', '')})")
+    how = getattr(engine, "providers", None) or f"{getattr(engine, 'device', '')} {getattr(engine, 'precision', '')}"
+    print(f"\nmachine: {machine()}; engine {engine.name} ({how})")
     print(
         f"workload: {len(rows)} records of {EXAMPLE.name}, {config.name}:{config.version}, batch size {args.batch_size}"
     )

@@ -1,31 +1,56 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (the device tool's H200), after `python -m bench.gpu_carry PART` here:
-#   bash bench/gpu_check.sh text     # parity (torch CUDA FP16, TensorRT if present) + the four-way benchmark
-#   bash bench/gpu_check.sh images   # parity for EfficientNet-Lite0
-# Installs the carried wheels, unpacks the carried models and broker, and writes everything it
-# prints to $OUT/gpu_check_PART.txt. Sized to finish within 8 minutes.
+#   bash bench/gpu_check.sh text [RECORDS] [BATCH]  # FP16 parity (torch, TensorRT if present) + the four-way benchmark
+#   bash bench/gpu_check.sh images                   # FP16 parity for EfficientNet-Lite0
+# The device tool sends .device/ only when the run names it in `carry` (README, "On a GPU machine").
+# Installs the carried wheels and unpacks the carried models and broker into a scratch folder
+# (never into .device/, which must stay the size it was carried at), and writes everything it
+# prints to $OUT/gpu_check_PART.txt. Exits non-zero if any step failed. Sized to finish within
+# 8 minutes on the GPU; bench/gpu_dryrun.sh runs it on the CPU, smaller, in CI.
 set -uo pipefail
 part="${1:-text}"
+records="${2:-1200}"
+batch="${3:-64}"
 out="${OUT:-/tmp}/gpu_check_${part}.txt"
 cd "$(dirname "$0")/.."
-{
+work="$(mktemp -d "${TMPDIR:-/tmp}/nearline-device.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+exec > >(tee "$out") 2>&1
+
+failed=()
+step() {  # step NAME SECONDS COMMAND...: run with a time limit, remember a failure, go on
+    local name="$1" limit="$2"
+    shift 2
+    echo "== $name"
+    # SIGTERM first: the benchmark stops the broker and workers it started in their own sessions
+    timeout --kill-after=30 "$limit" "$@" || failed+=("$name (exit $?)")
+}
+
+if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    python3 --version
-    if [ -d .device/wheels ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .device/wheels/*.whl
-    fi
-    export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
-    for packed in .device/models/*/1/model.pt.xz; do
-        xz -dc "$packed" > "${packed%.xz}"
-    done
-    if [ -f .device/tansu.xz ]; then
-        xz -dc .device/tansu.xz > /tmp/tansu && chmod +x /tmp/tansu
-        export NEARLINE_TANSU_BINARY=/tmp/tansu
-    fi
-    timeout 180 python3 -m bench.gpu_parity "$part" --repository .device/models
-    if [ "$part" = text ]; then
-        # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
-        timeout 300 python3 -m bench.decoupling --engine torch --model-repository .device/models \
-            --records 1200 --batch-size 64
-    fi
-} 2>&1 | tee "$out"
+else
+    echo "no nvidia-smi: no NVIDIA GPU here, everything runs on the CPU"
+fi
+python3 --version
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" .device/wheels/*.whl \
+    || failed+=("wheel install")
+export PYTHONPATH="$work/site:$PWD" PYTHONUNBUFFERED=1
+python3 -m bench.device_pack unpack .device "$work/carry" || failed+=("unpack")
+if [ -f "$work/carry/tansu" ]; then
+    chmod +x "$work/carry/tansu"
+    export NEARLINE_TANSU_BINARY="$work/carry/tansu"
+fi
+models="$work/carry/models"
+
+step "parity $part" 180 python3 -m bench.gpu_parity "$part" --repository "$models"
+if [ "$part" = text ]; then
+    # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
+    step "decoupling benchmark" 300 python3 -m bench.decoupling --engine torch --model-repository "$models" \
+        --records "$records" --batch-size "$batch"
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "gpu_check $part: every step passed"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The device path, dry-run on the CPU; CI runs it (.ci/test). For each part, text and images:
+# build .device/ as bench/gpu_carry.py does, copy what the device tool would send (tracked and
+# untracked-not-ignored files, plus .device/) to a scratch checkout, and run bench/gpu_check.sh
+# there under Python 3.12 with only the GPU image's packages (bench/gpu_image.txt) and the carried
+# wheels, with no nvidia-smi. It shows the carry is complete and fits, FP16 parity holds (on the
+# CPU) and all four benchmark configurations run. What only a GPU shows: README, "On a GPU machine".
+#   bash bench/gpu_dryrun.sh [text|images ...]     # both parts by default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python312="${NEARLINE_PYTHON312:-}"
+if [ -z "$python312" ]; then
+    # pyenv's shim fails unless a 3.12 is selected; its installs are plain interpreters
+    for candidate in "$(command -v python3.12 || true)" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
+        if [ -n "$candidate" ] && "$candidate" --version >/dev/null 2>&1; then
+            python312="$candidate"
+            break
+        fi
+    done
+fi
+if [ -z "$python312" ]; then
+    echo "gpu dry run: needs a Python 3.12 (the GPU image's); set NEARLINE_PYTHON312" >&2
+    exit 1
+fi
+
+# The image's packages, cached per content of gpu_image.txt (torch 2.11 with its CUDA libraries is
+# about 5 GB: minutes to install once, nothing after).
+image="${XDG_CACHE_HOME:-$HOME/.cache}/nearline/gpu-image-$(sha256sum bench/gpu_image.txt | cut -c1-12)"
+if [ ! -f "$image/.complete" ]; then
+    echo "gpu dry run: creating the GPU image's Python environment in $image (once)"
+    rm -rf "$image"
+    "$python312" -m venv "$image"
+    "$image/bin/python3" -m pip install -q --disable-pip-version-check -r bench/gpu_image.txt
+    touch "$image/.complete"
+fi
+
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/nearline-dryrun.XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
+parts=("$@")
+[ $# -gt 0 ] || parts=(text images)
+for part in "${parts[@]}"; do
+    .venv/bin/python -m bench.gpu_carry "$part" --texts 64
+    checkout="$scratch/$part"
+    mkdir -p "$checkout"
+    git ls-files -z --cached --others --exclude-standard \
+        | tar --null --files-from=- --ignore-failed-read -cf - | tar -xf - -C "$checkout"
+    cp -a .device "$checkout/"
+    # only the image's interpreter and packages: no project venv, no PYTHONPATH of ours
+    (cd "$checkout" && env -u PYTHONPATH -u VIRTUAL_ENV PATH="$image/bin:/usr/bin:/bin" OUT="$scratch" \
+        bash bench/gpu_check.sh "$part" 96 16)
+    grep -q '"passed": true' "$scratch/gpu_check_$part.txt"
+done
+[ ! -f "$scratch/gpu_check_text.txt" ] || grep -q '(c)/(d) =' "$scratch/gpu_check_text.txt"
+echo "gpu dry run: the device path passed on the CPU under $("$image/bin/python3" --version)"
