@@ -184,10 +184,14 @@ def pipeline(
     )
 
 
-def main() -> None:
-    # `timeout` and the device tool stop a run with SIGTERM: exit through the finally blocks, which
-    # stop the broker and workers started in their own sessions, instead of orphaning them.
+def exit_on_sigterm() -> None:
+    """`timeout` and the device tool stop a run with SIGTERM: exit through the finally blocks, which
+    stop the broker and workers started in their own sessions, instead of orphaning them."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def main() -> None:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--records", type=int, default=1200, help="first N records of the shipped example")

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (the device tool's H200), after `python -m bench.gpu_carry PART` here:
-#   bash bench/gpu_check.sh text [RECORDS] [BATCH]  # FP16 parity (torch, TensorRT if present) + the four-way benchmark
-#   bash bench/gpu_check.sh images                   # FP16 parity for EfficientNet-Lite0
+#   bash bench/gpu_check.sh text [RECORDS] [BATCH] [FEED_RECORDS]
+#       FP16 parity (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH) and the
+#       feed benchmark (FEED_RECORDS: simulated accelerators and the real torch engine)
+#   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
 # The device tool sends .device/ only when the run names it in `carry` (README, "On a GPU machine").
 # Installs the carried wheels and unpacks the carried models and broker into a scratch folder
 # (never into .device/, which must stay the size it was carried at), and writes everything it
-# prints to $OUT/gpu_check_PART.txt. Exits non-zero if any step failed. Sized to finish within
-# 8 minutes on the GPU; bench/gpu_dryrun.sh runs it on the CPU, smaller, in CI.
+# prints to $OUT/gpu_check_PART.txt. Exits non-zero if any step failed. Its limits add up to
+# 9 minutes, about 4 expected on the GPU; bench/gpu_dryrun.sh runs it on the CPU, smaller, in CI.
 set -uo pipefail
 part="${1:-text}"
 records="${2:-1200}"
 batch="${3:-64}"
+feed_records="${4:-8000}"
 out="${OUT:-/tmp}/gpu_check_${part}.txt"
 cd "$(dirname "$0")/.."
 work="$(mktemp -d "${TMPDIR:-/tmp}/nearline-device.XXXXXX")"
@@ -42,11 +45,13 @@ if [ -f "$work/carry/tansu" ]; then
 fi
 models="$work/carry/models"
 
-step "parity $part" 180 python3 -m bench.gpu_parity "$part" --repository "$models"
+step "parity $part" 120 python3 -m bench.gpu_parity "$part" --repository "$models"
 if [ "$part" = text ]; then
     # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
-    step "decoupling benchmark" 300 python3 -m bench.decoupling --engine torch --model-repository "$models" \
+    step "decoupling benchmark" 240 python3 -m bench.decoupling --engine torch --model-repository "$models" \
         --records "$records" --batch-size "$batch"
+    step "feed benchmark" 180 python3 -m bench.feed --real-engine torch --model-repository "$models" \
+        --records "$feed_records"
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -112,8 +112,11 @@ def serve(
     drain: bool = False,
     exactly_once: bool = False,
     instance_id: str | None = None,
+    engine: Engine | None = None,
 ) -> WorkerStats:
-    """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop."""
+    """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
+
+    `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator)."""
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
@@ -124,7 +127,7 @@ def serve(
         raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
     # Poll more than one batch's worth, so sorting by length has something to sort.
     limits = BatchLimits(max_queue or 8 * policy.max_batch_size, max_linger_ms)
-    engine = make_engine(config, engine_kind, threads)
+    engine = engine or make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     tensors = topics.tensors(model)
     ensure_topics(

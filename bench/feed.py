@@ -1,0 +1,220 @@
+"""Benchmark: does the GPU worker keep an accelerator fed? Only the engine is replaced.
+
+    .venv/bin/python -m bench.feed [--records 8000] [--rates 0 12000 5000] [--per-call-ms 0.5]
+
+Fills tensors.minilm once with real preprocessed records: short texts (sentences of the shipped
+Python-docs example) submitted to the embedded broker and tokenized by the real preprocess worker.
+Then, for each engine stand-in, the real GPU worker (gpu_consumer.worker.serve: its loop, topics,
+serde, commit rule) drains the topic in this process, its group rewound to the start each time:
+- rate 0, zero-cost: `infer` answers at once; the loop's own ceiling;
+- rate R, a simulated accelerator of R records/s: each executed batch sleeps per-call + rows / R.
+  A sleep releases the GIL and uses no CPU, as a GPU kernel does, and a rate in records/s does
+  not depend on how the batches were cut.
+--real-engine torch adds a drain by a real engine (on a GPU machine: the accelerator's own busy
+fraction). Records/s and engine busy (time the worker waits on the engine over wall time) are
+timed from the first inference's start to the last inference's end, so start-up and shutdown are
+not counted. Figures, never assertions: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
+from gpu_consumer.engine import Engine, make_engine
+from gpu_consumer.worker import serve
+from jobs.local import PREPROCESS_ENV, spawn_worker, stop_all
+from jobs.runner import ensure_model
+from jobs.submit import JobInput, submit
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.offsets import end_offsets, reset_group_offsets
+from kafka_io.reading import read_topics
+from kafka_io.settings import KafkaSettings, Topics
+from schemas.model_config import ModelConfig
+
+
+@dataclass
+class SimulatedAccelerator:
+    """An engine whose `infer` sleeps per_call_s + rows / rate seconds (not at all at rate 0) and
+    returns outputs of the model's shape, reused per shape: allocating them is not the loop's cost."""
+
+    config: ModelConfig
+    rate: float
+    per_call_s: float
+    name: str = "simulated"
+    pad_to_bucket: bool = False
+    max_batch_size: int = 0
+    _outputs: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.max_batch_size = self.config.max_batch_size
+
+    def warmup(self) -> None:
+        pass
+
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows, width = next(iter(inputs.values())).shape[:2]
+        if self.rate:
+            time.sleep(self.per_call_s + rows / self.rate)
+        out = self._outputs.get((rows, width))
+        if out is None:
+            spec = self.config.outputs[0]
+            out = {spec.name: np.ones((rows, width, int(spec.dims[-1])), np.float32)}
+            self._outputs[(rows, width)] = out
+        return out
+
+
+@dataclass
+class TimedEngine:
+    """Any engine, with the time the worker waits on it: inside `infer`, or inside each step of
+    `infer_many` for engines that overlap copies with compute (torch on CUDA)."""
+
+    inner: Engine
+    label: str
+    busy_s: float = 0.0
+    first_start: float = 0.0
+    last_end: float = 0.0
+    sizes: Counter[int] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.name, self.max_batch_size, self.pad_to_bucket = (
+            self.inner.name,
+            self.inner.max_batch_size,
+            self.inner.pad_to_bucket,
+        )
+        if hasattr(self.inner, "infer_many"):
+            self.infer_many = self._infer_many
+
+    def warmup(self) -> None:
+        self.inner.warmup()
+
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return next(self._infer_many([inputs]))
+
+    def _infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+        many = getattr(self.inner, "infer_many", None)
+        batches = list(batches)
+        outputs = iter(many(batches)) if many is not None else (self.inner.infer(b) for b in batches)
+        for inputs in batches:
+            start = time.perf_counter()
+            out = next(outputs)
+            end = time.perf_counter()
+            self.first_start = self.first_start or start
+            self.last_end = end
+            self.busy_s += end - start
+            self.sizes[len(next(iter(inputs.values())))] += 1
+            yield out
+
+
+def short_texts(n: int) -> list[str]:
+    """n sentences of the shipped example, cycled if it has fewer."""
+    sentences = [
+        s.strip()
+        for line in EXAMPLE.read_text(encoding="utf-8").splitlines()
+        for s in re.split(r"(?<=[.!?])\s+", json.loads(line)["text"])
+        if len(s.strip()) > 10
+    ]
+    return [sentences[i % len(sentences)] for i in range(n)]
+
+
+def fill(settings: KafkaSettings, topics: Topics, repository: Path, n: int, workdir: Path) -> None:
+    """n real tensor records in tensors.minilm, written by the real preprocess worker."""
+    workload = workdir / "texts.jsonl"
+    workload.write_text("".join(json.dumps({"text": t}) + "\n" for t in short_texts(n)), encoding="utf-8")
+    pre = spawn_worker(
+        "preprocess",
+        ["preprocess"],
+        bootstrap_servers=settings.bootstrap_servers,
+        namespace=topics.namespace,
+        repository=repository,
+        log_path=workdir / "preprocess.log",
+        extra_env=PREPROCESS_ENV,
+    )
+    try:
+        submit(settings, topics, JobInput(workload, "text"), "minilm")
+        deadline = time.monotonic() + 600
+        while sum(1 for _ in read_topics(settings, [topics.tensors("minilm")])) < n:
+            pre.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the preprocess worker did not write {n} tensor records in 600 s")
+            time.sleep(1.0)
+    finally:
+        stop_all([pre])
+
+
+def drain(settings: KafkaSettings, topics: Topics, repository: Path, engine: TimedEngine) -> dict[str, float | str]:
+    tensors = topics.tensors("minilm")
+    reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in end_offsets(settings, tensors)})
+    stats = serve(settings, topics, repository, "minilm", drain=True, engine=engine)
+    if not engine.sizes:
+        raise RuntimeError(f"the worker drained {stats.records} records of {tensors} without one inference")
+    wall = engine.last_end - engine.first_start
+    calls = sum(engine.sizes.values())
+    return {
+        "engine": engine.label,
+        "records": stats.records,
+        "records_per_s": stats.records / wall,
+        "engine_busy": engine.busy_s / wall,
+        "executed_batches": calls,
+        "mean_batch": stats.records / calls,
+        "batch_sizes": json.dumps(dict(sorted(engine.sizes.items()))),
+    }
+
+
+def stand_ins(config: ModelConfig, rates: list[float], per_call_s: float, real: list[str]) -> Iterator[TimedEngine]:
+    for rate in rates:
+        label = f"simulated {rate:,.0f} rec/s" if rate else "zero-cost"
+        yield TimedEngine(SimulatedAccelerator(config, rate, per_call_s), label)
+    for kind in real:
+        engine = make_engine(config, kind)
+        yield TimedEngine(engine, f"real {engine.name} ({getattr(engine, 'device', 'cpu')})")
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=8000)
+    parser.add_argument("--rates", type=float, nargs="+", default=[0, 12000, 5000], help="records/s; 0 = zero-cost")
+    parser.add_argument("--per-call-ms", type=float, default=0.5)
+    parser.add_argument("--real-engine", nargs="*", default=[], help="also drain with these engines (e.g. torch)")
+    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    config = ensure_model(args.model_repository, "minilm", print)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="nearline-feed-") as tmp:
+        broker = EmbeddedBroker.start(Path(tmp) / "broker.log")
+        try:
+            settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("feed")
+            fill(settings, topics, args.model_repository, args.records, Path(tmp))
+            for engine in stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine):
+                rows.append(drain(settings, topics, args.model_repository, engine))
+                print(json.dumps(rows[-1]), flush=True)
+        finally:
+            broker.stop()
+
+    print(f"\nmachine: {machine()}")
+    print(f"workload: {args.records} short texts as minilm tensor records; per call {args.per_call_ms} ms")
+    print(f"{'engine':<28}{'rec/s':>9}{'busy':>7}{'batches':>9}{'mean batch':>12}")
+    for r in rows:
+        print(
+            f"{r['engine']:<28}{r['records_per_s']:>9,.0f}{r['engine_busy']:>7.0%}"
+            f"{r['executed_batches']:>9}{r['mean_batch']:>12.1f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine(), "figures": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
