@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
-from gpu_consumer.engine import Engine, make_engine
+from gpu_consumer.engine import Engine, infer_all, make_engine
 from gpu_consumer.worker import serve
 from jobs.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.runner import ensure_model
@@ -102,9 +102,8 @@ class TimedEngine:
         return next(self._infer_many([inputs]))
 
     def _infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
-        many = getattr(self.inner, "infer_many", None)
         batches = list(batches)
-        outputs = iter(many(batches)) if many is not None else (self.inner.infer(b) for b in batches)
+        outputs = infer_all(self.inner, batches)
         for inputs in batches:
             start = time.perf_counter()
             out = next(outputs)
