@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpu_consumer.cost_model import CostModel
 from schemas.errors import TensorFormatError
 from schemas.model_config import InputRole, ModelConfig, TensorSpec
 
@@ -24,6 +25,9 @@ class BatchPolicy:
     # For engines that pad to the longest record: a batch ends before the record that would make
     # more than this share of its tokens padding. 10% keeps batches large on sorted windows.
     max_padding_waste: float | None = 0.10
+    # The engine's measured costs (gpu_consumer/cost_model.py): when known, a batch takes a longer
+    # record unless the padding that adds costs more than a call, instead of the waste rule.
+    cost: CostModel | None = None
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -46,13 +50,14 @@ def plan_batches(
     Records are sorted by length so that a batch pads little. A batch holds at most
     max_batch_size records and, once padded, at most max_batch_tokens tokens. Static-shape engines
     (pad_to_bucket: TensorRT profiles, CUDA graphs) pad to the length bucket, so a batch never
-    spans two buckets; engines that pad to the longest record cut instead where padding would pass
-    max_padding_waste. Images have length 0: plain chunking in arrival order.
+    spans two buckets; engines that pad to the longest record cut instead where the padding a
+    longer record adds costs more than another call (policy.cost), or, without a cost model, where
+    padding would pass max_padding_waste. Images have length 0: plain chunking in arrival order.
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # stable: ties keep arrival order
     plans: list[list[int]] = []
     current: list[int] = []
-    current_bucket, real = -1, 0
+    current_bucket, current_width, real = -1, 0, 0
     for i in order:
         bucket = bucket_of(lengths[i], buckets)
         width = bucket if pad_to_bucket else lengths[i]  # sorted: the newest record is the longest
@@ -63,6 +68,12 @@ def plan_batches(
             or (pad_to_bucket and bucket != current_bucket)
             or (
                 not pad_to_bucket
+                and policy.cost is not None
+                and not policy.cost.worth_widening(len(current), current_width, width)
+            )
+            or (
+                not pad_to_bucket
+                and policy.cost is None
                 and policy.max_padding_waste is not None
                 and width > 0
                 and 1 - (real + lengths[i]) / (rows * width) > policy.max_padding_waste
@@ -72,7 +83,7 @@ def plan_batches(
             plans.append(current)
             current, real = [], 0
         current.append(i)
-        current_bucket = bucket
+        current_bucket, current_width = bucket, width
         real += lengths[i]
     if current:
         plans.append(current)
@@ -109,10 +120,16 @@ def carried_input(config: ModelConfig) -> TensorSpec:
     raise TensorFormatError(f"model {config.name}: no token_ids or pixels input in its config")
 
 
-def check_record_input(config: ModelConfig, array: np.ndarray) -> None:
-    """Raise TensorFormatError unless `array` is something this model can take as one record."""
-    spec = carried_input(config)
-    if array.dtype.name != spec.dtype:
+def check_record_input(config: ModelConfig, array: np.ndarray, spec: TensorSpec | None = None) -> None:
+    """Raise TensorFormatError unless `array` is something this model can take as one record.
+
+    `spec` is carried_input(config), for callers that check many records. Token ids may travel
+    narrower than the graph takes them (schemas.model_config.token_id_dtype): padding widens them."""
+    spec = spec or carried_input(config)
+    graph = np.dtype(spec.dtype)
+    if array.dtype != graph and not (
+        spec.role == "token_ids" and array.dtype.kind in "iu" and array.dtype.itemsize < graph.itemsize
+    ):
         raise TensorFormatError(f"{spec.name}: dtype {array.dtype.name}, model {config.name} takes {spec.dtype}")
     if spec.role == "pixels":
         want = tuple(d for d in spec.dims[1:])

@@ -8,7 +8,8 @@ from typing import Protocol
 
 import numpy as np
 
-from gpu_consumer.batcher import warmup_batch
+from gpu_consumer.batcher import pad_batch, warmup_batch
+from gpu_consumer.cost_model import CostModel, measure
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,9 @@ class Engine(Protocol):
     # True for static-shape engines (TensorRT profiles, CUDA graphs): text batches are padded to
     # the model's length bucket instead of the longest record, so each shape is built once.
     pad_to_bucket: bool
+    # The model's postprocess steps (mean_pooling, l2_normalize...) this engine already ran on
+    # its device, so it returns [B, H] and the worker does not copy back [B, L, H] to pool.
+    postprocessed: tuple[str, ...]
 
     def warmup(self) -> None:
         """Run once at the largest shape, so a bad engine fails at start-up, not mid-poll."""
@@ -41,6 +45,7 @@ PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CP
 class OnnxRuntimeEngine:
     name = "onnxruntime"
     pad_to_bucket = False  # dynamic axes: the longest record of the batch is the cheapest width
+    postprocessed: tuple[str, ...] = ()
 
     def __init__(self, config: ModelConfig, threads: int = 0) -> None:
         import onnxruntime as ort
@@ -89,6 +94,21 @@ def infer_all(engine: Engine, batches: list[dict[str, np.ndarray]]) -> Iterator[
     """Outputs per batch; engines that can overlap the next batch's copy-in with compute do."""
     many = getattr(engine, "infer_many", None)
     return iter(many(batches)) if many is not None else (engine.infer(b) for b in batches)
+
+
+def measure_cost(engine: Engine, config: ModelConfig) -> CostModel | None:
+    """The engine's batch costs, timed on synthetic batches now (after warm-up); None where the
+    planner has no use for them: images, and engines that pad to a length bucket anyway."""
+    if config.tokenizer is None or engine.pad_to_bucket:
+        return None
+    token = config.tokenizer.pad_id + 1
+
+    def run(rows: int, width: int) -> None:
+        engine.infer(pad_batch(config, [np.full(width, token, dtype=np.int64)] * rows).inputs)
+
+    model = measure(run)
+    log.info("%s batch cost: %s", engine.name, model)
+    return model
 
 
 def _tensorrt_usable() -> bool:

@@ -1,10 +1,19 @@
 """The pure core of the GPU worker: a window of consumed tensor records in, results and dead
-letters out. No I/O."""
+letters out. No I/O.
+
+Three steps, so the worker can overlap them (gpu_consumer/pipeline.py) while tests and
+`reprocess` run them one after the other (handle_window):
+
+    prepare(sources)  -> Window     decode, check, sort by length, cut into padded batches (CPU)
+    execute(window)   -> Executed…  the engine, batch by batch; a failing batch is bisected
+    Emitter.results() -> OutRecord… postprocess and encode each executed batch's results (CPU)
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -21,20 +30,51 @@ from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from kafka_io.dead_letters import dead_letter
-from kafka_io.records import OutRecord, SourceRef, job_record
+from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import Topics
-from schemas import InferenceResult, SerdeError, TensorRecord, decode, encode, now_us
+from schemas import SerdeError, TensorRecord, now_us
 from schemas.errors import TensorFormatError
 from schemas.model_config import ModelConfig
+from schemas.records import tensor_array
+from schemas.result_encoding import ResultEncoder
+from schemas.serde import decode_fields
 
 STAGE = "inference"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Item:
+    """A decoded tensor record: what its result needs, and the input it carries."""
+
     source: SourceRef
-    record: TensorRecord
-    array: np.ndarray  # the input the record carries (token ids or pixels)
+    job_id: str
+    record_id: str
+    seq: int
+    array: np.ndarray  # token ids or pixels
+    attributes: dict[str, str]
+    timestamps: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An executed batch before the engine: its records and their padded inputs."""
+
+    items: list[Item]
+    batch: PaddedBatch
+
+
+@dataclass(frozen=True)
+class Window:
+    """A poll window with all the CPU work before the engine done."""
+
+    window_id: str
+    formed_us: int
+    planned: list[Planned]
+    dead: list[OutRecord]  # records that could not be decoded or fed to this model
+
+    @property
+    def records(self) -> int:
+        return sum(len(p.items) for p in self.planned)
 
 
 @dataclass(frozen=True)
@@ -46,74 +86,168 @@ class Executed:
     finished_us: int
 
 
-def handle_batch(
+@dataclass(frozen=True)
+class Poisoned:
+    item: Item
+    error: Exception
+
+
+def prepare(
     sources: Sequence[SourceRef],
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
-    batch_id: str,
+    window_id: str,
     policy: BatchPolicy | None = None,
-) -> list[OutRecord]:
-    """Run one poll window: decode, sort and cut into executed batches (batcher.plan_batches), infer.
+) -> Window:
+    """Decode and check every record, sort by length and cut into padded batches (plan_batches).
 
-    A record that cannot be decoded or fed to this model, or that makes the engine fail (found by
-    bisecting its batch), is dead-lettered; the others get results. An engine that fails on
-    everything raises EngineFault: not the records' fault, so nothing is dead-lettered.
-    """
+    A record that cannot be decoded or fed to this model is dead-lettered here."""
     formed = now_us()
     policy = policy or BatchPolicy(engine.max_batch_size)
-    out: list[OutRecord] = []
+    dead: list[OutRecord] = []
     valid: list[Item] = []
-    carried = carried_input(config).name
+    spec = carried_input(config)
+    carried = spec.name
     for src in sources:
-        record: TensorRecord | None = None
+        fields: dict[str, Any] | None = None
         try:
-            record = decode(src.value, TensorRecord)
-            if record.model != config.name:
-                raise TensorFormatError(f"record is for model {record.model!r}, this worker serves {config.name!r}")
-            arrays = record.arrays()
-            if carried not in arrays:
-                raise TensorFormatError(f"record has no {carried!r} tensor (has {sorted(arrays)})")
-            check_record_input(config, arrays[carried])
+            fields = decode_fields(src.value, TensorRecord)
+            if fields["model"] != config.name:
+                raise TensorFormatError(f"record is for model {fields['model']!r}, this worker serves {config.name!r}")
+            array = None
+            for t in fields["tensors"]:
+                if t["name"] == carried:
+                    array = tensor_array(t["name"], t["dtype"], t["shape"], t["data"])
+            if array is None:
+                raise TensorFormatError(
+                    f"record has no {carried!r} tensor (has {sorted(t['name'] for t in fields['tensors'])})"
+                )
+            check_record_input(config, array, spec)
         except SerdeError as exc:
-            out.append(_dead(exc, src, topics, config, record))
+            dead.append(_dead(exc, src, topics, config, fields))
             continue
-        valid.append(Item(src, record, arrays[carried]))
+        valid.append(
+            Item(
+                src,
+                fields["job_id"],
+                fields["record_id"],
+                fields["seq"],
+                array,
+                fields["attributes"],
+                fields["timestamps"],
+            )
+        )
 
     text = config.tokenizer is not None
     lengths = [len(item.array) if text else 0 for item in valid]
-    planned = [[valid[i] for i in rows] for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket)]
-    executed, poison = _execute(engine, config, planned, formed)
-    if len(poison) > 1 and not executed:
-        engine.warmup()  # every record failed: if synthetic input fails too, the engine is broken
-    out.extend(_dead(error, item.source, topics, config, item.record) for item, error in poison)
+    planned = []
+    for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket):
+        items = [valid[i] for i in rows]
+        planned.append(Planned(items, _batch_of(engine, config, items)))
+    return Window(window_id, formed, planned, dead)
 
-    for n, run in enumerate(executed):
-        per_record = postprocess(config, run.outputs, run.batch)
-        for row, item in enumerate(run.items):
-            record = item.record
-            result = InferenceResult(
-                job_id=record.job_id,
-                record_id=record.record_id,
-                seq=record.seq,
-                model=config.name,
-                model_version=config.version,
-                outputs=per_record[row].tensors,
-                labels=per_record[row].labels,
-                batch_id=f"{batch_id}.{n}",
-                batch_size=run.batch.size,
-                length=len(item.array) if text else 0,
-                padded_length=run.batch.width,
-                attributes=record.attributes,
-                timestamps={
-                    **record.timestamps,
-                    "batch_formed": formed,
-                    "inference_start": run.started_us,
-                    "inference_end": run.finished_us,
-                    "result_produced": now_us(),
-                },
-            )
-            out.append(job_record(topics.results, encode(result), record.job_id, record.record_id))
+
+def execute(engine: Engine, window: Window, config: ModelConfig) -> Iterator[Executed | Poisoned]:
+    """Infer every planned batch in order, pipelined while all goes well; a failing batch is bisected.
+
+    Outputs are pulled one batch at a time, so a batch's inference time runs from the previous
+    batch's outputs to its own; pipelined engines meanwhile copy in the next batch. An engine
+    that fails on everything raises EngineFault: not the records' fault, so nothing is poisoned.
+    """
+    started = now_us()
+    pipelined = iter(infer_all(engine, [p.batch.inputs for p in window.planned]))
+    healthy = True
+    executed = poisoned = 0
+    for planned in window.planned:
+        if healthy:
+            try:
+                outputs = next(pipelined)
+                finished = now_us()
+                yield Executed(planned.items, planned.batch, outputs, started, finished)
+                executed += 1
+                started = finished
+                continue
+            except Exception as exc:
+                if is_fault(exc):
+                    raise EngineFault(f"{engine.name}: {exc}") from exc
+                healthy = False  # the pipeline is spent: the rest runs batch by batch
+
+        def run(rows: list[int], items: list[Item] = planned.items) -> tuple[PaddedBatch, dict[str, np.ndarray]]:
+            sub = _batch_of(engine, config, [items[i] for i in rows])
+            return sub, engine.infer(sub.inputs)
+
+        good, bad = bisect(run, list(range(len(planned.items))))
+        for rows, (sub, outputs) in good:
+            finished = now_us()
+            yield Executed([planned.items[i] for i in rows], sub, outputs, started, finished)
+            executed += 1
+            started = finished
+        for i, error in bad:
+            yield Poisoned(planned.items[i], error)
+            poisoned += 1
+    if poisoned > 1 and not executed:
+        engine.warmup()  # every record failed: if synthetic input fails too, the engine is broken
+
+
+class Emitter:
+    """Executed batches to encoded result records (and poisoned records to dead letters)."""
+
+    def __init__(self, config: ModelConfig, topics: Topics, done: Sequence[str] = ()) -> None:
+        self.config, self.topics, self.done = config, topics, tuple(done)
+        self._encoder = ResultEncoder(config.name, config.version)
+        self._text = config.tokenizer is not None
+
+    def results(self, run: Executed, batch_id: str, formed_us: int) -> list[OutRecord]:
+        out = postprocess(self.config, run.outputs, run.batch, self.done)
+        items = run.items
+        values = self._encoder.encode_batch(
+            ids=[(i.job_id, i.record_id, i.seq) for i in items],
+            outputs=out.tensors,
+            labels=out.labels,
+            batch_id=batch_id,
+            lengths=run.batch.lengths.tolist() if self._text else [0] * len(items),
+            padded_length=run.batch.width,
+            attributes=[i.attributes for i in items],
+            timestamps=[i.timestamps for i in items],
+            batch_timestamps={
+                "batch_formed": formed_us,
+                "inference_start": run.started_us,
+                "inference_end": run.finished_us,
+                "result_produced": now_us(),
+            },
+        )
+        results = self.topics.results
+        return [
+            OutRecord(results, value, f"{i.job_id}/{i.record_id}".encode(), [("job_id", i.job_id.encode())])
+            for i, value in zip(items, values, strict=True)
+        ]
+
+    def dead(self, poisoned: Poisoned) -> OutRecord:
+        item = poisoned.item
+        ids = {"job_id": item.job_id, "record_id": item.record_id}
+        return _dead(poisoned.error, item.source, self.topics, self.config, ids)
+
+
+def handle_window(
+    sources: Sequence[SourceRef],
+    engine: Engine,
+    config: ModelConfig,
+    topics: Topics,
+    window_id: str,
+    policy: BatchPolicy | None = None,
+) -> list[OutRecord]:
+    """prepare, execute and emit one window, one step after the other: results and dead letters."""
+    window = prepare(sources, engine, config, topics, window_id, policy)
+    emitter = Emitter(config, topics, engine.postprocessed)
+    out = list(window.dead)
+    n = 0
+    for event in execute(engine, window, config):
+        if isinstance(event, Poisoned):
+            out.append(emitter.dead(event))
+        else:
+            out.extend(emitter.results(event, f"{window_id}.{n}", window.formed_us))
+            n += 1
     return out
 
 
@@ -126,47 +260,8 @@ def _batch_of(engine: Engine, config: ModelConfig, items: list[Item]) -> PaddedB
     return make_batch(config, [item.array for item in items], width)
 
 
-def _execute(
-    engine: Engine, config: ModelConfig, planned: list[list[Item]], started: int
-) -> tuple[list[Executed], list[tuple[Item, Exception]]]:
-    """Infer every planned batch, pipelined while all goes well; a failing batch is bisected.
-
-    Outputs are pulled one batch at a time, so a batch's inference time runs from the previous
-    batch's outputs to its own; pipelined engines meanwhile copy in the next batch.
-    """
-    executed: list[Executed] = []
-    poison: list[tuple[Item, Exception]] = []
-    batches = [_batch_of(engine, config, items) for items in planned]
-    pipelined = iter(infer_all(engine, [b.inputs for b in batches]))
-    healthy = True
-    for items, batch in zip(planned, batches, strict=True):
-        if healthy:
-            try:
-                outputs = next(pipelined)
-                finished = now_us()
-                executed.append(Executed(items, batch, outputs, started, finished))
-                started = finished
-                continue
-            except Exception as exc:
-                if is_fault(exc):
-                    raise EngineFault(f"{engine.name}: {exc}") from exc
-                healthy = False  # the pipeline is spent: the rest runs batch by batch
-
-        def run(rows: list[int], items: list[Item] = items) -> tuple[PaddedBatch, dict[str, np.ndarray]]:
-            sub = _batch_of(engine, config, [items[i] for i in rows])
-            return sub, engine.infer(sub.inputs)
-
-        good, bad = bisect(run, list(range(len(items))))
-        for rows, (sub, outputs) in good:
-            finished = now_us()
-            executed.append(Executed([items[i] for i in rows], sub, outputs, started, finished))
-            started = finished
-        poison.extend((items[i], error) for i, error in bad)
-    return executed, poison
-
-
 def _dead(
-    error: Exception, src: SourceRef, topics: Topics, config: ModelConfig, record: TensorRecord | None
+    error: Exception, src: SourceRef, topics: Topics, config: ModelConfig, fields: dict[str, Any] | None
 ) -> OutRecord:
-    ids = {"job_id": record.job_id, "record_id": record.record_id} if record else {}
+    ids = {"job_id": fields["job_id"], "record_id": fields["record_id"]} if fields else {}
     return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, **ids)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from gpu_consumer.batcher import PaddedBatch
-from schemas import Tensor
 from schemas.model_config import ModelConfig
+from schemas.result_encoding import RowTensor
 
 Step = Callable[[np.ndarray, PaddedBatch], np.ndarray]
 
@@ -36,9 +36,11 @@ STEPS: dict[str, Step] = {"mean_pooling": mean_pooling, "l2_normalize": l2_norma
 
 
 @dataclass(frozen=True)
-class RecordOutput:
-    tensors: tuple[Tensor, ...]
-    labels: tuple[str, ...] = ()
+class BatchOutput:
+    """An executed batch's results: row i of every tensor (and labels[i]) belongs to record i."""
+
+    tensors: list[RowTensor]
+    labels: list[tuple[str, ...]] | None = None
 
 
 @cache
@@ -46,27 +48,25 @@ def load_labels(path: Path) -> tuple[str, ...]:
     return tuple(path.read_text(encoding="utf-8").splitlines())
 
 
-def postprocess(config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch) -> list[RecordOutput]:
-    """The first graph output through the configured steps, then packaged per record (row i = record i)."""
+def postprocess(
+    config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch, done: Sequence[str] = ()
+) -> BatchOutput:
+    """The first graph output through the configured steps the engine has not `done` already
+    (engines that pool on the device), then as result tensors."""
     x = outputs[config.outputs[0].name]
     for name in config.postprocess:
-        x = STEPS[name](x, batch)
+        if name not in done:
+            x = STEPS[name](x, batch)
     x = x.astype(np.float32, copy=False)
     if config.task == "image-classification":
         return top_k(config, x)
-    return [RecordOutput((Tensor.from_array(config.result_name, row),)) for row in x]
+    return BatchOutput([RowTensor(config.result_name, x)])
 
 
-def top_k(config: ModelConfig, scores: np.ndarray) -> list[RecordOutput]:
+def top_k(config: ModelConfig, scores: np.ndarray) -> BatchOutput:
     """The k best classes per row, best first, with their names from the model's labels file."""
     names = load_labels(config.directory / config.labels_file) if config.labels_file else ()
     order = np.argsort(-scores, axis=1, kind="stable")[:, : config.top_k]
-    out = []
-    for row, idx in zip(scores, order, strict=True):
-        out.append(
-            RecordOutput(
-                (Tensor.from_array("top_index", idx.astype(np.int64)), Tensor.from_array("top_score", row[idx])),
-                tuple(names[i] if i < len(names) else str(i) for i in idx),
-            )
-        )
-    return out
+    labels = [tuple(names[i] if i < len(names) else str(i) for i in idx) for idx in order.tolist()]
+    top_scores = np.take_along_axis(scores, order, axis=1)
+    return BatchOutput([RowTensor("top_index", order.astype(np.int64)), RowTensor("top_score", top_scores)], labels)

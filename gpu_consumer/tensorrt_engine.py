@@ -19,6 +19,7 @@ import numpy as np
 
 from gpu_consumer.batcher import warmup_batch
 from gpu_consumer.cuda_staging import Slot, pipelined, torch_dtype
+from gpu_consumer.device_postprocess import apply, device_steps
 from gpu_consumer.engine import EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for, sha256_of
 from schemas.model_config import ModelConfig
@@ -46,6 +47,7 @@ def default_cache_dir() -> Path:
 
 class TensorRTEngine:
     name = "tensorrt"
+    postprocessed: tuple[str, ...] = ()
     pad_to_bucket = True  # one profile per bucket: padding to the bucket keeps shapes at the profile opt
 
     def __init__(self, config: ModelConfig, cache_dir: Path | None = None, fp16: bool = True) -> None:
@@ -97,6 +99,7 @@ class TensorRTEngine:
         self.copy_stream = torch.cuda.Stream()
         self.compute_stream = torch.cuda.Stream()
         self.active_profile = -1
+        self.postprocessed = device_steps(config)
 
     def _build(self, builder: Any, timing_path: Path) -> bytes:
         trt = self.trt
@@ -131,6 +134,8 @@ class TensorRTEngine:
         return pipelined(batches, self.slots, self.copy_stream, self.compute_stream, self._enqueue)
 
     def _enqueue(self, views: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
         first = next(iter(views.values()))
         width = int(first.shape[1]) if self.config.tokenizer is not None else 0
         index = profile_for(self.profiles, width)
@@ -149,4 +154,5 @@ class TensorRTEngine:
             outputs[b.name] = view
         if not self.context.execute_async_v3(stream):
             raise RuntimeError("TensorRT execute_async_v3 failed")
-        return outputs
+        with torch.cuda.stream(self.compute_stream):  # pooled on the device, after the graph
+            return apply(self.config, self.postprocessed, outputs, views)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gpu_consumer.batcher import warmup_batch
+from gpu_consumer.device_postprocess import apply, device_steps
 from gpu_consumer.engine import EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, plan_buffers
 from schemas.model_config import ModelConfig
@@ -66,7 +67,12 @@ class TorchEngine:
     name = "torch"
 
     def __init__(
-        self, config: ModelConfig, device: str | None = None, cuda_graphs: bool = True, precision: str | None = None
+        self,
+        config: ModelConfig,
+        device: str | None = None,
+        cuda_graphs: bool = True,
+        precision: str | None = None,
+        postprocess_on_device: bool = True,
     ) -> None:
         try:
             import torch
@@ -77,6 +83,7 @@ class TorchEngine:
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
         path, self.precision = torchscript_path(config.directory, precision or ("fp16" if self.cuda else "fp32"))
+        self.postprocessed = device_steps(config) if postprocess_on_device else ()
         self.pad_to_bucket = self.cuda  # static shapes only pay where they are replayed as graphs
         with warnings.catch_warnings():
             # TorchScript is deprecated in favour of torch.export from torch 2.13 on, but it is what
@@ -110,8 +117,10 @@ class TorchEngine:
         if not self.cuda:
             with torch.inference_mode():
                 for inputs in batches:
-                    outs = self.module(*[torch.from_numpy(inputs[s.name]) for s in self.config.inputs])
-                    yield self._named(outs, len(next(iter(inputs.values()))))
+                    args = {s.name: torch.from_numpy(inputs[s.name]) for s in self.config.inputs}
+                    outs = self._forward(args)
+                    n = len(next(iter(inputs.values())))
+                    yield {name: t[:n].float().numpy() for name, t in outs.items()}
             return
 
         from gpu_consumer.cuda_staging import pipelined
@@ -133,7 +142,7 @@ class TorchEngine:
         args = [views[s.name] for s in self.config.inputs]
         with torch.cuda.stream(self.compute_stream), torch.inference_mode():
             if not self.cuda_graphs:
-                return self._named_tensors(self.module(*args))
+                return self._forward(views)
             key = tuple(tuple(a.shape) for a in args)
             if key not in self._graphs:
                 self._graphs[key] = self._capture(args)
@@ -147,18 +156,16 @@ class TorchEngine:
         import torch
 
         static_in = {s.name: a.clone() for s, a in zip(self.config.inputs, args, strict=True)}
-        ordered = [static_in[s.name] for s in self.config.inputs]
         for _ in range(2):  # warm the allocator and kernels before capture, as CUDA graphs require
-            self.module(*ordered)
+            self._forward(static_in)
         self.compute_stream.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=self.compute_stream):
-            static_out = self._named_tensors(self.module(*ordered))
+            static_out = self._forward(static_in)  # pooling included: it replays with the model
         return graph, static_in, static_out
 
-    def _named_tensors(self, outs: Any) -> dict[str, Any]:
+    def _forward(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The module's named outputs, through the postprocess steps this engine runs itself."""
+        outs = self.module(*[inputs[s.name] for s in self.config.inputs])
         outs = outs if isinstance(outs, tuple | list) else (outs,)
-        return dict(zip(self.output_names, outs, strict=True))
-
-    def _named(self, outs: Any, rows: int) -> dict[str, np.ndarray]:
-        return {n: t[:rows].float().numpy() for n, t in self._named_tensors(outs).items()}
+        return apply(self.config, self.postprocessed, dict(zip(self.output_names, outs, strict=True)), inputs)

@@ -1,48 +1,49 @@
-"""The GPU worker loop: poll a batch, run it, store every output, then commit. The commit rule:
+"""The GPU worker: the batching loop and the commit rule.
 
-    for batch in batches(...):                   # up to max_batch_size records or max_linger_ms
-        produce_all(producer, handle_batch(...)) # waits for every delivery report
-        commit_batch(consumer, batch)            # offsets move only after outputs are stored
+    for window in batches(...):        # a poll window: --max-queue records or --max-linger-ms
+        prepared = prepare(window)     # decode, sort by length, cut into executed batches, pad
+        flow.submit(prepared, offsets) # the engine thread runs it; the emit thread produces
+        commit()                       # offsets of the longest prefix of windows whose every
+                                       # output the broker has confirmed (gpu_consumer/ledger.py)
 
-A crash anywhere before the commit means the batch is consumed again: at-least-once, and
-results are keyed by job/record so readers drop the duplicates.
+The pipeline (gpu_consumer/pipeline.py) keeps at most --max-windows-in-flight windows between
+poll and commit. A crash anywhere before a window's commit means it is consumed again:
+at-least-once, and results are keyed by job/record so readers drop the duplicates. Before
+partitions are revoked, every window in flight is finished and committed. --exactly-once runs one
+window at a time, its outputs and offsets in one transaction.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engine import Engine, make_engine
-from gpu_consumer.handler import handle_batch
+from gpu_consumer.engine import Engine, make_engine, measure_cost
+from gpu_consumer.handler import handle_window, prepare
+from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
 from kafka_io import Consumer, KafkaException, Producer
 from kafka_io.cancellations import Cancellations, job_of
 from kafka_io.clients import check_reachable, make_consumer, make_producer
-from kafka_io.errors import DeliveryError
-from kafka_io.polling import Assignment, BatchLimits, batches, commit_batch, source_of, subscribe
-from kafka_io.produce import produce_all
+from kafka_io.polling import Assignment, BatchLimits, batches, commit_offsets, source_of, subscribe, window_offsets
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from kafka_io.transactions import TransactionAbortedError, commit_in_transaction, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
-# A batch's deliveries normally confirm in milliseconds; this long means the broker is gone.
-DELIVERY_TIMEOUT_S = 30.0
 
 
 @dataclass
 class WorkerStats:
-    batches: int = 0
+    windows: int = 0
     records: int = 0
 
 
@@ -61,40 +62,89 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
     transactional: bool = False,
     skip: Callable[[str | None], bool] = lambda job_id: False,
+    pipeline: PipelineConfig | None = None,
 ) -> WorkerStats:
+    if transactional:
+        return _run_transactional(
+            consumer,
+            assignment,
+            new_producer,
+            engine,
+            config,
+            topics,
+            limits,
+            policy,
+            worker_id,
+            drain,
+            should_stop,
+            skip,
+        )
+    stats = WorkerStats()
+    flow = Pipeline(engine, config, topics, new_producer, pipeline)
+
+    def commit() -> None:
+        offsets, records = flow.ledger.take_committable()
+        if not offsets:
+            return
+        try:
+            commit_offsets(consumer, offsets)
+        except KafkaException as exc:
+            # The group moved on (a rebalance, a restarted broker): the outputs are stored and
+            # keyed, so the records' redelivery only makes duplicates that readers drop.
+            log.warning("commit failed (%s); its records may be consumed again", exc)
+        stats.records += records
+
+    def tick() -> None:  # after every poll, also while no record comes
+        flow.check()  # a stalled delivery is noticed even when no new window arrives
+        commit()
+
+    def before_revoke() -> None:
+        if not flow.finish(commit):
+            log.warning("windows still unconfirmed at revoke; their records will be consumed again")
+
+    assignment.before_revoke = before_revoke
+    try:
+        for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick):
+            # records of cancelled jobs are consumed and committed, never run: counted as cancelled
+            sources = [source_of(m) for m in window if not skip(job_of(m.headers()))]
+            prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
+            flow.submit(prepared, window_offsets(window), len(window))
+            stats.windows += 1
+            flow.wait_for_room(commit)
+            commit()
+        flow.finish(commit)
+    finally:
+        assignment.before_revoke = None
+        flow.close()
+    return stats
+
+
+def _run_transactional(
+    consumer: Consumer,
+    assignment: Assignment,
+    new_producer: Callable[[], Producer],
+    engine: Engine,
+    config: ModelConfig,
+    topics: Topics,
+    limits: BatchLimits,
+    policy: BatchPolicy,
+    worker_id: str,
+    drain: bool,
+    should_stop: Callable[[], bool],
+    skip: Callable[[str | None], bool],
+) -> WorkerStats:
+    """--exactly-once: one window at a time, its outputs and offsets in one transaction."""
     stats = WorkerStats()
     producer = new_producer()
-    for batch in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
-        # records of cancelled jobs are consumed and committed, never run: counted as cancelled
-        sources = [source_of(m) for m in batch if not skip(job_of(m.headers()))]
-        out = handle_batch(sources, engine, config, topics, f"{worker_id}-{stats.batches}", policy)
-        if transactional:
-            try:
-                commit_in_transaction(producer, consumer, out, batch)
-            except TransactionAbortedError:
-                continue  # rewound: the batch comes back in a later poll
-        else:
-            try:
-                produce_all(producer, out, timeout_s=DELIVERY_TIMEOUT_S)
-            except DeliveryError as exc:
-                # A broker that restarted without its state (Tansu memory storage) no longer knows
-                # this idempotent producer's id: librdkafka retries it forever, or turns the
-                # producer fatal on the sequence gap. Nothing was committed, so a new producer
-                # (a new id) sends the whole batch again; a second failure is a real outage, and
-                # the worker exits.
-                log.warning("%s; recreating the producer and producing the batch again", exc)
-                with contextlib.suppress(KafkaException):  # a fatal producer may refuse even this
-                    producer.purge()
-                producer = new_producer()
-                produce_all(producer, out, timeout_s=DELIVERY_TIMEOUT_S)
-            try:
-                commit_batch(consumer, batch)
-            except KafkaException as exc:
-                # The group moved on (a rebalance, a restarted broker): the outputs are stored and
-                # keyed, so the records' redelivery only makes duplicates that readers drop.
-                log.warning("commit failed (%s); the batch may be consumed again", exc)
-        stats.batches += 1
-        stats.records += len(batch)
+    for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
+        sources = [source_of(m) for m in window if not skip(job_of(m.headers()))]
+        out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
+        try:
+            commit_in_transaction(producer, consumer, out, window)
+        except TransactionAbortedError:
+            continue  # rewound: the window comes back in a later poll
+        stats.windows += 1
+        stats.records += len(window)
     return stats
 
 
@@ -113,6 +163,7 @@ def serve(
     exactly_once: bool = False,
     instance_id: str | None = None,
     engine: Engine | None = None,
+    pipeline: PipelineConfig | None = None,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
@@ -129,6 +180,8 @@ def serve(
     limits = BatchLimits(max_queue or 8 * policy.max_batch_size, max_linger_ms)
     engine = engine or make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
+    if policy.cost is None:
+        policy = replace(policy, cost=measure_cost(engine, config))
     tensors = topics.tensors(model)
     ensure_topics(
         settings,
@@ -171,6 +224,7 @@ def serve(
             should_stop=lambda: stopping,
             transactional=exactly_once,
             skip=cancellations.is_cancelled,
+            pipeline=pipeline,
         )
     finally:
         cancellations.close()

@@ -66,6 +66,14 @@ def worker_preprocess(
     show_envvar=True,
     help="Stable name of this worker for its transactional id [default: the host name].",
 )
+@click.option(
+    "--max-windows-in-flight",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    show_envvar=True,
+    help="Poll windows between poll and commit: one is prepared, one runs, the rest await delivery.",
+)
 @batch_options
 @cluster_options
 @repository_option
@@ -76,6 +84,7 @@ def worker_gpu(
     drain: bool,
     exactly_once: bool,
     instance_id: str | None,
+    max_windows_in_flight: int,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_queue: int | None,
@@ -86,6 +95,7 @@ def worker_gpu(
 ) -> None:
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
     from gpu_consumer.batcher import BatchPolicy
+    from gpu_consumer.pipeline import PipelineConfig
     from gpu_consumer.worker import serve
     from kafka_io.clients import check_reachable
     from schemas.model_config import load_model_config
@@ -106,8 +116,9 @@ def worker_gpu(
         drain=drain,
         exactly_once=exactly_once,
         instance_id=instance_id,
+        pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
     )
-    click.echo(f"gpu worker done: {stats.records} records in {stats.batches} batches", err=True)
+    click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 
 
 @worker.command(name="scheduler")

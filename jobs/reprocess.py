@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import make_engine
-from gpu_consumer.handler import handle_batch
+from gpu_consumer.handler import handle_window
 from kafka_io.cancellations import job_of
 from kafka_io.clients import make_producer
 from kafka_io.polling import source_of
@@ -54,7 +54,7 @@ def reprocess(
     window = 8 * config.max_batch_size
     done = 0
     for start in range(0, len(sources), window):
-        out = handle_batch(sources[start : start + window], engine, config, topics, f"reprocess-{start}", policy)
+        out = handle_window(sources[start : start + window], engine, config, topics, f"reprocess-{start}", policy)
         produce_all(producer, out)
         done += len(out)
     log(f"reprocessed {len(sources)} tensor records of {job_id} with {model}@{config.version}")

@@ -50,6 +50,8 @@ class Assignment:
     assigned: set[TP] = field(default_factory=set)
     at_eof: set[TP] = field(default_factory=set)
     revocations: int = 0
+    # Runs before partitions go: the pipelined worker finishes and commits its windows in flight.
+    before_revoke: Callable[[], None] | None = None
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned |= {(p.topic, p.partition) for p in partitions}
@@ -57,6 +59,8 @@ class Assignment:
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(p.topic, p.partition) for p in partitions}
+        if self.before_revoke is not None:
+            self.before_revoke()
         self.assigned -= gone
         self.at_eof -= gone
         self.revocations += 1
@@ -85,8 +89,10 @@ def batches(
     drain: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     idle_poll_s: float = 0.5,
+    tick: Callable[[], None] = lambda: None,
 ) -> Iterator[list[Message]]:
-    """Yield batches of records. The caller processes and commits each before asking for the next."""
+    """Yield batches of records. `tick` runs after every poll, also while no record comes (the
+    pipelined worker commits finished windows there)."""
     linger_s = limits.max_linger_ms / 1000.0
     pending: list[Message] = []
     first_at = 0.0
@@ -108,6 +114,7 @@ def batches(
             if not pending:
                 first_at = time.monotonic()
             pending.append(msg)
+        tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
             # them here too would only make duplicates and commit offsets we no longer own.
@@ -137,3 +144,11 @@ def next_offsets(batch: list[Message]) -> list[TopicPartition]:
 
 def commit_batch(consumer: Consumer, batch: list[Message]) -> None:
     consumer.commit(offsets=next_offsets(batch), asynchronous=False)
+
+
+def window_offsets(batch: list[Message]) -> dict[TP, int]:
+    return {(tp.topic, tp.partition): tp.offset for tp in next_offsets(batch)}
+
+
+def commit_offsets(consumer: Consumer, offsets: dict[TP, int]) -> None:
+    consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], asynchronous=False)

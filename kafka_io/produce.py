@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from kafka_io.errors import DeliveryError
 from kafka_io.records import OutRecord
+
+
+def send(producer: Producer, records: Iterable[OutRecord], on_result: Callable[[str | None], None]) -> None:
+    """Hand records to the producer without waiting for the broker. Each record's delivery report
+    calls on_result(None) once it is stored, or on_result(reason); they arrive on whichever thread
+    polls the producer. A producer that turned fatal raises DeliveryError (make a new one)."""
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        on_result(None if err is None else f"delivery to {msg.topic()} failed: {err.str()}")
+
+    try:
+        for record in records:
+            while True:
+                try:
+                    producer.produce(
+                        record.topic,
+                        value=record.value,
+                        key=record.key,
+                        headers=list(record.headers) or None,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:  # local queue full: let deliveries drain, then retry
+                    producer.poll(0.05)
+        producer.poll(0)
+    except KafkaException as exc:
+        raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
 
 
 def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: float = 60.0) -> int:

@@ -12,7 +12,7 @@ from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from schemas import RawText, SerdeError, Tensor, TensorRecord, decode, now_us
-from schemas.model_config import ModelNotFoundError
+from schemas.model_config import ModelNotFoundError, token_id_dtype
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
 # No token is shorter than one character, and real ones average 4-5, so cutting at 32 characters
@@ -55,6 +55,7 @@ def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: 
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
         token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length)
+        carried = token_id_dtype(model.tokenizer.get_vocab_size(), ids_input.dtype)
         finished = now_us()
         for (_, raw), ids in zip(items, token_ids, strict=True):
             record = TensorRecord(
@@ -63,7 +64,7 @@ def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: 
                 seq=raw.seq,
                 model=cfg.name,
                 model_version=cfg.version,
-                tensors=(Tensor.from_array(ids_input.name, ids.astype(ids_input.dtype, copy=False)),),
+                tensors=(Tensor.from_array(ids_input.name, ids.astype(carried, copy=False)),),
                 attributes=raw.attributes,
                 timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": finished},
             )

@@ -31,6 +31,12 @@ class TensorSpec:
     role: InputRole | None = None
 
 
+def token_id_dtype(vocab_size: int, graph_dtype: str) -> str:
+    """The dtype token ids travel in: uint16 holds every id of a vocabulary up to 65,536 (BERT's
+    30,522) in a quarter of int64's bytes; the GPU worker widens them when it pads a batch."""
+    return "uint16" if vocab_size <= 1 << 16 else graph_dtype
+
+
 @dataclass(frozen=True)
 class TokenizerSpec:
     file: str

@@ -11,12 +11,34 @@ import numpy as np
 from schemas.errors import TensorFormatError
 
 # Only fixed-width numeric types cross the wire; object or string arrays cannot be rebuilt from bytes.
-TENSOR_DTYPES = frozenset({"bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"})
+TENSOR_DTYPES = frozenset(
+    {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "float16", "float32", "float64"}
+)
 
 
 def now_us() -> int:
     """Wall-clock microseconds since the epoch: the unit of every stage timestamp."""
     return time.time_ns() // 1000
+
+
+_LITTLE = {name: np.dtype(name).newbyteorder("<") for name in TENSOR_DTYPES}
+
+
+def tensor_array(name: str, dtype: str, shape: tuple[int, ...] | list[int], data: bytes) -> np.ndarray:
+    """A read-only view on a carried tensor's bytes (no copy), after checking they fit dtype and shape."""
+    little = _LITTLE.get(dtype)
+    if little is None:
+        raise TensorFormatError(f"tensor {name!r}: unsupported dtype {dtype!r}")
+    count = 1
+    for d in shape:  # Python ints: a shape whose product overflows int64 is just too large
+        if d < 0:
+            raise TensorFormatError(f"tensor {name!r}: negative dimension in shape {list(shape)}")
+        count *= d
+    if count * little.itemsize != len(data):
+        raise TensorFormatError(
+            f"tensor {name!r}: {dtype}{list(shape)} needs {count * little.itemsize} bytes, record has {len(data)}"
+        )
+    return np.frombuffer(data, dtype=little).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -37,18 +59,7 @@ class Tensor:
 
     def to_array(self) -> np.ndarray:
         """A read-only view on the record's bytes (no copy), after checking they fit dtype and shape."""
-        if self.dtype not in TENSOR_DTYPES:
-            raise TensorFormatError(f"tensor {self.name!r}: unsupported dtype {self.dtype!r}")
-        if any(d < 0 for d in self.shape):
-            raise TensorFormatError(f"tensor {self.name!r}: negative dimension in shape {list(self.shape)}")
-        dtype = np.dtype(self.dtype).newbyteorder("<")
-        expected = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
-        if expected != len(self.data):
-            raise TensorFormatError(
-                f"tensor {self.name!r}: {self.dtype}{list(self.shape)} needs {expected} bytes, "
-                f"record has {len(self.data)}"
-            )
-        return np.frombuffer(self.data, dtype=dtype).reshape(self.shape)
+        return tensor_array(self.name, self.dtype, self.shape, self.data)
 
     def to_avro(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "data": self.data}

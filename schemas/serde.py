@@ -114,6 +114,13 @@ def decode(data: bytes, record_type: type[R]) -> R:
 
 
 def decode_with(schemas: SchemaRegistry, data: bytes, record_type: type[R]) -> R:
+    return record_type.from_avro(decode_fields(data, record_type, schemas))
+
+
+def decode_fields(data: bytes, record_type: type[AvroRecord], schemas: SchemaRegistry | None = None) -> dict[str, Any]:
+    """The record's fields as Avro gives them (nested records as dicts), resolved to the current
+    schema: for hot paths that would only take the record dataclass apart again."""
+    schemas = schemas or registry()
     if len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise NotSingleObjectError(
             f"not an Avro single-object record ({len(data)} bytes, starts with {data[:4].hex() or 'nothing'})"
@@ -132,7 +139,7 @@ def decode_with(schemas: SchemaRegistry, data: bytes, record_type: type[R]) -> R
         raise TruncatedRecordError(
             f"{writer.name} body has {len(data) - body.tell()} bytes after the end of the record"
         )
-    return record_type.from_avro(cast(dict[str, Any], fields))
+    return cast(dict[str, Any], fields)
 
 
 def decode_any(data: bytes) -> Any:

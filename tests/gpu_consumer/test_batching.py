@@ -44,7 +44,8 @@ def pad_batch_of_lengths(lengths: list[int]):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
-        (np.array([1, 2], dtype=np.int32), "dtype int32"),
+        (np.array([1, 2], dtype=np.float32), "dtype float32"),
+        (np.array([1, 2], dtype=np.uint64), "dtype uint64"),
         (np.ones((2, 2), dtype=np.int64), "expected one unbatched sequence"),
         (np.array([], dtype=np.int64), "0 tokens"),
         (np.ones(65, dtype=np.int64), "65 tokens"),
@@ -85,3 +86,31 @@ def test_images_are_chunked_in_arrival_order() -> None:
 
 def test_default_length_buckets_are_powers_of_two_up_to_the_max_length(tiny: TinyModel) -> None:
     assert tiny.config.buckets == (16, 32, 64)
+
+
+def test_the_cost_fit_recovers_call_row_and_token_costs_from_timings() -> None:
+    from gpu_consumer.cost_model import PROBES, CostModel, fit
+
+    truth = CostModel(per_call_s=5e-4, per_row_s=2e-5, per_token_s=3e-7)
+    model = fit([(rows, width, truth.seconds(rows, width)) for rows, width in PROBES])
+    for got, want in zip(
+        (model.per_call_s, model.per_row_s, model.per_token_s),
+        (truth.per_call_s, truth.per_row_s, truth.per_token_s),
+        strict=True,
+    ):
+        assert abs(got - want) <= 1e-9
+
+
+def test_a_costly_call_fills_batches_and_costly_tokens_cut_at_length_jumps() -> None:
+    from gpu_consumer.cost_model import CostModel
+
+    lengths = [10, 11, 12, 13, 14, 15, 16, 17, 40, 41, 42, 43]
+    gpu = BatchPolicy(max_batch_size=16, cost=CostModel(per_call_s=5e-4, per_token_s=1e-7))
+    # padding 8 rows from 17 to 40 tokens costs 18 us, far less than a 500 us call: one batch
+    assert [len(p) for p in plan_batches(lengths, gpu)] == [12]
+    # the 10% padding-waste rule, without a cost model, cuts it in four: 10-12 (13 would pad
+    # 4 rows to 52 tokens for 46 real, 11.5% waste), 13-16, 17, 40-43
+    assert [len(p) for p in plan_batches(lengths, BatchPolicy(max_batch_size=16))] == [3, 4, 1, 4]
+    cpu = BatchPolicy(max_batch_size=64, cost=CostModel(per_call_s=1e-4, per_token_s=2e-6))
+    # one more token for 8 rows costs 16 us < 100 us; 23 more tokens for 8 rows, 368 us: cut there
+    assert [sorted(lengths[i] for i in p) for p in plan_batches(lengths, cpu)] == [lengths[:8], lengths[8:]]

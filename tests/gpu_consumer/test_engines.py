@@ -43,9 +43,27 @@ def test_the_torch_engine_matches_onnx_runtime_on_cpu(minilm: ModelConfig, effic
     for config, batch in ((minilm, text_batch(minilm)), (efficientnet, image_batch(efficientnet))):
         name = config.outputs[0].name
         want = OnnxRuntimeEngine(config, threads=1).infer(batch)[name]
-        got = TorchEngine(config, device="cpu").infer(batch)[name]
+        got = TorchEngine(config, device="cpu", postprocess_on_device=False).infer(batch)[name]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, atol=2e-4, err_msg=config.name)
+
+
+@pytest.mark.slow
+def test_pooling_in_the_engine_gives_the_embeddings_of_pooling_on_the_cpu(minilm: ModelConfig) -> None:
+    from gpu_consumer.postprocess import postprocess
+
+    batch = text_batch(minilm)
+    padded = make_batch(
+        minilm, [row[: int(m.sum())] for row, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
+    )
+    engine = TorchEngine(minilm, device="cpu")
+    assert engine.postprocessed == ("mean_pooling", "l2_normalize")
+    pooled = engine.infer(padded.inputs)[minilm.outputs[0].name]
+    assert pooled.shape == (len(TEXTS), 384)  # what a GPU copies back: no sequence axis
+    raw = TorchEngine(minilm, device="cpu", postprocess_on_device=False).infer(padded.inputs)
+    want = postprocess(minilm, raw, padded).tensors[0].rows
+    got = postprocess(minilm, {minilm.outputs[0].name: pooled}, padded, engine.postprocessed).tensors[0].rows
+    np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 def assert_same_embeddings_and_labels(
@@ -59,9 +77,10 @@ def assert_same_embeddings_and_labels(
         minilm, [row[: int(m.sum())] for row, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
     )
     want = postprocess(minilm, OnnxRuntimeEngine(minilm).infer(padded.inputs), padded)
-    got = postprocess(minilm, engine(minilm).infer(padded.inputs), padded)
-    for w, g in zip(want, got, strict=True):
-        a, b = w.tensors[0].to_array(), g.tensors[0].to_array()
+    text_engine = engine(minilm)
+    assert text_engine.postprocessed == ("mean_pooling", "l2_normalize")  # pooled where it runs
+    got = postprocess(minilm, text_engine.infer(padded.inputs), padded, text_engine.postprocessed)
+    for a, b in zip(want.tensors[0].rows, got.tensors[0].rows, strict=True):
         assert float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) >= 0.999
     images = image_batch(efficientnet)
     want_top = OnnxRuntimeEngine(efficientnet).infer(images)["logits"].argmax(axis=1)

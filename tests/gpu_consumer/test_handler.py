@@ -4,7 +4,7 @@ import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import OnnxRuntimeEngine
-from gpu_consumer.handler import handle_batch
+from gpu_consumer.handler import handle_window
 from kafka_io.records import SourceRef
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
@@ -43,7 +43,7 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
     ]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
     policy = BatchPolicy(16, max_padding_waste=None)  # one batch, padded to its longest record
-    out = handle_batch(sources, engine, tiny.config, topics, "w-0", policy)
+    out = handle_window(sources, engine, tiny.config, topics, "w-0", policy)
 
     results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
     dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
@@ -72,11 +72,31 @@ def test_a_batch_of_only_poison_runs_no_inference(tiny: TinyModel) -> None:
         name = "exploding"
         max_batch_size = 16
         pad_to_bucket = False
+        postprocessed: tuple[str, ...] = ()
 
         def warmup(self) -> None: ...
 
         def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise AssertionError("must not be called")
 
-    out = handle_batch([SourceRef("t", 0, 0, b"junk")], Exploding(), tiny.config, Topics(), "w-1")
+    out = handle_window([SourceRef("t", 0, 0, b"junk")], Exploding(), tiny.config, Topics(), "w-1")
     assert [o.topic for o in out] == ["dead.letters"]
+
+
+def test_token_ids_carried_narrow_give_the_results_of_the_graphs_own_dtype(tiny: TinyModel) -> None:
+    ids = np.array([101, 7592, 2088, 102])
+    engine = OnnxRuntimeEngine(tiny.config, threads=1)
+    results = {}
+    for dtype in ("int64", "int32", "uint16"):
+        (out,) = handle_window(
+            [SourceRef("t", 0, 0, tensor_record(0, ids.astype(dtype)))], engine, tiny.config, Topics(), "w-0"
+        )
+        results[dtype] = decode(out.value, InferenceResult).arrays()["embedding"]
+    np.testing.assert_allclose(results["int64"], tiny.expected(ids), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(results["uint16"], results["int64"])
+    np.testing.assert_array_equal(results["int32"], results["int64"])
+    # floats are not token ids, whatever their width
+    (dead,) = handle_window(
+        [SourceRef("t", 0, 0, tensor_record(0, ids.astype("float32")))], engine, tiny.config, Topics(), "w-0"
+    )
+    assert decode(dead.value, DeadLetter).error_type == "TensorFormatError"

@@ -5,7 +5,7 @@ import pytest
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import OnnxRuntimeEngine
-from gpu_consumer.handler import handle_batch
+from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
 from kafka_io.records import SourceRef
 from kafka_io.settings import Topics
@@ -47,7 +47,7 @@ def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_co
     # token id 99999 is outside the vocabulary: ONNX Runtime's Gather fails on the whole batch
     sources = [record(i, [101, 2000 + i, 102]) for i in range(7)] + [record(7, [101, 99999, 102])]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    out = handle_batch(sources, engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
+    out = handle_window(sources, engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
     results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
     dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
     assert sorted(r.record_id for r in results) == [f"r{i}" for i in range(7)]
@@ -65,6 +65,7 @@ def test_an_engine_that_fails_on_everything_is_a_fault_not_poison(tiny: TinyMode
         name = "broken"
         max_batch_size = 16
         pad_to_bucket = False
+        postprocessed: tuple[str, ...] = ()
 
         def warmup(self) -> None:
             raise RuntimeError("engine cannot run at all")
@@ -73,11 +74,11 @@ def test_an_engine_that_fails_on_everything_is_a_fault_not_poison(tiny: TinyMode
             raise RuntimeError("engine cannot run at all")
 
     with pytest.raises(RuntimeError, match="cannot run at all"):
-        handle_batch([record(i, [101, 7, 102]) for i in range(4)], Broken(), tiny.config, Topics(), "w-0")
+        handle_window([record(i, [101, 7, 102]) for i in range(4)], Broken(), tiny.config, Topics(), "w-0")
     with pytest.raises(EngineFault):
 
         class OutOfMemory(Broken):
             def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                 raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-        handle_batch([record(0, [101, 7, 102])], OutOfMemory(), tiny.config, Topics(), "w-0")
+        handle_window([record(0, [101, 7, 102])], OutOfMemory(), tiny.config, Topics(), "w-0")

@@ -61,6 +61,7 @@ def test_bad_records_become_dead_letters_and_the_rest_of_the_batch_goes_on(
     assert [(t.record_id, t.seq, t.model_version) for t in tensors] == [("r0", 0, "1"), ("r3", 3, "1")]
     ids = tensors[0].arrays()["input_ids"]
     assert ids.tolist() == [101, 7592, 2088, 102]  # [CLS] hello world [SEP]
+    assert ids.dtype == np.uint16  # a BERT vocabulary fits: a quarter of int64's bytes on the wire
     assert tensors[0].attributes == {"src": "test"}
     assert set(tensors[0].timestamps) == {"submitted", "preprocess_start", "preprocess_end"}
     assert [(d.source_offset, d.error_type, d.record_id) for d in dead] == [

@@ -1,0 +1,202 @@
+"""The pipelined GPU worker: the engine never waits on polling, decoding, encoding or the broker.
+
+    main thread    poll window n+2, prepare it (decode, sort, pad)    --windows-->
+    engine thread  execute window n+1, batch by batch                 --executed batches-->
+    emit thread    encode window n's results, produce them; delivery reports confirm them
+
+and back on the main thread, offsets are committed over the confirmed prefix of windows
+(gpu_consumer/ledger.py), so the commit rule is today's: a record's offset moves only once its
+outputs, and those of every record polled before it, are stored. At most `max_in_flight` windows
+are between poll and commit, which bounds memory. The engine thread only runs the engine: the
+Python work of the other two overlaps its compute, as a GPU kernel would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from gpu_consumer.engine import Engine
+from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
+from gpu_consumer.ledger import TP, Entry, Ledger
+from kafka_io import DeliveryError, KafkaException, Producer
+from kafka_io.produce import produce_all, send
+from kafka_io.records import OutRecord
+from kafka_io.settings import Topics
+from schemas.model_config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+Marker = Literal["start", "end"]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    max_in_flight: int = 4  # windows between poll and commit
+    delivery_timeout_s: float = 30.0  # a window's deliveries unconfirmed this long: the broker is gone
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
+
+
+class Pipeline:
+    def __init__(
+        self,
+        engine: Engine,
+        config: ModelConfig,
+        topics: Topics,
+        new_producer: Callable[[], Producer],
+        settings: PipelineConfig | None = None,
+    ) -> None:
+        self.settings = settings or PipelineConfig()
+        self.ledger = Ledger()
+        self._engine, self._config = engine, config
+        self._emitter = Emitter(config, topics, engine.postprocessed)
+        self._new_producer = new_producer
+        self._producer = new_producer()
+        self._generation = 0  # delivery reports of a replaced producer are ignored
+        self._to_engine: queue.Queue[tuple[Entry, Window] | None] = queue.Queue()
+        self._to_emit: queue.Queue[tuple[Entry, Window, Executed | Poisoned | Marker] | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._threads = [
+            threading.Thread(target=self._guard(self._engine_loop), name="nearline-engine", daemon=True),
+            threading.Thread(target=self._guard(self._emit_loop), name="nearline-emit", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # --- main thread ---
+
+    def submit(self, window: Window, offsets: dict[TP, int], records: int) -> None:
+        """Queue a prepared window for the engine; `offsets` are committed once its outputs are stored."""
+        self.check()
+        self._to_engine.put((self.ledger.open(offsets, records), window))
+
+    def check(self) -> None:
+        """Raise what stopped a pipeline thread (an EngineFault: the worker exits, nothing more is
+        committed); produce again what a failed or stalled delivery left unconfirmed."""
+        if self._error is not None:
+            raise self._error
+        if self.ledger.failure is not None or self.ledger.stalled(self.settings.delivery_timeout_s):
+            self._recover(
+                self.ledger.failure or f"deliveries unconfirmed after {self.settings.delivery_timeout_s:.0f} s"
+            )
+
+    def wait_for_room(self, commit: Callable[[], None]) -> None:
+        """Block while max_in_flight windows are in flight, committing those that finish."""
+        while self.ledger.in_flight() >= self.settings.max_in_flight:
+            self.ledger.wait(0.05)
+            self.check()
+            commit()
+
+    def finish(self, commit: Callable[[], None], timeout_s: float | None = None) -> bool:
+        """Run every queued window to the end and commit it (before a revoke, or at the end)."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else 4 * self.settings.delivery_timeout_s)
+        while self.ledger.in_flight() and time.monotonic() < deadline:
+            self.ledger.wait(0.05)
+            self.check()
+            commit()
+        return not self.ledger.in_flight()
+
+    def close(self) -> None:
+        self._to_engine.put(None)
+        for t in self._threads:
+            t.join(timeout=10)
+        self._producer.flush(5)
+
+    def _recover(self, reason: str) -> None:
+        """A broker that restarted without its state (Tansu memory storage) no longer knows this
+        idempotent producer: librdkafka retries forever, or turns the producer fatal. Nothing
+        unconfirmed was committed, so a new producer (a new id) sends all of it again; if that
+        fails too, it is a real outage and DeliveryError ends the worker."""
+        log.warning("%s; recreating the producer and producing the unconfirmed windows again", reason)
+        self._quiesce()
+        old = self._producer
+        self._generation += 1
+        with contextlib.suppress(KafkaException):  # a fatal producer may refuse even this
+            old.purge()
+        self._producer = self._new_producer()
+        entries = self.ledger.unconfirmed()
+        produce_all(self._producer, [r for e in entries for r in e.outputs], self.settings.delivery_timeout_s)
+        self.ledger.resolve(entries)
+
+    def _quiesce(self) -> None:
+        """Wait until every queued window has been executed and handed to the producer."""
+        while self._to_engine.unfinished_tasks or self._to_emit.unfinished_tasks:
+            if self._error is not None:
+                raise self._error
+            time.sleep(0.01)
+
+    # --- pipeline threads ---
+
+    def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as exc:  # handed to the main thread, which exits the worker
+                self._error = exc
+                self.ledger.fail(f"{threading.current_thread().name}: {exc}")
+
+        return run
+
+    def _engine_loop(self) -> None:
+        try:
+            while (job := self._to_engine.get()) is not None:
+                entry, window = job
+                self._to_emit.put((entry, window, "start"))
+                for event in execute(self._engine, window, self._config):
+                    self._to_emit.put((entry, window, event))
+                self._to_emit.put((entry, window, "end"))
+                self._to_engine.task_done()
+        finally:
+            self._to_emit.put(None)
+
+    def _emit_loop(self) -> None:
+        executed = 0
+        while True:
+            try:
+                job = self._to_emit.get_nowait()
+            except queue.Empty:
+                self._producer.poll(0.005)  # serve delivery reports while the engine works
+                continue
+            if job is None:
+                return
+            entry, window, event = job
+            if event == "start":
+                executed = 0
+                self._produce(entry, window.dead)
+            elif event == "end":
+                self.ledger.seal(entry)
+            elif isinstance(event, Poisoned):
+                self._produce(entry, [self._emitter.dead(event)])
+            else:
+                assert isinstance(event, Executed)
+                self._produce(entry, self._emitter.results(event, f"{window.window_id}.{executed}", window.formed_us))
+                executed += 1
+            self._to_emit.task_done()
+
+    def _produce(self, entry: Entry, records: list[OutRecord]) -> None:
+        if not records:
+            return
+        self.ledger.sent(entry, records)  # kept until confirmed, to be produced again if need be
+        generation, ledger = self._generation, self.ledger
+
+        def on_result(failure: str | None) -> None:
+            if generation != self._generation:
+                return
+            if failure is None:
+                ledger.confirm(entry)
+            else:
+                ledger.fail(failure)
+
+        try:
+            send(self._producer, records, on_result)
+        except DeliveryError as exc:  # a fatal producer: the main thread replaces it
+            ledger.fail(str(exc))

@@ -1,0 +1,100 @@
+"""The pipelined worker loop against the real broker: windows in flight at a rebalance are finished
+and committed before their partitions go, so the new owner starts after them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engine import OnnxRuntimeEngine
+from gpu_consumer.pipeline import PipelineConfig
+from gpu_consumer.worker import WorkerStats, run
+from kafka_io.clients import make_consumer, make_producer
+from kafka_io.polling import BatchLimits, subscribe
+from kafka_io.reading import read_topics
+from kafka_io.settings import KafkaSettings, Topics
+from schemas import InferenceResult, decode
+from tests.jobs.pipeline import feed_tensors
+from tests.tiny_model import TinyModel
+
+
+class SlowEngine(OnnxRuntimeEngine):
+    """The tiny model, with a device that takes 300 ms a batch: eight windows in flight
+    hold ~10 s of work, longer than the rebalance takes."""
+
+    calls = 0
+
+    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        time.sleep(0.3)
+        self.calls += 1
+        return super().infer(inputs)
+
+
+def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_partitions_move(
+    settings: KafkaSettings, topics: Topics, tiny: TinyModel
+) -> None:
+    total = 640
+    feed_tensors(settings, topics, "job-rb", total)
+    stats: dict[str, WorkerStats] = {}
+    done = threading.Event()
+
+    def results() -> set[str]:
+        return {(m.key() or b"").decode() for m in read_topics(settings, [topics.results])}
+
+    engines = {name: SlowEngine(tiny.config, threads=1) for name in "ab"}
+
+    def worker(name: str) -> None:
+        consumer = make_consumer(settings.with_client_id(name), topics.gpu_group("tiny"))
+        assignment = subscribe(consumer, [topics.tensors("tiny")])
+        try:
+            stats[name] = run(
+                consumer,
+                assignment,
+                lambda: make_producer(settings),
+                engines[name],
+                tiny.config,
+                topics,
+                BatchLimits(32, 20.0),
+                BatchPolicy(8),
+                worker_id=name,
+                # not drain: a worker that leaves while the other joins can wedge a Tansu group
+                # (shared/docs/tansu.md); both stop once every record has its result
+                should_stop=done.is_set,
+                pipeline=PipelineConfig(max_in_flight=8),
+            )
+        finally:
+            consumer.close()
+
+    first = threading.Thread(target=worker, args=("a",))
+    first.start()
+    deadline = time.monotonic() + 60
+    while engines["a"].calls < 4:  # a is under way, its windows in flight
+        assert time.monotonic() < deadline, "worker a produced nothing"
+        time.sleep(0.2)
+    second = threading.Thread(target=worker, args=("b",))
+    second.start()
+    deadline = time.monotonic() + 120
+    while len(results()) < total and time.monotonic() < deadline:
+        time.sleep(0.5)
+    done.set()
+    first.join(60)
+    second.join(60)
+    assert not first.is_alive() and not second.is_alive()
+
+    by_record: dict[str, set[str]] = defaultdict(set)
+    partition_of: dict[str, int] = {}
+    for msg in read_topics(settings, [topics.results]):
+        result = decode(msg.value() or b"", InferenceResult)
+        by_record[result.record_id].add(result.batch_id.split("-")[0])
+    for msg in read_topics(settings, [topics.tensors("tiny")]):
+        partition_of[(msg.key() or b"").decode().split("/")[1]] = msg.partition() or 0
+    assert set(by_record) == {f"r{i}" for i in range(total)}  # nothing lost
+    assert stats["a"].records + stats["b"].records >= total
+    assert "b" in {w for workers in by_record.values() for w in workers}, f"the rebalance came too late: {stats}"
+    # A record that both workers ran would mean b started before a's commit of it.
+    both = sorted(r for r, workers in by_record.items() if workers == {"a", "b"})
+    assert both == [], f"run by both workers: {both[:10]} (partitions {sorted({partition_of[r] for r in both})})"
