@@ -11,9 +11,9 @@ serde, commit rule) drains the topic in this process, its group rewound to the s
   A sleep releases the GIL and uses no CPU, as a GPU kernel does, and a rate in records/s does
   not depend on how the batches were cut.
 --real-engine torch adds a drain by a real engine (on a GPU machine: the accelerator's own busy
-fraction). Records/s and engine busy (time the worker waits on the engine over wall time) are
-timed from the first inference's start to the last inference's end, so start-up and shutdown are
-not counted. Figures, never assertions: the machine is shared.
+fraction). Records/s and engine busy (a simulated device's compute time, or the time the worker waits on a
+real engine, over wall time) are timed from the first inference's start to the last inference's end, so
+start-up and shutdown are not counted. Figures, never assertions: the machine is shared.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
-from gpu_consumer.engine import Engine, infer_all, make_engine
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.device_postprocess import device_steps
+from gpu_consumer.engine import Engine, infer_all, make_engine, measure_cost
 from gpu_consumer.worker import serve
 from jobs.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.runner import ensure_model
@@ -40,36 +42,70 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
-from schemas.model_config import ModelConfig
+from schemas.model_config import ModelConfig, load_model_config
 
 
 @dataclass
 class SimulatedAccelerator:
-    """An engine whose `infer` sleeps per_call_s + rows / rate seconds (not at all at rate 0) and
-    returns outputs of the model's shape, reused per shape: allocating them is not the loop's cost."""
+    """A device that computes each executed batch in per_call_s + rows / rate seconds (at once at
+    rate 0), driven as the torch and TensorRT engines drive a GPU stream (cuda_staging.pipelined):
+    `infer_many` queues batch n+1 before it waits for batch n's outputs, so the device goes on
+    from one batch to the next without waiting for Python. Its clock is kept arithmetically (a
+    batch starts when it is queued or when the one before it ends, whichever is later) and the
+    caller sleeps until its batch's end: a sleep releases the GIL and uses no CPU, as waiting on a
+    GPU does. `infer` alone queues nothing ahead. Outputs have the model's shape (pooled, as the
+    GPU engines return them) and are reused per shape: allocating them is not the loop's cost.
+
+    Its busy time is the sum of the batches' compute: time measured around the calls would also
+    count the wait for the GIL after each sleep, which a GPU does not spend computing."""
 
     config: ModelConfig
     rate: float
     per_call_s: float
     name: str = "simulated"
     pad_to_bucket: bool = False
+    postprocessed: tuple[str, ...] = ()
     max_batch_size: int = 0
+    device_s: float = 0.0
     _outputs: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.max_batch_size = self.config.max_batch_size
+        self.postprocessed = device_steps(self.config)  # pools on the device, as torch and TensorRT do
 
     def warmup(self) -> None:
         pass
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return next(self.infer_many([inputs]))
+
+    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+        free_at = 0.0  # when the device finishes the batches queued so far
+        pending: tuple[float, dict[str, np.ndarray]] | None = None
+        for inputs in batches:
+            free_at = max(time.perf_counter(), free_at) + self._compute(inputs)
+            if pending is not None:
+                yield self._collect(*pending)
+            pending = (free_at, inputs)
+        if pending is not None:
+            yield self._collect(*pending)
+
+    def _compute(self, inputs: dict[str, np.ndarray]) -> float:
+        rows = len(next(iter(inputs.values())))
+        seconds = self.per_call_s + rows / self.rate if self.rate else 0.0
+        self.device_s += seconds
+        return seconds
+
+    def _collect(self, done_at: float, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        wait = done_at - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
         rows, width = next(iter(inputs.values())).shape[:2]
-        if self.rate:
-            time.sleep(self.per_call_s + rows / self.rate)
         out = self._outputs.get((rows, width))
         if out is None:
             spec = self.config.outputs[0]
-            out = {spec.name: np.ones((rows, width, int(spec.dims[-1])), np.float32)}
+            shape = (rows, int(spec.dims[-1])) if self.postprocessed else (rows, width, int(spec.dims[-1]))
+            out = {spec.name: np.ones(shape, np.float32)}
             self._outputs[(rows, width)] = out
         return out
 
@@ -87,10 +123,11 @@ class TimedEngine:
     sizes: Counter[int] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
-        self.name, self.max_batch_size, self.pad_to_bucket = (
+        self.name, self.max_batch_size, self.pad_to_bucket, self.postprocessed = (
             self.inner.name,
             self.inner.max_batch_size,
             self.inner.pad_to_bucket,
+            self.inner.postprocessed,
         )
         if hasattr(self.inner, "infer_many"):
             self.infer_many = self._infer_many
@@ -154,7 +191,11 @@ def fill(settings: KafkaSettings, topics: Topics, repository: Path, n: int, work
 def drain(settings: KafkaSettings, topics: Topics, repository: Path, engine: TimedEngine) -> dict[str, float | str]:
     tensors = topics.tensors("minilm")
     reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in end_offsets(settings, tensors)})
-    stats = serve(settings, topics, repository, "minilm", drain=True, engine=engine)
+    # the worker's own cost probes, taken here on the bare engine so they are not timed as work
+    policy = BatchPolicy(
+        engine.max_batch_size, cost=measure_cost(engine.inner, load_model_config(repository, "minilm"))
+    )
+    stats = serve(settings, topics, repository, "minilm", policy, drain=True, engine=engine)
     if not engine.sizes:
         raise RuntimeError(f"the worker drained {stats.records} records of {tensors} without one inference")
     wall = engine.last_end - engine.first_start
@@ -163,7 +204,8 @@ def drain(settings: KafkaSettings, topics: Topics, repository: Path, engine: Tim
         "engine": engine.label,
         "records": stats.records,
         "records_per_s": stats.records / wall,
-        "engine_busy": engine.busy_s / wall,
+        # a simulated accelerator's own compute time; a real engine's is the wait on it
+        "engine_busy": getattr(engine.inner, "device_s", engine.busy_s) / wall,
         "executed_batches": calls,
         "mean_batch": stats.records / calls,
         "batch_sizes": json.dumps(dict(sorted(engine.sizes.items()))),
