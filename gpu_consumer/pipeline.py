@@ -161,10 +161,10 @@ class Pipeline:
     def _emit_loop(self) -> None:
         executed = 0
         while True:
+            self._producer.poll(0)  # serve the delivery reports that have arrived
             try:
-                job = self._to_emit.get_nowait()
+                job = self._to_emit.get(timeout=0.002)
             except queue.Empty:
-                self._producer.poll(0.005)  # serve delivery reports while the engine works
                 continue
             if job is None:
                 return
@@ -188,15 +188,15 @@ class Pipeline:
         self.ledger.sent(entry, records)  # kept until confirmed, to be produced again if need be
         generation, ledger = self._generation, self.ledger
 
-        def on_result(failure: str | None) -> None:
-            if generation != self._generation:
-                return
-            if failure is None:
+        def on_stored() -> None:  # once per record: kept short
+            if generation == self._generation:
                 ledger.confirm(entry)
-            else:
-                ledger.fail(failure)
+
+        def on_failed(reason: str) -> None:
+            if generation == self._generation:
+                ledger.fail(reason)
 
         try:
-            send(self._producer, records, on_result)
+            send(self._producer, records, on_stored, on_failed)
         except DeliveryError as exc:  # a fatal producer: the main thread replaces it
             ledger.fail(str(exc))

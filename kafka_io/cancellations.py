@@ -17,7 +17,10 @@ log = logging.getLogger(__name__)
 def job_of(headers: Any) -> str | None:
     """The job id a record carries in its `job_id` header (every stage's output has one).
     `headers` as either client gives them: a list of pairs or a mapping."""
-    value = dict(headers or []).get("job_id")
+    if isinstance(headers, dict):
+        value = headers.get("job_id")
+    else:  # a list: scanned, not made a dict, as this runs for every consumed record
+        value = next((v for k, v in headers or () if k == "job_id"), None)
     return value.decode() if isinstance(value, bytes) else None
 
 

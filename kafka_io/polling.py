@@ -98,8 +98,18 @@ def batches(
     first_at = 0.0
     revocations = assignment.revocations
     while True:
-        timeout = max(0.0, first_at + linger_s - time.monotonic()) if pending else idle_poll_s
-        for msg in consumer.consume(num_messages=limits.max_batch_size - len(pending), timeout=timeout):
+        if pending:  # lingering: wait for more until the window is full or its linger is over
+            timeout = max(0.0, first_at + linger_s - time.monotonic())
+            polled = consumer.consume(num_messages=limits.max_batch_size - len(pending), timeout=timeout)
+        else:
+            # consume() waits for num_messages or its timeout, so an idle wait with it would hold a
+            # small job's first records for the whole idle_poll_s: take what is queued, else
+            # wait with poll(), which returns on the first record.
+            polled = consumer.consume(num_messages=limits.max_batch_size, timeout=0)
+            if not polled:
+                first = consumer.poll(idle_poll_s)
+                polled = [first] if first is not None else []
+        for msg in polled:
             tp = tp_of(msg)
             err = msg.error()
             if err is not None:

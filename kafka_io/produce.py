@@ -11,13 +11,18 @@ from kafka_io.errors import DeliveryError
 from kafka_io.records import OutRecord
 
 
-def send(producer: Producer, records: Iterable[OutRecord], on_result: Callable[[str | None], None]) -> None:
+def send(
+    producer: Producer, records: Iterable[OutRecord], on_stored: Callable[[], None], on_failed: Callable[[str], None]
+) -> None:
     """Hand records to the producer without waiting for the broker. Each record's delivery report
-    calls on_result(None) once it is stored, or on_result(reason); they arrive on whichever thread
-    polls the producer. A producer that turned fatal raises DeliveryError (make a new one)."""
+    calls on_stored() once the broker has it, or on_failed(reason); they arrive on whichever
+    thread polls the producer. A producer that turned fatal raises DeliveryError (make a new one)."""
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        on_result(None if err is None else f"delivery to {msg.topic()} failed: {err.str()}")
+        if err is None:
+            on_stored()
+        else:
+            on_failed(f"delivery to {msg.topic()} failed: {err.str()}")
 
     try:
         for record in records:

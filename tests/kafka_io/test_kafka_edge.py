@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -59,6 +60,32 @@ def test_a_partial_batch_closes_after_the_linger(settings: KafkaSettings, topics
     first = next(it)
     consumer.close()
     assert len(first) == 3
+
+
+def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the_idle_wait(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """A small job's records reach an idle worker at once: an idle poll that waited for a full
+    window (consume()'s num_messages) would hold them for its whole 60 s here."""
+    ensure_topics(settings, [TopicSpec(topics.raw_text, 1)])
+    consumer = make_consumer(settings, topics.gpu_group("x"))
+    assignment = subscribe(consumer, [topics.raw_text])
+    got: list[int] = []
+
+    def first_window() -> None:
+        it = batches(consumer, assignment, BatchLimits(max_batch_size=100, max_linger_ms=50), idle_poll_s=60)
+        got.append(len(next(it)))
+
+    worker = threading.Thread(target=first_window, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not assignment.assigned and time.monotonic() < deadline:
+        time.sleep(0.1)  # the worker is idle, subscribed, with nothing to read
+    fill(settings, topics.raw_text, 3, partitions=1)
+    worker.join(30)
+    came = list(got)  # before close(), which waits for a consume() in progress
+    consumer.close()
+    assert came == [3], "the window did not come within 30 s of its records"
 
 
 def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSettings, topics: Topics) -> None:
