@@ -100,7 +100,7 @@ def serial(config: ModelConfig, engine: Engine, texts: list[str]) -> Figures:
     for text in texts:
         (ids,) = tokenize(tokenizer, [text], config.max_length)
         batch = pad_batch(config, [ids])
-        postprocess(config, clock.infer(engine, batch.inputs), batch)
+        postprocess(config, clock.infer(engine, batch.inputs), batch, engine.postprocessed)
         clock.done.append(time.perf_counter() - clock.start)
         real += len(ids)
     return clock.figures("(a) serial, batch 1", [1] * len(texts), real, real)
@@ -124,7 +124,7 @@ def batched(
             ids = pretokenized[start : start + window]
         for rows in plan_batches([len(i) for i in ids], policy, config.buckets, engine.pad_to_bucket):
             batch = make_batch(config, [ids[i] for i in rows])
-            postprocess(config, clock.infer(engine, batch.inputs), batch)
+            postprocess(config, clock.infer(engine, batch.inputs), batch, engine.postprocessed)
             clock.done += [time.perf_counter() - clock.start] * len(rows)
             sizes.append(len(rows))
             real += int(batch.lengths.sum())

@@ -111,7 +111,7 @@ def text_part(repository: Path, texts: int) -> None:
     embeddings = []
     for start in range(0, len(ids), 32):
         batch = make_batch(config, ids[start : start + 32])
-        embeddings += list(postprocess(config, engine.infer(batch.inputs), batch).tensors[0].rows)
+        embeddings += list(postprocess(config, engine.infer(batch.inputs), batch, engine.postprocessed).tensors[0].rows)
     np.savez_compressed(DEVICE / "reference_text.npz", embeddings=np.stack(embeddings))
 
 

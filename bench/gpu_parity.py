@@ -56,7 +56,7 @@ def check_text(repository: Path, kind: str) -> dict[str, object]:
     t0 = time.perf_counter()
     for start in range(0, len(ids), 64):
         batch = make_batch(config, ids[start : start + 64])
-        got += list(postprocess(config, engine.infer(batch.inputs), batch).tensors[0].rows)
+        got += list(postprocess(config, engine.infer(batch.inputs), batch, engine.postprocessed).tensors[0].rows)
     seconds = time.perf_counter() - t0
     cosine = (np.stack(got) * want).sum(axis=1) / np.linalg.norm(want, axis=1)
     return {

@@ -49,10 +49,10 @@ def load_labels(path: Path) -> tuple[str, ...]:
 
 
 def postprocess(
-    config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch, done: Sequence[str] = ()
+    config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch, done: Sequence[str]
 ) -> BatchOutput:
     """The first graph output through the configured steps the engine has not `done` already
-    (engines that pool on the device), then as result tensors."""
+    (its `postprocessed`: engines that pool on the device), then as result tensors."""
     x = outputs[config.outputs[0].name]
     for name in config.postprocess:
         if name not in done:

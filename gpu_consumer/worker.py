@@ -32,9 +32,18 @@ from gpu_consumer.postprocess import STEPS
 from kafka_io import Consumer, KafkaException, Producer
 from kafka_io.cancellations import Cancellations, job_of
 from kafka_io.clients import check_reachable, make_consumer, make_producer
-from kafka_io.polling import Assignment, BatchLimits, batches, commit_offsets, source_of, subscribe, window_offsets
+from kafka_io.polling import (
+    Assignment,
+    BatchLimits,
+    assign_all,
+    batches,
+    commit_offsets,
+    source_of,
+    subscribe,
+    window_offsets,
+)
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from kafka_io.transactions import TransactionAbortedError, commit_in_transaction, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
@@ -164,10 +173,13 @@ def serve(
     instance_id: str | None = None,
     engine: Engine | None = None,
     pipeline: PipelineConfig | None = None,
+    sole_consumer: bool = False,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
-    `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator)."""
+    `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator).
+    `sole_consumer` takes every partition without a group join: only for a worker known to be the
+    group's one member (the embedded `nearline run`); two such workers would both read everything."""
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
@@ -207,7 +219,10 @@ def serve(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     cancellations = Cancellations(settings, topics)
-    assignment = subscribe(consumer, [tensors])
+    if sole_consumer:
+        assignment = assign_all(consumer, tensors, partitions_of(settings, tensors))
+    else:
+        assignment = subscribe(consumer, [tensors])
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
     try:
         return run(

@@ -74,6 +74,12 @@ def worker_preprocess(
     show_envvar=True,
     help="Poll windows between poll and commit: one is prepared, one runs, the rest await delivery.",
 )
+@click.option(
+    "--sole-consumer",
+    is_flag=True,
+    hidden=True,  # for `nearline run`'s embedded pipeline: the one member of its group, no join
+    help="Take every partition without joining the group (only for a worker that is alone).",
+)
 @batch_options
 @cluster_options
 @repository_option
@@ -85,6 +91,7 @@ def worker_gpu(
     exactly_once: bool,
     instance_id: str | None,
     max_windows_in_flight: int,
+    sole_consumer: bool,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_queue: int | None,
@@ -117,6 +124,7 @@ def worker_gpu(
         exactly_once=exactly_once,
         instance_id=instance_id,
         pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
+        sole_consumer=sole_consumer,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 

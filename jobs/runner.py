@@ -116,7 +116,8 @@ def run_job(
                 namespace=namespace,
                 repository=repository,
                 logs=workdir,
-                gpu_args=worker_args,
+                # the embedded broker is ours: this GPU worker is alone, so it skips the group join
+                gpu_args=("--sole-consumer", *worker_args),
             )
             stack.callback(stop_all, workers)
             log(f"embedded broker on {broker.bootstrap_servers}; worker logs in {workdir}")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kafka_io.records import SourceRef
 
@@ -78,6 +78,17 @@ def subscribe(consumer: Consumer, topics: list[str]) -> Assignment:
         on_revoke=assignment.on_revoke,
         on_lost=assignment.on_revoke,
     )
+    return assignment
+
+
+def assign_all(consumer: Consumer, topic: str, partitions: list[int]) -> Assignment:
+    """Take every partition of `topic` without joining the group: for a consumer that is known to
+    be the only one (the embedded `nearline run`), which saves the join (seconds on Tansu). Reading
+    starts at the group's committed offsets, and commits still go to the group."""
+    assignment = Assignment()
+    consumer.assign([TopicPartition(topic, p, OFFSET_STORED) for p in partitions])
+    assignment.assigned = {(topic, p) for p in partitions}
+    log.info("assigned %s without a group join", sorted(assignment.assigned))
     return assignment
 
 

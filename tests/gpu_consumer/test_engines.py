@@ -61,7 +61,7 @@ def test_pooling_in_the_engine_gives_the_embeddings_of_pooling_on_the_cpu(minilm
     pooled = engine.infer(padded.inputs)[minilm.outputs[0].name]
     assert pooled.shape == (len(TEXTS), 384)  # what a GPU copies back: no sequence axis
     raw = TorchEngine(minilm, device="cpu", postprocess_on_device=False).infer(padded.inputs)
-    want = postprocess(minilm, raw, padded).tensors[0].rows
+    want = postprocess(minilm, raw, padded, ()).tensors[0].rows
     got = postprocess(minilm, {minilm.outputs[0].name: pooled}, padded, engine.postprocessed).tensors[0].rows
     np.testing.assert_allclose(got, want, atol=1e-6)
 
@@ -76,7 +76,7 @@ def assert_same_embeddings_and_labels(
     padded = make_batch(
         minilm, [row[: int(m.sum())] for row, m in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
     )
-    want = postprocess(minilm, OnnxRuntimeEngine(minilm).infer(padded.inputs), padded)
+    want = postprocess(minilm, OnnxRuntimeEngine(minilm).infer(padded.inputs), padded, ())
     text_engine = engine(minilm)
     assert text_engine.postprocessed == ("mean_pooling", "l2_normalize")  # pooled where it runs
     got = postprocess(minilm, text_engine.infer(padded.inputs), padded, text_engine.postprocessed)

@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
-from kafka_io.polling import BatchLimits, batches, commit_batch, subscribe
+from kafka_io.polling import BatchLimits, assign_all, batches, commit_batch, subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
@@ -105,6 +105,25 @@ def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSetting
     assert [m.offset() for m in first] == list(range(8))
     assert [m.offset() for m in rest] == list(range(8, 20))
     assert committed[0].offset == 8
+
+
+def test_a_sole_consumer_reads_every_partition_without_a_join_and_commits_to_its_group(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    fill(settings, topics.raw_text, 30, partitions=3)
+    group = topics.gpu_group("sole")
+    consumer = make_consumer(settings, group)
+    assignment = assign_all(consumer, topics.raw_text, [0, 1, 2])
+    first = next(batches(consumer, assignment, BatchLimits(max_batch_size=12, max_linger_ms=5000)))
+    commit_batch(consumer, first)
+    consumer.close()
+    # a group member that joins later starts where the sole consumer committed
+    again = make_consumer(settings, group)
+    rest = [m for b in batches(again, subscribe(again, [topics.raw_text]), BatchLimits(50, 50), drain=True) for m in b]
+    again.close()
+    seen = sorted(m.value() or b"" for m in [*first, *rest])
+    assert len(first) == 12
+    assert seen == sorted(f"v{i}".encode() for i in range(30))  # each record once: nothing lost or repeated
 
 
 def test_an_unreachable_broker_fails_fast_naming_the_servers() -> None:

@@ -1,0 +1,77 @@
+"""Benchmark: `nearline run` end to end against the engine alone on the same texts.
+
+    .venv/bin/python -m bench.run_ratio [--records 2000]
+
+(1) `nearline run` as a user types it (a fresh process: embedded broker, workers, model load,
+submit, results written), wall time from the command's start to its exit; (2) the same ONNX
+model alone in this process on the same texts, tokenized beforehand, sorted by length, batch 32,
+ONNX Runtime on every core, timed from the first batch to the last. The ratio (2) / (1) is what the
+pipeline keeps of the engine's own speed, start-up included. Figures, never assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.decoupling import exit_on_sigterm, machine
+from bench.feed import short_texts
+from gpu_consumer.batcher import make_batch
+from gpu_consumer.engine import OnnxRuntimeEngine
+from jobs.local import ENV_MODEL_REPOSITORY
+from jobs.runner import ensure_model
+from preprocess_app.models import load_tokenizer
+from preprocess_app.text import tokenize
+from schemas.model_config import ModelConfig
+
+
+def engine_alone(config: ModelConfig, texts: list[str], batch: int) -> float:
+    ids = tokenize(load_tokenizer(config.tokenizer_path, config.max_length), texts, config.max_length)
+    ids.sort(key=len)
+    engine = OnnxRuntimeEngine(config)
+    engine.warmup()
+    started = time.perf_counter()
+    for start in range(0, len(ids), batch):
+        engine.infer(make_batch(config, ids[start : start + batch]).inputs)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2000)
+    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    args = parser.parse_args()
+    repository = args.model_repository.resolve()
+    config = ensure_model(repository, "minilm", print)
+    texts = short_texts(args.records)
+    with tempfile.TemporaryDirectory(prefix="nearline-run-ratio-") as tmp:
+        source, output = Path(tmp) / "texts.jsonl", Path(tmp) / "out.jsonl"
+        source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        env = {**os.environ, ENV_MODEL_REPOSITORY: str(repository)}
+        env.pop("NEARLINE_BOOTSTRAP_SERVERS", None)  # the embedded default, as README command 1
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "run", str(source), "--model", "minilm", "-o", str(output)],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
+        run_s = time.perf_counter() - started
+        lines = sum(1 for _ in output.open(encoding="utf-8"))
+    alone_s = engine_alone(config, texts, 32)
+    print(f"machine: {machine()}")
+    print(f"nearline run, {lines} results: {run_s:.1f} s end to end")
+    print(f"engine alone (ONNX Runtime, sorted, batch 32): {alone_s:.1f} s")
+    print(f"ratio engine alone / run: {alone_s / run_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
