@@ -100,3 +100,21 @@ def test_token_ids_carried_narrow_give_the_results_of_the_graphs_own_dtype(tiny:
         [SourceRef("t", 0, 0, tensor_record(0, ids.astype("float32")))], engine, tiny.config, Topics(), "w-0"
     )
     assert decode(dead.value, DeadLetter).error_type == "TensorFormatError"
+
+
+def test_a_shape_whose_product_overflows_int64_is_a_dead_letter_not_a_crash(tiny: TinyModel) -> None:
+    """#12 item 3: 2**32 x 2**32 int64s wraps to 0 in int64 arithmetic, so 0 bytes of data "fit"."""
+    huge = Tensor("input_ids", "int64", (2**32, 2**32), b"")
+    value = encode(TensorRecord("job-h", "r0", 0, "tiny", "1", (huge,), {}, {}))
+    good = tensor_record(1, np.array([101, 7592, 102]))
+    out = handle_window(
+        [SourceRef("t", 0, 0, value), SourceRef("t", 0, 1, good)],
+        OnnxRuntimeEngine(tiny.config, threads=1),
+        tiny.config,
+        Topics(),
+        "w-0",
+    )
+    (dead,) = [decode(o.value, DeadLetter) for o in out if o.topic == "dead.letters"]
+    assert (dead.error_type, dead.source_offset, dead.record_id) == ("TensorFormatError", 0, "r0")
+    assert "needs 147573952589676412928 bytes" in dead.error
+    assert [decode(o.value, InferenceResult).record_id for o in out if o.topic == "results"] == ["r1"]
