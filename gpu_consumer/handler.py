@@ -72,10 +72,6 @@ class Window:
     planned: list[Planned]
     dead: list[OutRecord]  # records that could not be decoded or fed to this model
 
-    @property
-    def records(self) -> int:
-        return sum(len(p.items) for p in self.planned)
-
 
 @dataclass(frozen=True)
 class Executed:

@@ -100,10 +100,10 @@ class Ledger:
         with self._lock:
             return any(e.sealed_at is not None and not e.done and now - e.sealed_at > timeout_s for e in self._entries)
 
-    def wait(self, predicate_timeout_s: float) -> None:
-        """Sleep until a window finishes or fails, at most predicate_timeout_s."""
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until a window finishes or fails, at most timeout_s."""
         with self._lock:
-            self._lock.wait(predicate_timeout_s)
+            self._lock.wait(timeout_s)
 
     def resolve(self, entries: Iterable[Entry]) -> None:
         """Count `entries` as confirmed: their outputs were produced again and confirmed."""

@@ -154,22 +154,26 @@ def batches(
             return
 
 
-def next_offsets(batch: list[Message]) -> list[TopicPartition]:
+def window_offsets(batch: list[Message]) -> dict[TP, int]:
     """The offsets to commit once every output of the batch is stored: last consumed + 1 per partition."""
     last: dict[TP, int] = {}
     for msg in batch:
         tp = tp_of(msg)
         last[tp] = max(last.get(tp, -1), msg.offset() or 0)
-    return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
+    return {tp: offset + 1 for tp, offset in last.items()}
+
+
+def topic_partitions(offsets: dict[TP, int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+
+
+def next_offsets(batch: list[Message]) -> list[TopicPartition]:
+    return topic_partitions(window_offsets(batch))
 
 
 def commit_batch(consumer: Consumer, batch: list[Message]) -> None:
-    consumer.commit(offsets=next_offsets(batch), asynchronous=False)
-
-
-def window_offsets(batch: list[Message]) -> dict[TP, int]:
-    return {(tp.topic, tp.partition): tp.offset for tp in next_offsets(batch)}
+    commit_offsets(consumer, window_offsets(batch))
 
 
 def commit_offsets(consumer: Consumer, offsets: dict[TP, int]) -> None:
-    consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], asynchronous=False)
+    consumer.commit(offsets=topic_partitions(offsets), asynchronous=False)

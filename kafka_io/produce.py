@@ -11,6 +11,19 @@ from kafka_io.errors import DeliveryError
 from kafka_io.records import OutRecord
 
 
+def produce_one(
+    producer: Producer, record: OutRecord, on_delivery: Callable[[KafkaError | None, Message], None] | None = None
+) -> None:
+    """producer.produce, waiting (while serving delivery reports) when its local queue is full."""
+    headers: list[tuple[str, str | bytes | None]] | None = list(record.headers) or None
+    while True:
+        try:
+            producer.produce(record.topic, value=record.value, key=record.key, headers=headers, on_delivery=on_delivery)
+            return
+        except BufferError:  # local queue full: let deliveries drain, then retry
+            producer.poll(0.1)
+
+
 def send(
     producer: Producer, records: Iterable[OutRecord], on_stored: Callable[[], None], on_failed: Callable[[str], None]
 ) -> None:
@@ -26,18 +39,7 @@ def send(
 
     try:
         for record in records:
-            while True:
-                try:
-                    producer.produce(
-                        record.topic,
-                        value=record.value,
-                        key=record.key,
-                        headers=list(record.headers) or None,
-                        on_delivery=on_delivery,
-                    )
-                    break
-                except BufferError:  # local queue full: let deliveries drain, then retry
-                    producer.poll(0.05)
+            produce_one(producer, record, on_delivery)
         producer.poll(0)
     except KafkaException as exc:
         raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
@@ -71,19 +73,7 @@ def _produce_and_confirm(producer: Producer, records: Iterable[OutRecord], timeo
 
     sent = 0
     for record in records:
-        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
-        while True:
-            try:
-                producer.produce(
-                    record.topic,
-                    value=record.value,
-                    key=record.key,
-                    headers=headers or None,
-                    on_delivery=on_delivery,
-                )
-                break
-            except BufferError:  # local queue full: let deliveries drain, then retry
-                producer.poll(0.1)
+        produce_one(producer, record, on_delivery)
         sent += 1
         producer.poll(0)
 

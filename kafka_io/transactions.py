@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from kafka_io.clients import make_producer
 from kafka_io.polling import next_offsets, tp_of
+from kafka_io.produce import produce_one
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings
 
@@ -40,14 +41,7 @@ def commit_in_transaction(
     producer.begin_transaction()
     try:
         for record in records:
-            while True:
-                try:
-                    producer.produce(
-                        record.topic, value=record.value, key=record.key, headers=list(record.headers) or None
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+            produce_one(producer, record)
         producer.send_offsets_to_transaction(next_offsets(batch), consumer.consumer_group_metadata(), timeout_s)
         producer.commit_transaction(timeout_s)
     except KafkaException as exc:
