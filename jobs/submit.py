@@ -212,7 +212,10 @@ def submit(
                 f"refused: the backlog is {sum(current.values())} records ({waiting}); this job adds {valid}, "
                 f"over the maximum of {max_backlog}. Retry later or add workers."
             )
-    producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
+    # Not idempotent: a fresh idempotent producer holds every record for 0.5-1 s while it gets a
+    # producer id, the whole latency of a small job. A retry's duplicate is dropped downstream like
+    # any at-least-once redelivery (results are keyed by job and sequence).
+    producer = make_producer(settings.with_client_id(f"submit-{job_id}"), idempotent=False)
     count = produce_all(producer, source.out_records(job_id, model, topic))
     # Registered once every record is stored, so a registered job's total is what was submitted.
     register(
