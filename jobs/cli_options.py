@@ -148,6 +148,12 @@ def batch_args(**options: float | int | None) -> list[str]:
 
 def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
+        "--follow-symlinks",
+        is_flag=True,
+        show_envvar=True,
+        help="Folder input: also read symlinks that lead out of the folder (refused by default, naming each).",
+    )(f)
+    f = click.option(
         "--max-image-bytes",
         type=int,
         default=MAX_IMAGE_BYTES,

@@ -22,7 +22,15 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from producers import InputError, InputFormat, InputRecord, read_text_input
-from producers.images import MAX_IMAGE_BYTES, ImageRecord, is_image_path, read_image_folder, read_image_jsonl
+from producers.images import (
+    MAX_IMAGE_BYTES,
+    ImageFileError,
+    ImageRecord,
+    is_image_path,
+    read_image_file,
+    read_image_folder,
+    read_image_jsonl,
+)
 from schemas import Job, RawImage, RawText, encode, now_us
 
 InputKind = Literal["auto", "text", "image"]
@@ -66,17 +74,24 @@ class JobInput:
     # Several files or folders read as one job (a scheduled input's glob); each record id is
     # prefixed with its file's path relative to the others, so ids stay unique across files.
     parts: tuple[Path, ...] = ()
+    follow_symlinks: bool = False  # folder inputs: read symlinks that lead out of the folder
 
     @classmethod
     def open(
-        cls, name: str, fmt: InputFormat = "auto", kind: InputKind = "auto", max_image_bytes: int = MAX_IMAGE_BYTES
+        cls,
+        name: str,
+        fmt: InputFormat = "auto",
+        kind: InputKind = "auto",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
+        follow_symlinks: bool = False,
     ) -> JobInput:
         if name == "-":
             return cls(
                 Path("<stdin>"), "text", "lines" if fmt == "auto" else fmt, max_image_bytes, sys.stdin.buffer.read()
             )
         path = Path(name)
-        return cls(path, detect_kind(path) if kind == "auto" else kind, fmt, max_image_bytes)
+        kind = detect_kind(path) if kind == "auto" else kind
+        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks)
 
     @classmethod
     def matching(cls, pattern: str) -> JobInput:
@@ -97,7 +112,7 @@ class JobInput:
             return self._read_parts()
         if self.kind == "image":
             if self.path.is_dir() or is_image_path(self.path):
-                return read_image_folder(self.path, self.max_image_bytes)
+                return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
             return read_image_jsonl(self.path, self.max_image_bytes)
         if not self.path.is_file() and self._stdin is None:
             return iter([InputError(str(self.path), 0, "no such file")])
@@ -124,17 +139,26 @@ class JobInput:
     def raw_topic(self, topics: Topics) -> str:
         return topics.raw_image if self.kind == "image" else topics.raw_text
 
-    def out_records(self, job_id: str, model: str, topic: str) -> Iterator[OutRecord]:
+    def out_records(
+        self, job_id: str, model: str, topic: str, late: list[InputError] | None = None
+    ) -> Iterator[OutRecord]:
+        """The valid records, encoded. What is invalid now is left out and added to `late`: with
+        validation run just before, that is an image that changed since (gone, replaced by something
+        that is not a regular file, or grown past the cap)."""
         submitted_at = now_us()
         seq = 0
         for item in self.read():
             if isinstance(item, InputError):
+                if late is not None:
+                    late.append(item)
                 continue
             if isinstance(item, ImageRecord):
                 try:
-                    data = item.path.read_bytes()
-                except OSError:
-                    continue  # vanished since validation; counted as not submitted
+                    data = read_image_file(item.path, self.max_image_bytes)
+                except ImageFileError as exc:
+                    if late is not None:
+                        late.append(InputError(str(self.path if item.line else item.path), item.line, str(exc)))
+                    continue
                 value = encode(
                     RawImage(
                         job_id,
@@ -213,7 +237,8 @@ def submit(
                 f"over the maximum of {max_backlog}. Retry later or add workers."
             )
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
-    count = produce_all(producer, source.out_records(job_id, model, topic))
+    late: list[InputError] = []
+    count = produce_all(producer, source.out_records(job_id, model, topic, late))
     # Registered once every record is stored, so a registered job's total is what was submitted.
     register(
         settings,
@@ -229,4 +254,6 @@ def submit(
             attributes=attributes or {},
         ),
     )
-    return SubmitReport(job_id, model, count, errors)
+    known = set(errors)
+    changed = [replace(e, reason=f"changed since validation: {e.reason}") for e in late if e not in known]
+    return SubmitReport(job_id, model, count, errors + changed)
