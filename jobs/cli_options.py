@@ -20,7 +20,7 @@ from jobs.submit import BacklogRefusedError, InvalidInputError
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from producers.images import MAX_IMAGE_BYTES
-from schemas.model_config import ModelNotFoundError
+from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
 
 HOME = Path.home() / ".nearline"
 
@@ -62,7 +62,16 @@ class NearlineGroup(click.Group):
                 err=True,
             )
             ctx.exit(ExitCode.INVALID_INPUT)
-        except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
+        except InvalidModelNameError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.USAGE)
+        except (
+            BrokerUnavailableError,
+            ModelNotFoundError,
+            ModelUnavailableError,
+            ExportUnavailableError,
+            EngineLoadError,
+        ) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.UNAVAILABLE)
         except BacklogRefusedError as exc:

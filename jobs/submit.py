@@ -32,6 +32,7 @@ from producers.images import (
     read_image_jsonl,
 )
 from schemas import Job, RawImage, RawText, encode, now_us
+from schemas.model_config import check_model_name
 
 InputKind = Literal["auto", "text", "image"]
 
@@ -222,6 +223,7 @@ def submit(
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one.
     """
+    check_model_name(model)
     valid, errors = validated or source.validate()
     if errors and not skip_invalid:
         raise InvalidInputError(errors)
