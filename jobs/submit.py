@@ -7,6 +7,7 @@ import io
 import json
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from producers.images import (
     MAX_IMAGE_BYTES,
     ImageFileError,
     ImageRecord,
+    file_kind,
     is_image_path,
     read_image_file,
     read_image_folder,
@@ -61,6 +63,20 @@ def detect_kind(path: Path) -> Literal["text", "image"]:
                         return "text"  # the text reader reports the line
                     return "image" if isinstance(first, dict) and "image" in first else "text"
     return "text"
+
+
+def unreadable_input(path: Path, folder_ok: bool) -> str | None:
+    """Why `path` cannot be read as an input, or None. A device or a FIFO is refused before it is
+    opened: /dev/zero would be read without end, a FIFO would block (and could not be read twice)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
+        return None
+    return f"is {file_kind(mode)}, not a regular file"
 
 
 @dataclass(frozen=True)
@@ -111,12 +127,14 @@ class JobInput:
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         if self.parts:
             return self._read_parts()
+        if self._stdin is None:
+            problem = unreadable_input(self.path, folder_ok=self.kind == "image")
+            if problem:
+                return iter([InputError(str(self.path), 0, problem)])
         if self.kind == "image":
             if self.path.is_dir() or is_image_path(self.path):
                 return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
             return read_image_jsonl(self.path, self.max_image_bytes)
-        if not self.path.is_file() and self._stdin is None:
-            return iter([InputError(str(self.path), 0, "no such file")])
         stream = io.BytesIO(self._stdin) if self._stdin is not None else None
         return read_text_input(self.path, self.fmt, stream)
 

@@ -125,8 +125,18 @@ def test_a_folder_input_does_not_follow_symlinks_out_of_it_unless_asked(tmp_path
 def test_an_image_input_that_does_not_exist_is_an_error_not_an_empty_job(tmp_path: Path) -> None:
     assert JobInput.open(str(tmp_path / "nope.jpg")).validate() == (
         0,
-        [InputError(str(tmp_path / "nope.jpg"), 0, "no such file or folder")],
+        [InputError(str(tmp_path / "nope.jpg"), 0, "no such file")],
     )
+    assert [str(e) for e in read_image_folder(tmp_path / "gone")] == [f"{tmp_path / 'gone'}: no such file or folder"]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind", ["auto", "text", "image"])
+def test_an_input_that_is_a_device_or_fifo_is_refused_before_it_is_opened(tmp_path: Path, kind: str) -> None:
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    for path, what in ((Path("/dev/zero"), "a character device"), (tmp_path / "pipe.jsonl", "a FIFO")):
+        source = JobInput.open(str(path), kind=kind)  # type: ignore[arg-type]
+        assert source.validate() == (0, [InputError(str(path), 0, f"is {what}, not a regular file")])
 
 
 def test_jsonl_attributes_that_are_not_an_object_are_a_per_line_error(tmp_path: Path) -> None:
