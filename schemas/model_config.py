@@ -42,9 +42,13 @@ class ModelUnavailableError(ModelError, RuntimeError):
 MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
 
 
+def is_model_name(name: str) -> bool:
+    return MODEL_NAME.fullmatch(name) is not None and ".." not in name
+
+
 def check_model_name(name: str) -> str:
     """`name` if it is a valid model name, else InvalidModelNameError saying what is allowed."""
-    if not MODEL_NAME.fullmatch(name) or ".." in name:
+    if not is_model_name(name):
         raise InvalidModelNameError(
             f"invalid model name {name!r}: use lower-case letters, digits, '.', '_' and '-' "
             "(starting with a letter or digit, no '..', at most 100 characters)"
