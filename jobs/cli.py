@@ -69,6 +69,7 @@ def run(
     fmt: str,
     kind: str,
     max_image_bytes: int,
+    follow_symlinks: bool,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_queue: int | None,
@@ -96,7 +97,7 @@ def run(
         max_linger_ms=max_linger_ms,
     )
     result = run_job(
-        JobInput.open(input_path, fmt, kind, max_image_bytes),  # type: ignore[arg-type]
+        JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks),  # type: ignore[arg-type]
         model,
         repository=model_repository,
         bootstrap_servers=bootstrap_servers,
@@ -129,11 +130,12 @@ def _submit(
     namespace: str,
     topic: str | None = None,
     max_backlog: int | None = None,
+    follow_symlinks: bool = False,
 ) -> SubmitReport:
     report = submit(
         require_servers(bootstrap_servers),
         Topics(namespace),
-        JobInput.open(input_path, fmt, kind, max_image_bytes),  # type: ignore[arg-type]
+        JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks),  # type: ignore[arg-type]
         model,
         job_id=job_id,
         skip_invalid=skip_invalid,
@@ -171,6 +173,7 @@ def submit_cmd(
     fmt: str,
     kind: str,
     max_image_bytes: int,
+    follow_symlinks: bool,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
@@ -186,6 +189,7 @@ def submit_cmd(
         bootstrap_servers,
         namespace,
         max_backlog=max_backlog,
+        follow_symlinks=follow_symlinks,
     )
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
@@ -365,12 +369,23 @@ def produce(
     fmt: str,
     kind: str,
     max_image_bytes: int,
+    follow_symlinks: bool,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
     """Produce raw text or image records from a file, folder or stdin to TOPIC."""
     report = _submit(
-        input_path, fmt, kind, max_image_bytes, model, job_id, skip_invalid, bootstrap_servers, namespace, topic
+        input_path,
+        fmt,
+        kind,
+        max_image_bytes,
+        model,
+        job_id,
+        skip_invalid,
+        bootstrap_servers,
+        namespace,
+        topic,
+        follow_symlinks=follow_symlinks,
     )
     click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
 

@@ -20,7 +20,7 @@ from jobs.submit import BacklogRefusedError, InvalidInputError
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from producers.images import MAX_IMAGE_BYTES
-from schemas.model_config import ModelNotFoundError
+from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
 
 HOME = Path.home() / ".nearline"
 
@@ -62,7 +62,16 @@ class NearlineGroup(click.Group):
                 err=True,
             )
             ctx.exit(ExitCode.INVALID_INPUT)
-        except (BrokerUnavailableError, ModelNotFoundError, ExportUnavailableError, EngineLoadError) as exc:
+        except InvalidModelNameError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.USAGE)
+        except (
+            BrokerUnavailableError,
+            ModelNotFoundError,
+            ModelUnavailableError,
+            ExportUnavailableError,
+            EngineLoadError,
+        ) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.UNAVAILABLE)
         except BacklogRefusedError as exc:
@@ -147,6 +156,12 @@ def batch_args(**options: float | int | None) -> list[str]:
 
 
 def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--follow-symlinks",
+        is_flag=True,
+        show_envvar=True,
+        help="Folder input: also read symlinks that lead out of the folder (refused by default, naming each).",
+    )(f)
     f = click.option(
         "--max-image-bytes",
         type=int,

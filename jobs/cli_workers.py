@@ -226,12 +226,17 @@ def models_prepare(name: str, model_repository: Path) -> None:
 @repository_option
 def models_list(model_repository: Path) -> None:
     """Models and versions in the repository."""
-    from schemas.model_config import load_model_config, versions
+    from schemas.model_config import ModelUnavailableError, is_model_name, load_model_config, versions
 
     if not model_repository.is_dir():
         click.echo(f"{model_repository} does not exist; try `nearline models prepare minilm`", err=True)
         return
-    for folder in sorted(p for p in model_repository.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    # a folder whose name is not a model name can never be asked for, so it is not a model
+    for folder in sorted(p for p in model_repository.iterdir() if p.is_dir() and is_model_name(p.name)):
         for version in versions(model_repository, folder.name):
-            config = load_model_config(model_repository, folder.name, version)
+            try:
+                config = load_model_config(model_repository, folder.name, version)
+            except ModelUnavailableError as exc:  # listed, so the broken one is found here, not by a job
+                click.echo(f"{folder.name}\t{version}\tunavailable\t{exc}")
+                continue
             click.echo(f"{config.name}\t{config.version}\t{config.task}\t{config.source}")

@@ -146,15 +146,19 @@ class Scheduler:
                 continue
             cursor = from_us(max(self.ticks.newest.get(schedule.name, 0), schedule.active_since))
             cursor = max(cursor, self._skipped_to.get(schedule.name, cursor))
-            plan = plan_ticks(
-                schedule.cron,
-                schedule.timezone,
-                schedule.misfire,
-                cursor,
-                now,
-                self.config.grace,
-                self.config.max_catch_up,
-            )
+            try:
+                plan = plan_ticks(
+                    schedule.cron,
+                    schedule.timezone,
+                    schedule.misfire,
+                    cursor,
+                    now,
+                    self.config.grace,
+                    self.config.max_catch_up,
+                )
+            except Exception as exc:  # a schedule row no `schedule add` would write: skip it, run the rest
+                self.on_event(f"schedule {schedule.name}: cannot plan its ticks, skipped: {exc}")
+                continue
             if plan.skipped and plan.first_skipped and plan.last_skipped:
                 self._skipped_to[schedule.name] = plan.last_skipped
                 self.on_event(
@@ -207,21 +211,31 @@ class Scheduler:
                 attributes={"tick": tick.isoformat()},
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
-            failed = Job(
-                job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name, error=str(exc)
-            )
-            register(self.settings, self.topics, failed)
-            self.on_event(f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC, job {job_id} failed: {exc}")
+            self._fail(schedule, tick, job_id, str(exc))
             return None
         except (BrokerUnavailableError, DeliveryError, KafkaException) as exc:
             self._unfinished.append(Unfinished(schedule.name, to_us(tick), job_id))
             self.on_event(f"schedule {schedule.name}: job {job_id} not submitted yet, will retry: {exc}")
+            return None
+        except Exception as exc:
+            # Anything else is a bug met on this schedule's input. Raising would stop every schedule,
+            # and a restart would retry this same claimed tick and raise again: fail the tick instead.
+            log.exception("schedule %s: tick %s failed unexpectedly", schedule.name, tick)
+            self._fail(schedule, tick, job_id, f"internal error: {type(exc).__name__}: {exc}")
             return None
         self.on_event(
             f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC submitted job {job_id} "
             f"({report.submitted} records)"
         )
         return job_id
+
+    def _fail(self, schedule: Schedule, tick: datetime, job_id: str, reason: str) -> None:
+        """Register the tick's job as failed with the reason: the tick is done, the schedule goes on."""
+        failed = Job(
+            job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name, error=reason
+        )
+        register(self.settings, self.topics, failed)
+        self.on_event(f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC, job {job_id} failed: {reason}")
 
     def _retry_unfinished(self) -> list[str]:
         pending, self._unfinished = self._unfinished, []

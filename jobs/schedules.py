@@ -16,6 +16,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
 from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
+from schemas.model_config import check_model_name
 
 
 class ScheduleNotFoundError(LookupError):
@@ -43,6 +44,7 @@ def new_schedule(
     if not name or "/" in name or "@" in name or name != name.strip():
         raise ValueError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
     check_spec(cron, timezone, misfire)
+    check_model_name(model)
     now = at_us if at_us is not None else now_us()
     return Schedule(name, cron, absolute_input(input_pattern), model, timezone, misfire, False, now, now)
 

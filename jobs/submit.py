@@ -7,6 +7,7 @@ import io
 import json
 import os
 import secrets
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -22,8 +23,18 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from producers import InputError, InputFormat, InputRecord, read_text_input
-from producers.images import MAX_IMAGE_BYTES, ImageRecord, is_image_path, read_image_folder, read_image_jsonl
+from producers.images import (
+    MAX_IMAGE_BYTES,
+    ImageFileError,
+    ImageRecord,
+    file_kind,
+    is_image_path,
+    read_image_file,
+    read_image_folder,
+    read_image_jsonl,
+)
 from schemas import Job, RawImage, RawText, encode, now_us
+from schemas.model_config import check_model_name
 
 InputKind = Literal["auto", "text", "image"]
 
@@ -54,6 +65,20 @@ def detect_kind(path: Path) -> Literal["text", "image"]:
     return "text"
 
 
+def unreadable_input(path: Path, folder_ok: bool) -> str | None:
+    """Why `path` cannot be read as an input, or None. A device or a FIFO is refused before it is
+    opened: /dev/zero would be read without end, a FIFO would block (and could not be read twice)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
+        return None
+    return f"is {file_kind(mode)}, not a regular file"
+
+
 @dataclass(frozen=True)
 class JobInput:
     """An input file, folder or '-' for stdin, read twice: once to validate, once to produce."""
@@ -66,17 +91,24 @@ class JobInput:
     # Several files or folders read as one job (a scheduled input's glob); each record id is
     # prefixed with its file's path relative to the others, so ids stay unique across files.
     parts: tuple[Path, ...] = ()
+    follow_symlinks: bool = False  # folder inputs: read symlinks that lead out of the folder
 
     @classmethod
     def open(
-        cls, name: str, fmt: InputFormat = "auto", kind: InputKind = "auto", max_image_bytes: int = MAX_IMAGE_BYTES
+        cls,
+        name: str,
+        fmt: InputFormat = "auto",
+        kind: InputKind = "auto",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
+        follow_symlinks: bool = False,
     ) -> JobInput:
         if name == "-":
             return cls(
                 Path("<stdin>"), "text", "lines" if fmt == "auto" else fmt, max_image_bytes, sys.stdin.buffer.read()
             )
         path = Path(name)
-        return cls(path, detect_kind(path) if kind == "auto" else kind, fmt, max_image_bytes)
+        kind = detect_kind(path) if kind == "auto" else kind
+        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks)
 
     @classmethod
     def matching(cls, pattern: str) -> JobInput:
@@ -95,12 +127,14 @@ class JobInput:
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         if self.parts:
             return self._read_parts()
+        if self._stdin is None:
+            problem = unreadable_input(self.path, folder_ok=self.kind == "image")
+            if problem:
+                return iter([InputError(str(self.path), 0, problem)])
         if self.kind == "image":
             if self.path.is_dir() or is_image_path(self.path):
-                return read_image_folder(self.path, self.max_image_bytes)
+                return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
             return read_image_jsonl(self.path, self.max_image_bytes)
-        if not self.path.is_file() and self._stdin is None:
-            return iter([InputError(str(self.path), 0, "no such file")])
         stream = io.BytesIO(self._stdin) if self._stdin is not None else None
         return read_text_input(self.path, self.fmt, stream)
 
@@ -124,17 +158,26 @@ class JobInput:
     def raw_topic(self, topics: Topics) -> str:
         return topics.raw_image if self.kind == "image" else topics.raw_text
 
-    def out_records(self, job_id: str, model: str, topic: str) -> Iterator[OutRecord]:
+    def out_records(
+        self, job_id: str, model: str, topic: str, late: list[InputError] | None = None
+    ) -> Iterator[OutRecord]:
+        """The valid records, encoded. What is invalid now is left out and added to `late`: with
+        validation run just before, that is an image that changed since (gone, replaced by something
+        that is not a regular file, or grown past the cap)."""
         submitted_at = now_us()
         seq = 0
         for item in self.read():
             if isinstance(item, InputError):
+                if late is not None:
+                    late.append(item)
                 continue
             if isinstance(item, ImageRecord):
                 try:
-                    data = item.path.read_bytes()
-                except OSError:
-                    continue  # vanished since validation; counted as not submitted
+                    data = read_image_file(item.path, self.max_image_bytes)
+                except ImageFileError as exc:
+                    if late is not None:
+                        late.append(InputError(str(self.path if item.line else item.path), item.line, str(exc)))
+                    continue
                 value = encode(
                     RawImage(
                         job_id,
@@ -198,6 +241,7 @@ def submit(
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one.
     """
+    check_model_name(model)
     valid, errors = validated or source.validate()
     if errors and not skip_invalid:
         raise InvalidInputError(errors)
@@ -216,7 +260,8 @@ def submit(
     # producer id, the whole latency of a small job. A retry's duplicate is dropped downstream like
     # any at-least-once redelivery (results are keyed by job and sequence).
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"), idempotent=False)
-    count = produce_all(producer, source.out_records(job_id, model, topic))
+    late: list[InputError] = []
+    count = produce_all(producer, source.out_records(job_id, model, topic, late))
     # Registered once every record is stored, so a registered job's total is what was submitted.
     register(
         settings,
@@ -232,4 +277,6 @@ def submit(
             attributes=attributes or {},
         ),
     )
-    return SubmitReport(job_id, model, count, errors)
+    known = set(errors)
+    changed = [replace(e, reason=f"changed since validation: {e.reason}") for e in late if e not in known]
+    return SubmitReport(job_id, model, count, errors + changed)

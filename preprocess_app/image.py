@@ -18,7 +18,7 @@ from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from schemas import RawImage, SerdeError, Tensor, TensorRecord, decode, now_us
-from schemas.model_config import ImageSpec, ModelNotFoundError
+from schemas.model_config import ImageSpec, ModelError, ModelNotFoundError
 
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
 
@@ -124,7 +124,7 @@ def preprocess_images(
             cfg = models(raw.model).config
             if cfg.image is None:
                 raise ModelNotFoundError(f"model {raw.model!r} is a {cfg.task} model, not an image model")
-        except (SerdeError, ModelNotFoundError) as exc:
+        except (SerdeError, ModelError) as exc:
             out.append(dead_out(exc, src, topics, raw))
             continue
         pixels = cfg.input_for("pixels")

@@ -1,7 +1,15 @@
-"""The models this worker preprocesses for, loaded from the model repository on first use."""
+"""The models this worker preprocesses for, loaded from the model repository on first use.
+
+A model that cannot be loaded (a corrupt config.json or tokenizer.json) is ModelUnavailableError:
+the batch's records for it become dead letters saying so, and the worker goes on with the other
+models. Crashing instead would only crash again on every redelivery of the same batch. The load
+is retried on the next batch, so a repaired file takes effect without a restart, and `nearline
+reprocess`/the dead letters show what to resubmit.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,12 +17,19 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from schemas.model_config import ModelConfig, load_model_config
+from schemas.model_config import ModelConfig, ModelUnavailableError, load_model_config
+
+log = logging.getLogger(__name__)
 
 
 def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
-    """The model's tokenizer, truncating to max_length and never padding: padding is the batcher's job."""
-    tokenizer = Tokenizer.from_file(str(path))
+    """The model's tokenizer, truncating to max_length and never padding: padding is the batcher's job.
+
+    ModelUnavailableError when the file is missing or not a tokenizer."""
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise ModelUnavailableError(f"model unavailable: {path} cannot be loaded as a tokenizer: {exc}") from None
     tokenizer.no_padding()  # the packaged MiniLM tokenizer.json pads everything to 128
     tokenizer.enable_truncation(max_length)
     return tokenizer
@@ -30,7 +45,9 @@ ModelLookup = Callable[[str], LoadedModel]
 
 
 class Models:
-    """Lookup by model name. A model missing now is looked up again next time: it may be prepared later."""
+    """Lookup by model name. A model missing or unloadable now is looked up again next time: it may
+    be prepared or repaired later. Raises InvalidModelNameError, ModelNotFoundError or
+    ModelUnavailableError, each the records' dead-letter reason."""
 
     def __init__(self, repository: Path) -> None:
         self.repository = repository
@@ -41,7 +58,11 @@ class Models:
         with self._lock:
             model = self._loaded.get(name)
             if model is None:
-                config = load_model_config(self.repository, name)
-                tokenizer = load_tokenizer(config.tokenizer_path, config.max_length) if config.tokenizer else None
+                try:
+                    config = load_model_config(self.repository, name)
+                    tokenizer = load_tokenizer(config.tokenizer_path, config.max_length) if config.tokenizer else None
+                except ModelUnavailableError as exc:
+                    log.error("%s", exc)  # the operator's to fix; the records only say which model
+                    raise
                 model = self._loaded[name] = LoadedModel(config, tokenizer)
             return model

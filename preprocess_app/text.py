@@ -12,7 +12,7 @@ from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from schemas import RawText, SerdeError, Tensor, TensorRecord, decode, now_us
-from schemas.model_config import ModelNotFoundError, token_id_dtype
+from schemas.model_config import ModelError, ModelNotFoundError, token_id_dtype
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
 # No token is shorter than one character, and real ones average 4-5, so cutting at 32 characters
@@ -48,7 +48,7 @@ def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: 
             model = models(name)
             if model.tokenizer is None:
                 raise ModelNotFoundError(f"model {name!r} is a {model.config.task} model, not a text model")
-        except ModelNotFoundError as exc:
+        except ModelError as exc:  # a bad or unknown name, or a model that cannot be loaded
             out.extend(dead_out(exc, src, topics, raw) for src, raw in items)
             continue
         cfg = model.config

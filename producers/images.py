@@ -1,23 +1,31 @@
 """Image inputs: a folder of images (recursive, by extension), or JSON Lines of {"id", "image": path}.
 
-Only the files' presence and size are checked here; whether the bytes are a decodable image is
-the preprocess stage's call (a bad image becomes a dead letter with the reason, not a failed submit).
+Only the files' kind and size are checked here; whether the bytes are a decodable image is the
+preprocess stage's call (a bad image becomes a dead letter with the reason, not a failed submit).
+What is not a regular file (a folder, a FIFO, a device such as /dev/zero) is refused at submit,
+naming the path and line: reading one would block, never end, or send nothing.
 """
 
 from __future__ import annotations
 
 import json
 import mimetypes
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from producers.inputs import InputError, decode_line
+from producers.inputs import InputError, check_attributes, decode_line
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 # Kafka clusters commonly cap records near 1-10 MB; an image over the cap is refused at submit,
 # never truncated. Raise it (and the cluster's max.message.bytes) for bigger images.
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
+
+
+class ImageFileError(OSError):
+    """An image path that is not a readable regular file under the size cap; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -36,23 +44,106 @@ def is_image_path(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES
 
 
+def file_kind(mode: int) -> str:
+    """What a stat mode names, for messages."""
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_image_file(path: Path, max_bytes: int, *, content: bool = True) -> bytes:
+    """The bytes of a regular file of at most max_bytes, or ImageFileError saying why not.
+
+    stat first, so a device or FIFO is never opened; then O_NONBLOCK, so a FIFO swapped in since
+    cannot block the open, and fstat on the opened fd, so what is read is what was checked. At most
+    max_bytes + 1 bytes are read: a file that grew past the cap is refused, never read whole."""
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise ImageFileError(f"image {path} is {file_kind(mode)}, not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except ImageFileError:
+        raise
+    except OSError as exc:
+        raise ImageFileError(f"cannot read image {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ImageFileError(f"image {path} is {file_kind(info.st_mode)}, not a regular file")
+        if info.st_size > max_bytes:
+            raise ImageFileError(f"image {path} is {info.st_size} bytes, over the record limit of {max_bytes}")
+        if not content:
+            return b""
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ImageFileError(f"image {path} grew past the record limit of {max_bytes} bytes while being read")
+    return data
+
+
 def _checked(record: ImageRecord, where: str, line: int, max_bytes: int) -> ImageRecord | InputError:
     try:
-        size = record.path.stat().st_size
-    except OSError as exc:
-        return InputError(where, line, f"cannot read image {record.path}: {exc.strerror}")
-    if size > max_bytes:
-        return InputError(where, line, f"image {record.path} is {size} bytes, over the record limit of {max_bytes}")
+        read_image_file(record.path, max_bytes, content=False)
+    except ImageFileError as exc:
+        return InputError(where, line, str(exc))
     return record
 
 
-def read_image_folder(folder: Path, max_bytes: int = MAX_IMAGE_BYTES) -> Iterator[ImageRecord | InputError]:
-    """Every image file under `folder`, in path order; ids are paths relative to it."""
-    if folder.is_file():
+def _outside(path: Path, root: Path) -> bool:
+    return not path.resolve().is_relative_to(root)
+
+
+def read_image_folder(
+    folder: Path, max_bytes: int = MAX_IMAGE_BYTES, *, follow_symlinks: bool = False
+) -> Iterator[ImageRecord | InputError]:
+    """Every image file under `folder`, in path order; ids are paths relative to it.
+
+    A symlink that leads out of the folder is reported, not followed, unless follow_symlinks:
+    a folder handed over as input should not read files from elsewhere by accident."""
+    if not folder.is_dir():
+        if not folder.exists():
+            yield InputError(str(folder), 0, "no such file or folder")
+            return
         yield _checked(ImageRecord(folder.name, folder, 0), str(folder), 0, max_bytes)
         return
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and is_image_path(p)):
+    root = folder.resolve()
+    found: list[Path] = []
+    refused: list[InputError] = []
+    seen_dirs: set[tuple[int, int]] = set()  # followed links can make cycles
+    for top, dirs, files in os.walk(folder, followlinks=follow_symlinks):
+        here = Path(top)
+        info = here.stat()
+        if (info.st_dev, info.st_ino) in seen_dirs:
+            dirs.clear()
+            continue
+        seen_dirs.add((info.st_dev, info.st_ino))
+        for name in dirs:
+            sub = here / name
+            if not follow_symlinks and sub.is_symlink() and _outside(sub, root):
+                refused.append(_link_out(sub, folder))
+        for name in files:
+            path = here / name
+            if not is_image_path(path):
+                continue
+            if not follow_symlinks and path.is_symlink() and _outside(path, root):
+                refused.append(_link_out(path, folder))
+            else:
+                found.append(path)
+    yield from refused
+    for path in sorted(found):
         yield _checked(ImageRecord(path.relative_to(folder).as_posix(), path, 0), str(path), 0, max_bytes)
+
+
+def _link_out(path: Path, folder: Path) -> InputError:
+    return InputError(
+        str(path),
+        0,
+        f"symlink to {os.readlink(path)}, outside {folder}: not followed (pass --follow-symlinks to read it)",
+    )
 
 
 def read_image_jsonl(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> Iterator[ImageRecord | InputError]:
@@ -66,20 +157,19 @@ def read_image_jsonl(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> Iterator[I
                 if not line:
                     continue
                 obj = json.loads(line)
+                if not isinstance(obj, dict) or not isinstance(obj.get("image"), str) or not obj["image"]:
+                    raise ValueError('expected {"image": "<path>"}')
+                attributes = check_attributes(obj)
             except json.JSONDecodeError as exc:
                 yield InputError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})")
                 continue
             except ValueError as exc:
                 yield InputError(str(path), number, str(exc))
                 continue
-            if not isinstance(obj, dict) or not isinstance(obj.get("image"), str) or not obj["image"]:
-                yield InputError(str(path), number, 'expected {"image": "<path>"}')
-                continue
             record_id = str(obj.get("id", number))
             if record_id in seen:
                 yield InputError(str(path), number, f"duplicate id {record_id!r} (first on line {seen[record_id]})")
                 continue
             seen[record_id] = number
-            attributes = {str(k): str(v) for k, v in (obj.get("attributes") or {}).items()}
             image = ImageRecord(record_id, path.parent / obj["image"], number, attributes)
             yield _checked(image, str(path), number, max_bytes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # A text record larger than this is refused at submit: it cannot be meant as one input of a
 # 512-token model, and Kafka clusters commonly cap records at 1 MB.
@@ -44,3 +45,18 @@ def check_text(text: str) -> str | None:
     if size > MAX_TEXT_BYTES:
         return f"text is {size} bytes, over the limit of {MAX_TEXT_BYTES}"
     return None
+
+
+def check_attributes(obj: dict[str, Any]) -> dict[str, str]:
+    """A JSON line's "attributes" as strings, or ValueError when it is there but not an object."""
+    attributes = obj.get("attributes", {})
+    if not isinstance(attributes, dict):
+        raise ValueError(f'"attributes" must be an object, got {json_type(attributes)}')
+    return {str(k): str(v) for k, v in attributes.items()}
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type, for messages."""
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )

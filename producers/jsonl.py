@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from producers.inputs import InputError, InputRecord, check_text, decode_line
+from producers.inputs import InputError, InputRecord, check_attributes, check_text, decode_line, json_type
 
 
 def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRecord | InputError]:
@@ -46,20 +46,11 @@ def _parse(line: str, number: int) -> InputRecord:
         raise ValueError('missing "text"')
     text = obj["text"]
     if not isinstance(text, str):
-        raise ValueError(f'"text" must be a string, got {_json_type(text)}')
+        raise ValueError(f'"text" must be a string, got {json_type(text)}')
     problem = check_text(text)
     if problem:
         raise ValueError(problem)
     record_id = obj.get("id", number)
     if isinstance(record_id, bool) or not isinstance(record_id, str | int) or record_id == "":
         raise ValueError(f'"id" must be a non-empty string or an integer, got {json.dumps(record_id)}')
-    attributes = obj.get("attributes", {})
-    if not isinstance(attributes, dict):
-        raise ValueError(f'"attributes" must be an object, got {_json_type(attributes)}')
-    return InputRecord(str(record_id), text, number, {str(k): str(v) for k, v in attributes.items()})
-
-
-def _json_type(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number"
-    )
+    return InputRecord(str(record_id), text, number, check_attributes(obj))

@@ -8,6 +8,7 @@ disagree on the tokenizer or the maximum length.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -19,8 +20,40 @@ Task = Literal["text-embedding", "image-classification"]
 CONFIG_FILE = "config.json"
 
 
-class ModelNotFoundError(LookupError):
+class ModelError(Exception):
+    """Why a model cannot serve a record; a preprocess worker dead-letters the record with it."""
+
+
+class ModelNotFoundError(ModelError, LookupError):
     """No such model or version in the model repository."""
+
+
+class InvalidModelNameError(ModelError, ValueError):
+    """A model name that is not a name: a path, '..', upper case, empty. Never looked up."""
+
+
+class ModelUnavailableError(ModelError, RuntimeError):
+    """The model is in the repository but its files cannot be loaded (a corrupt config or tokenizer):
+    the repository's fault, not the record's."""
+
+
+# A model name becomes a folder of the repository and part of a topic name (tensors.<model>), so it
+# is one path segment of topic-legal characters: no '/', no '..', nothing that resolves elsewhere.
+MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+
+
+def is_model_name(name: str) -> bool:
+    return MODEL_NAME.fullmatch(name) is not None and ".." not in name
+
+
+def check_model_name(name: str) -> str:
+    """`name` if it is a valid model name, else InvalidModelNameError saying what is allowed."""
+    if not is_model_name(name):
+        raise InvalidModelNameError(
+            f"invalid model name {name!r}: use lower-case letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, no '..', at most 100 characters)"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -157,7 +190,11 @@ def versions(repository: Path, name: str) -> list[str]:
 
 
 def load_model_config(repository: Path, name: str, version: str | None = None) -> ModelConfig:
-    """The config of `name` at `version`, or at its latest version when none is given."""
+    """The config of `name` at `version`, or at its latest version when none is given.
+
+    InvalidModelNameError for a name that is not one, ModelNotFoundError for a name the repository
+    lacks, ModelUnavailableError for a config.json that cannot be read as a config."""
+    check_model_name(name)
     available = versions(repository, name)
     if not available:
         raise ModelNotFoundError(f"model {name!r} is not in the model repository {repository}")
@@ -165,5 +202,8 @@ def load_model_config(repository: Path, name: str, version: str | None = None) -
     if chosen not in available:
         raise ModelNotFoundError(f"model {name!r} has no version {chosen!r} in {repository} ({available})")
     directory = repository / name / chosen
-    d = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
-    return ModelConfig.from_dict(d, directory)
+    path = directory / CONFIG_FILE
+    try:
+        return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")), directory)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeError are ValueErrors
+        raise ModelUnavailableError(f"model unavailable: {name} version {chosen}: {path}: {exc!r}") from None

@@ -76,3 +76,13 @@ def build_tiny_model(repository: Path, name: str = "tiny", max_length: int = 64,
     )
     config.write()
     return TinyModel(config, table)
+
+
+def broken_repository(root: Path) -> Path:
+    """tiny; `badtok`, whose tokenizer.json is corrupt; `badcfg`, whose config.json is."""
+    build_tiny_model(root)
+    bad = build_tiny_model(root, name="badtok").config.directory
+    (bad / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Word')
+    cfg = build_tiny_model(root, name="badcfg").config.directory
+    (cfg / "config.json").write_text("{not json")
+    return root

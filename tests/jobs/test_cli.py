@@ -45,3 +45,19 @@ def test_help_lists_the_env_var_of_every_shared_option() -> None:
     assert done.returncode == 0
     for var in ("NEARLINE_BOOTSTRAP_SERVERS", "NEARLINE_NAMESPACE", "NEARLINE_MODEL_REPOSITORY", "NEARLINE_RUN_MODEL"):
         assert var in done.stdout
+
+
+def test_models_list_names_a_model_it_cannot_load_and_skips_folders_that_are_not_model_names(tmp_path: Path) -> None:
+    from tests.tiny_model import broken_repository
+
+    repository = broken_repository(tmp_path / "models")
+    (repository / "Not..A.Name" / "1").mkdir(parents=True)
+    done = nearline("models", "list", "--model-repository", str(repository))
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [r[:3] for r in rows] == [
+        ["badcfg", "1", "unavailable"],
+        ["badtok", "1", "text-embedding"],
+        ["tiny", "1", "text-embedding"],
+    ]
+    assert rows[0][3].startswith("model unavailable: badcfg version 1: ")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,3 +248,59 @@ def test_a_running_scheduler_recovers_from_a_broker_restart_that_lost_everything
     finally:
         stop.set()
         broker.stop()
+
+
+def test_a_schedule_whose_input_has_non_object_attributes_fails_its_tick_and_the_others_run(
+    settings: KafkaSettings, topics: Topics, clock: Clock, text_input: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "cat.jpg").write_bytes(b"jpeg")
+    bad = tmp_path / "images.jsonl"
+    bad.write_text('{"id": "c", "image": "cat.jpg", "attributes": [1]}\n')
+    add(settings, topics, bad, name="bad")
+    add(settings, topics, text_input, name="good")
+    # What the crash left: a claimed tick of "bad", retried first by the restarted scheduler.
+    orphan = ScheduleTick("bad", to_us(T0.replace(minute=1, second=0)), "bad-20261129T1001Z", "a", "c0ffee", 1)
+    ensure_topics(settings, [schedule_ticks_topic(topics)])
+    produce_all(make_producer(settings), [OutRecord(topics.schedule_ticks, encode(orphan), b"bad@1001")])
+    clock.at(1, 2)
+    with Scheduler(settings, topics, SchedulerConfig("a"), clock=clock) as restarted:
+        assert restarted.step() == ["good-20261129T1001Z"]
+        clock.at(2, 2)
+        assert restarted.step() == ["good-20261129T1002Z"]
+    jobs = scheduled_jobs(settings, topics)
+    reason = f'1 invalid record(s), first: {bad}:1: "attributes" must be an object, got array'
+    for tick in ("1001", "1002"):
+        assert jobs[f"bad-20261129T{tick}Z"].error == reason
+        assert JobStatus(jobs[f"bad-20261129T{tick}Z"]).state == "failed"
+        assert jobs[f"good-20261129T{tick}Z"].total == 5
+
+
+def test_an_unexpected_error_in_one_schedule_fails_its_tick_and_never_stops_the_others(
+    settings: KafkaSettings,
+    topics: Topics,
+    clock: Clock,
+    text_input: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jobs.scheduler
+
+    broken = write_jsonl(tmp_path / "broken.jsonl", example_lines(2))
+    real_submit = jobs.scheduler.submit
+
+    def submit_with_a_bug(settings: KafkaSettings, topics: Topics, source: Any, *args: Any, **kwargs: Any) -> Any:
+        if source.path == broken:
+            raise TypeError("a bug met only on this input")
+        return real_submit(settings, topics, source, *args, **kwargs)
+
+    monkeypatch.setattr(jobs.scheduler, "submit", submit_with_a_bug)
+    add(settings, topics, broken, name="broken")
+    add(settings, topics, text_input, name="fine")
+    events: list[str] = []
+    clock.at(1, 2)
+    with Scheduler(settings, topics, SchedulerConfig("a"), clock=clock, on_event=events.append) as scheduler:
+        assert scheduler.step() == ["fine-20261129T1001Z"]
+    jobs_ = scheduled_jobs(settings, topics)
+    assert jobs_["broken-20261129T1001Z"].error == "internal error: TypeError: a bug met only on this input"
+    assert jobs_["fine-20261129T1001Z"].total == 5
+    assert any("broken" in e and "failed: internal error" in e for e in events)
