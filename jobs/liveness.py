@@ -26,6 +26,14 @@ class JobTimeoutError(JobWaitError, TimeoutError):  # callers that caught Timeou
     exit_code = ExitCode.TIMED_OUT
 
 
+class JobInterrupted(JobWaitError):
+    """Ctrl-C, SIGTERM or SIGHUP while waiting: the shell's convention, 128 + the signal number."""
+
+    def __init__(self, message: str, signum: int, outcome: JobOutcome | None = None) -> None:
+        super().__init__(message, outcome)
+        self.exit_code = 128 + signum  # type: ignore[assignment]
+
+
 @dataclass
 class Liveness:
     """Workers count as gone once none has been seen alive, and no record completed, for grace_s.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.liveness import JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
+from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.progress import Progress, Summary
 from jobs.results import JobOutcome
@@ -86,6 +87,13 @@ def watch_job(
     except JobWaitError as exc:
         exc.outcome = outcome
         raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into one by jobs.signals
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise JobInterrupted(
+            f"stopped by {signal.Signals(signum).name} with {outcome.done} of {total} records done",
+            signum,
+            outcome,
+        ) from None
     if on_progress:
         progress.done, progress.failed = outcome.done, len(outcome.dead)
         on_progress(progress)

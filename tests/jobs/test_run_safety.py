@@ -148,6 +148,25 @@ def test_sigterm_or_sighup_stops_the_broker_and_workers_like_ctrl_c(
     assert_all_gone(children, timeout_s=5)
 
 
+def test_a_sigterm_mid_job_still_writes_the_results_so_far(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
+) -> None:
+    out, total = tmp_path / "out.jsonl", 20_000
+    run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", total)), "--model", "tiny", "-o", str(out),
+                      repository=model_repository)  # fmt: skip
+    run.wait_for("embedded broker on")
+    reaper |= descendants(run.process.pid)
+    run.wait_for("submitted")
+    while run.wait_for("records (").startswith("0/"):  # progress lines: stop once some results are in
+        pass
+    run.process.send_signal(signal.SIGTERM)
+    code, stderr = run.finish(timeout_s=45)
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
+    lines = out.read_text().splitlines()
+    assert 0 < len(lines) < total and f"wrote {len(lines)} lines" in stderr
+
+
 def test_the_broker_and_workers_die_with_a_sigkilled_run(
     tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
 ) -> None:
