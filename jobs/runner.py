@@ -103,9 +103,12 @@ def watch_job(
 def worker_liveness(
     settings: KafkaSettings, topics: Topics, model: str, grace_s: float, every_s: float = 2.0
 ) -> Callable[[JobOutcome], None]:
-    """A watch_job watchdog for workers we did not start: WorkersGoneError once neither the preprocess
-    app's group nor the model's GPU group has had a member, and no record completed, for grace_s."""
-    groups = [topics.preprocess_app_id, topics.gpu_group(model)]
+    """A watch_job watchdog for workers we did not start: WorkersGoneError once the model's GPU
+    group has had no member, and no record completed, for grace_s.
+
+    Only GPU workers write results, so without one no job can finish. The preprocess app's group
+    is no signal on Tansu: it stayed STABLE for 24 s+ after its faust worker had stopped."""
+    groups = [topics.gpu_group(model)]
     liveness = Liveness(grace_s, last_alive=time.monotonic())
     last_asked = float("-inf")
 
@@ -118,7 +121,7 @@ def worker_liveness(
         silent = liveness.gone_for(now)
         if silent is not None:
             raise WorkersGoneError(
-                f"no worker alive for {silent:.0f} s (consumer groups {', '.join(groups)} have no members): "
+                f"no GPU worker for {model} alive for {silent:.0f} s (consumer group {groups[0]} has no members): "
                 "start workers (nearline worker preprocess / nearline worker gpu) and wait again with "
                 f"nearline status {outcome.job_id} --watch"
             )

@@ -19,7 +19,8 @@ _LIVE = {
 
 def live_groups(settings: KafkaSettings, groups: list[str], timeout_s: float = 5.0) -> set[str]:
     """The groups among `groups` that have at least one member now; an unanswered query counts as none."""
-    futures = make_admin(settings).describe_consumer_groups(groups, request_timeout=timeout_s)
+    admin = make_admin(settings)  # held until the futures resolve: a collected client never answers them
+    futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
     live = set()
     for group, future in futures.items():
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from tests.jobs.pipeline import Pipeline, run_embedded
 from tests.tiny_model import TinyModel
@@ -219,10 +220,12 @@ def test_submit_wait_gives_up_with_exit_6_once_the_workers_are_gone(pipeline: Pi
     pipeline.start("gpu", "gpu", "--model", "tiny")
     done, _ = submit_wait(pipeline, source, "--worker-grace", "5")
     assert done.returncode == 0, done.stderr  # live workers are not mistaken for gone ones
+    group = pipeline.topics.gpu_group("tiny")
+    assert live_groups(pipeline.settings, [group]) == {group}  # the signal itself, not only progress
     pipeline.stop()
     done, seconds = submit_wait(pipeline, source, "--worker-grace", "5")
     assert done.returncode == 6, done.stderr
-    assert "no worker alive" in done.stderr and "Traceback" not in done.stderr
+    assert "no GPU worker for tiny alive" in done.stderr and "Traceback" not in done.stderr
     assert seconds < 40
 
 
