@@ -21,6 +21,7 @@ from jobs.cli_options import (
     progress_printer,
     repository_option,
     require_servers,
+    wait_options,
 )
 from jobs.exit_codes import ExitCode
 from jobs.submit import JobInput, SubmitReport, submit
@@ -56,6 +57,7 @@ def cli(log_level: str) -> None:
 )
 @click.option("--job-id", default=None, help="Job id [default: generated].")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
+@wait_options
 @format_option
 @batch_options
 @cluster_options
@@ -66,6 +68,8 @@ def run(
     output: Path | None,
     job_id: str | None,
     skip_invalid: bool,
+    timeout: float | None,
+    worker_grace: float,
     fmt: str,
     kind: str,
     max_image_bytes: int,
@@ -89,33 +93,57 @@ def run(
     """
     from jobs.results import write_outcome
     from jobs.runner import run_job
+    from jobs.signals import Terminated, terminate_like_interrupt
 
+    if output is not None:
+        _check_output(output)
     worker_args = batch_args(
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
         max_queue=max_queue,
         max_linger_ms=max_linger_ms,
     )
-    result = run_job(
-        JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks),  # type: ignore[arg-type]
-        model,
-        repository=model_repository,
-        bootstrap_servers=bootstrap_servers,
-        namespace=namespace,
-        job_id=job_id,
-        skip_invalid=skip_invalid,
-        worker_args=tuple(worker_args),
-        log=lambda line: click.echo(line, err=True),
-        on_progress=progress_printer(),
-    )
+    try:
+        # SIGTERM/SIGHUP (a closed terminal, a CI timeout) stop the broker and workers as Ctrl-C does
+        with terminate_like_interrupt():
+            result = run_job(
+                JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks),  # type: ignore[arg-type]
+                model,
+                repository=model_repository,
+                bootstrap_servers=bootstrap_servers,
+                namespace=namespace,
+                job_id=job_id,
+                skip_invalid=skip_invalid,
+                worker_args=tuple(worker_args),
+                log=lambda line: click.echo(line, err=True),
+                on_progress=progress_printer(),
+                timeout_s=timeout,
+                worker_grace_s=worker_grace,
+            )
+    except Terminated as exc:
+        click.echo(f"stopped by {exc}; the broker and workers it started were stopped", err=True)
+        raise SystemExit(128 + exc.signum) from None
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
     written = write_outcome(result.outcome, output, sys.stdout)
     click.echo(result.summary.line(), err=True)
     if output:
         click.echo(f"wrote {written} lines to {output}", err=True)
+    if result.failure is not None:
+        click.echo(f"error: {result.failure}", err=True)
+        raise SystemExit(result.failure.exit_code)
     if result.outcome.dead:
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
+
+
+def _check_output(output: Path) -> None:
+    """A bad -o is a usage error said at once, not a traceback after the whole job has run."""
+    from jobs.output import OutputPathError, check_output_path
+
+    try:
+        check_output_path(output)
+    except OutputPathError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
 
 
 def _submit(
@@ -161,6 +189,7 @@ def _submit(
 @click.option("--model", "-m", required=True, show_envvar=True)
 @click.option("--job-id", default=None, help="Job id [default: generated]; resubmitting reuses it.")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
+@wait_options
 @format_option
 @cluster_options
 def submit_cmd(
@@ -170,6 +199,8 @@ def submit_cmd(
     model: str,
     job_id: str | None,
     skip_invalid: bool,
+    timeout: float | None,
+    worker_grace: float,
     fmt: str,
     kind: str,
     max_image_bytes: int,
@@ -194,15 +225,24 @@ def submit_cmd(
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
     if wait:
-        from jobs.runner import watch_job
+        from jobs.liveness import JobWaitError
+        from jobs.runner import watch_job, worker_liveness
 
-        outcome, seconds = watch_job(
-            require_servers(bootstrap_servers),
-            Topics(namespace),
-            report.job_id,
-            report.submitted,
-            on_progress=progress_printer(),
-        )
+        settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+        try:
+            outcome, seconds = watch_job(
+                settings,
+                topics,
+                report.job_id,
+                report.submitted,
+                on_progress=progress_printer(),
+                watchdog=worker_liveness(settings, topics, model, worker_grace),
+                timeout_s=timeout,
+            )
+        except JobWaitError as exc:
+            # the job stays submitted: workers that come back finish it (nearline status/results)
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(exc.exit_code) from None
         click.echo(f"job {report.job_id} done in {seconds:.1f} s: {len(outcome.dead)} dead-lettered", err=True)
         if outcome.dead:
             raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)

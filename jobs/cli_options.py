@@ -210,3 +210,21 @@ def progress_printer() -> Callable[[Progress], None]:
             last[0] = now
 
     return show
+
+
+def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--timeout and --worker-grace: how long waiting on a job may take, and on workers that are gone."""
+    f = click.option(
+        "--worker-grace",
+        type=click.FloatRange(min=0),
+        default=30.0,
+        show_envvar=True,
+        help="Give up (exit 6) once no worker has been alive, and no record done, for this many seconds.",
+    )(f)
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        show_envvar=True,
+        help="Give up (exit 7) if the job has not completed after this many seconds [default: no limit].",
+    )(f)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafka_io.children import die_with_parent
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 
 ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
@@ -90,6 +91,7 @@ def spawn_worker(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # SIGTERM: a worker still finishes its batch and leaves its group
         )
     return WorkerProcess(name, process, log_path)
 

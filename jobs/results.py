@@ -10,6 +10,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from jobs.output import write_atomically
 from kafka_io import Message
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
@@ -127,7 +128,8 @@ def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[str]) -> 
 
 
 def write_outcome(outcome: JobOutcome, path: Path | None, out: IO[str]) -> int:
+    """Every record to out, or to path through a temporary file renamed into place."""
     if path is None:
         return write_jsonl(outcome.ordered(), out)
-    with path.open("w", encoding="utf-8") as f:
-        return write_jsonl(outcome.ordered(), f)
+    items = outcome.ordered()
+    return write_atomically(path, lambda f: write_jsonl(items, f))

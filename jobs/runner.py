@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -10,11 +11,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.progress import Progress, Summary
 from jobs.results import JobOutcome
 from jobs.submit import InvalidInputError, JobInput, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
+from kafka_io.groups import live_groups
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics
@@ -26,8 +29,9 @@ ProgressCallback = Callable[[Progress], None]
 @dataclass(frozen=True)
 class RunResult:
     report: SubmitReport
-    outcome: JobOutcome
+    outcome: JobOutcome  # complete, or what had arrived when `failure` stopped the wait
     summary: Summary
+    failure: JobWaitError | None = None
 
 
 def ensure_model(repository: Path, model: str, log: Callable[[str], None]) -> ModelConfig:
@@ -51,28 +55,92 @@ def watch_job(
     *,
     on_progress: ProgressCallback | None = None,
     check: Callable[[], None] = lambda: None,
+    watchdog: Callable[[JobOutcome], None] = lambda outcome: None,
     every_s: float = 1.0,
     timeout_s: float | None = None,
 ) -> tuple[JobOutcome, float]:
     """Follow results and dead letters until every record of the job has one; (outcome, seconds).
 
-    TimeoutError after timeout_s without the job completing."""
+    JobTimeoutError after timeout_s without the job completing; watchdog(outcome) raises a
+    JobWaitError (e.g. WorkersGoneError) to stop early. Either carries the outcome so far."""
     outcome = JobOutcome(job_id)
     started = time.monotonic()
     progress = Progress(total, started)
     last_report = 0.0
-    with TopicFollower(settings, [topics.results, topics.dead_letters]) as follower:
-        while outcome.done < total:
-            outcome.add(follower.poll(0.2), topics)
-            check()
-            now = time.monotonic()
-            if timeout_s is not None and now - started > timeout_s:
-                raise TimeoutError(f"job {job_id}: {outcome.done} of {total} records done after {timeout_s:.0f} s")
-            if on_progress and (now - last_report >= every_s or outcome.done >= total):
-                progress.done, progress.failed = outcome.done, len(outcome.dead)
-                on_progress(progress)
-                last_report = now
+    try:
+        with TopicFollower(settings, [topics.results, topics.dead_letters]) as follower:
+            while outcome.done < total:
+                outcome.add(follower.poll(0.2), topics)
+                if outcome.done >= total:
+                    break
+                check()
+                watchdog(outcome)
+                now = time.monotonic()
+                if timeout_s is not None and now - started > timeout_s:
+                    raise JobTimeoutError(
+                        f"job {job_id}: {outcome.done} of {total} records done when --timeout {timeout_s:g} s passed"
+                    )
+                if on_progress and now - last_report >= every_s:
+                    progress.done, progress.failed = outcome.done, len(outcome.dead)
+                    on_progress(progress)
+                    last_report = now
+    except JobWaitError as exc:
+        exc.outcome = outcome
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into one by jobs.signals
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise JobInterrupted(
+            f"stopped by {signal.Signals(signum).name} with {outcome.done} of {total} records done",
+            signum,
+            outcome,
+        ) from None
+    if on_progress:
+        progress.done, progress.failed = outcome.done, len(outcome.dead)
+        on_progress(progress)
     return outcome, time.monotonic() - started
+
+
+def worker_liveness(
+    settings: KafkaSettings, topics: Topics, model: str, grace_s: float, every_s: float = 2.0
+) -> Callable[[JobOutcome], None]:
+    """A watch_job watchdog for workers we did not start: WorkersGoneError once the model's GPU
+    group has had no member, and no record completed, for grace_s.
+
+    Only GPU workers write results, so without one no job can finish. The preprocess app's group
+    is no signal on Tansu: it stayed STABLE for 24 s+ after its faust worker had stopped."""
+    groups = [topics.gpu_group(model)]
+    liveness = Liveness(grace_s, last_alive=time.monotonic())
+    last_asked = float("-inf")
+
+    def check(outcome: JobOutcome) -> None:
+        nonlocal last_asked
+        now = time.monotonic()
+        if now - last_asked >= every_s:
+            last_asked = now
+            liveness.observe(now, bool(live_groups(settings, groups)), outcome.done)
+        silent = liveness.gone_for(now)
+        if silent is not None:
+            raise WorkersGoneError(
+                f"no GPU worker for {model} alive for {silent:.0f} s (consumer group {groups[0]} has no members): "
+                "start workers (nearline worker preprocess / nearline worker gpu) and wait again with "
+                f"nearline status {outcome.job_id} --watch"
+            )
+
+    return check
+
+
+def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> Callable[[JobOutcome], None]:
+    """A watch_job watchdog for what `nearline run` started: any of them gone stops the wait at once."""
+
+    def check(outcome: JobOutcome) -> None:
+        if not broker.alive():
+            raise WorkersGoneError(f"the embedded broker exited (its log: {broker.log_path})")
+        for w in workers:
+            code = w.process.poll()
+            if code is not None:
+                raise WorkersGoneError(f"the {w.name} worker exited with code {code}; see its log {w.log_path}")
+
+    return check
 
 
 def summarize(outcome: JobOutcome, seconds: float) -> Summary:
@@ -93,16 +161,20 @@ def run_job(
     worker_args: tuple[str, ...] = (),
     log: Callable[[str], None] = print,
     on_progress: ProgressCallback | None = None,
+    timeout_s: float | None = None,
+    worker_grace_s: float = 30.0,
 ) -> RunResult:
-    """Validate, start what is missing (broker, workers), submit, follow to the end, stop what we started."""
+    """Validate, start what is missing (broker, workers), submit, follow to the end, stop what we started.
+
+    A wait that ends early (timeout, workers or broker gone) returns the results so far with `failure` set."""
     validated = source.validate()
     if validated[1] and not skip_invalid:
         raise InvalidInputError(validated[1])
     topics = Topics(namespace)
     with ExitStack() as stack:
-        workers: list[WorkerProcess] = []
         if bootstrap_servers:
             settings = KafkaSettings.from_env(bootstrap_servers)
+            watchdog = worker_liveness(settings, topics, model, worker_grace_s)
         else:
             ensure_model(repository, model, log)
             workdir = Path(tempfile.mkdtemp(prefix="nearline-run-"))
@@ -119,18 +191,27 @@ def run_job(
                 # the embedded broker is ours: this GPU worker is alone, so it skips the group join
                 gpu_args=("--sole-consumer", *worker_args),
             )
-            stack.callback(stop_all, workers)
+            # with the broker gone a worker cannot leave its group or flush: no point waiting long
+            stack.callback(lambda: stop_all(workers, 15.0 if broker.alive() else 3.0))
             log(f"embedded broker on {broker.bootstrap_servers}; worker logs in {workdir}")
-
-        def check() -> None:
-            for w in workers:
-                w.check_alive()
+            watchdog = embedded_liveness(broker, workers)
 
         report = submit(settings, topics, source, model, job_id=job_id, skip_invalid=skip_invalid, validated=validated)
         log(f"submitted {report.submitted} records as job {report.job_id}")
-        outcome, seconds = watch_job(
-            settings, topics, report.job_id, report.submitted, on_progress=on_progress, check=check
-        )
+        started = time.monotonic()
+        try:
+            outcome, seconds = watch_job(
+                settings,
+                topics,
+                report.job_id,
+                report.submitted,
+                on_progress=on_progress,
+                watchdog=watchdog,
+                timeout_s=timeout_s,
+            )
+        except JobWaitError as exc:
+            partial = exc.outcome or JobOutcome(report.job_id)
+            return RunResult(report, partial, summarize(partial, time.monotonic() - started), exc)
         if not bootstrap_servers:
             stop_all(workers)
             shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed

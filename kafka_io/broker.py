@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+from kafka_io.children import die_with_parent
 from kafka_io.clients import check_reachable
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import KafkaSettings
@@ -72,6 +73,8 @@ class EmbeddedBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C meant for the CLI must not kill the broker under its workers
+                # ...but nothing of it may outlive us: memory storage has nothing to lose, so SIGKILL
+                preexec_fn=die_with_parent(signal.SIGKILL),
             )
         _CHILDREN[proc.pid] = proc
         broker = cls(proc.pid, port, str(log_path))

@@ -1,0 +1,56 @@
+"""Where `-o` results go: checked before any work, written to a temporary file and renamed into place."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+
+class OutputPathError(ValueError):
+    """The output path cannot take a results file; said before the job starts, not after it ends."""
+
+
+def check_output_path(path: Path) -> None:
+    """Raise OutputPathError unless a results file can be written at path and renamed into place."""
+    folder = path.absolute().parent
+    if path.exists() or path.is_symlink():
+        mode = path.stat().st_mode if path.exists() else 0
+        if stat.S_ISDIR(mode):
+            raise OutputPathError(f"{path} is a folder; name a file in it")
+        if not stat.S_ISREG(mode):
+            raise OutputPathError(f"{path} is not a regular file (a device, pipe, socket or broken link)")
+        if not os.access(path, os.W_OK):
+            raise OutputPathError(f"{path} exists and is read-only")
+    if not folder.is_dir():
+        raise OutputPathError(f"folder {folder} does not exist")
+    # the results are renamed into place, so the folder itself must take a new file
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputPathError(f"cannot create files in folder {folder}")
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def write_atomically(path: Path, write: Callable[[IO[str]], int]) -> int:
+    """write(f) into a temporary file next to path, fsync it, rename it over path; returns write's count.
+
+    A crash or error mid-write leaves path as it was (absent or the old file), never half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.absolute().parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make results private by surprise
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            count = write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count

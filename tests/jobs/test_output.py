@@ -1,0 +1,66 @@
+"""The -o checks and the write-then-rename, on real files (no broker)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from jobs.output import OutputPathError, check_output_path, write_atomically
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("missing/out.jsonl", "does not exist"),
+        ("a-folder", "is a folder"),
+        ("/dev/null", "not a regular file"),
+    ],
+)
+def test_an_output_path_that_cannot_take_a_file_is_refused(tmp_path: Path, name: str, reason: str) -> None:
+    (tmp_path / "a-folder").mkdir()
+    with pytest.raises(OutputPathError, match=reason):
+        check_output_path(tmp_path / name)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
+    tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(OutputPathError, match="cannot create files"):
+            check_output_path(tmp_path / "out.jsonl")
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_a_new_or_existing_file_in_a_writable_folder_is_accepted(tmp_path: Path) -> None:
+    check_output_path(tmp_path / "new.jsonl")
+    (tmp_path / "old.jsonl").write_text("x\n")
+    check_output_path(tmp_path / "old.jsonl")
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary_file(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("previous results\n")
+
+    def half_then_fail(f: IO[str]) -> int:
+        f.write("half a line")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(out, half_then_fail)
+    assert out.read_text() == "previous results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+def test_a_completed_write_replaces_the_file_with_the_usual_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("previous results\n")
+    assert write_atomically(out, lambda f: f.write("new\n") and 1) == 1
+    assert out.read_text() == "new\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
