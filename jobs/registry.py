@@ -15,7 +15,7 @@ from typing import Any
 from jobs.progress import format_eta
 from jobs.results import JobOutcome
 from kafka_io import Message
-from kafka_io.cancellations import job_of
+from kafka_io.cancellations import job_of, submission_of
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
@@ -51,14 +51,16 @@ class JobStatus:
     outcome: JobOutcome = field(init=False)
 
     def __post_init__(self) -> None:
-        self.outcome = JobOutcome(self.job.job_id)
+        # A job id submitted again counts its latest submission only (the registry row's).
+        self.outcome = JobOutcome(self.job.job_id, submission=self.job.submitted_at)
 
     def add(self, messages: Iterable[Message], topics: Topics) -> None:
         tensors = topics.tensors(self.job.model)
         rest = []
         for msg in messages:
             if msg.topic() == tensors:
-                if job_of(msg.headers()) == self.job.job_id:
+                headers = msg.headers()
+                if job_of(headers) == self.job.job_id and submission_of(headers) in (None, self.job.submitted_at):
                     self.preprocessed.add((msg.key() or b"").decode())
             else:
                 rest.append(msg)

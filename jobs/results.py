@@ -23,6 +23,7 @@ class JobOutcome:
 
     job_id: str
     model_version: str | None = None  # only results of this version; None: the newest of each record
+    submission: int | None = None  # only records of this submission (a job id resubmitted); None: any
     results: dict[str, InferenceResult] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     duplicates: int = 0
@@ -49,6 +50,8 @@ class JobOutcome:
             return  # not ours to judge here; the results topic is written only by GPU workers
         if result.job_id != self.job_id or self.model_version not in (None, result.model_version):
             return
+        if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
+            return
         kept = self.results.get(result.record_id)
         if kept is not None and _version_key(result.model_version) <= _version_key(kept.model_version):
             self.duplicates += kept.model_version == result.model_version
@@ -62,6 +65,8 @@ class JobOutcome:
         except SerdeError:
             return
         if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.results:
+            return
+        if self.submission is not None and _dead_submission(letter) not in (None, self.submission):
             return
         self.dead.setdefault(letter.record_id, letter)
 
@@ -86,6 +91,22 @@ def _dead_seq(letter: DeadLetter) -> float:
         except SerdeError:
             continue
     return float("inf")  # undecodable payloads go last
+
+
+def _dead_submission(letter: DeadLetter) -> int | None:
+    """The submission a dead-lettered record belonged to, from the payload it failed on."""
+    try:
+        return decode(letter.payload, TensorRecord).timestamps.get("submitted")
+    except SerdeError:
+        pass
+    try:
+        return decode(letter.payload, RawText).submitted_at
+    except SerdeError:
+        pass
+    try:
+        return decode(letter.payload, RawImage).submitted_at
+    except SerdeError:
+        return None
 
 
 def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str, model_version: str | None = None) -> JobOutcome:

@@ -124,8 +124,10 @@ class JobInput:
     def raw_topic(self, topics: Topics) -> str:
         return topics.raw_image if self.kind == "image" else topics.raw_text
 
-    def out_records(self, job_id: str, model: str, topic: str) -> Iterator[OutRecord]:
-        submitted_at = now_us()
+    def out_records(self, job_id: str, model: str, topic: str, submitted_at: int | None = None) -> Iterator[OutRecord]:
+        """The job's records; `submitted_at` names the submission (the registry row's), which
+        every stage carries on, so a cancellation skips only the submission it names."""
+        submitted_at = submitted_at if submitted_at is not None else now_us()
         seq = 0
         for item in self.read():
             if isinstance(item, InputError):
@@ -150,7 +152,7 @@ class JobInput:
                 )
             else:
                 value = encode(RawText(job_id, item.record_id, seq, model, item.text, submitted_at, item.attributes))
-            yield job_record(topic, value, job_id, item.record_id)
+            yield job_record(topic, value, job_id, item.record_id, submitted_at)
             seq += 1
 
 
@@ -213,7 +215,8 @@ def submit(
                 f"over the maximum of {max_backlog}. Retry later or add workers."
             )
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"))
-    count = produce_all(producer, source.out_records(job_id, model, topic))
+    submitted_at = now_us()
+    count = produce_all(producer, source.out_records(job_id, model, topic, submitted_at))
     # Registered once every record is stored, so a registered job's total is what was submitted.
     register(
         settings,
@@ -224,7 +227,7 @@ def submit(
             str(source.path),
             source.kind,
             count,
-            now_us(),
+            submitted_at,
             schedule=schedule,
             attributes=attributes or {},
         ),
