@@ -53,7 +53,7 @@ class JobOutcome:
         if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
             return
         kept = self.results.get(result.record_id)
-        if kept is not None and _version_key(result.model_version) <= _version_key(kept.model_version):
+        if kept is not None and version_key(result.model_version) <= version_key(kept.model_version):
             self.duplicates += kept.model_version == result.model_version
             return
         self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
@@ -66,23 +66,23 @@ class JobOutcome:
             return
         if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.results:
             return
-        if self.submission is not None and _dead_submission(letter) not in (None, self.submission):
+        if self.submission is not None and dead_submission(letter) not in (None, self.submission):
             return
         self.dead.setdefault(letter.record_id, letter)
 
     def ordered(self) -> list[InferenceResult | DeadLetter]:
         """Every record, results and dead letters, in the job's input order."""
         items: list[tuple[float, InferenceResult | DeadLetter]] = [(r.seq, r) for r in self.results.values()]
-        items += [(_dead_seq(d), d) for d in self.dead.values()]
+        items += [(dead_seq(d), d) for d in self.dead.values()]
         return [item for _, item in sorted(items, key=lambda x: x[0])]
 
 
-def _version_key(version: str) -> tuple[int, int | str]:
+def version_key(version: str) -> tuple[int, int | str]:
     """Numeric versions in numeric order (Triton's convention), others after them by name."""
     return (0, int(version)) if version.isdigit() else (1, version)
 
 
-def _dead_seq(letter: DeadLetter) -> float:
+def dead_seq(letter: DeadLetter) -> float:
     """Where a dead-lettered record stood in its job: the seq of the payload it failed on."""
     record_types: tuple[type[RawText] | type[RawImage] | type[TensorRecord], ...] = (RawText, RawImage, TensorRecord)
     for record_type in record_types:
@@ -93,7 +93,7 @@ def _dead_seq(letter: DeadLetter) -> float:
     return float("inf")  # undecodable payloads go last
 
 
-def _dead_submission(letter: DeadLetter) -> int | None:
+def dead_submission(letter: DeadLetter) -> int | None:
     """The submission a dead-lettered record belonged to, from the payload it failed on."""
     try:
         return decode(letter.payload, TensorRecord).timestamps.get("submitted")
