@@ -296,7 +296,7 @@ def results(
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     job = load_jobs(settings, topics).get(job_id)
-    submission = job.submitted_at if job is not None else None  # a job id submitted again: its latest submission
+    submission = job.submission if job is not None else None  # a job id submitted again: its latest submission
     with output.open("w", encoding="utf-8") if output is not None else contextlib.nullcontext(sys.stdout) as out:
         spill = write_results(settings, topics, job_id, out, model_version=model_version, submission=submission)
     click.echo(
@@ -346,13 +346,13 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
     from jobs.report import render
 
     try:
-        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id)
+        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_results=True)
     except JobNotFoundError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(ExitCode.FAILED) from None
     path = output or Path(f"{job_id}.html")
     path.write_text(render(status), encoding="utf-8")
-    click.echo(f"wrote {path} ({status.state}, {len(status.outcome.results)} results)", err=True)
+    click.echo(f"wrote {path} ({status.state}, {status.outcome.inferred} results)", err=True)
 
 
 @cli.command()

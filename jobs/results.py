@@ -24,13 +24,20 @@ class JobOutcome:
     job_id: str
     model_version: str | None = None  # only results of this version; None: the newest of each record
     submission: int | None = None  # only records of this submission (a job id resubmitted); None: any
+    # False: keep each record's model version only, not its result (counts for status and jobs list)
+    keep_results: bool = True
     results: dict[str, InferenceResult] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     duplicates: int = 0
+    versions: dict[str, str] = field(default_factory=dict)  # record id -> model version of the kept result
+
+    @property
+    def inferred(self) -> int:
+        return len(self.versions)
 
     @property
     def done(self) -> int:
-        return len(self.results) + len(self.dead)
+        return len(self.versions) + len(self.dead)
 
     def add(self, messages: Iterable[Message], topics: Topics) -> int:
         """Fold consumed messages in; returns how many new records of this job they completed."""
@@ -52,19 +59,21 @@ class JobOutcome:
             return
         if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
             return
-        kept = self.results.get(result.record_id)
-        if kept is not None and version_key(result.model_version) <= version_key(kept.model_version):
-            self.duplicates += kept.model_version == result.model_version
+        kept = self.versions.get(result.record_id)
+        if kept is not None and version_key(result.model_version) <= version_key(kept):
+            self.duplicates += kept == result.model_version
             return
         self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
-        self.results[result.record_id] = result
+        self.versions[result.record_id] = result.model_version
+        if self.keep_results:
+            self.results[result.record_id] = result
 
     def _add_dead(self, value: bytes) -> None:
         try:
             letter = decode(value, DeadLetter)
         except SerdeError:
             return
-        if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.results:
+        if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.versions:
             return
         if self.submission is not None and dead_submission(letter) not in (None, self.submission):
             return

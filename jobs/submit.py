@@ -230,6 +230,7 @@ def submit(
             submitted_at,
             schedule=schedule,
             attributes=attributes or {},
+            submission=submitted_at,
         ),
     )
     return SubmitReport(job_id, model, count, errors)

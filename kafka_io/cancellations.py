@@ -38,7 +38,7 @@ class Cancellations:
     """A background follower of the jobs topic; `skips` is two dict lookups on the hot path.
 
     A cancellation is per submission: cancelling a job cancels the submission its registry row
-    names (`submitted_at`), and a job id submitted again is a new submission that runs. Once
+    names (`submission`), and a job id submitted again is a new submission that runs. Once
     cancelled, a submission stays cancelled here even when the job id is registered again, so
     the cancelled submission's records still in the topics stay skipped."""
 
@@ -86,6 +86,7 @@ class Cancellations:
             return
         if job.cancelled_at is not None:
             self._cancelled.add(job.job_id)
-            self._cancelled_submissions.setdefault(job.job_id, set()).add(job.submitted_at)
+            if job.submission is not None:
+                self._cancelled_submissions.setdefault(job.job_id, set()).add(job.submission)
         else:
             self._cancelled.discard(job.job_id)
