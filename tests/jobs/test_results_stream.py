@@ -11,14 +11,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from confluent_kafka import Message
 
+from jobs.registry import JobStatus
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
-from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
+from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
 
 
 def result(topic: str, job_id: str, i: int, version: str = "1") -> OutRecord:
@@ -89,3 +91,21 @@ def test_a_topic_read_fails_on_idleness_not_on_the_time_its_reader_spends(
         time.sleep(0.001)
         seen += 1
     assert seen == 3000
+
+
+def test_status_counts_only_the_registry_rows_submission_and_everything_for_rows_from_before_submissions(
+    topics: Topics,
+) -> None:
+    def stamped(i: int, submitted: int) -> Message:
+        value = encode(
+            InferenceResult("job-a", f"r{i}", i, "tiny", "1", (), "b", 1, timestamps={"submitted": submitted})
+        )
+        return Message(topic=topics.results, partition=0, offset=i, value=value, headers=[("job_id", b"job-a")])
+
+    messages = [stamped(i, 100) for i in range(3)] + [stamped(i, 200) for i in range(2)]
+    again = JobStatus(Job("job-a", "tiny", "in.jsonl", "text", 3, 200, submission=200))
+    again.add(messages, topics)
+    assert (again.state, again.counts()["inferred"]) == ("running", 2)
+    before = JobStatus(Job("job-a", "tiny", "in.jsonl", "text", 3, 150))  # registered without a submission
+    before.add(messages, topics)
+    assert (before.state, before.counts()["inferred"]) == ("completed", 3)
