@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import Engine, make_engine, measure_cost
@@ -30,7 +31,7 @@ from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
 from kafka_io import Consumer, KafkaException, Producer
-from kafka_io.cancellations import Cancellations, job_of
+from kafka_io.cancellations import Cancellations
 from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.polling import (
     Assignment,
@@ -70,7 +71,7 @@ def run(
     drain: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     transactional: bool = False,
-    skip: Callable[[str | None], bool] = lambda job_id: False,
+    skip: Callable[[Any], bool] = lambda headers: False,
     pipeline: PipelineConfig | None = None,
 ) -> WorkerStats:
     if transactional:
@@ -115,7 +116,7 @@ def run(
     try:
         for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick):
             # records of cancelled jobs are consumed and committed, never run: counted as cancelled
-            sources = [source_of(m) for m in window if not skip(job_of(m.headers()))]
+            sources = [source_of(m) for m in window if not skip(m.headers())]
             prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
             flow.submit(prepared, window_offsets(window), len(window))
             stats.windows += 1
@@ -140,13 +141,13 @@ def _run_transactional(
     worker_id: str,
     drain: bool,
     should_stop: Callable[[], bool],
-    skip: Callable[[str | None], bool],
+    skip: Callable[[Any], bool],
 ) -> WorkerStats:
     """--exactly-once: one window at a time, its outputs and offsets in one transaction."""
     stats = WorkerStats()
     producer = new_producer()
     for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
-        sources = [source_of(m) for m in window if not skip(job_of(m.headers()))]
+        sources = [source_of(m) for m in window if not skip(m.headers())]
         out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
         try:
             commit_in_transaction(producer, consumer, out, window)
@@ -238,7 +239,7 @@ def serve(
             drain=drain,
             should_stop=lambda: stopping,
             transactional=exactly_once,
-            skip=cancellations.is_cancelled,
+            skip=cancellations.skips,
             pipeline=pipeline,
         )
     finally:

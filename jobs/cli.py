@@ -5,6 +5,7 @@ and reprocess in cli_ops.py; shared options in cli_options.py."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -331,17 +332,23 @@ def cancel_cmd(job_id: str, bootstrap_servers: str, namespace: str) -> None:
 def results(
     job_id: str, output: Path | None, model_version: str | None, bootstrap_servers: str, namespace: str
 ) -> None:
-    """Write a job's results as JSON Lines in input order, one line per record."""
-    from jobs.results import read_outcome, write_outcome
+    """Write a job's results as JSON Lines in input order, one line per record.
 
-    outcome = read_outcome(require_servers(bootstrap_servers), Topics(namespace), job_id, model_version)
-    written = write_outcome(outcome, output, sys.stdout)
+    Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory."""
+    from jobs.registry import load_jobs
+    from jobs.spill import write_results
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    job = load_jobs(settings, topics).get(job_id)
+    submission = job.submission if job is not None else None  # a job id submitted again: its latest submission
+    with output.open("w", encoding="utf-8") if output is not None else contextlib.nullcontext(sys.stdout) as out:
+        spill = write_results(settings, topics, job_id, out, model_version=model_version, submission=submission)
     click.echo(
-        f"{len(outcome.results)} results, {len(outcome.dead)} dead letters"
-        + (f" ({outcome.duplicates} duplicate copies dropped)" if outcome.duplicates else ""),
+        f"{spill.results} results, {spill.dead} dead letters"
+        + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),
         err=True,
     )
-    if written == 0:
+    if spill.done == 0:
         raise SystemExit(ExitCode.FAILED)
 
 
@@ -383,13 +390,13 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
     from jobs.report import render
 
     try:
-        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id)
+        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_results=True)
     except JobNotFoundError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(ExitCode.FAILED) from None
     path = output or Path(f"{job_id}.html")
     path.write_text(render(status), encoding="utf-8")
-    click.echo(f"wrote {path} ({status.state}, {len(status.outcome.results)} results)", err=True)
+    click.echo(f"wrote {path} ({status.state}, {status.outcome.inferred} results)", err=True)
 
 
 @cli.command()

@@ -15,7 +15,7 @@ from typing import Any
 from jobs.progress import format_eta
 from jobs.results import JobOutcome
 from kafka_io import Message
-from kafka_io.cancellations import job_of
+from kafka_io.cancellations import job_of, submission_of
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
@@ -47,22 +47,29 @@ class JobStatus:
     """Per-stage counts of one job, folded from the tensor, result and dead-letter topics."""
 
     job: Job
+    keep_results: bool = False  # counts need only record ids; the HTML report needs the results
     preprocessed: set[str] = field(default_factory=set)
     outcome: JobOutcome = field(init=False)
 
     def __post_init__(self) -> None:
-        self.outcome = JobOutcome(self.job.job_id)
+        # A job id submitted again counts its latest submission only (the registry row's); a job
+        # registered before submissions were told apart (no submission) counts every record.
+        self.outcome = JobOutcome(self.job.job_id, submission=self.job.submission, keep_results=self.keep_results)
 
     def add(self, messages: Iterable[Message], topics: Topics) -> None:
         tensors = topics.tensors(self.job.model)
         rest = []
         for msg in messages:
             if msg.topic() == tensors:
-                if job_of(msg.headers()) == self.job.job_id:
+                headers = msg.headers()
+                if job_of(headers) == self.job.job_id and self._of_submission(headers):
                     self.preprocessed.add((msg.key() or b"").decode())
             else:
                 rest.append(msg)
         self.outcome.add(rest, topics)
+
+    def _of_submission(self, headers: object) -> bool:
+        return self.job.submission is None or submission_of(headers) in (None, self.job.submission)
 
     @property
     def done(self) -> int:
@@ -83,7 +90,7 @@ class JobStatus:
         return {
             "submitted": self.job.total,
             "preprocessed": len(self.preprocessed | {f"{self.job.job_id}/{r}" for r in self.outcome.dead}),
-            "inferred": len(self.outcome.results),
+            "inferred": self.outcome.inferred,
             "dead_lettered": len(self.outcome.dead),
             "cancelled": cancelled,
         }
@@ -120,8 +127,8 @@ def status_topics(topics: Topics, job: Job) -> list[str]:
     return [topics.tensors(job.model), topics.results, topics.dead_letters]
 
 
-def job_status(settings: KafkaSettings, topics: Topics, job_id: str) -> JobStatus:
-    status = JobStatus(find_job(settings, topics, job_id))
+def job_status(settings: KafkaSettings, topics: Topics, job_id: str, keep_results: bool = False) -> JobStatus:
+    status = JobStatus(find_job(settings, topics, job_id), keep_results)
     status.add(read_topics(settings, status_topics(topics, status.job)), topics)
     return status
 

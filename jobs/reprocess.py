@@ -8,7 +8,7 @@ version of each record unless asked for one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpu_consumer.batcher import BatchPolicy
@@ -28,8 +28,20 @@ class JobNotFoundError(LookupError):
     """No tensor records of the job in the model's tensor topic."""
 
 
-def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> list[SourceRef]:
-    return [source_of(msg) for msg in read_topics(settings, [topics.tensors(model)]) if job_of(msg.headers()) == job_id]
+def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> Iterator[SourceRef]:
+    """The job's tensor records as they are read, never the whole job at once."""
+    return (source_of(msg) for msg in read_topics(settings, [topics.tensors(model)]) if job_of(msg.headers()) == job_id)
+
+
+def windows(sources: Iterable[SourceRef], size: int) -> Iterator[list[SourceRef]]:
+    window: list[SourceRef] = []
+    for source in sources:
+        window.append(source)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
 
 
 def reprocess(
@@ -44,18 +56,19 @@ def reprocess(
     log: Callable[[str], None] = print,
 ) -> int:
     config = load_model_config(repository, model, version)
-    sources = job_tensors(settings, topics, model, job_id)
-    if not sources:
-        raise JobNotFoundError(f"no tensor records of job {job_id} in {topics.tensors(model)}")
-    engine = make_engine(config, engine_kind)
-    engine.warmup()
     policy = BatchPolicy(config.max_batch_size)
-    producer = make_producer(settings.with_client_id(f"reprocess-{job_id}"))
-    window = 8 * config.max_batch_size
-    done = 0
-    for start in range(0, len(sources), window):
-        out = handle_window(sources[start : start + window], engine, config, topics, f"reprocess-{start}", policy)
+    engine, producer = None, None
+    done = read = 0
+    for window in windows(job_tensors(settings, topics, model, job_id), 8 * config.max_batch_size):
+        if engine is None or producer is None:  # started at the first record, so a missing job costs no warm-up
+            engine = make_engine(config, engine_kind)
+            engine.warmup()
+            producer = make_producer(settings.with_client_id(f"reprocess-{job_id}"))
+        out = handle_window(window, engine, config, topics, f"reprocess-{read}", policy)
         produce_all(producer, out)
+        read += len(window)
         done += len(out)
-    log(f"reprocessed {len(sources)} tensor records of {job_id} with {model}@{config.version}")
+    if read == 0:
+        raise JobNotFoundError(f"no tensor records of job {job_id} in {topics.tensors(model)}")
+    log(f"reprocessed {read} tensor records of {job_id} with {model}@{config.version}")
     return done

@@ -24,13 +24,21 @@ class JobOutcome:
 
     job_id: str
     model_version: str | None = None  # only results of this version; None: the newest of each record
+    submission: int | None = None  # only records of this submission (a job id resubmitted); None: any
+    # False: keep each record's model version only, not its result (counts for status and jobs list)
+    keep_results: bool = True
     results: dict[str, InferenceResult] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     duplicates: int = 0
+    versions: dict[str, str] = field(default_factory=dict)  # record id -> model version of the kept result
+
+    @property
+    def inferred(self) -> int:
+        return len(self.versions)
 
     @property
     def done(self) -> int:
-        return len(self.results) + len(self.dead)
+        return len(self.versions) + len(self.dead)
 
     def add(self, messages: Iterable[Message], topics: Topics) -> int:
         """Fold consumed messages in; returns how many new records of this job they completed."""
@@ -50,35 +58,41 @@ class JobOutcome:
             return  # not ours to judge here; the results topic is written only by GPU workers
         if result.job_id != self.job_id or self.model_version not in (None, result.model_version):
             return
-        kept = self.results.get(result.record_id)
-        if kept is not None and _version_key(result.model_version) <= _version_key(kept.model_version):
-            self.duplicates += kept.model_version == result.model_version
+        if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
+            return
+        kept = self.versions.get(result.record_id)
+        if kept is not None and version_key(result.model_version) <= version_key(kept):
+            self.duplicates += kept == result.model_version
             return
         self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
-        self.results[result.record_id] = result
+        self.versions[result.record_id] = result.model_version
+        if self.keep_results:
+            self.results[result.record_id] = result
 
     def _add_dead(self, value: bytes) -> None:
         try:
             letter = decode(value, DeadLetter)
         except SerdeError:
             return
-        if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.results:
+        if letter.job_id != self.job_id or letter.record_id is None or letter.record_id in self.versions:
+            return
+        if self.submission is not None and dead_submission(letter) not in (None, self.submission):
             return
         self.dead.setdefault(letter.record_id, letter)
 
     def ordered(self) -> list[InferenceResult | DeadLetter]:
         """Every record, results and dead letters, in the job's input order."""
         items: list[tuple[float, InferenceResult | DeadLetter]] = [(r.seq, r) for r in self.results.values()]
-        items += [(_dead_seq(d), d) for d in self.dead.values()]
+        items += [(dead_seq(d), d) for d in self.dead.values()]
         return [item for _, item in sorted(items, key=lambda x: x[0])]
 
 
-def _version_key(version: str) -> tuple[int, int | str]:
+def version_key(version: str) -> tuple[int, int | str]:
     """Numeric versions in numeric order (Triton's convention), others after them by name."""
     return (0, int(version)) if version.isdigit() else (1, version)
 
 
-def _dead_seq(letter: DeadLetter) -> float:
+def dead_seq(letter: DeadLetter) -> float:
     """Where a dead-lettered record stood in its job: the seq of the payload it failed on."""
     record_types: tuple[type[RawText] | type[RawImage] | type[TensorRecord], ...] = (RawText, RawImage, TensorRecord)
     for record_type in record_types:
@@ -87,6 +101,22 @@ def _dead_seq(letter: DeadLetter) -> float:
         except SerdeError:
             continue
     return float("inf")  # undecodable payloads go last
+
+
+def dead_submission(letter: DeadLetter) -> int | None:
+    """The submission a dead-lettered record belonged to, from the payload it failed on."""
+    try:
+        return decode(letter.payload, TensorRecord).timestamps.get("submitted")
+    except SerdeError:
+        pass
+    try:
+        return decode(letter.payload, RawText).submitted_at
+    except SerdeError:
+        pass
+    try:
+        return decode(letter.payload, RawImage).submitted_at
+    except SerdeError:
+        return None
 
 
 def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str, model_version: str | None = None) -> JobOutcome:

@@ -159,12 +159,19 @@ class JobInput:
         return topics.raw_image if self.kind == "image" else topics.raw_text
 
     def out_records(
-        self, job_id: str, model: str, topic: str, late: list[InputError] | None = None
+        self,
+        job_id: str,
+        model: str,
+        topic: str,
+        late: list[InputError] | None = None,
+        submitted_at: int | None = None,
     ) -> Iterator[OutRecord]:
         """The valid records, encoded. What is invalid now is left out and added to `late`: with
         validation run just before, that is an image that changed since (gone, replaced by something
-        that is not a regular file, or grown past the cap)."""
-        submitted_at = now_us()
+        that is not a regular file, or grown past the cap). `submitted_at` names the submission (the
+        registry row's), which every stage carries on, so a cancellation skips only the submission
+        it names."""
+        submitted_at = submitted_at if submitted_at is not None else now_us()
         seq = 0
         for item in self.read():
             if isinstance(item, InputError):
@@ -193,7 +200,7 @@ class JobInput:
                 )
             else:
                 value = encode(RawText(job_id, item.record_id, seq, model, item.text, submitted_at, item.attributes))
-            yield job_record(topic, value, job_id, item.record_id)
+            yield job_record(topic, value, job_id, item.record_id, submitted_at)
             seq += 1
 
 
@@ -261,7 +268,8 @@ def submit(
     # any at-least-once redelivery (results are keyed by job and sequence).
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"), idempotent=False)
     late: list[InputError] = []
-    count = produce_all(producer, source.out_records(job_id, model, topic, late))
+    submitted_at = now_us()
+    count = produce_all(producer, source.out_records(job_id, model, topic, late, submitted_at))
     # Registered once every record is stored, so a registered job's total is what was submitted.
     register(
         settings,
@@ -272,9 +280,10 @@ def submit(
             str(source.path),
             source.kind,
             count,
-            now_us(),
+            submitted_at,
             schedule=schedule,
             attributes=attributes or {},
+            submission=submitted_at,
         ),
     )
     known = set(errors)

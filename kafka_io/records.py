@@ -13,10 +13,15 @@ class OutRecord:
     headers: list[tuple[str, bytes]] = field(default_factory=list)
 
 
-def job_record(topic: str, value: bytes, job_id: str, record_id: str) -> OutRecord:
-    """A record of a job as every stage writes it: key `job_id/record_id` (readers keep one per key)
-    and a `job_id` header (kafka_io.cancellations.job_of reads it without decoding the value)."""
-    return OutRecord(topic, value, f"{job_id}/{record_id}".encode(), [("job_id", job_id.encode())])
+def job_record(topic: str, value: bytes, job_id: str, record_id: str, submission: int | None = None) -> OutRecord:
+    """A record of a job as every stage writes it: key `job_id/record_id` (readers keep one per key),
+    a `job_id` header and, from the submission on, a `submission` header (the submission's
+    `submitted_at`, so a resubmitted job id is told apart from its cancelled predecessor);
+    kafka_io.cancellations reads both without decoding the value."""
+    headers = [("job_id", job_id.encode())]
+    if submission is not None:
+        headers.append(("submission", str(submission).encode()))
+    return OutRecord(topic, value, f"{job_id}/{record_id}".encode(), headers)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import faust
 
-from kafka_io.cancellations import Cancellations, job_of
+from kafka_io.cancellations import Cancellations
 from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
 from kafka_io.offsets import group_lag
 from kafka_io.records import OutRecord, SourceRef
@@ -125,7 +125,7 @@ def create_app(
                 sources = [
                     SourceRef(e.message.topic, e.message.partition, e.message.offset, e.message.value, e.message.key)
                     for e in events
-                    if not cancellations.is_cancelled(job_of(e.message.headers))  # counted as cancelled
+                    if not cancellations.skips(e.message.headers)  # counted as cancelled
                 ]
                 out = await loop.run_in_executor(None, step, sources)
                 new = {r.topic for r in out} - known_topics

@@ -11,7 +11,8 @@ STAGE = "preprocess"
 
 
 def tensor_out(topics: Topics, record: TensorRecord) -> OutRecord:
-    return job_record(topics.tensors(record.model), encode(record), record.job_id, record.record_id)
+    submission = record.timestamps.get("submitted")
+    return job_record(topics.tensors(record.model), encode(record), record.job_id, record.record_id, submission)
 
 
 def dead_out(error: Exception, src: SourceRef, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:

@@ -224,6 +224,7 @@ class Job(AvroFields):
     schedule: str | None = None
     error: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+    submission: int | None = None
 
 
 @dataclass(frozen=True)

@@ -97,3 +97,38 @@ def test_cancelled_jobs_are_skipped_by_both_stages_and_counted_as_cancelled(
     assert one["counts"] == {"submitted": 200, "preprocessed": 200, "inferred": 0, "dead_lettered": 0, "cancelled": 200}
     assert two["counts"] == {"submitted": 200, "preprocessed": 0, "inferred": 0, "dead_lettered": 0, "cancelled": 200}
     assert pipeline.cli("cancel", "job-nope").returncode == 1
+
+
+def test_a_cancelled_job_submitted_again_with_the_same_id_runs_and_counts_only_the_new_submission(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    rows = example_lines(1000)
+    source = str(write_jsonl(tmp_path / "in.jsonl", rows))
+    job_id = f"job-again-{uuid.uuid4().hex[:6]}"
+    # the first submission is cancelled before any worker runs: its records must stay skipped
+    assert pipeline.cli("submit", source, "--model", "tiny", "--job-id", job_id).returncode == 0
+    assert pipeline.cli("cancel", job_id).returncode == 0
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "8", "--max-linger-ms", "0")
+    # another job done means both workers follow the jobs topic and have skipped the first submission
+    warm = pipeline.cli("submit", str(write_jsonl(tmp_path / "w.jsonl", example_lines(5))), "--model", "tiny", "--wait")
+    assert warm.returncode == 0, warm.stderr
+
+    # submitted again while the workers still see the cancellation: the new records run
+    again = pipeline.cli("submit", source, "--model", "tiny", "--job-id", job_id)
+    assert again.returncode == 0, again.stderr
+    deadline = time.monotonic() + 90
+    while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["state"] != "completed":
+        assert time.monotonic() < deadline, status
+        time.sleep(1)
+    assert status["counts"] == {
+        "submitted": 1000,
+        "preprocessed": 1000,
+        "inferred": 1000,
+        "dead_lettered": 0,
+        "cancelled": 0,
+    }
+    results = pipeline.cli("results", job_id)
+    assert results.returncode == 0, results.stderr
+    ids = [json.loads(line)["id"] for line in results.stdout.splitlines()]
+    assert len(ids) == len(set(ids)) == 1000

@@ -1,0 +1,158 @@
+"""A job's results with memory bounded by the job's size on disk, not in RAM: one sqlite row per
+record id (the encoded value, not the decoded result), read back in input order through an index.
+
+The rules are JobOutcome's (the first copy wins, the newest model version wins unless one is asked
+for, a result replaces a dead letter, only the given submission counts); what differs is where
+the records wait between reading the topics and writing them out.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from jobs.results import dead_seq, dead_submission, version_key, write_jsonl
+from kafka_io import Message
+from kafka_io.cancellations import job_of
+from kafka_io.reading import read_topics
+from kafka_io.settings import KafkaSettings, Topics
+from schemas import DeadLetter, InferenceResult, SerdeError, decode
+
+_COMMIT_EVERY = 10_000  # rows per transaction: fewer fsync-free commits, bounded journal
+
+
+class ResultSpill:
+    """Results and dead letters of one job, spilled to a temporary sqlite file as they are read."""
+
+    def __init__(
+        self,
+        job_id: str,
+        model_version: str | None = None,
+        submission: int | None = None,
+        directory: Path | None = None,
+    ) -> None:
+        self.job_id, self.model_version, self.submission = job_id, model_version, submission
+        self.results = self.dead = self.duplicates = 0
+        self._dir = tempfile.TemporaryDirectory(prefix="nearline-results-", dir=directory)
+        self._db = sqlite3.connect(Path(self._dir.name) / "spill.sqlite")
+        # a scratch file: nothing to recover after a crash, so no journal and no fsync
+        self._db.executescript(
+            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-16000;"
+            "CREATE TABLE records (record_id TEXT PRIMARY KEY, seq REAL NOT NULL, dead INTEGER NOT NULL,"
+            " version TEXT, value BLOB NOT NULL) WITHOUT ROWID;"
+        )
+        self._pending = 0
+        self._job_prefix = f"{job_id}/".encode()
+
+    @property
+    def done(self) -> int:
+        return self.results + self.dead
+
+    def add(self, messages: Iterable[Message], topics: Topics) -> None:
+        for msg in messages:
+            if not self._may_be_ours(msg):
+                continue
+            value = msg.value() or b""
+            if msg.topic() == topics.results:
+                self._add_result(value)
+            elif msg.topic() == topics.dead_letters:
+                self._add_dead(value)
+            self._pending += 1
+            if self._pending >= _COMMIT_EVERY:
+                self._db.commit()
+                self._pending = 0
+
+    def _may_be_ours(self, msg: Message) -> bool:
+        """Skip other jobs' records without decoding them, by header or key where they tell."""
+        job_id = job_of(msg.headers())
+        if job_id is not None:
+            return job_id == self.job_id
+        key = msg.key()
+        return key is None or b"/" not in key or key.startswith(self._job_prefix)
+
+    def _kept(self, record_id: str) -> tuple[int, str | None] | None:
+        row = self._db.execute("SELECT dead, version FROM records WHERE record_id = ?", (record_id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def _add_result(self, value: bytes) -> None:
+        try:
+            result = decode(value, InferenceResult)
+        except SerdeError:
+            return
+        if result.job_id != self.job_id or self.model_version not in (None, result.model_version):
+            return
+        if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
+            return
+        kept = self._kept(result.record_id)
+        if kept is not None and not kept[0]:
+            version = kept[1] or ""
+            if version_key(result.model_version) <= version_key(version):
+                self.duplicates += version == result.model_version
+                return
+        elif kept is not None:
+            self.dead -= 1  # a retried record that succeeded is not dead
+        if kept is None or kept[0]:
+            self.results += 1
+        self._db.execute(
+            "INSERT OR REPLACE INTO records VALUES (?, ?, 0, ?, ?)",
+            (result.record_id, result.seq, result.model_version, value),
+        )
+
+    def _add_dead(self, value: bytes) -> None:
+        try:
+            letter = decode(value, DeadLetter)
+        except SerdeError:
+            return
+        if letter.job_id != self.job_id or letter.record_id is None:
+            return
+        if self.submission is not None and dead_submission(letter) not in (None, self.submission):
+            return
+        if self._kept(letter.record_id) is not None:
+            return
+        self.dead += 1
+        seq = dead_seq(letter)
+        self._db.execute(
+            "INSERT INTO records VALUES (?, ?, 1, NULL, ?)",
+            (letter.record_id, seq if seq != float("inf") else 2.0**62, value),
+        )
+
+    def ordered(self) -> Iterator[InferenceResult | DeadLetter]:
+        """Every record in the job's input order, decoded one at a time."""
+        self._db.commit()
+        self._db.execute("CREATE INDEX IF NOT EXISTS by_seq ON records (seq, record_id)")
+        for dead, value in self._db.execute("SELECT dead, value FROM records ORDER BY seq, record_id"):
+            yield decode(value, DeadLetter) if dead else decode(value, InferenceResult)
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> ResultSpill:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def write_results(
+    settings: KafkaSettings,
+    topics: Topics,
+    job_id: str,
+    out: IO[str],
+    *,
+    model_version: str | None = None,
+    submission: int | None = None,
+    directory: Path | None = None,
+) -> ResultSpill:
+    """Read the job's results and dead letters through a spill, then write them to `out` as JSON
+    Lines in input order; returns the (closed) spill for its counts."""
+    with ResultSpill(job_id, model_version, submission, directory) as spill:
+        spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
+        write_jsonl(spill.ordered(), out)
+    return spill

@@ -1,0 +1,111 @@
+"""`nearline results` through its disk spill, and topic reads that time out on idleness only."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from confluent_kafka import Message
+
+from jobs.registry import JobStatus
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import OutRecord, job_record
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
+from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
+
+
+def result(topic: str, job_id: str, i: int, version: str = "1") -> OutRecord:
+    value = encode(
+        InferenceResult(
+            job_id, f"r{i}", i, "tiny", version, (Tensor.from_array("embedding", np.full(4, i, np.float32)),), "b", 1
+        )
+    )
+    return job_record(topic, value, job_id, f"r{i}")
+
+
+def dead(topics: Topics, job_id: str, i: int) -> OutRecord:
+    raw = encode(RawText(job_id, f"r{i}", i, "tiny", "x", 1))
+    letter = DeadLetter.from_error(
+        "preprocess", ValueError("bad"), (topics.raw_text, 0, i, raw), job_id=job_id, record_id=f"r{i}", model="tiny"
+    )
+    return OutRecord(topics.dead_letters, encode(letter), f"{job_id}/r{i}".encode())
+
+
+def test_results_come_out_once_each_in_input_order_from_records_spread_out_of_order_over_partitions(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    assert len(partitions_of(settings, topics.results)) > 1
+    n = 3000
+    records = [result(topics.results, "job-a", i) for i in range(n)]
+    records += [result(topics.results, "job-a", i) for i in range(0, n, 7)]  # redelivered copies
+    records += [result(topics.results, "job-a", i, "2") for i in range(0, n, 11)]  # reprocessed: version 2 wins
+    records += [dead(topics, "job-a", i) for i in range(0, n, 13)]  # retried records that later succeeded
+    records += [dead(topics, "job-a", n)]  # one record that only failed
+    records += [result(topics.results, "job-b", i) for i in range(500)]  # another job's, interleaved
+    random.Random(7).shuffle(records)
+    produce_all(make_producer(settings), records)
+
+    out = tmp_path / "out.jsonl"
+    env = {
+        **os.environ,
+        ENV_BOOTSTRAP: settings.bootstrap_servers,
+        ENV_NAMESPACE: topics.namespace,
+        "TMPDIR": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "results", "job-a", "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["id"] for line in lines] == [f"r{i}" for i in range(n + 1)]
+    assert [line["model_version"] for line in lines[:n:11]] == ["2"] * len(range(0, n, 11))
+    assert all(line["model_version"] == "1" for i, line in enumerate(lines[:n]) if i % 11)
+    assert lines[n]["error"]["type"] == "ValueError"
+    assert lines[5]["embedding"] == [5.0] * 4
+    assert f"{n} results, 1 dead letters" in done.stderr
+    assert list(tmp_path.glob("nearline-results-*")) == []  # the spill is removed afterwards
+
+
+def test_a_topic_read_fails_on_idleness_not_on_the_time_its_reader_spends(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    ensure_topics(settings, [TopicSpec(topics.results)])
+    produce_all(make_producer(settings), [result(topics.results, "job-a", i) for i in range(3000)])
+    seen = 0
+    # polls return up to 1,000 records: a reader slower in total than the timeout, never idle that long
+    for _ in read_topics(settings, [topics.results], 1.0):
+        time.sleep(0.001)
+        seen += 1
+    assert seen == 3000
+
+
+def test_status_counts_only_the_registry_rows_submission_and_everything_for_rows_from_before_submissions(
+    topics: Topics,
+) -> None:
+    def stamped(i: int, submitted: int) -> Message:
+        value = encode(
+            InferenceResult("job-a", f"r{i}", i, "tiny", "1", (), "b", 1, timestamps={"submitted": submitted})
+        )
+        return Message(topic=topics.results, partition=0, offset=i, value=value, headers=[("job_id", b"job-a")])
+
+    messages = [stamped(i, 100) for i in range(3)] + [stamped(i, 200) for i in range(2)]
+    again = JobStatus(Job("job-a", "tiny", "in.jsonl", "text", 3, 200, submission=200))
+    again.add(messages, topics)
+    assert (again.state, again.counts()["inferred"]) == ("running", 2)
+    before = JobStatus(Job("job-a", "tiny", "in.jsonl", "text", 3, 150))  # registered without a submission
+    before.add(messages, topics)
+    assert (before.state, before.counts()["inferred"]) == ("completed", 3)
