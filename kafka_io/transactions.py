@@ -29,7 +29,7 @@ class TransactionAbortedError(RuntimeError):
 
 
 def make_transactional_producer(settings: KafkaSettings, transactional_id: str, timeout_s: float = 30.0) -> Producer:
-    producer = make_producer(settings, **{"transactional.id": transactional_id})
+    producer = make_producer(settings, idempotent=True, **{"transactional.id": transactional_id})
     producer.init_transactions(timeout_s)  # fences any older producer with this id
     return producer
 
