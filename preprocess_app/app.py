@@ -62,6 +62,7 @@ def create_app(
     settings: KafkaSettings,
     topics: Topics,
     repository: Path,
+    datadir: Path,
     *,
     text_batch: int = 64,
     image_batch: int = 16,
@@ -87,7 +88,7 @@ def create_app(
         topic_allow_declare=False,
         topic_disable_leader=True,
         web_enabled=False,
-        datadir=tempfile.mkdtemp(prefix="nearline-faust-"),
+        datadir=str(datadir),
     )
     models = Models(repository)
     cancellations = Cancellations(settings, topics)
@@ -180,6 +181,11 @@ def run_worker(
         settings,
         [*(TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)), jobs_topic(topics)],
     )
-    app = create_app(settings, topics, repository, text_batch=batch_size, max_tensor_lag=max_tensor_lag)
-    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
-    worker.execute_from_commandline()
+    # faust keeps table state in its data folder; this worker has no tables, so the folder is
+    # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
+    with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
+        app = create_app(
+            settings, topics, repository, Path(datadir), text_batch=batch_size, max_tensor_lag=max_tensor_lag
+        )
+        worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+        worker.execute_from_commandline()
