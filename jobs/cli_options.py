@@ -49,6 +49,7 @@ class NearlineGroup(click.Group):
         from gpu_consumer.engine import EngineLoadError
         from gpu_consumer.export import ExportUnavailableError
         from gpu_consumer.isolation import EngineFault
+        from kafka_io.errors import SecuritySettingsError
 
         try:
             return super().invoke(ctx)
@@ -62,7 +63,7 @@ class NearlineGroup(click.Group):
                 err=True,
             )
             ctx.exit(ExitCode.INVALID_INPUT)
-        except InvalidModelNameError as exc:
+        except (InvalidModelNameError, SecuritySettingsError) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.USAGE)
         except (

@@ -11,3 +11,7 @@ class BrokerUnavailableError(KafkaIOError):
 
 class DeliveryError(KafkaIOError):
     """A produced record was not confirmed by the broker; its inputs must not be committed."""
+
+
+class SecuritySettingsError(KafkaIOError):
+    """NEARLINE_KAFKA_* security settings that a client cannot apply as given."""

@@ -20,6 +20,7 @@ import faust
 
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
+from kafka_io.faust_auth import faust_credentials
 from kafka_io.offsets import group_lag
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics
@@ -88,6 +89,8 @@ def create_app(
         topic_allow_declare=False,
         topic_disable_leader=True,
         web_enabled=False,
+        # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets
+        broker_credentials=faust_credentials(settings.extra),
         datadir=str(datadir),
     )
     models = Models(repository)
@@ -176,6 +179,7 @@ def run_worker(
     max_tensor_lag: int | None = None,
 ) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
+    faust_credentials(settings.extra)  # security settings faust cannot apply: refuse before connecting
     check_reachable(settings)
     ensure_topics(
         settings,
