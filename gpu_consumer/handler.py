@@ -30,6 +30,7 @@ from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from kafka_io.dead_letters import dead_letter
+from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import Topics
 from schemas import SerdeError, TensorRecord, now_us
@@ -216,13 +217,18 @@ class Emitter:
         results = self.topics.results
         return [
             OutRecord(results, value, f"{i.job_id}/{i.record_id}".encode(), [("job_id", i.job_id.encode())])
+            if len(value) <= MAX_VALUE_BYTES
+            # refused by the broker on every retry otherwise: a crash loop in the making
+            else self._dead(too_large(f"the result of record {i.record_id}", len(value)), i)
             for i, value in zip(items, values, strict=True)
         ]
 
-    def dead(self, poisoned: Poisoned) -> OutRecord:
-        item = poisoned.item
+    def _dead(self, error: Exception, item: Item) -> OutRecord:
         ids = {"job_id": item.job_id, "record_id": item.record_id}
-        return _dead(poisoned.error, item.source, self.topics, self.config, ids)
+        return _dead(error, item.source, self.topics, self.config, ids)
+
+    def dead(self, poisoned: Poisoned) -> OutRecord:
+        return self._dead(poisoned.error, poisoned.item)
 
 
 def handle_window(

@@ -240,4 +240,11 @@ def dlq_replay(
         raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
     settings = require_servers(bootstrap_servers)
     chosen = select(entries(settings, Topics(namespace)), job_id=job_id, stage=stage, ids=ids)
-    click.echo(f"replayed {replay(settings, chosen)} dead letters", err=True)
+    cut = [e for e in chosen if e.letter.truncated]
+    for e in cut:  # only the start of the record was kept: replaying it would send a corrupt record
+        click.echo(
+            f"not replayed: {e.id} keeps {len(e.letter.payload):,} of its {e.letter.payload_size:,} bytes "
+            f"(sha256 {e.letter.payload_sha256}); submit the original again",
+            err=True,
+        )
+    click.echo(f"replayed {replay(settings, [e for e in chosen if not e.letter.truncated])} dead letters", err=True)

@@ -18,8 +18,10 @@ from jobs.local import ENV_MODEL_REPOSITORY
 from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError
 from kafka_io.errors import BrokerUnavailableError
+from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from producers.images import MAX_IMAGE_BYTES
+from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
 
 HOME = Path.home() / ".nearline"
@@ -165,11 +167,13 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
     f = click.option(
         "--max-image-bytes",
-        type=int,
+        # an image record holds the image, its attributes and ids: all must fit in one record
+        type=click.IntRange(1, MAX_VALUE_BYTES - MAX_ATTRIBUTES_BYTES - RECORD_OVERHEAD_BYTES),
         default=MAX_IMAGE_BYTES,
         envvar="NEARLINE_MAX_IMAGE_BYTES",
         show_envvar=True,
-        help="Refuse (at submit, naming the file) any larger image; keep it under the cluster's record limit.",
+        help="Refuse (at submit, naming the file) any larger image. At most the record limit less room "
+        "for attributes (kafka_io/limits.py).",
     )(f)
     f = click.option(
         "--kind",

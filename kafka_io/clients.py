@@ -9,12 +9,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from kafka_io.errors import BrokerUnavailableError
+from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
-# Records up to this size travel (an image or a long text); the broker may enforce less.
-MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 5,

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from kafka_io.clients import make_admin
 from kafka_io.errors import BrokerUnavailableError
+from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings, Topics
 
 DEFAULT_PARTITIONS = 4
@@ -60,8 +61,18 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
     missing = list({s.name: s for s in reversed(specs) if s.name not in existing}.values())
     if not missing:
         return
+    # The record limit is set, not inherited: Kafka's default (~1 MB) would refuse images that
+    # every producer here was told may travel (kafka_io/limits.py).
     futures = admin.create_topics(
-        [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in missing],
+        [
+            NewTopic(
+                s.name,
+                s.partitions,
+                s.replication_factor,
+                config={"max.message.bytes": str(MAX_RECORD_BYTES), **dict(s.config)},
+            )
+            for s in missing
+        ],
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )

@@ -19,8 +19,9 @@ from typing import Any
 import faust
 
 from kafka_io.cancellations import Cancellations
-from kafka_io.clients import MAX_RECORD_BYTES, check_reachable
+from kafka_io.clients import check_reachable
 from kafka_io.faust_auth import faust_credentials
+from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import OutRecord, SourceRef
 from kafka_io.settings import KafkaSettings, Topics

@@ -151,5 +151,5 @@ def preprocess_images(
             attributes={**raw.attributes, "source": raw.source},
             timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": now_us()},
         )
-        out.append(tensor_out(topics, record))
+        out.append(tensor_out(topics, record, src, raw))
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kafka_io.dead_letters import dead_letter
+from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import OutRecord, SourceRef, job_record
 from kafka_io.settings import Topics
 from schemas import RawImage, RawText, TensorRecord, encode
@@ -10,9 +11,14 @@ from schemas import RawImage, RawText, TensorRecord, encode
 STAGE = "preprocess"
 
 
-def tensor_out(topics: Topics, record: TensorRecord) -> OutRecord:
+def tensor_out(topics: Topics, record: TensorRecord, src: SourceRef, raw: RawText | RawImage) -> OutRecord:
+    """The tensor record, or a dead letter when it is over the record limit: the broker would
+    refuse it on every redelivery, and the worker must not stop on a record's size."""
+    value = encode(record)
+    if len(value) > MAX_VALUE_BYTES:
+        return dead_out(too_large(f"the tensor record of {raw.record_id}", len(value)), src, topics, raw)
     submission = record.timestamps.get("submitted")
-    return job_record(topics.tensors(record.model), encode(record), record.job_id, record.record_id, submission)
+    return job_record(topics.tensors(record.model), value, record.job_id, record.record_id, submission)
 
 
 def dead_out(error: Exception, src: SourceRef, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:

@@ -57,7 +57,7 @@ def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: 
         token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length)
         carried = token_id_dtype(model.tokenizer.get_vocab_size(), ids_input.dtype)
         finished = now_us()
-        for (_, raw), ids in zip(items, token_ids, strict=True):
+        for (src, raw), ids in zip(items, token_ids, strict=True):
             record = TensorRecord(
                 job_id=raw.job_id,
                 record_id=raw.record_id,
@@ -68,5 +68,5 @@ def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: 
                 attributes=raw.attributes,
                 timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": finished},
             )
-            out.append(tensor_out(topics, record))
+            out.append(tensor_out(topics, record, src, raw))
     return out

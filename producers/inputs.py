@@ -8,6 +8,9 @@ from typing import Any
 # A text record larger than this is refused at submit: it cannot be meant as one input of a
 # 512-token model, and Kafka clusters commonly cap records at 1 MB.
 MAX_TEXT_BYTES = 1_000_000
+# Attributes travel with the record through every stage into its result; bounded so that a
+# record's size is its text or image plus at most this (kafka_io/limits.py has the record limit).
+MAX_ATTRIBUTES_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,11 @@ def check_attributes(obj: dict[str, Any]) -> dict[str, str]:
     attributes = obj.get("attributes", {})
     if not isinstance(attributes, dict):
         raise ValueError(f'"attributes" must be an object, got {json_type(attributes)}')
-    return {str(k): str(v) for k, v in attributes.items()}
+    strings = {str(k): str(v) for k, v in attributes.items()}
+    size = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in strings.items())
+    if size > MAX_ATTRIBUTES_BYTES:
+        raise ValueError(f'"attributes" hold {size:,} bytes, over the limit of {MAX_ATTRIBUTES_BYTES:,}')
+    return strings
 
 
 def json_type(value: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
@@ -163,6 +164,25 @@ class InferenceResult(AvroFields):
         return {t.name: t.to_array() for t in self.outputs}
 
 
+# A dead letter keeps at most this much of the payload it failed on (with the full size and a
+# hash), and this much of the error text: it must fit where the record that failed may not have.
+DEAD_LETTER_PAYLOAD_BYTES = 64 * 1024
+ERROR_TEXT_CHARS = 4096
+
+
+def capped_payload(payload: bytes) -> tuple[bytes, int | None, str | None]:
+    """(payload kept, original size, sha256): the size and hash only when the payload was cut."""
+    if len(payload) <= DEAD_LETTER_PAYLOAD_BYTES:
+        return payload, None, None
+    return payload[:DEAD_LETTER_PAYLOAD_BYTES], len(payload), hashlib.sha256(payload).hexdigest()
+
+
+def capped_text(text: str) -> str:
+    if len(text) <= ERROR_TEXT_CHARS:
+        return text
+    return f"{text[:ERROR_TEXT_CHARS]}... ({len(text):,} characters in all)"
+
+
 @dataclass(frozen=True)
 class DeadLetter(AvroFields):
     SCHEMA: ClassVar[str] = "nearline.DeadLetter"
@@ -179,6 +199,13 @@ class DeadLetter(AvroFields):
     record_id: str | None = None
     model: str | None = None
     model_version: str | None = None
+    payload_size: int | None = None
+    payload_sha256: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether `payload` holds only the start of the source value (see payload_size)."""
+        return self.payload_size is not None
 
     @classmethod
     def from_error(
@@ -192,12 +219,16 @@ class DeadLetter(AvroFields):
         model: str | None = None,
         model_version: str | None = None,
     ) -> DeadLetter:
-        """The dead letter for a record that `error` stopped at `stage`; source is (topic, partition, offset, value)."""
-        topic, partition, offset, payload = source
+        """The dead letter for a record that `error` stopped at `stage`; source is (topic, partition, offset, value).
+
+        Size-capped whatever the record and the error (kafka_io/limits.py): a dead letter must fit
+        where the record that failed may not have."""
+        topic, partition, offset, value = source
+        payload, size, sha256 = capped_payload(value)
         return cls(
             stage,
             type(error).__name__,
-            str(error),
+            capped_text(str(error)),
             topic,
             partition,
             offset,
@@ -207,6 +238,8 @@ class DeadLetter(AvroFields):
             record_id,
             model,
             model_version,
+            size,
+            sha256,
         )
 
 
