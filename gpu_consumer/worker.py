@@ -9,8 +9,9 @@
 The pipeline (gpu_consumer/pipeline.py) keeps at most --max-windows-in-flight windows between
 poll and commit. A crash anywhere before a window's commit means it is consumed again:
 at-least-once, and results are keyed by job/record so readers drop the duplicates. Before
-partitions are revoked, every window in flight is finished and committed. --exactly-once runs one
-window at a time, its outputs and offsets in one transaction.
+partitions are revoked, every window in flight is finished and committed. --exactly-once runs the
+windows one after the other, and one transaction spans up to --max-windows-in-flight of them
+(kafka_io.transactions.OpenTransaction): their outputs and offsets commit together.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -45,10 +47,14 @@ from kafka_io.polling import (
 )
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
-from kafka_io.transactions import TransactionAbortedError, commit_in_transaction, make_transactional_producer
+from kafka_io.transactions import OpenTransaction, TransactionAbortedError, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
+
+# The longest an exactly-once transaction stays open while windows keep coming: its results are
+# invisible to read_committed readers until it commits.
+TRANSACTION_AGE_S = 0.1
 
 
 @dataclass
@@ -88,6 +94,7 @@ def run(
             drain,
             should_stop,
             skip,
+            pipeline or PipelineConfig(),
         )
     stats = WorkerStats()
     flow = Pipeline(engine, config, topics, new_producer, pipeline)
@@ -142,19 +149,33 @@ def _run_transactional(
     drain: bool,
     should_stop: Callable[[], bool],
     skip: Callable[[Any], bool],
+    pipeline: PipelineConfig,
 ) -> WorkerStats:
-    """--exactly-once: one window at a time, its outputs and offsets in one transaction."""
+    """--exactly-once: windows' outputs and offsets in transactions of up to
+    --max-windows-in-flight windows, committed when that many are in or TRANSACTION_AGE_S after
+    the first, at once when no record is waiting, and before partitions are revoked."""
     stats = WorkerStats()
-    producer = new_producer()
-    for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop):
-        sources = [source_of(m) for m in window if not skip(m.headers())]
-        out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
-        try:
-            commit_in_transaction(producer, consumer, out, window)
-        except TransactionAbortedError:
-            continue  # rewound: the window comes back in a later poll
-        stats.windows += 1
-        stats.records += len(window)
+    txn = OpenTransaction(new_producer(), consumer, max_windows=pipeline.max_in_flight, max_age_s=TRANSACTION_AGE_S)
+
+    def commit() -> None:
+        with suppress(TransactionAbortedError):  # rewound: its windows come back in later polls
+            stats.records += txn.commit()
+
+    assignment.before_revoke = commit
+    try:
+        for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, idle=commit):
+            sources = [source_of(m) for m in window if not skip(m.headers())]
+            out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
+            try:
+                txn.add(window, out)
+            except TransactionAbortedError:
+                continue
+            stats.windows += 1
+            if txn.due():
+                commit()
+        commit()
+    finally:
+        assignment.before_revoke = None
     return stats
 
 

@@ -101,9 +101,12 @@ def batches(
     should_stop: Callable[[], bool] = lambda: False,
     idle_poll_s: float = 0.5,
     tick: Callable[[], None] = lambda: None,
+    idle: Callable[[], None] = lambda: None,
 ) -> Iterator[list[Message]]:
     """Yield batches of records. `tick` runs after every poll, also while no record comes (the
-    pipelined worker commits finished windows there)."""
+    pipelined worker commits finished windows there); `idle` after a poll that left no record
+    waiting, so it may seek without a window half-gathered (the exactly-once worker commits its
+    open transaction there, and an abort rewinds)."""
     linger_s = limits.max_linger_ms / 1000.0
     pending: list[Message] = []
     first_at = 0.0
@@ -152,6 +155,8 @@ def batches(
             pending = []
         elif not pending and (stopping or (drain and assignment.caught_up())):
             return
+        elif not pending:
+            idle()
 
 
 def window_offsets(batch: list[Message]) -> dict[TP, int]:
