@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,12 +36,14 @@ from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.device_postprocess import device_steps
 from gpu_consumer.engine import Engine, infer_all, make_engine, measure_cost
-from gpu_consumer.worker import serve
+from gpu_consumer.worker import run, serve
 from jobs.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.runner import ensure_model
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
+from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
+from kafka_io.polling import BatchLimits, assign_all
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig, load_model_config
@@ -214,6 +218,118 @@ def drain(settings: KafkaSettings, topics: Topics, repository: Path, engine: Tim
     }
 
 
+def fetch_rate(settings: KafkaSettings, topic: str) -> dict[str, float]:
+    """How fast a plain consumer (the workers' settings) reads `topic`, first record to last: what
+    the broker serves with the record batches the preprocess worker wrote. Timed to the last
+    record, not to the end-of-partition signal, which comes one empty fetch (fetch.wait.max.ms) later."""
+    ends = end_offsets(settings, topic)
+    consumer = make_consumer(settings, f"feed-fetch-{time.monotonic_ns()}")
+    assign_all(consumer, topic, sorted(ends))
+    records, size, first, last = 0, 0, 0.0, 0.0
+    try:
+        while records < sum(ends.values()):
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error() is None:
+                    first = first or time.perf_counter()
+                    records, size, last = records + 1, size + len(msg.value() or b""), time.perf_counter()
+    finally:
+        consumer.close()
+    wall = last - first
+    return {"records": records, "records_per_s": records / wall, "mb_per_s": size / wall / 1e6}
+
+
+def drain_processes(
+    settings: KafkaSettings, topics: Topics, repository: Path, processes: int, rate: float, per_call_s: float
+) -> dict[str, float | str]:
+    """The same drain by `processes` GPU worker processes, each with its own simulated accelerator
+    and an equal share of the partitions, started together once all are warm. Each runs the real
+    loop (gpu_consumer.worker.run); the share is what the group's range assignor gives N members,
+    taken by assignment so the join (seconds on Tansu) does not skew the start."""
+    tensors = topics.tensors("minilm")
+    ends = end_offsets(settings, tensors)
+    reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in ends})
+    shares = [sorted(ends)[i::processes] for i in range(processes)]
+    spec = {"bootstrap": settings.bootstrap_servers, "namespace": topics.namespace, "repository": str(repository)}
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.feed",
+                "--worker-process",
+                json.dumps({**spec, "partitions": share, "rate": rate, "per_call_s": per_call_s}),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for share in shares
+    ]
+    for w in workers:
+        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+    for w in workers:
+        assert w.stdin is not None
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    runs = [json.loads(w.communicate(timeout=600)[0].strip().splitlines()[-1]) for w in workers]
+    wall = max(r["last_end"] for r in runs) - min(r["first_start"] for r in runs)
+    records = sum(r["records"] for r in runs)
+    label = f"{processes} processes, {rate:,.0f} rec/s each" if rate else f"{processes} processes, zero-cost"
+    return {
+        "engine": label,
+        "records": records,
+        "records_per_s": records / wall,
+        "engine_busy": sum(r["device_s"] for r in runs) / (wall * processes),  # per accelerator
+        "executed_batches": sum(r["calls"] for r in runs),
+        "mean_batch": records / sum(r["calls"] for r in runs),
+        "batch_sizes": "",
+    }
+
+
+def worker_process(spec: dict[str, object]) -> None:
+    """One GPU worker process of drain_processes: warm up, say ready, wait for go, drain its share."""
+    settings, topics = KafkaSettings(str(spec["bootstrap"])), Topics(str(spec["namespace"]))
+    repository = Path(str(spec["repository"]))
+    config = load_model_config(repository, "minilm")
+    accelerator = SimulatedAccelerator(config, float(spec["rate"]), float(spec["per_call_s"]))  # type: ignore[arg-type]
+    engine = TimedEngine(accelerator, "simulated")
+    policy = BatchPolicy(engine.max_batch_size, cost=measure_cost(accelerator, config))
+    accelerator.device_s = 0.0
+    consumer = make_consumer(settings, topics.gpu_group("minilm"))
+    assignment = assign_all(consumer, topics.tensors("minilm"), list(spec["partitions"]))  # type: ignore[call-overload]
+    limits = BatchLimits(8 * policy.max_batch_size, 20.0)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    try:
+        stats = run(
+            consumer,
+            assignment,
+            lambda: make_producer(settings),
+            engine,
+            config,
+            topics,
+            limits,
+            policy,
+            worker_id=f"feed-{spec['partitions']}",
+            drain=True,
+        )
+    finally:
+        consumer.close()
+    calls = sum(engine.sizes.values())
+    print(
+        json.dumps(
+            {
+                "records": stats.records,
+                "first_start": engine.first_start,
+                "last_end": engine.last_end,
+                "device_s": accelerator.device_s,
+                "calls": calls,
+            }
+        ),
+        flush=True,
+    )
+
+
 def stand_ins(config: ModelConfig, rates: list[float], per_call_s: float, real: list[str]) -> Iterator[TimedEngine]:
     for rate in rates:
         label = f"simulated {rate:,.0f} rec/s" if rate else "zero-cost"
@@ -232,7 +348,14 @@ def main() -> None:
     parser.add_argument("--real-engine", nargs="*", default=[], help="also drain with these engines (e.g. torch)")
     parser.add_argument("--model-repository", type=Path, default=Path("models"))
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--processes", type=int, nargs="*", default=[], help="also drain with this many worker processes (e.g. 2)"
+    )
+    parser.add_argument("--worker-process", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker_process:
+        worker_process(json.loads(args.worker_process))
+        return
 
     config = ensure_model(args.model_repository, "minilm", print)
     rows = []
@@ -240,10 +363,24 @@ def main() -> None:
         broker = EmbeddedBroker.start(Path(tmp) / "broker.log")
         try:
             settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("feed")
+            started = time.perf_counter()
             fill(settings, topics, args.model_repository, args.records, Path(tmp))
+            filled = time.perf_counter() - started
+            fetched = fetch_rate(settings, topics.tensors("minilm"))
+            print(
+                f"tensor topic: {args.records} records preprocessed in {filled:.1f} s; a plain consumer reads "
+                f"them at {fetched['records_per_s']:,.0f} records/s ({fetched['mb_per_s']:.1f} MB/s)",
+                flush=True,
+            )
             for engine in stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine):
                 rows.append(drain(settings, topics, args.model_repository, engine))
                 print(json.dumps(rows[-1]), flush=True)
+            for n in args.processes:
+                for rate in args.rates:
+                    rows.append(
+                        drain_processes(settings, topics, args.model_repository, n, rate, args.per_call_ms / 1000)
+                    )
+                    print(json.dumps(rows[-1]), flush=True)
         finally:
             broker.stop()
 
