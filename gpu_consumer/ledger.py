@@ -101,9 +101,13 @@ class Ledger:
             return any(e.sealed_at is not None and not e.done and now - e.sealed_at > timeout_s for e in self._entries)
 
     def wait(self, timeout_s: float) -> None:
-        """Sleep until a window finishes or fails, at most timeout_s."""
+        """Sleep until the oldest window is done (a commit can move) or one failed, at most
+        timeout_s. The condition is checked under the lock, so a window finished just before the
+        call is not waited out."""
         with self._lock:
-            self._lock.wait(timeout_s)
+            self._lock.wait_for(
+                lambda: self.failure is not None or not self._entries or self._entries[0].done, timeout_s
+            )
 
     def resolve(self, entries: Iterable[Entry]) -> None:
         """Count `entries` as confirmed: their outputs were produced again and confirmed."""

@@ -91,19 +91,22 @@ class Pipeline:
 
     def wait_for_room(self, commit: Callable[[], None]) -> None:
         """Block while max_in_flight windows are in flight, committing those that finish."""
-        while self.ledger.in_flight() >= self.settings.max_in_flight:
-            self.ledger.wait(0.05)
+        while True:
             self.check()
             commit()
+            if self.ledger.in_flight() < self.settings.max_in_flight:
+                return
+            self.ledger.wait(0.05)
 
     def finish(self, commit: Callable[[], None], timeout_s: float | None = None) -> bool:
         """Run every queued window to the end and commit it (before a revoke, or at the end)."""
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else 4 * self.settings.delivery_timeout_s)
-        while self.ledger.in_flight() and time.monotonic() < deadline:
-            self.ledger.wait(0.05)
+        while True:
             self.check()
             commit()
-        return not self.ledger.in_flight()
+            if not self.ledger.in_flight() or time.monotonic() >= deadline:
+                return not self.ledger.in_flight()
+            self.ledger.wait(0.05)
 
     def close(self) -> None:
         self._to_engine.put(None)
