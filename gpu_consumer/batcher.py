@@ -173,6 +173,23 @@ def pad_batch(config: ModelConfig, sequences: Sequence[np.ndarray], width: int |
     return PaddedBatch(inputs, lengths)
 
 
+def edge_batches(config: ModelConfig) -> list[PaddedBatch]:
+    """Each dimension at its largest once, not both at once: max_batch_size rows of a few tokens
+    and one row of max_length (one image, for image models). A warm-up that checks every shape
+    the model accepts works, at a small part of the largest batch's cost."""
+    spec = carried_input(config)
+    if spec.role == "pixels":
+        shape = tuple(int(d) for d in spec.dims[1:])
+        return [make_batch(config, [np.full(shape, 127, dtype=spec.dtype)] * min(2, config.max_batch_size))]
+    assert config.tokenizer is not None
+    token = config.tokenizer.pad_id + 1
+    short = np.full(min(8, config.max_length), token, dtype=spec.dtype)
+    return [
+        pad_batch(config, [short] * config.max_batch_size),
+        pad_batch(config, [np.full(config.max_length, token, dtype=spec.dtype)]),
+    ]
+
+
 def warmup_batch(config: ModelConfig) -> PaddedBatch:
     """The largest batch the model accepts: max_batch_size records of the largest shape."""
     spec = carried_input(config)

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpu_consumer.batcher import pad_batch, warmup_batch
+from gpu_consumer.batcher import edge_batches, pad_batch, warmup_batch
 from gpu_consumer.cost_model import CostModel, measure
 from schemas.model_config import ModelConfig
 
@@ -65,6 +65,14 @@ class OnnxRuntimeEngine:
         log.info("onnxruntime engine for %s:%s on %s", config.name, config.version, self.providers)
 
     def warmup(self) -> None:
+        if self.providers == ["CPUExecutionProvider"]:
+            # On the CPU the largest batch (64 x 256 tokens for MiniLM) takes seconds of every
+            # core at start-up, while `nearline run` is starting the preprocess worker on the same
+            # cores, and memory is taken per call anyway: each dimension at its largest is enough
+            # to fail a broken engine now. A GPU provider's memory is checked at the largest shape.
+            for batch in edge_batches(self.config):
+                self.infer(batch.inputs)
+            return
         self.infer(warmup_batch(self.config).inputs)
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -3,7 +3,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import BatchPolicy, check_record_input, pad_batch, plan_batches, warmup_batch
+from gpu_consumer.batcher import (
+    BatchPolicy,
+    check_record_input,
+    edge_batches,
+    pad_batch,
+    plan_batches,
+    warmup_batch,
+)
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
 from schemas import TensorFormatError
 from tests.tiny_model import TinyModel
@@ -26,6 +33,13 @@ def test_pads_to_the_longest_in_the_batch_and_derives_mask_and_segments(tiny: Ti
 def test_warmup_batch_is_the_largest_shape(tiny: TinyModel) -> None:
     batch = warmup_batch(tiny.config)
     assert batch.inputs["input_ids"].shape == (tiny.config.max_batch_size, tiny.config.max_length)
+
+
+def test_edge_batches_take_each_dimension_to_its_largest_once(tiny: TinyModel) -> None:
+    shapes = [b.inputs["input_ids"].shape for b in edge_batches(tiny.config)]
+    assert (tiny.config.max_batch_size, 8) in shapes and (1, tiny.config.max_length) in shapes
+    rows, width = warmup_batch(tiny.config).inputs["input_ids"].shape
+    assert sum(r * w for r, w in shapes) < rows * width / 4  # the point: a fraction of the largest batch
 
 
 def test_mean_pooling_ignores_padding() -> None:
