@@ -26,10 +26,23 @@ def worker() -> None:
     show_envvar=True,
     help="Pause while a GPU group is this many records behind its tensor topic [default: never].",
 )
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(1.0, 300.0),
+    default=6.0,
+    show_envvar=True,
+    help="Consumer-group session (seconds): a dead worker's partitions move after about this long, and "
+    "Tansu holds a join for half of it. Short only for a worker known to run alone.",
+)
 @cluster_options
 @repository_option
 def worker_preprocess(
-    batch_size: int, max_tensor_lag: int | None, bootstrap_servers: str, namespace: str, model_repository: Path
+    batch_size: int,
+    max_tensor_lag: int | None,
+    session_timeout: float,
+    bootstrap_servers: str,
+    namespace: str,
+    model_repository: Path,
 ) -> None:
     """Tokenize raw.text and decode raw.image into tensors.<model> (faust app)."""
     from preprocess_app.app import run_worker
@@ -40,6 +53,7 @@ def worker_preprocess(
         model_repository,
         batch_size=batch_size,
         max_tensor_lag=max_tensor_lag,
+        session_timeout_s=session_timeout,
     )
 
 

@@ -71,6 +71,7 @@ def create_app(
     batch_within_s: float = 0.05,
     threads: int | None = None,
     max_tensor_lag: int | None = None,
+    session_timeout_s: float = 6.0,
 ) -> faust.App:
     prompt_fetches()
     app = faust.App(
@@ -79,8 +80,8 @@ def create_app(
         value_serializer="raw",
         key_serializer="raw",
         # seconds to join and to fail over instead of faust's 60 s session (shared/docs/tansu.md)
-        broker_session_timeout=6.0,
-        broker_heartbeat_interval=1.0,
+        broker_session_timeout=session_timeout_s,
+        broker_heartbeat_interval=min(1.0, session_timeout_s / 6),
         broker_rebalance_timeout=10.0,
         consumer_auto_offset_reset="earliest",
         producer_max_request_size=MAX_RECORD_BYTES,
@@ -178,6 +179,7 @@ def run_worker(
     *,
     batch_size: int = 64,
     max_tensor_lag: int | None = None,
+    session_timeout_s: float = 6.0,
 ) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
     faust_credentials(settings.extra)  # security settings faust cannot apply: refuse before connecting
@@ -190,7 +192,13 @@ def run_worker(
     # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
         app = create_app(
-            settings, topics, repository, Path(datadir), text_batch=batch_size, max_tensor_lag=max_tensor_lag
+            settings,
+            topics,
+            repository,
+            Path(datadir),
+            text_batch=batch_size,
+            max_tensor_lag=max_tensor_lag,
+            session_timeout_s=session_timeout_s,
         )
         worker = faust.Worker(app, loglevel="WARNING", quiet=True)
         worker.execute_from_commandline()
