@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -157,23 +156,34 @@ def _run_transactional(
     stats = WorkerStats()
     txn = OpenTransaction(new_producer(), consumer, max_windows=pipeline.max_in_flight, max_age_s=TRANSACTION_AGE_S)
 
-    def commit() -> None:
-        with suppress(TransactionAbortedError):  # rewound: its windows come back in later polls
+    def commit() -> bool:
+        try:
             stats.records += txn.commit()
+            return True
+        except TransactionAbortedError:
+            # rewound: its windows come back in later polls, so nothing is caught up until then
+            assignment.at_eof.clear()
+            return False
 
-    assignment.before_revoke = commit
-    try:
-        for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, idle=commit):
-            sources = [source_of(m) for m in window if not skip(m.headers())]
-            out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
-            try:
-                txn.add(window, out)
-            except TransactionAbortedError:
-                continue
-            stats.windows += 1
-            if txn.due():
-                commit()
+    def settle() -> None:  # before a revoke, or while no record waits
         commit()
+
+    assignment.before_revoke = settle
+    try:
+        while True:  # a drain ends only once its last transaction committed (or on a stop)
+            for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, idle=settle):
+                sources = [source_of(m) for m in window if not skip(m.headers())]
+                out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
+                try:
+                    txn.add(window, out)
+                except TransactionAbortedError:
+                    assignment.at_eof.clear()
+                    continue
+                stats.windows += 1
+                if txn.due():
+                    commit()
+            if commit() or should_stop():
+                break
     finally:
         assignment.before_revoke = None
     return stats

@@ -239,6 +239,7 @@ def submit_cmd(
                 on_progress=progress_printer(),
                 watchdog=worker_liveness(settings, topics, model, worker_grace),
                 timeout_s=timeout,
+                submission=report.submission,
             )
         except JobWaitError as exc:
             # the job stays submitted: workers that come back finish it (nearline status/results)

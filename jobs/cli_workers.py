@@ -32,7 +32,8 @@ def worker() -> None:
     default=6.0,
     show_envvar=True,
     help="Consumer-group session (seconds): a dead worker's partitions move after about this long, and "
-    "Tansu holds a join for half of it. Short only for a worker known to run alone.",
+    "Tansu holds a join for half of it. Kafka refuses less than its group.min.session.timeout.ms (6 s by "
+    "default); nearline run gives its lone embedded worker 2.",
 )
 @cluster_options
 @repository_option

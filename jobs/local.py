@@ -115,6 +115,7 @@ def start_pipeline_workers(
     gpu_args: tuple[str, ...] = (),
     preprocess_args: tuple[str, ...] = (),
     log_suffix: str = "",
+    extra_env: dict[str, str] | None = None,
 ) -> list[WorkerProcess]:
     """One preprocess and one GPU worker for `model`, in that order: the pipeline `nearline run`
     needs on one machine."""
@@ -126,7 +127,7 @@ def start_pipeline_workers(
             namespace=namespace,
             repository=repository,
             log_path=logs / f"{name}{log_suffix}.log",
-            extra_env=PREPROCESS_ENV if name == "preprocess" else None,
+            extra_env={**(PREPROCESS_ENV if name == "preprocess" else {}), **(extra_env or {})},
         )
         for name, args in (
             ("preprocess", ["preprocess", *preprocess_args]),

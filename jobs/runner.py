@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def watch_job(
     on_progress: ProgressCallback | None = None,
     check: Callable[[], None] = lambda: None,
     watchdog: Callable[[JobOutcome], None] = lambda outcome: None,
+    submission: int | None = None,
     every_s: float = 1.0,
     timeout_s: float | None = None,
 ) -> tuple[JobOutcome, float]:
@@ -63,7 +65,7 @@ def watch_job(
 
     JobTimeoutError after timeout_s without the job completing; watchdog(outcome) raises a
     JobWaitError (e.g. WorkersGoneError) to stop early. Either carries the outcome so far."""
-    outcome = JobOutcome(job_id)
+    outcome = JobOutcome(job_id, submission=submission)  # a resubmitted job id: this submission only
     started = time.monotonic()
     progress = Progress(total, started)
     last_report = 0.0
@@ -193,6 +195,8 @@ def run_job(
                 # (Tansu holds a join for half the session timeout)
                 gpu_args=("--sole-consumer", *worker_args),
                 preprocess_args=("--session-timeout", "2"),
+                # their scratch (faust's data folder) goes with workdir, killed or not
+                extra_env={"TMPDIR": str(workdir)},
             )
             # with the broker gone a worker cannot leave its group or flush: no point waiting long
             stack.callback(lambda: stop_all(workers, 15.0 if broker.alive() else 3.0))
@@ -211,6 +215,7 @@ def run_job(
                 on_progress=on_progress,
                 watchdog=watchdog,
                 timeout_s=timeout_s,
+                submission=report.submission,
             )
         except JobWaitError as exc:
             partial = exc.outcome or JobOutcome(report.job_id)
@@ -221,6 +226,7 @@ def run_job(
             for w in workers:
                 w.process.kill()
             for w in workers:
-                w.process.wait(10)
+                with suppress(subprocess.TimeoutExpired):  # the stop_all callback deals with it
+                    w.process.wait(10)
             shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed
     return RunResult(report, outcome, summarize(outcome, seconds))

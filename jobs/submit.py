@@ -210,6 +210,7 @@ class SubmitReport:
     model: str
     submitted: int
     skipped: list[InputError]
+    submission: int | None = None  # names this submission of the job id (its records' header)
 
 
 def new_job_id() -> str:
@@ -288,4 +289,4 @@ def submit(
     )
     known = set(errors)
     changed = [replace(e, reason=f"changed since validation: {e.reason}") for e in late if e not in known]
-    return SubmitReport(job_id, model, count, errors + changed)
+    return SubmitReport(job_id, model, count, errors + changed, submitted_at)

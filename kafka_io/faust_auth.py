@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from faust.auth import SASLCredentials, SSLCredentials
@@ -69,7 +70,13 @@ def faust_credentials(extra: Mapping[str, Any]) -> CredentialsT | None:
 
 def _ssl_context(security: Mapping[str, str]) -> ssl.SSLContext:
     try:
-        context = ssl.create_default_context(cafile=security.get("ssl.ca.location"))
+        ca = security.get("ssl.ca.location")
+        if ca == "probe" or not ca:  # librdkafka's "probe": the system's CA certificates
+            context = ssl.create_default_context()
+        elif Path(ca).is_dir():
+            context = ssl.create_default_context(capath=ca)
+        else:
+            context = ssl.create_default_context(cafile=ca)
         certificate = security.get("ssl.certificate.location")
         if certificate:
             context.load_cert_chain(certificate, security.get("ssl.key.location"), security.get("ssl.key.password"))

@@ -141,9 +141,11 @@ def batches(
         tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
-            # them here too would only make duplicates and commit offsets we no longer own.
+            # them here too would only make duplicates and commit offsets we no longer own. A
+            # partition given back (revoke and assign within one poll) is fetched again from its
+            # committed offset, so its held records would come twice: drop every held record.
             revocations = assignment.revocations
-            pending = [m for m in pending if tp_of(m) in assignment.assigned]
+            pending = []
         stopping = should_stop()
         if pending and (
             stopping

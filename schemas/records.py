@@ -165,8 +165,10 @@ class InferenceResult(AvroFields):
 
 
 # A dead letter keeps at most this much of the payload it failed on (with the full size and a
-# hash), and this much of the error text: it must fit where the record that failed may not have.
-DEAD_LETTER_PAYLOAD_BYTES = 64 * 1024
+# hash), and this much of the error text: it must fit under the record limit (16 MiB,
+# kafka_io/limits.py) where the record that failed may not have. Any payload that was itself
+# under the limit (every input submit lets through) is kept whole, so it can be replayed.
+DEAD_LETTER_PAYLOAD_BYTES = 16 * 1024 * 1024 - 128 * 1024
 ERROR_TEXT_CHARS = 4096
 
 
