@@ -364,11 +364,13 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     from jobs.profile import profile
     from jobs.results import read_outcome
 
-    outcome = read_outcome(require_servers(bootstrap_servers), Topics(namespace), job_id)
-    if not outcome.results:
+    outcome = read_outcome(
+        require_servers(bootstrap_servers), Topics(namespace), job_id, keep_results=False, keep_timings=True
+    )
+    if not outcome.timings:
         click.echo(f"error: no results for job {job_id}", err=True)
         raise SystemExit(ExitCode.FAILED)
-    report = profile(outcome.results.values())
+    report = profile(outcome.timings)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -391,7 +393,7 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
     from jobs.report import render
 
     try:
-        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_results=True)
+        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
     except JobNotFoundError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(ExitCode.FAILED) from None

@@ -51,7 +51,7 @@ class NearlineGroup(click.Group):
         from gpu_consumer.engine import EngineLoadError
         from gpu_consumer.export import ExportUnavailableError
         from gpu_consumer.isolation import EngineFault
-        from kafka_io.errors import SecuritySettingsError
+        from kafka_io.errors import SecuritySettingsError, TopicConfigError
 
         try:
             return super().invoke(ctx)
@@ -65,7 +65,7 @@ class NearlineGroup(click.Group):
                 err=True,
             )
             ctx.exit(ExitCode.INVALID_INPUT)
-        except (InvalidModelNameError, SecuritySettingsError) as exc:
+        except (InvalidModelNameError, SecuritySettingsError, TopicConfigError) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.USAGE)
         except (

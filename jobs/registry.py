@@ -47,14 +47,16 @@ class JobStatus:
     """Per-stage counts of one job, folded from the tensor, result and dead-letter topics."""
 
     job: Job
-    keep_results: bool = False  # counts need only record ids; the HTML report needs the results
+    keep_timings: bool = False  # counts need only record ids; the HTML report needs stage timestamps
     preprocessed: set[str] = field(default_factory=set)
     outcome: JobOutcome = field(init=False)
 
     def __post_init__(self) -> None:
         # A job id submitted again counts its latest submission only (the registry row's); a job
         # registered before submissions were told apart (no submission) counts every record.
-        self.outcome = JobOutcome(self.job.job_id, submission=self.job.submission, keep_results=self.keep_results)
+        self.outcome = JobOutcome(
+            self.job.job_id, submission=self.job.submission, keep_results=False, keep_timings=self.keep_timings
+        )
 
     def add(self, messages: Iterable[Message], topics: Topics) -> None:
         tensors = topics.tensors(self.job.model)
@@ -127,8 +129,8 @@ def status_topics(topics: Topics, job: Job) -> list[str]:
     return [topics.tensors(job.model), topics.results, topics.dead_letters]
 
 
-def job_status(settings: KafkaSettings, topics: Topics, job_id: str, keep_results: bool = False) -> JobStatus:
-    status = JobStatus(find_job(settings, topics, job_id), keep_results)
+def job_status(settings: KafkaSettings, topics: Topics, job_id: str, keep_timings: bool = False) -> JobStatus:
+    status = JobStatus(find_job(settings, topics, job_id), keep_timings)
     status.add(read_topics(settings, status_topics(topics, status.job)), topics)
     return status
 

@@ -12,7 +12,7 @@ from html import escape
 import numpy as np
 
 from jobs.plots import Bar, bar_chart, histogram_bars, nice_step
-from jobs.profile import Profile, profile, stage_samples_us, timed
+from jobs.profile import MISSING, Profile, Timings, as_timings, profile, stage_samples_us
 from jobs.registry import JobStatus
 from schemas import InferenceResult
 
@@ -44,13 +44,15 @@ class Throughput:
     preprocessed: list[tuple[float, float]]  # records/s per bucket, by when preprocessing ended
 
 
-def throughput(results: Iterable[InferenceResult], buckets: int = 40) -> Throughput:
-    rows = [r for r in results if {"submitted", "preprocess_end", "result_produced"} <= r.timestamps.keys()]
-    if not rows:
+def throughput(results: Timings | Iterable[InferenceResult], buckets: int = 40) -> Throughput:
+    ts = as_timings(results).stamps()
+    keys = ("submitted", "preprocess_end", "result_produced")
+    mask = np.all(np.stack([ts[k] for k in keys]) != MISSING, axis=0)
+    if not mask.any():
         return Throughput(1.0, [], [])
-    start = min(r.timestamps["submitted"] for r in rows)
-    done = np.array([r.timestamps["result_produced"] - start for r in rows]) / 1e6
-    pre = np.array([r.timestamps["preprocess_end"] - start for r in rows]) / 1e6
+    start = ts["submitted"][mask].min()
+    done = (ts["result_produced"][mask] - start) / 1e6
+    pre = (ts["preprocess_end"][mask] - start) / 1e6
     bucket = nice_step(float(done.max()), buckets)
     n = int(done.max() // bucket) + 1
     inferred = np.bincount((done // bucket).astype(int), minlength=n)
@@ -62,13 +64,13 @@ def throughput(results: Iterable[InferenceResult], buckets: int = 40) -> Through
     )
 
 
-def stage_latencies_ms(results: Iterable[InferenceResult]) -> dict[str, np.ndarray]:
+def stage_latencies_ms(results: Timings | Iterable[InferenceResult]) -> dict[str, np.ndarray]:
     """Each stage's latency per record, in ms, plus end to end; records missing a stamp are left out."""
-    return {name: us / 1000 for name, us in stage_samples_us(timed(results)).items()}
+    return {name: us / 1000 for name, us in stage_samples_us(as_timings(results)).items()}
 
 
 def render(status: JobStatus, generated_at: datetime | None = None) -> str:
-    job, results = status.job, list(status.outcome.results.values())
+    job, results = status.job, status.outcome.timings
     generated = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
     try:
         summary: Profile | None = profile(results)
@@ -125,7 +127,7 @@ def _dead_letter_section(status: JobStatus) -> list[str]:
     ]
 
 
-def _throughput_section(results: list[InferenceResult]) -> list[str]:
+def _throughput_section(results: Timings) -> list[str]:
     tp = throughput(results)
     chart = bar_chart(
         "throughput",
@@ -141,7 +143,7 @@ def _throughput_section(results: list[InferenceResult]) -> list[str]:
     return ['<section id="throughput"><h2>Throughput</h2>', chart, "</section>"]
 
 
-def _latency_section(results: list[InferenceResult], summary: Profile | None) -> list[str]:
+def _latency_section(results: Timings, summary: Profile | None) -> list[str]:
     panels = []
     for name, values in stage_latencies_ms(results).items():
         bars, x_ticks = histogram_bars(values)

@@ -11,6 +11,7 @@ from typing import IO, Any
 import numpy as np
 
 from jobs.output import write_atomically
+from jobs.profile import Timings
 from kafka_io import Message
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
@@ -27,10 +28,12 @@ class JobOutcome:
     submission: int | None = None  # only records of this submission (a job id resubmitted); None: any
     # False: keep each record's model version only, not its result (counts for status and jobs list)
     keep_results: bool = True
+    keep_timings: bool = False  # each kept result's stage timestamps and batch, for profile and report
     results: dict[str, InferenceResult] = field(default_factory=dict)
     dead: dict[str, DeadLetter] = field(default_factory=dict)
     duplicates: int = 0
     versions: dict[str, str] = field(default_factory=dict)  # record id -> model version of the kept result
+    timings: Timings = field(default_factory=Timings)
 
     @property
     def inferred(self) -> int:
@@ -68,6 +71,8 @@ class JobOutcome:
         self.versions[result.record_id] = result.model_version
         if self.keep_results:
             self.results[result.record_id] = result
+        if self.keep_timings:
+            self.timings.put(result)
 
     def _add_dead(self, value: bytes) -> None:
         try:
@@ -119,8 +124,16 @@ def dead_submission(letter: DeadLetter) -> int | None:
         return None
 
 
-def read_outcome(settings: KafkaSettings, topics: Topics, job_id: str, model_version: str | None = None) -> JobOutcome:
-    outcome = JobOutcome(job_id, model_version)
+def read_outcome(
+    settings: KafkaSettings,
+    topics: Topics,
+    job_id: str,
+    model_version: str | None = None,
+    *,
+    keep_results: bool = True,
+    keep_timings: bool = False,
+) -> JobOutcome:
+    outcome = JobOutcome(job_id, model_version, keep_results=keep_results, keep_timings=keep_timings)
     outcome.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
     return outcome
 

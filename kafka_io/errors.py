@@ -15,3 +15,7 @@ class DeliveryError(KafkaIOError):
 
 class SecuritySettingsError(KafkaIOError):
     """NEARLINE_KAFKA_* security settings that a client cannot apply as given."""
+
+
+class TopicConfigError(KafkaIOError):
+    """An existing topic whose settings cannot carry what nearline sends it (e.g. a lower record limit)."""

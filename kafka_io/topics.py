@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from kafka_io.clients import make_admin
-from kafka_io.errors import BrokerUnavailableError
+from kafka_io.errors import BrokerUnavailableError, TopicConfigError
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings, Topics
 
@@ -54,9 +54,11 @@ def schedule_ticks_topic(topics: Topics) -> TopicSpec:
 
 
 def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:
-    """Create the topics that do not exist yet; existing ones are left as they are."""
+    """Create the topics that do not exist yet; existing ones are left as they are, but must take
+    records as large as the limit (TopicConfigError otherwise, before anything is produced)."""
     admin = make_admin(settings)
     existing = set(_metadata(settings, admin, None, timeout_s).topics)
+    check_record_limit(settings, admin, sorted({s.name for s in specs} & existing), timeout_s)
     # one spec per name: a CreateTopics request naming a topic twice is malformed
     missing = list({s.name: s for s in reversed(specs) if s.name not in existing}.values())
     if not missing:
@@ -82,6 +84,33 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
                 raise
+
+
+def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Existing topics must accept MAX_RECORD_BYTES: a topic created by someone else with Kafka's
+    default (~1 MB) would refuse a large image or result at produce time, on every redelivery."""
+    if not names:
+        return
+    futures = admin.describe_configs(
+        [ConfigResource(ResourceType.TOPIC, name) for name in names], request_timeout=timeout_s
+    )
+    low = []
+    for resource, future in futures.items():
+        try:
+            entry = future.result().get("max.message.bytes")
+        except KafkaException as exc:
+            raise BrokerUnavailableError(
+                f"Kafka at {settings.bootstrap_servers} did not describe topic {resource.name}: {exc.args[0]}"
+            ) from None
+        # Tansu lists only the settings a topic was created with, and enforces no limit when unset
+        if entry is not None and entry.value is not None and int(entry.value) < MAX_RECORD_BYTES:
+            low.append(f"{resource.name} ({int(entry.value):,})")
+    if low:
+        raise TopicConfigError(
+            f"topic(s) {', '.join(sorted(low))} take records of at most that many bytes, under nearline's "
+            f"record limit of {MAX_RECORD_BYTES:,}: raise it, e.g. kafka-configs.sh --alter --entity-type topics "
+            f"--entity-name TOPIC --add-config max.message.bytes={MAX_RECORD_BYTES}"
+        )
 
 
 def partitions_of(settings: KafkaSettings, topic: str, timeout_s: float = 10.0) -> list[int]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.profile import busy_time_us, profile
+from jobs.profile import Timings, busy_time_us, profile
 from schemas import InferenceResult
 
 
@@ -43,3 +43,21 @@ def test_stage_latencies_bottleneck_and_engine_busy_fraction() -> None:
     assert p.engine_busy_fraction == pytest.approx(20_000 / 101_000)
     assert p.padding_waste == pytest.approx(1 - 30 / 40)
     assert p.end_to_end.p50_ms == pytest.approx(80.5)  # median of 61, 61, 100, 101 ms
+
+
+def test_timings_keep_one_row_per_record_and_profile_the_same_as_the_results() -> None:
+    results = [
+        result("a", "b0", [0, 1000, 2000, 50_000, 50_000, 60_000, 61_000], 8, 10),
+        result("b", "b0", [0, 1000, 2000, 50_000, 50_000, 60_000, 61_000], 10, 10),
+        result("c", "b1", [0, 1000, 2000, 90_000, 90_000, 100_000, 101_000], 5, 10),
+    ]
+    timings = Timings.of(results)
+    assert len(timings) == 3 and profile(timings) == profile(results)
+    # the same record put again (a newer model version) replaces its row: still 3 records, new stamps
+    timings.put(result("c", "b2", [0, 1000, 2000, 120_000, 120_000, 130_000, 131_000], 5, 10))
+    p = profile(timings)
+    assert (p.records, p.batches) == (3, 2)
+    assert p.wall_s == pytest.approx(0.131)
+    # a record without every stamp is counted by nobody's latency, and does not break the others
+    timings.put(InferenceResult("j", "d", 0, "m", "1", (), "b3", 1, {}, {"submitted": 0}, (), 1, 1))
+    assert len(timings) == 4 and profile(timings).records == 3

@@ -97,3 +97,19 @@ def test_submit_refuses_attributes_over_their_cap_before_producing_anything(
     assert f"{source}:2:" in done.stderr and "attributes" in done.stderr
     ensure_topics(pipeline.settings, [TopicSpec(pipeline.topics.raw_text)])
     assert list(read_topics(pipeline.settings, [pipeline.topics.raw_text])) == []
+
+
+def test_an_existing_topic_with_a_lower_record_limit_is_refused_before_anything_is_produced(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    # as an operator's topic on a real Kafka would be: created with the broker's ~1 MB default
+    kafka_default = 1_048_588
+    low = TopicSpec(pipeline.topics.raw_text, config=(("max.message.bytes", str(kafka_default)),))
+    ensure_topics(pipeline.settings, [low])
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"text": "fine"}\n', encoding="utf-8")
+    done = pipeline.cli("submit", str(source), "--model", "tiny")
+    assert done.returncode == 2, done.stderr
+    assert f"{pipeline.topics.raw_text} (1,048,588)" in done.stderr and "max.message.bytes" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(read_topics(pipeline.settings, [pipeline.topics.raw_text])) == []
