@@ -1,6 +1,7 @@
 """Benchmark: does the GPU worker keep an accelerator fed? Only the engine is replaced.
 
     .venv/bin/python -m bench.feed [--records 8000] [--rates 0 12000 5000] [--per-call-ms 0.5]
+                                   [--processes 2] [--exactly-once]
 
 Fills tensors.minilm once with real preprocessed records: short texts (sentences of the shipped
 Python-docs example) submitted to the embedded broker and tokenized by the real preprocess worker.
@@ -192,7 +193,9 @@ def fill(settings: KafkaSettings, topics: Topics, repository: Path, n: int, work
         stop_all([pre])
 
 
-def drain(settings: KafkaSettings, topics: Topics, repository: Path, engine: TimedEngine) -> dict[str, float | str]:
+def drain(
+    settings: KafkaSettings, topics: Topics, repository: Path, engine: TimedEngine, exactly_once: bool = False
+) -> dict[str, float | str]:
     tensors = topics.tensors("minilm")
     reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in end_offsets(settings, tensors)})
     # the worker's own cost probes, taken here on the bare engine so they are not timed as work
@@ -201,13 +204,13 @@ def drain(settings: KafkaSettings, topics: Topics, repository: Path, engine: Tim
     )
     if isinstance(engine.inner, SimulatedAccelerator):
         engine.inner.device_s = 0.0  # nor counted as the device's busy time
-    stats = serve(settings, topics, repository, "minilm", policy, drain=True, engine=engine)
+    stats = serve(settings, topics, repository, "minilm", policy, drain=True, engine=engine, exactly_once=exactly_once)
     if not engine.sizes:
         raise RuntimeError(f"the worker drained {stats.records} records of {tensors} without one inference")
     wall = engine.last_end - engine.first_start
     calls = sum(engine.sizes.values())
     return {
-        "engine": engine.label,
+        "engine": engine.label + (", EOS" if exactly_once else ""),
         "records": stats.records,
         "records_per_s": stats.records / wall,
         # a simulated accelerator's own compute time; a real engine's is the wait on it
@@ -352,6 +355,9 @@ def main() -> None:
     parser.add_argument(
         "--processes", type=int, nargs="*", default=[], help="also drain with this many worker processes (e.g. 2)"
     )
+    parser.add_argument(
+        "--exactly-once", action="store_true", help="also drain each single-process stand-in in --exactly-once mode"
+    )
     parser.add_argument("--worker-process", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_process:
@@ -374,8 +380,9 @@ def main() -> None:
                 flush=True,
             )
             for engine in stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine):
-                rows.append(drain(settings, topics, args.model_repository, engine))
-                print(json.dumps(rows[-1]), flush=True)
+                for exactly_once in (False, True) if args.exactly_once else (False,):
+                    rows.append(drain(settings, topics, args.model_repository, engine, exactly_once))
+                    print(json.dumps(rows[-1]), flush=True)
             for n in args.processes:
                 for rate in args.rates:
                     rows.append(
@@ -387,10 +394,10 @@ def main() -> None:
 
     print(f"\nmachine: {machine()}")
     print(f"workload: {args.records} short texts as minilm tensor records; per call {args.per_call_ms} ms")
-    print(f"{'engine':<28}{'rec/s':>9}{'busy':>7}{'batches':>9}{'mean batch':>12}")
+    print(f"{'engine':<33}{'rec/s':>9}{'busy':>7}{'batches':>9}{'mean batch':>12}")
     for r in rows:
         print(
-            f"{r['engine']:<28}{r['records_per_s']:>9,.0f}{r['engine_busy']:>7.0%}"
+            f"{r['engine']:<33}{r['records_per_s']:>9,.0f}{r['engine_busy']:>7.0%}"
             f"{r['executed_batches']:>9}{r['mean_batch']:>12.1f}"
         )
     if args.json:

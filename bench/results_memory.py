@@ -1,12 +1,14 @@
-"""Benchmark: peak memory and time of `nearline results JOB -o file` on a large job.
+"""Benchmark: peak memory and time of the commands that read a whole large job.
 
     .venv/bin/python -m bench.results_memory [--records 1000000] [--dim 384] [--partitions 4]
+                                             [--commands results status profile report]
 
-Starts the embedded broker, produces --records synthetic results of one job (a --dim float32
-embedding each, the MiniLM shape) straight to the results topic in shuffled order, then runs
-`nearline results JOB -o FILE` in a subprocess and prints its wall time and peak RSS
-(ru_maxrss of the child). Figures, never assertions: the machine is shared. The broker keeps
-every record in RAM (about records x (dim x 4 + 150) bytes).
+Starts the embedded broker, registers one job and produces --records synthetic results of it (a
+--dim float32 embedding each, the MiniLM shape, with every stage timestamp) straight to the
+results topic in shuffled order, then runs each of `nearline results JOB -o FILE`, `status JOB`,
+`profile JOB` and `report JOB -o FILE` in a subprocess of its own and prints its wall time and
+peak RSS (ru_maxrss of that child). Figures, never assertions: the machine is shared. The broker
+keeps every record in RAM (about records x (dim x 4 + 250) bytes).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -25,13 +26,16 @@ from pathlib import Path
 import numpy as np
 
 from bench.decoupling import exit_on_sigterm, machine
+from jobs.registry import register
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics
-from schemas import InferenceResult, Tensor, encode
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
+from schemas import InferenceResult, Job, Tensor, encode
+
+STEP_US = 1_000  # synthetic stage times: 1 ms a stage, a record submitted every 10 µs
 
 JOB = "job-bench"
 
@@ -41,10 +45,33 @@ def results(topic: str, n: int, dim: int, seed: int = 7) -> Iterator[OutRecord]:
     order = list(range(n))
     random.Random(seed).shuffle(order)
     embedding = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    keys = ("submitted", "preprocess_start", "preprocess_end", "batch_formed", "inference_start", "inference_end")
     for i in order:
         tensor = Tensor.from_array("embedding", embedding)
-        value = encode(InferenceResult(JOB, f"r{i}", i, "minilm", "1", (tensor,), f"b{i // 64}", 64))
+        stamps = {k: i * 10 + stage * STEP_US for stage, k in enumerate((*keys, "result_produced"))}
+        value = encode(
+            InferenceResult(JOB, f"r{i}", i, "minilm", "1", (tensor,), f"b{i // 64}", 64, {}, stamps, (), 20, 24)
+        )
         yield job_record(topic, value, JOB, f"r{i}")
+
+
+def measure(argv: list[str], env: dict[str, str], records: int, out: Path) -> None:
+    """Run `nearline ARGV` and print its wall time and its own peak RSS (wait4's rusage of that
+    child: RUSAGE_CHILDREN would give the largest of all children so far)."""
+    with tempfile.TemporaryFile("w+") as log:
+        started = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-m", "jobs.cli", *argv], env=env, stdout=log, stderr=log, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        last = log.read().strip().splitlines()[-1:]
+    peak_mib = usage.ru_maxrss / 1024  # KiB on Linux
+    print(f"nearline {argv[0]}: exit {child.returncode}, {last}")
+    print(f"  wall {seconds:.1f} s ({records / seconds:,.0f} records/s)")
+    print(f"  peak RSS {peak_mib:,.0f} MiB ({peak_mib * 2**20 / records:,.0f} B/record)")
+    if out.exists():
+        print(f"  output {out.stat().st_size / 2**20:,.1f} MiB")
 
 
 def main() -> None:
@@ -53,6 +80,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--commands", nargs="+", default=["results", "status", "profile", "report"])
     args = parser.parse_args()
     print(f"machine: {machine()}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="nearline-results-bench-") as tmp:
@@ -60,24 +88,21 @@ def main() -> None:
         try:
             settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("bench")
             ensure_topics(settings, [TopicSpec(t, args.partitions) for t in (topics.results, topics.dead_letters)])
+            ensure_topics(settings, [jobs_topic(topics), TopicSpec(topics.tensors("minilm"), args.partitions)])
+            register(settings, topics, Job(JOB, "minilm", "synthetic", "text", args.records, 0))
             started = time.perf_counter()
             produce_all(make_producer(settings), results(topics.results, args.records, args.dim), timeout_s=600)
             print(f"produced {args.records} results (dim {args.dim}) in {time.perf_counter() - started:.1f} s")
-            out = Path(tmp) / "out.jsonl"
             env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
-            started = time.perf_counter()
-            done = subprocess.run(
-                [sys.executable, "-m", "jobs.cli", "results", JOB, "-o", str(out)],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            seconds = time.perf_counter() - started
-            peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
-            print(f"nearline results: exit {done.returncode}, {done.stderr.strip()}")
-            print(f"  wall {seconds:.1f} s ({args.records / seconds:,.0f} records/s)")
-            print(f"  peak RSS {peak_mib:,.0f} MiB ({peak_mib * 2**20 / args.records:,.0f} B/record)")
-            print(f"  output {out.stat().st_size / 2**20:,.0f} MiB")
+            for command in args.commands:
+                out = Path(tmp) / f"out.{command}"
+                argv = {
+                    "results": ["results", JOB, "-o", str(out)],
+                    "status": ["status", JOB],
+                    "profile": ["profile", JOB],
+                    "report": ["report", JOB, "-o", str(out)],
+                }[command]
+                measure(argv, env, args.records, out)
         finally:
             broker.stop()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from faust.types.auth import CredentialsT
 
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import check_reachable
@@ -66,6 +67,7 @@ def create_app(
     repository: Path,
     datadir: Path,
     *,
+    credentials: CredentialsT | None = None,  # faust_credentials(settings.extra), worked out once by run_worker
     text_batch: int = 64,
     image_batch: int = 16,
     batch_within_s: float = 0.05,
@@ -92,7 +94,7 @@ def create_app(
         topic_disable_leader=True,
         web_enabled=False,
         # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets
-        broker_credentials=faust_credentials(settings.extra),
+        broker_credentials=credentials,
         datadir=str(datadir),
     )
     models = Models(repository)
@@ -182,7 +184,7 @@ def run_worker(
     session_timeout_s: float = 6.0,
 ) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT."""
-    faust_credentials(settings.extra)  # security settings faust cannot apply: refuse before connecting
+    credentials = faust_credentials(settings.extra)  # settings faust cannot apply: refused before connecting
     check_reachable(settings)
     ensure_topics(
         settings,
@@ -196,6 +198,7 @@ def run_worker(
             topics,
             repository,
             Path(datadir),
+            credentials=credentials,
             text_batch=batch_size,
             max_tensor_lag=max_tensor_lag,
             session_timeout_s=session_timeout_s,
