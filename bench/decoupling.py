@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_consumer.batcher import BatchPolicy, make_batch, pad_batch, plan_batches
+from gpu_consumer.batcher import BatchPolicy, default_window, make_batch, pad_batch, plan_batches
 from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.postprocess import postprocess
 from jobs.local import start_pipeline_workers, stop_all
@@ -209,7 +209,7 @@ def main() -> None:
     engine = make_engine(config, args.engine)
     engine.warmup()
     policy = BatchPolicy(args.batch_size)
-    window = 8 * args.batch_size  # what the GPU worker polls by default
+    window = default_window(args.batch_size)  # what the GPU worker polls by default
     tokenizer = load_tokenizer(config.tokenizer_path, config.max_length)
     ids = tokenize(tokenizer, texts, config.max_length)
 

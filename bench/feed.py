@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.device_postprocess import device_steps
 from gpu_consumer.engine import Engine, infer_all, make_engine, measure_cost
 from gpu_consumer.worker import run, serve
@@ -44,7 +44,7 @@ from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
-from kafka_io.polling import BatchLimits, assign_all
+from kafka_io.polling import WindowLimits, assign_all
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig, load_model_config
@@ -301,7 +301,7 @@ def worker_process(spec: dict[str, object]) -> None:
     accelerator.device_s = 0.0
     consumer = make_consumer(settings, topics.gpu_group("minilm"))
     assignment = assign_all(consumer, topics.tensors("minilm"), list(spec["partitions"]))  # type: ignore[call-overload]
-    limits = BatchLimits(8 * policy.max_batch_size, 20.0)
+    limits = WindowLimits(default_window(policy.max_batch_size), 20.0)
     print("ready", flush=True)
     sys.stdin.readline()
     try:

@@ -1,4 +1,4 @@
-"""Turning a batch of records into the model's inputs. Pure numpy, no I/O.
+"""Cutting a poll window into executed batches and those into the model's inputs. Pure numpy, no I/O.
 
 Text travels unpadded and is padded here, to the longest sequence of the batch: only the batcher
 knows that length. Images travel as fixed-size uint8 CHW crops and are stacked.
@@ -32,6 +32,12 @@ class BatchPolicy:
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+
+
+def default_window(max_batch_size: int) -> int:
+    """The poll window when --max-queue is not given: more than one executed batch's worth, so
+    that sorting by length has something to sort."""
+    return 8 * max_batch_size
 
 
 def bucket_of(length: int, buckets: Sequence[int]) -> int:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gpu_consumer import ENGINES
 from gpu_consumer.batcher import edge_batches, pad_batch, warmup_batch
 from gpu_consumer.cost_model import CostModel, measure
 from schemas.model_config import ModelConfig
@@ -77,9 +78,6 @@ class OnnxRuntimeEngine:
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self._outputs, self._session.run(self._outputs, inputs), strict=True))
-
-
-ENGINES = ("auto", "tensorrt", "torch", "onnxruntime")
 
 
 def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> Engine:

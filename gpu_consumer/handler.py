@@ -31,7 +31,7 @@ from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from kafka_io.dead_letters import dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
 from schemas import SerdeError, TensorRecord, now_us
 from schemas.errors import TensorFormatError
@@ -47,7 +47,7 @@ STAGE = "inference"
 class Item:
     """A decoded tensor record: what its result needs, and the input it carries."""
 
-    source: SourceRef
+    source: ConsumedRecord
     job_id: str
     record_id: str
     seq: int
@@ -90,7 +90,7 @@ class Poisoned:
 
 
 def prepare(
-    sources: Sequence[SourceRef],
+    sources: Sequence[ConsumedRecord],
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
@@ -232,7 +232,7 @@ class Emitter:
 
 
 def handle_window(
-    sources: Sequence[SourceRef],
+    sources: Sequence[ConsumedRecord],
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
@@ -263,7 +263,7 @@ def _batch_of(engine: Engine, config: ModelConfig, items: list[Item]) -> PaddedB
 
 
 def _dead(
-    error: Exception, src: SourceRef, topics: Topics, config: ModelConfig, fields: dict[str, Any] | None
+    error: Exception, src: ConsumedRecord, topics: Topics, config: ModelConfig, fields: dict[str, Any] | None
 ) -> OutRecord:
     ids = {"job_id": fields["job_id"], "record_id": fields["record_id"]} if fields else {}
     return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, **ids)

@@ -13,7 +13,6 @@ Python work of the other two overlaps its compute, as a GPU kernel would.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -25,8 +24,9 @@ from typing import Literal
 from gpu_consumer.engine import Engine
 from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.ledger import TP, Entry, Ledger
-from kafka_io import DeliveryError, KafkaException, Producer
-from kafka_io.produce import produce_all, send
+from kafka_io.clients import Producer
+from kafka_io.errors import DeliveryError
+from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import OutRecord
 from kafka_io.settings import Topics
 from schemas.model_config import ModelConfig
@@ -112,7 +112,7 @@ class Pipeline:
         self._to_engine.put(None)
         for t in self._threads:
             t.join(timeout=10)
-        self._producer.flush(5)
+        flush(self._producer, 5)
 
     def _recover(self, reason: str) -> None:
         """A broker that restarted without its state (Tansu memory storage) no longer knows this
@@ -123,8 +123,7 @@ class Pipeline:
         self._quiesce()
         old = self._producer
         self._generation += 1
-        with contextlib.suppress(KafkaException):  # a fatal producer may refuse even this
-            old.purge()
+        discard(old)
         self._producer = self._new_producer()
         entries = self.ledger.unconfirmed()
         produce_all(self._producer, [r for e in entries for r in e.outputs], self.settings.delivery_timeout_s)
@@ -164,7 +163,7 @@ class Pipeline:
     def _emit_loop(self) -> None:
         executed = 0
         while True:
-            self._producer.poll(0)  # serve the delivery reports that have arrived
+            serve_deliveries(self._producer)
             try:
                 job = self._to_emit.get(timeout=0.002)
             except queue.Empty:

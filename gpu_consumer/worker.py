@@ -1,6 +1,6 @@
 """The GPU worker: the batching loop and the commit rule.
 
-    for window in batches(...):        # a poll window: --max-queue records or --max-linger-ms
+    for window in windows(...):        # a poll window: --max-queue records or --max-linger-ms
         prepared = prepare(window)     # decode, sort by length, cut into executed batches, pad
         flow.submit(prepared, offsets) # the engine thread runs it; the emit thread produces
         commit()                       # offsets of the longest prefix of windows whose every
@@ -24,26 +24,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine, make_engine, measure_cost
 from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
-from kafka_io import Consumer, KafkaException, Producer
-from kafka_io.cancellations import Cancellations
-from kafka_io.clients import check_reachable, make_consumer, make_producer
+from jobs.cancellations import Cancellations
+from kafka_io.clients import Consumer, Producer, check_reachable, close_consumer, make_consumer, make_producer
+from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.polling import (
     Assignment,
-    BatchLimits,
+    WindowLimits,
     assign_all,
-    batches,
     commit_offsets,
-    source_of,
     subscribe,
     window_offsets,
+    windows,
 )
+from kafka_io.records import Headers
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from kafka_io.transactions import OpenTransaction, TransactionAbortedError, make_transactional_producer
@@ -69,14 +68,14 @@ def run(
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
-    limits: BatchLimits,
+    limits: WindowLimits,
     policy: BatchPolicy,
     *,
     worker_id: str,
     drain: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     transactional: bool = False,
-    skip: Callable[[Any], bool] = lambda headers: False,
+    skip: Callable[[Headers], bool] = lambda headers: False,
     pipeline: PipelineConfig | None = None,
 ) -> WorkerStats:
     if transactional:
@@ -104,7 +103,7 @@ def run(
             return
         try:
             commit_offsets(consumer, offsets)
-        except KafkaException as exc:
+        except KAFKA_FAULTS as exc:
             # The group moved on (a rebalance, a restarted broker): the outputs are stored and
             # keyed, so the records' redelivery only makes duplicates that readers drop.
             log.warning("commit failed (%s); its records may be consumed again", exc)
@@ -120,9 +119,9 @@ def run(
 
     assignment.before_revoke = before_revoke
     try:
-        for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick):
+        for window in windows(consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick):
             # records of cancelled jobs are consumed and committed, never run: counted as cancelled
-            sources = [source_of(m) for m in window if not skip(m.headers())]
+            sources = [r for r in window if not skip(r.headers)]
             prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
             flow.submit(prepared, window_offsets(window), len(window))
             stats.windows += 1
@@ -142,12 +141,12 @@ def _run_transactional(
     engine: Engine,
     config: ModelConfig,
     topics: Topics,
-    limits: BatchLimits,
+    limits: WindowLimits,
     policy: BatchPolicy,
     worker_id: str,
     drain: bool,
     should_stop: Callable[[], bool],
-    skip: Callable[[Any], bool],
+    skip: Callable[[Headers], bool],
     pipeline: PipelineConfig,
 ) -> WorkerStats:
     """--exactly-once: windows' outputs and offsets in transactions of up to
@@ -171,8 +170,8 @@ def _run_transactional(
     assignment.before_revoke = settle
     try:
         while True:  # a drain ends only once its last transaction committed (or on a stop)
-            for window in batches(consumer, assignment, limits, drain=drain, should_stop=should_stop, idle=settle):
-                sources = [source_of(m) for m in window if not skip(m.headers())]
+            for window in windows(consumer, assignment, limits, drain=drain, should_stop=should_stop, idle=settle):
+                sources = [r for r in window if not skip(r.headers)]
                 out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
                 try:
                     txn.add(window, out)
@@ -196,6 +195,8 @@ def serve(
     model: str,
     policy: BatchPolicy | None = None,
     *,
+    max_batch_size: int | None = None,
+    max_batch_tokens: int | None = None,
     max_queue: int | None = None,
     max_linger_ms: float = 20.0,
     engine_kind: str = "auto",
@@ -217,11 +218,10 @@ def serve(
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
-    policy = policy or BatchPolicy(config.max_batch_size)
+    policy = policy or BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens)
     if policy.max_batch_size > config.max_batch_size:
         raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
-    # Poll more than one batch's worth, so sorting by length has something to sort.
-    limits = BatchLimits(max_queue or 8 * policy.max_batch_size, max_linger_ms)
+    limits = WindowLimits(max_queue or default_window(policy.max_batch_size), max_linger_ms)
     engine = engine or make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:
@@ -250,7 +250,7 @@ def serve(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    cancellations = Cancellations(settings, topics)
+    cancellations = Cancellations(settings, topics).start()
     if sole_consumer:
         assignment = assign_all(consumer, tensors, partitions_of(settings, tensors))
     else:
@@ -275,4 +275,4 @@ def serve(
         )
     finally:
         cancellations.close()
-        consumer.close()  # leave the group now, so the partitions move without waiting for the session timeout
+        close_consumer(consumer)  # leave the group now, so the partitions move without waiting for the session timeout

@@ -259,30 +259,19 @@ def jobs_group() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @cluster_options
 def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
-    """Every registered job with its state and progress, oldest first."""
+    """Every registered job with its state and progress, oldest first (--json: one object per line)."""
     import json
 
-    from jobs.registry import JobStatus, load_jobs
-    from kafka_io.cancellations import job_of
-    from kafka_io.reading import read_topics
+    from jobs.registry import job_statuses
 
-    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    statuses = {
-        j.job_id: JobStatus(j) for j in sorted(load_jobs(settings, topics).values(), key=lambda j: j.submitted_at)
-    }
-    for msg in read_topics(settings, [topics.results, topics.dead_letters]):
-        # results carry a job_id header; dead letters keep their source's job/record key
-        job_id = job_of(msg.headers()) or (msg.key() or b"").split(b"/")[0].decode()
-        status = statuses.get(job_id)
-        if status is not None:
-            status.add([msg], topics)
-    for status in statuses.values():
+    for status in job_statuses(require_servers(bootstrap_servers), Topics(namespace)):
         if as_json:
             click.echo(json.dumps(status.to_dict()))
         else:
             schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
             click.echo(
-                f"{status.job.job_id}\t{status.job.model}\t{status.state}\t{status.done}/{status.job.total}{schedule}"
+                f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t"
+                f"{status.done}/{status.job.total}{schedule}"
             )
 
 
@@ -295,19 +284,15 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
     """A job's state and per-stage counts (submitted, preprocessed, inferred, dead-lettered)."""
     import json
 
-    from jobs.registry import JobNotFoundError, job_status, watch_status
+    from jobs.registry import job_status, watch_status
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    try:
-        if not watch:
-            status = job_status(settings, topics, job_id)
-            click.echo(json.dumps(status.to_dict()) if as_json else status.line())
-            return
-        for status, rate in watch_status(settings, topics, job_id):
-            click.echo(json.dumps(status.to_dict(rate)) if as_json else status.line(rate))
-    except JobNotFoundError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExitCode.FAILED) from None
+    if not watch:
+        status = job_status(settings, topics, job_id)
+        click.echo(json.dumps(status.to_dict()) if as_json else status.line())
+        return
+    for status, rate in watch_status(settings, topics, job_id):
+        click.echo(json.dumps(status.to_dict(rate)) if as_json else status.line(rate))
 
 
 @cli.command(name="cancel")
@@ -315,13 +300,9 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
 @cluster_options
 def cancel_cmd(job_id: str, bootstrap_servers: str, namespace: str) -> None:
     """Cancel a job: workers skip its remaining records (counted as cancelled, not lost)."""
-    from jobs.registry import JobNotFoundError, cancel
+    from jobs.registry import cancel
 
-    try:
-        cancel(require_servers(bootstrap_servers), Topics(namespace), job_id)
-    except JobNotFoundError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExitCode.FAILED) from None
+    cancel(require_servers(bootstrap_servers), Topics(namespace), job_id)
     click.echo(f"cancelled {job_id}", err=True)
 
 
@@ -389,17 +370,13 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
 @cluster_options
 def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
     """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
-    from jobs.registry import JobNotFoundError, job_status
+    from jobs.registry import job_status
     from jobs.report import render
 
-    try:
-        status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
-    except JobNotFoundError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExitCode.FAILED) from None
+    status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
     path = output or Path(f"{job_id}.html")
     path.write_text(render(status), encoding="utf-8")
-    click.echo(f"wrote {path} ({status.state}, {status.outcome.inferred} results)", err=True)
+    click.echo(f"wrote {path} ({status.state.value}, {status.outcome.inferred} results)", err=True)
 
 
 @cli.command()

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from gpu_consumer import ENGINES
 from jobs.cli_options import cluster_options, repository_option, require_servers
 from jobs.exit_codes import ExitCode
 from kafka_io.settings import Topics
@@ -24,7 +25,7 @@ from kafka_io.settings import Topics
     metavar="MODEL[@VERSION]",
     help="The model to re-run, at a version [default: its latest].",
 )
-@click.option("--engine", type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]), default="auto")
+@click.option("--engine", type=click.Choice(ENGINES), default="auto")
 @cluster_options
 @repository_option
 def reprocess_cmd(
@@ -35,23 +36,19 @@ def reprocess_cmd(
     The version must take the same inputs (same tokenizer or image preprocessing): only inference
     is repeated. Its results become the ones `results` reports (the newest version wins).
     """
-    from jobs.reprocess import JobNotFoundError, reprocess
+    from jobs.reprocess import reprocess
 
     model, _, version = model_spec.partition("@")
-    try:
-        reprocess(
-            require_servers(bootstrap_servers),
-            Topics(namespace),
-            model_repository,
-            job_id,
-            model,
-            version or None,
-            engine_kind=engine,
-            log=lambda line: click.echo(line, err=True),
-        )
-    except JobNotFoundError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(ExitCode.FAILED) from None
+    reprocess(
+        require_servers(bootstrap_servers),
+        Topics(namespace),
+        model_repository,
+        job_id,
+        model,
+        version or None,
+        engine_kind=engine,
+        log=lambda line: click.echo(line, err=True),
+    )
 
 
 @click.command(name="replay")
@@ -148,23 +145,14 @@ def offsets_reset(
     namespace: str,
 ) -> None:
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
-    from jobs.replay import parse_time_ms
+    from jobs.replay import reset_targets
     from kafka_io.errors import KafkaIOError
-    from kafka_io.offsets import end_offsets, group_offsets, offsets_for_time, reset_group_offsets
+    from kafka_io.offsets import group_offsets, reset_group_offsets
 
     if sum(x is not None for x in (to, to_offset, to_time)) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
     settings = require_servers(bootstrap_servers)
-    ends = end_offsets(settings, topic)
-    if to == "earliest":
-        target = dict.fromkeys(ends, 0)
-    elif to == "latest":
-        target = ends
-    elif to_offset is not None:
-        target = {p: min(to_offset, end) for p, end in ends.items()}
-    else:
-        found = offsets_for_time(settings, topic, parse_time_ms(str(to_time)))
-        target = {p: found[p] if found.get(p, -1) >= 0 else ends[p] for p in ends}
+    target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
     current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
     for p in sorted(target):
         click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")

@@ -51,6 +51,7 @@ class NearlineGroup(click.Group):
         from gpu_consumer.engine import EngineLoadError
         from gpu_consumer.export import ExportUnavailableError
         from gpu_consumer.isolation import EngineFault
+        from jobs.registry import JobNotFoundError
         from kafka_io.errors import SecuritySettingsError, TopicConfigError
 
         try:
@@ -82,6 +83,9 @@ class NearlineGroup(click.Group):
             ctx.exit(ExitCode.REFUSED)
         except EngineFault as exc:
             click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
+            ctx.exit(ExitCode.FAILED)
+        except JobNotFoundError as exc:
+            click.echo(f"error: {exc.args[0]}", err=True)
             ctx.exit(ExitCode.FAILED)
 
 

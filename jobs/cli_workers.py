@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from gpu_consumer import ENGINES
 from jobs.cli_options import HOME, batch_options, cluster_options, repository_option, require_servers
 from kafka_io.settings import ENV_BOOTSTRAP, Topics
 
@@ -62,7 +63,7 @@ def worker_preprocess(
 @click.option("--model", "-m", required=True, show_envvar=True)
 @click.option(
     "--engine",
-    type=click.Choice(["auto", "tensorrt", "torch", "onnxruntime"]),
+    type=click.Choice(ENGINES),
     default="auto",
     show_envvar=True,
     help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime.",
@@ -116,21 +117,16 @@ def worker_gpu(
     model_repository: Path,
 ) -> None:
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
-    from gpu_consumer.batcher import BatchPolicy
     from gpu_consumer.pipeline import PipelineConfig
     from gpu_consumer.worker import serve
-    from kafka_io.clients import check_reachable
-    from schemas.model_config import load_model_config
 
-    settings = require_servers(bootstrap_servers)
-    check_reachable(settings)  # before loading anything: a down broker is reported in seconds
-    config = load_model_config(model_repository, model)
     stats = serve(
-        settings,
+        require_servers(bootstrap_servers),
         Topics(namespace),
         model_repository,
         model,
-        BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens),
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
         max_queue=max_queue,
         max_linger_ms=max_linger_ms,
         engine_kind=engine,

@@ -53,10 +53,10 @@ class Entry:
 def entries(settings: KafkaSettings, topics: Topics) -> Iterator[Entry]:
     for msg in read_topics(settings, [topics.dead_letters]):
         try:
-            letter = decode(msg.value() or b"", DeadLetter)
+            letter = decode(msg.value, DeadLetter)
         except SerdeError:
             continue  # not a dead letter of ours
-        yield Entry(msg.partition() or 0, msg.offset() or 0, letter)
+        yield Entry(msg.partition, msg.offset, letter)
 
 
 def select(

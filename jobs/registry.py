@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from jobs.progress import format_eta
 from jobs.results import JobOutcome
-from kafka_io import Message
-from kafka_io.cancellations import job_of, submission_of
 from kafka_io.reading import TopicFollower, read_topics
+from kafka_io.records import ConsumedRecord, Headers, submission_of
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
@@ -24,7 +24,20 @@ from schemas import Job, encode, now_us
 
 
 class JobNotFoundError(LookupError):
-    pass
+    """No such job in the registry, or no records of it where a command looked (exit 1)."""
+
+
+class JobState(StrEnum):
+    SUBMITTED = "submitted"  # registered, no record preprocessed yet
+    RUNNING = "running"
+    COMPLETED = "completed"
+    COMPLETED_WITH_ERRORS = "completed_with_errors"  # every record done, some dead-lettered
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # the job itself failed (e.g. a scheduled tick whose input was unreadable)
+
+    @property
+    def ended(self) -> bool:
+        return self not in (JobState.SUBMITTED, JobState.RUNNING)
 
 
 def register(settings: KafkaSettings, topics: Topics, job: Job) -> None:
@@ -58,19 +71,17 @@ class JobStatus:
             self.job.job_id, submission=self.job.submission, keep_results=False, keep_timings=self.keep_timings
         )
 
-    def add(self, messages: Iterable[Message], topics: Topics) -> None:
+    def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
+        """Fold records in as they come: a whole topic read streams through, none is held."""
         tensors = topics.tensors(self.job.model)
-        rest = []
         for msg in messages:
-            if msg.topic() == tensors:
-                headers = msg.headers()
-                if job_of(headers) == self.job.job_id and self._of_submission(headers):
-                    self.preprocessed.add((msg.key() or b"").decode())
+            if msg.topic == tensors:
+                if msg.job_id == self.job.job_id and self._of_submission(msg.headers):
+                    self.preprocessed.add(msg.key_text)
             else:
-                rest.append(msg)
-        self.outcome.add(rest, topics)
+                self.outcome.add((msg,), topics)
 
-    def _of_submission(self, headers: object) -> bool:
+    def _of_submission(self, headers: Headers) -> bool:
         return self.job.submission is None or submission_of(headers) in (None, self.job.submission)
 
     @property
@@ -78,17 +89,17 @@ class JobStatus:
         return self.outcome.done
 
     @property
-    def state(self) -> str:
+    def state(self) -> JobState:
         if self.job.error is not None:
-            return "failed"
+            return JobState.FAILED
         if self.job.cancelled_at is not None and self.done < self.job.total:
-            return "cancelled"
+            return JobState.CANCELLED
         if self.done >= self.job.total:
-            return "completed_with_errors" if self.outcome.dead else "completed"
-        return "running" if self.preprocessed or self.done else "submitted"
+            return JobState.COMPLETED_WITH_ERRORS if self.outcome.dead else JobState.COMPLETED
+        return JobState.RUNNING if self.preprocessed or self.done else JobState.SUBMITTED
 
     def counts(self) -> dict[str, int]:
-        cancelled = self.job.total - self.done if self.state == "cancelled" else 0
+        cancelled = self.job.total - self.done if self.state is JobState.CANCELLED else 0
         return {
             "submitted": self.job.total,
             "preprocessed": len(self.preprocessed | {f"{self.job.job_id}/{r}" for r in self.outcome.dead}),
@@ -104,7 +115,7 @@ class JobStatus:
             "model": self.job.model,
             "input": self.job.input,
             "schedule": self.job.schedule,
-            "state": self.state,
+            "state": self.state.value,
             "error": self.job.error,
             "counts": self.counts(),
             "records_per_s": rate,
@@ -117,7 +128,7 @@ class JobStatus:
         c = self.counts()
         eta = format_eta(self.job.total and (self.job.total - self.done) / rate if rate else None)
         return (
-            f"{self.job.job_id} {self.state}: {self.done}/{c['submitted']} done "
+            f"{self.job.job_id} {self.state.value}: {self.done}/{c['submitted']} done "
             f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
             + (f", cancelled {c['cancelled']}" if c["cancelled"] else "")
             + ")"
@@ -135,6 +146,21 @@ def job_status(settings: KafkaSettings, topics: Topics, job_id: str, keep_timing
     return status
 
 
+def job_statuses(settings: KafkaSettings, topics: Topics) -> list[JobStatus]:
+    """Every registered job's status, oldest first, folded by the same rule as job_status() in one
+    read of the topics all of them need (each job's records are routed by their `job_id` header,
+    or a dead letter's job/record key)."""
+    jobs = sorted(load_jobs(settings, topics).values(), key=lambda j: j.submitted_at)
+    statuses = {job.job_id: JobStatus(job) for job in jobs}
+    needed = sorted({t for status in statuses.values() for t in status_topics(topics, status.job)})
+    if needed:
+        for msg in read_topics(settings, needed):
+            status = statuses.get(msg.job_id or msg.key_text.split("/")[0])
+            if status is not None:
+                status.add([msg], topics)
+    return list(statuses.values())
+
+
 def watch_status(
     settings: KafkaSettings, topics: Topics, job_id: str, every_s: float = 2.0, timeout_s: float | None = None
 ) -> Iterable[tuple[JobStatus, float | None]]:
@@ -150,12 +176,12 @@ def watch_status(
             if first_done is None:
                 first_done = (status.done, now)
             rate = (status.done - first_done[0]) / (now - first_done[1]) if now > first_done[1] else None
-            if status.state in ("cancelled", "completed", "completed_with_errors", "failed") and follower.caught_up():
+            if status.state.ended and follower.caught_up():
                 yield status, rate
                 return
             yield status, rate or None
             if timeout_s is not None and now - started > timeout_s:
-                raise TimeoutError(f"job {job_id} still {status.state} after {timeout_s:.0f} s")
+                raise TimeoutError(f"job {job_id} still {status.state.value} after {timeout_s:.0f} s")
 
 
 def cancel(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:

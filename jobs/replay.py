@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from kafka_io import Message
-from kafka_io.offsets import end_offsets, offsets_for_time
+from kafka_io.offsets import end_offsets, offsets_at_time
 from kafka_io.reading import read_range
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
 from schemas import SerdeError
@@ -39,14 +39,14 @@ def plain(value: Any) -> Any:
     return value
 
 
-def message_json(msg: Message) -> dict[str, Any]:
-    value = msg.value() or b""
+def message_json(msg: ConsumedRecord) -> dict[str, Any]:
+    value = msg.value
     line: dict[str, Any] = {
-        "topic": msg.topic(),
-        "partition": msg.partition(),
-        "offset": msg.offset(),
-        "timestamp_ms": msg.timestamp()[1],
-        "key": (msg.key() or b"").decode("utf-8", "replace") or None,
+        "topic": msg.topic,
+        "partition": msg.partition,
+        "offset": msg.offset,
+        "timestamp_ms": msg.timestamp_ms,
+        "key": msg.key_text or None,
     }
     try:
         record = decode_any(value)
@@ -68,13 +68,12 @@ def replay_messages(
     from_time: str | None = None,
     to_offset: int | None = None,
     to_time: str | None = None,
-) -> Iterator[Message]:
+) -> Iterator[ConsumedRecord]:
     partitions = [partition] if partition is not None else partitions_of(settings, topic)
     from_ms = parse_time_ms(from_time) if from_time else None
     if from_ms is not None:
-        found = offsets_for_time(settings, topic, from_ms)
-        ends = end_offsets(settings, topic)
-        start = {p: found[p] if found.get(p, -1) >= 0 else ends[p] for p in partitions}
+        at = offsets_at_time(settings, topic, from_ms)
+        start = {p: at[p] for p in partitions}
     else:
         start = {p: from_offset or 0 for p in partitions}
     return read_range(
@@ -85,3 +84,25 @@ def replay_messages(
         from_ms=from_ms,
         to_ms=parse_time_ms(to_time) if to_time else None,
     )
+
+
+def reset_targets(
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    to: str | None = None,
+    to_offset: int | None = None,
+    to_time: str | None = None,
+) -> dict[int, int]:
+    """Where `offsets reset` moves a group on each partition: to="earliest" or "latest", an
+    offset (capped at each partition's end) or the first record at or after an ISO 8601 time."""
+    if sum(x is not None for x in (to, to_offset, to_time)) != 1:
+        raise ValueError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+    ends = end_offsets(settings, topic)
+    if to == "earliest":
+        return dict.fromkeys(ends, 0)
+    if to == "latest":
+        return ends
+    if to_offset is not None:
+        return {p: min(to_offset, end) for p, end in ends.items()}
+    return offsets_at_time(settings, topic, parse_time_ms(str(to_time)))

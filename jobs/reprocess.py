@@ -11,30 +11,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import make_engine
 from gpu_consumer.handler import handle_window
-from kafka_io.cancellations import job_of
+from jobs.registry import JobNotFoundError
 from kafka_io.clients import make_producer
-from kafka_io.polling import source_of
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
-from kafka_io.records import SourceRef
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import load_model_config
 
 
-class JobNotFoundError(LookupError):
-    """No tensor records of the job in the model's tensor topic."""
-
-
-def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> Iterator[SourceRef]:
+def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> Iterator[ConsumedRecord]:
     """The job's tensor records as they are read, never the whole job at once."""
-    return (source_of(msg) for msg in read_topics(settings, [topics.tensors(model)]) if job_of(msg.headers()) == job_id)
+    return (record for record in read_topics(settings, [topics.tensors(model)]) if record.job_id == job_id)
 
 
-def windows(sources: Iterable[SourceRef], size: int) -> Iterator[list[SourceRef]]:
-    window: list[SourceRef] = []
+def windows(sources: Iterable[ConsumedRecord], size: int) -> Iterator[list[ConsumedRecord]]:
+    window: list[ConsumedRecord] = []
     for source in sources:
         window.append(source)
         if len(window) == size:
@@ -59,7 +54,7 @@ def reprocess(
     policy = BatchPolicy(config.max_batch_size)
     engine, producer = None, None
     done = read = 0
-    for window in windows(job_tensors(settings, topics, model, job_id), 8 * config.max_batch_size):
+    for window in windows(job_tensors(settings, topics, model, job_id), default_window(config.max_batch_size)):
         if engine is None or producer is None:  # started at the first record, so a missing job costs no warm-up
             engine = make_engine(config, engine_kind)
             engine.warmup()

@@ -12,8 +12,8 @@ import numpy as np
 
 from jobs.output import write_atomically
 from jobs.profile import Timings
-from kafka_io import Message
 from kafka_io.reading import read_topics
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 
@@ -43,15 +43,14 @@ class JobOutcome:
     def done(self) -> int:
         return len(self.versions) + len(self.dead)
 
-    def add(self, messages: Iterable[Message], topics: Topics) -> int:
+    def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> int:
         """Fold consumed messages in; returns how many new records of this job they completed."""
         before = self.done
         for msg in messages:
-            value = msg.value() or b""
-            if msg.topic() == topics.results:
-                self._add_result(value)
-            elif msg.topic() == topics.dead_letters:
-                self._add_dead(value)
+            if msg.topic == topics.results:
+                self._add_result(msg.value)
+            elif msg.topic == topics.dead_letters:
+                self._add_dead(msg.value)
         return self.done - before
 
     def _add_result(self, value: bytes) -> None:

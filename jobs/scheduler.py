@@ -24,12 +24,11 @@ from jobs.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.registry import load_jobs, register
 from jobs.schedules import TickClaims
 from jobs.submit import JobInput, submit
-from kafka_io import KafkaException, Message, Producer
-from kafka_io.clients import make_producer
-from kafka_io.errors import BrokerUnavailableError, DeliveryError
+from kafka_io.clients import Producer, make_producer
+from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
-from kafka_io.records import OutRecord
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, schedule_ticks_topic, schedules_topic
 from schemas import Job, Schedule, ScheduleTick, SerdeError, decode, encode, now_us
@@ -111,11 +110,11 @@ class Scheduler:
         assert self._follower is not None, "use the scheduler as a context manager"
         self._apply(self._follower.poll_to_end())
 
-    def _apply(self, messages: list[Message]) -> None:
+    def _apply(self, messages: list[ConsumedRecord]) -> None:
         for msg in messages:
-            key, value = (msg.key() or b"").decode(), msg.value()
+            key, value = msg.key_text, None if msg.deleted else msg.value
             try:
-                if msg.topic() == self.topics.schedules:
+                if msg.topic == self.topics.schedules:
                     if value is None:
                         self.schedules.pop(key, None)
                     else:
@@ -126,7 +125,7 @@ class Scheduler:
                         self._awaiting = None
                     self.ticks.add(claim)
             except SerdeError as exc:
-                log.warning("ignoring an unreadable record in %s at offset %s: %s", msg.topic(), msg.offset(), exc)
+                log.warning("ignoring an unreadable record in %s at offset %s: %s", msg.topic, msg.offset, exc)
 
     def _own_unfinished_claims(self) -> list[Unfinished]:
         horizon = to_us(self.clock() - RESUME_WINDOW)
@@ -213,7 +212,7 @@ class Scheduler:
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
             self._fail(schedule, tick, job_id, str(exc))
             return None
-        except (BrokerUnavailableError, DeliveryError, KafkaException) as exc:
+        except KAFKA_FAULTS as exc:
             self._unfinished.append(Unfinished(schedule.name, to_us(tick), job_id))
             self.on_event(f"schedule {schedule.name}: job {job_id} not submitted yet, will retry: {exc}")
             return None
@@ -255,12 +254,12 @@ class Scheduler:
         while not stop.is_set():
             try:
                 self.step()
-            except (BrokerUnavailableError, DeliveryError, KafkaException) as exc:
+            except KAFKA_FAULTS as exc:
                 self.on_event(f"scheduler: Kafka unavailable, retrying in 5 s: {exc}")
                 if stop.wait(5.0):
                     return
                 try:
                     self._reopen()
-                except (BrokerUnavailableError, DeliveryError, KafkaException):
+                except KAFKA_FAULTS:
                     continue
             stop.wait(self.config.poll_s)

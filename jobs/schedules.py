@@ -84,9 +84,9 @@ def load_ticks(settings: KafkaSettings, topics: Topics) -> list[ScheduleTick]:
     """Every claim, in log order (the order that decides which claim of a tick won)."""
     out = []
     for msg in read_topics(settings, [schedule_ticks_topic(topics).name]):
-        if msg.value() is not None:
+        if not msg.deleted:
             try:
-                out.append(decode(msg.value() or b"", ScheduleTick))
+                out.append(decode(msg.value, ScheduleTick))
             except SerdeError:
                 continue
     return out

@@ -16,9 +16,8 @@ from types import TracebackType
 from typing import IO
 
 from jobs.results import dead_seq, dead_submission, version_key, write_jsonl
-from kafka_io import Message
-from kafka_io.cancellations import job_of
 from kafka_io.reading import read_topics
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, SerdeError, decode
 
@@ -52,26 +51,25 @@ class ResultSpill:
     def done(self) -> int:
         return self.results + self.dead
 
-    def add(self, messages: Iterable[Message], topics: Topics) -> None:
+    def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
         for msg in messages:
             if not self._may_be_ours(msg):
                 continue
-            value = msg.value() or b""
-            if msg.topic() == topics.results:
-                self._add_result(value)
-            elif msg.topic() == topics.dead_letters:
-                self._add_dead(value)
+            if msg.topic == topics.results:
+                self._add_result(msg.value)
+            elif msg.topic == topics.dead_letters:
+                self._add_dead(msg.value)
             self._pending += 1
             if self._pending >= _COMMIT_EVERY:
                 self._db.commit()
                 self._pending = 0
 
-    def _may_be_ours(self, msg: Message) -> bool:
+    def _may_be_ours(self, msg: ConsumedRecord) -> bool:
         """Skip other jobs' records without decoding them, by header or key where they tell."""
-        job_id = job_of(msg.headers())
+        job_id = msg.job_id
         if job_id is not None:
             return job_id == self.job_id
-        key = msg.key()
+        key = msg.key
         return key is None or b"/" not in key or key.startswith(self._job_prefix)
 
     def _kept(self, record_id: str) -> tuple[int, str | None] | None:

@@ -1,25 +1,25 @@
 """The Kafka edge: the only package that imports confluent_kafka.
 
-Settings, client factories with house defaults, topic creation, produce-and-confirm, batch
-polling, topic reading and the embedded Tansu broker.
+What belongs here: client settings and factories with house defaults, topic creation and
+checks, produce-and-confirm, poll windows and commits, topic reads, transactions, the keyed
+tables (jobs, schedules) and the embedded Tansu broker. It speaks nearline's own types
+(`records.ConsumedRecord`, `records.OutRecord`, `errors.*`); the client handles it makes
+(`clients.Consumer`, `clients.Producer`) are opaque to the rest of the code.
+
+What does not: anything that decodes a record's value or knows what a job is (jobs/, schemas/).
 """
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
-
-from kafka_io.errors import BrokerUnavailableError, DeliveryError, KafkaIOError
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError, DeliveryError, KafkaIOError
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 
 __all__ = [
+    "KAFKA_FAULTS",
     "BrokerUnavailableError",
-    "Consumer",
+    "ConsumedRecord",
     "DeliveryError",
-    "KafkaException",
     "KafkaIOError",
     "KafkaSettings",
-    "Message",
     "OutRecord",
-    "Producer",
-    "SourceRef",
     "Topics",
 ]

@@ -1,4 +1,8 @@
-"""Producer, consumer and admin factories: house defaults, then caller extras, then what must not change."""
+"""Producer, consumer and admin factories: house defaults, then caller extras, then what must not change.
+
+`Consumer` and `Producer` are the client handles these factories make. Outside kafka_io they are
+opaque: held, passed to kafka_io functions and closed with them, never called directly.
+"""
 
 from __future__ import annotations
 
@@ -93,3 +97,8 @@ def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
         raise BrokerUnavailableError(
             f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
         ) from None
+
+
+def close_consumer(consumer: Consumer) -> None:
+    """Leave the group now (its partitions move at once, not after the session timeout) and close."""
+    consumer.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, encode
 
@@ -10,7 +10,7 @@ from schemas import DeadLetter, encode
 def dead_letter(
     stage: str,
     error: Exception,
-    src: SourceRef,
+    src: ConsumedRecord,
     topics: Topics,
     *,
     job_id: str | None = None,

@@ -1,5 +1,7 @@
 """Faults of the infrastructure, as opposed to faults of a record."""
 
+from confluent_kafka import KafkaException
+
 
 class KafkaIOError(RuntimeError):
     """Base of the errors raised at the Kafka edge."""
@@ -19,3 +21,8 @@ class SecuritySettingsError(KafkaIOError):
 
 class TopicConfigError(KafkaIOError):
     """An existing topic whose settings cannot carry what nearline sends it (e.g. a lower record limit)."""
+
+
+# What a caller outside kafka_io catches to mean "Kafka failed": our own errors, and the client's
+# own exception, which any client call (a commit, a metadata query, a fatal consumer event) raises.
+KAFKA_FAULTS: tuple[type[Exception], ...] = (KafkaIOError, KafkaException)

@@ -55,6 +55,12 @@ def offsets_for_time(settings: KafkaSettings, topic: str, timestamp_ms: int, tim
         consumer.close()
 
 
+def offsets_at_time(settings: KafkaSettings, topic: str, timestamp_ms: int) -> dict[int, int]:
+    """Per partition, the first offset at or after `timestamp_ms`, or its end where none is yet."""
+    found = offsets_for_time(settings, topic, timestamp_ms)
+    return {p: found[p] if found.get(p, -1) >= 0 else end for p, end in end_offsets(settings, topic).items()}
+
+
 @dataclass(frozen=True)
 class GroupOffset:
     topic: str

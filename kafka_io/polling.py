@@ -1,4 +1,7 @@
-"""Batch polling: a batch closes at max_batch_size records or max_linger_ms after its first record.
+"""Poll windows: a window closes at `max_records` records or `max_linger_ms` after its first record.
+
+A poll window is what one loop turn takes from Kafka and commits as a whole; it is not the
+executed batch the engine runs (gpu_consumer/batcher.py cuts a window into those).
 
 Also the drain mode (arq's "burst"): stop once every assigned partition has reported EOF. EOF
 comes from the fetch high watermark, which is exact on every broker we run on, unlike
@@ -12,33 +15,22 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
-from kafka_io.records import SourceRef
+from kafka_io.events import TP, take
+from kafka_io.records import ConsumedRecord
 
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
-
-
-def tp_of(msg: Message) -> TP:
-    # topic() and partition() are None only on client-level error events, never on records.
-    return (msg.topic() or "", msg.partition() or 0)
-
-
-def source_of(msg: Message) -> SourceRef:
-    """A consumed record as the pure stages see it."""
-    return SourceRef(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.value() or b"", msg.key())
-
 
 @dataclass(frozen=True)
-class BatchLimits:
-    max_batch_size: int = 32
+class WindowLimits:
+    max_records: int = 256
     max_linger_ms: float = 20.0
 
     def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_records < 1:
+            raise ValueError(f"max_records must be >= 1, got {self.max_records}")
         if self.max_linger_ms < 0:
             raise ValueError(f"max_linger_ms must be >= 0, got {self.max_linger_ms}")
 
@@ -92,52 +84,44 @@ def assign_all(consumer: Consumer, topic: str, partitions: list[int]) -> Assignm
     return assignment
 
 
-def batches(
+def windows(
     consumer: Consumer,
     assignment: Assignment,
-    limits: BatchLimits,
+    limits: WindowLimits,
     *,
     drain: bool = False,
     should_stop: Callable[[], bool] = lambda: False,
     idle_poll_s: float = 0.5,
     tick: Callable[[], None] = lambda: None,
     idle: Callable[[], None] = lambda: None,
-) -> Iterator[list[Message]]:
-    """Yield batches of records. `tick` runs after every poll, also while no record comes (the
+) -> Iterator[list[ConsumedRecord]]:
+    """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
     pipelined worker commits finished windows there); `idle` after a poll that left no record
     waiting, so it may seek without a window half-gathered (the exactly-once worker commits its
     open transaction there, and an abort rewinds)."""
     linger_s = limits.max_linger_ms / 1000.0
-    pending: list[Message] = []
+    pending: list[ConsumedRecord] = []
     first_at = 0.0
     revocations = assignment.revocations
     while True:
         if pending:  # lingering: wait for more until the window is full or its linger is over
             timeout = max(0.0, first_at + linger_s - time.monotonic())
-            polled = consumer.consume(num_messages=limits.max_batch_size - len(pending), timeout=timeout)
+            polled = consumer.consume(num_messages=limits.max_records - len(pending), timeout=timeout)
         else:
             # consume() waits for num_messages or its timeout, so an idle wait with it would hold a
             # small job's first records for the whole idle_poll_s: take what is queued, else
             # wait with poll(), which returns on the first record.
-            polled = consumer.consume(num_messages=limits.max_batch_size, timeout=0)
+            polled = consumer.consume(num_messages=limits.max_records, timeout=0)
             if not polled:
                 first = consumer.poll(idle_poll_s)
                 polled = [first] if first is not None else []
         for msg in polled:
-            tp = tp_of(msg)
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    assignment.at_eof.add(tp)
-                elif err.fatal():
-                    raise KafkaException(err)
-                else:
-                    log.warning("consume: %s", err.str())
+            record = take(msg, assignment.at_eof)
+            if record is None:
                 continue
-            assignment.at_eof.discard(tp)
             if not pending:
                 first_at = time.monotonic()
-            pending.append(msg)
+            pending.append(record)
         tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
@@ -149,7 +133,7 @@ def batches(
         stopping = should_stop()
         if pending and (
             stopping
-            or len(pending) >= limits.max_batch_size
+            or len(pending) >= limits.max_records
             or time.monotonic() >= first_at + linger_s
             or (drain and assignment.caught_up())
         ):
@@ -161,12 +145,12 @@ def batches(
             idle()
 
 
-def window_offsets(batch: list[Message]) -> dict[TP, int]:
-    """The offsets to commit once every output of the batch is stored: last consumed + 1 per partition."""
+def window_offsets(window: list[ConsumedRecord]) -> dict[TP, int]:
+    """The offsets to commit once every output of the window is stored: last consumed + 1 per partition."""
     last: dict[TP, int] = {}
-    for msg in batch:
-        tp = tp_of(msg)
-        last[tp] = max(last.get(tp, -1), msg.offset() or 0)
+    for record in window:
+        tp = (record.topic, record.partition)
+        last[tp] = max(last.get(tp, -1), record.offset)
     return {tp: offset + 1 for tp, offset in last.items()}
 
 
@@ -174,12 +158,12 @@ def topic_partitions(offsets: dict[TP, int]) -> list[TopicPartition]:
     return [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
 
 
-def next_offsets(batch: list[Message]) -> list[TopicPartition]:
-    return topic_partitions(window_offsets(batch))
+def next_offsets(window: list[ConsumedRecord]) -> list[TopicPartition]:
+    return topic_partitions(window_offsets(window))
 
 
-def commit_batch(consumer: Consumer, batch: list[Message]) -> None:
-    commit_offsets(consumer, window_offsets(batch))
+def commit_window(consumer: Consumer, window: list[ConsumedRecord]) -> None:
+    commit_offsets(consumer, window_offsets(window))
 
 
 def commit_offsets(consumer: Consumer, offsets: dict[TP, int]) -> None:

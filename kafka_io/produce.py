@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable
 
@@ -22,6 +23,23 @@ def produce_one(
             return
         except BufferError:  # local queue full: let deliveries drain, then retry
             producer.poll(0.1)
+
+
+def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
+    """Run the delivery callbacks of the reports that have arrived (waiting up to timeout_s for one)."""
+    producer.poll(timeout_s)
+
+
+def flush(producer: Producer, timeout_s: float) -> None:
+    """Wait up to timeout_s for every queued record's delivery report."""
+    producer.flush(timeout_s)
+
+
+def discard(producer: Producer) -> None:
+    """Drop whatever the producer still holds, so a replacement can send it again; a producer
+    that turned fatal may refuse even this, and it is given up either way."""
+    with contextlib.suppress(KafkaException):
+        producer.purge()
 
 
 def send(

@@ -6,11 +6,12 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from kafka_io.clients import make_consumer
 from kafka_io.errors import BrokerUnavailableError
-from kafka_io.polling import tp_of
+from kafka_io.events import TP, take
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
 
@@ -33,29 +34,23 @@ class TopicFollower:
         if not self.partitions:
             raise BrokerUnavailableError(f"none of {topics} exists at {settings.bootstrap_servers}")
         self._consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(self.partitions)])
-        self.at_eof: set[tuple[str, int]] = set()
-        self._next: dict[tuple[str, int], int] = {}  # offset after the last record returned
+        self.at_eof: set[TP] = set()
+        self._next: dict[TP, int] = {}  # offset after the last record returned
 
-    def poll(self, timeout_s: float, max_records: int = 1000) -> list[Message]:
+    def poll(self, timeout_s: float, max_records: int = 1000) -> list[ConsumedRecord]:
         out = []
         for msg in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
-            err = msg.error()
-            tp = tp_of(msg)
-            if err is None:
-                self.at_eof.discard(tp)
-                self._next[tp] = (msg.offset() or 0) + 1
-                out.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                self.at_eof.add(tp)
-            elif err.fatal():
-                raise KafkaException(err)
+            record = take(msg, self.at_eof)
+            if record is not None:
+                self._next[(record.topic, record.partition)] = record.offset + 1
+                out.append(record)
         return out
 
     def caught_up(self) -> bool:
         """At the end as of the last poll; records written since may not be seen yet."""
         return self.at_eof >= self.partitions
 
-    def poll_to_end(self, timeout_s: float = 30.0) -> list[Message]:
+    def poll_to_end(self, timeout_s: float = 30.0) -> list[ConsumedRecord]:
         """Every record written before this call. Unlike caught_up(), which an EOF from before the
         latest write can still satisfy, this asks the broker where each partition ends now.
 
@@ -68,7 +63,7 @@ class TopicFollower:
                 TopicPartition(topic, partition), timeout=timeout_s, cached=False
             )
             ends[(topic, partition)] = (low, high)
-        out: list[Message] = []
+        out: list[ConsumedRecord] = []
         deadline = time.monotonic() + timeout_s
         while any(self._next.get(tp, low) < high for tp, (low, high) in ends.items()):
             if time.monotonic() > deadline:
@@ -88,7 +83,7 @@ class TopicFollower:
         self.close()
 
 
-def read_topics(settings: KafkaSettings, topics: list[str], idle_timeout_s: float = 60.0) -> Iterator[Message]:
+def read_topics(settings: KafkaSettings, topics: list[str], idle_timeout_s: float = 60.0) -> Iterator[ConsumedRecord]:
     """Every record the topics hold now, then stop: the end is each partition's EOF. However long
     the topics are, this fails only when no record comes for `idle_timeout_s` before the end (the
     time the caller spends on each record does not count: the clock restarts at every poll)."""
@@ -115,7 +110,7 @@ def read_range(
     from_ms: int | None = None,
     to_ms: int | None = None,
     idle_timeout_s: float = 60.0,
-) -> Iterator[Message]:
+) -> Iterator[ConsumedRecord]:
     """Records of `topic` from start[partition] until each partition's end, `stop_offset`
     (exclusive) or the first record after `to_ms`, skipping records before `from_ms`. Fails
     only when no record comes for `idle_timeout_s` before the end, as read_topics does."""
@@ -123,6 +118,7 @@ def read_range(
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(start.items())])
         active = set(start)
+        at_eof: set[TP] = set()
         last_record = time.monotonic()
         while active:
             messages = consumer.consume(num_messages=1000, timeout=0.5)
@@ -133,24 +129,19 @@ def read_range(
                     f"reading {topic}: no record for {idle_timeout_s:.0f} s and not at the end"
                 )
             for msg in messages:
-                partition = msg.partition() or 0
-                if partition not in active:
+                if (msg.partition() or 0) not in active:
                     continue
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        active.discard(partition)
-                    elif err.fatal():
-                        raise KafkaException(err)
+                record = take(msg, at_eof)
+                if record is None:
+                    active -= {p for _, p in at_eof}
                     continue
-                timestamp = msg.timestamp()[1]
-                if (stop_offset is not None and (msg.offset() or 0) >= stop_offset) or (
-                    to_ms is not None and timestamp > to_ms
+                if (stop_offset is not None and record.offset >= stop_offset) or (
+                    to_ms is not None and record.timestamp_ms > to_ms
                 ):
-                    active.discard(partition)
-                    consumer.pause([TopicPartition(topic, partition)])
+                    active.discard(record.partition)
+                    consumer.pause([TopicPartition(topic, record.partition)])
                     continue
-                if from_ms is None or timestamp >= from_ms:
-                    yield msg
+                if from_ms is None or record.timestamp_ms >= from_ms:
+                    yield record
     finally:
         consumer.close()

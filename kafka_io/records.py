@@ -1,8 +1,14 @@
-"""What a stage hands to the Kafka edge to produce. Kept free of client imports so pure code can build it."""
+"""Records in and out of the Kafka edge, as nearline's own types: what a stage consumed
+(`ConsumedRecord`) and what it hands back to produce (`OutRecord`), plus the two headers every
+job record carries. Kept free of client imports so pure code can build and read them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+# Headers as either client gives them: confluent's list of pairs, or faust's mapping.
+Headers = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
 
 
 @dataclass(frozen=True)
@@ -13,23 +19,61 @@ class OutRecord:
     headers: list[tuple[str, bytes]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """A record read from a topic with where it came from: enough to process it, dead-letter it
+    or commit past it."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes  # b"" for a tombstone: see `deleted`
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int = 0
+    deleted: bool = False  # a tombstone (null value): the key is gone from a compacted topic
+
+    @property
+    def key_text(self) -> str:
+        return (self.key or b"").decode("utf-8", "replace")
+
+    @property
+    def job_id(self) -> str | None:
+        return job_of(self.headers)
+
+    @property
+    def submission(self) -> int | None:
+        return submission_of(self.headers)
+
+
 def job_record(topic: str, value: bytes, job_id: str, record_id: str, submission: int | None = None) -> OutRecord:
     """A record of a job as every stage writes it: key `job_id/record_id` (readers keep one per key),
     a `job_id` header and, from the submission on, a `submission` header (the submission's
     `submitted_at`, so a resubmitted job id is told apart from its cancelled predecessor);
-    kafka_io.cancellations reads both without decoding the value."""
+    job_of() and submission_of() read them back without decoding the value."""
     headers = [("job_id", job_id.encode())]
     if submission is not None:
         headers.append(("submission", str(submission).encode()))
     return OutRecord(topic, value, f"{job_id}/{record_id}".encode(), headers)
 
 
-@dataclass(frozen=True)
-class SourceRef:
-    """Where a consumed record came from: enough to dead-letter it or commit past it."""
+def _header(headers: Headers | None, name: str) -> bytes | None:
+    # a list is scanned, not made a dict, as this runs for every consumed record
+    if isinstance(headers, Mapping):
+        value = headers.get(name)
+    else:
+        value = next((v for k, v in headers or () if k == name), None)
+    return value if isinstance(value, bytes) else None
 
-    topic: str
-    partition: int
-    offset: int
-    value: bytes
-    key: bytes | None = None
+
+def job_of(headers: Headers | None) -> str | None:
+    """The job id a record carries in its `job_id` header (every stage's output has one)."""
+    value = _header(headers, "job_id")
+    return value.decode() if value is not None else None
+
+
+def submission_of(headers: Headers | None) -> int | None:
+    """The submission (its `submitted_at`) a record carries in its `submission` header; None for
+    records written before submissions were told apart, or with a malformed header."""
+    value = _header(headers, "submission")
+    return int(value) if value is not None and value.isdigit() else None

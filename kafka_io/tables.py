@@ -28,12 +28,10 @@ def read_rows(settings: KafkaSettings, table: TopicSpec) -> dict[str, bytes]:
     ensure_topics(settings, [table])
     rows: dict[str, bytes] = {}
     for msg in read_topics(settings, [table.name]):
-        key = (msg.key() or b"").decode()
-        value = msg.value()
-        if value is None:
-            rows.pop(key, None)
+        if msg.deleted:
+            rows.pop(msg.key_text, None)
         else:
-            rows[key] = value
+            rows[msg.key_text] = msg.value
     return rows
 
 

@@ -1,6 +1,6 @@
 """Exactly-once consume -> process -> produce, with Kafka transactions (KIP-447).
 
-A batch's outputs and its consumed offsets commit in one transaction: readers with
+A window's outputs and its consumed offsets commit in one transaction: readers with
 isolation.level=read_committed (our default) see the outputs exactly when the offsets move, and a
 crash or abort shows them neither. Zombie workers are fenced by the consumer-group metadata sent
 with the offsets, so the transactional id only has to be stable per worker instance.
@@ -14,19 +14,19 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kafka_io.clients import make_producer
-from kafka_io.polling import next_offsets, tp_of
+from kafka_io.polling import next_offsets
 from kafka_io.produce import produce_one
-from kafka_io.records import OutRecord
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
 
 class TransactionAbortedError(RuntimeError):
-    """The batch's transaction was aborted and its records rewound: they will be consumed again."""
+    """The transaction was aborted and its records rewound: they will be consumed again."""
 
 
 def make_transactional_producer(settings: KafkaSettings, transactional_id: str, timeout_s: float = 30.0) -> Producer:
@@ -35,12 +35,12 @@ def make_transactional_producer(settings: KafkaSettings, transactional_id: str, 
     return producer
 
 
-def rewind(consumer: Consumer, batch: list[Message]) -> None:
-    """Seek each partition back to the batch's first offset on it."""
+def rewind(consumer: Consumer, window: list[ConsumedRecord]) -> None:
+    """Seek each partition back to the window's first offset on it."""
     first: dict[tuple[str, int], int] = {}
-    for msg in batch:
-        tp = tp_of(msg)
-        first[tp] = min(first.get(tp, msg.offset() or 0), msg.offset() or 0)
+    for record in window:
+        tp = (record.topic, record.partition)
+        first[tp] = min(first.get(tp, record.offset), record.offset)
     for (topic, partition), offset in first.items():
         consumer.seek(TopicPartition(topic, partition, offset))
 
@@ -56,10 +56,10 @@ class OpenTransaction:
     def __init__(self, producer: Producer, consumer: Consumer, *, max_windows: int, max_age_s: float) -> None:
         self.producer, self.consumer = producer, consumer
         self.max_windows, self.max_age_s = max_windows, max_age_s
-        self.windows: list[list[Message]] = []
+        self.windows: list[list[ConsumedRecord]] = []
         self._opened_at = 0.0
 
-    def add(self, window: list[Message], records: list[OutRecord]) -> None:
+    def add(self, window: list[ConsumedRecord], records: list[OutRecord]) -> None:
         """Produce a window's outputs in the transaction (opened on the first window)."""
         if not self.windows:
             self.producer.begin_transaction()
@@ -82,26 +82,26 @@ class OpenTransaction:
         TransactionAbortedError after an abortable failure: aborted, every window rewound."""
         if not self.windows:
             return 0
-        batch = [m for window in self.windows for m in window]
+        consumed = [r for window in self.windows for r in window]
         try:
             self.producer.send_offsets_to_transaction(
-                next_offsets(batch), self.consumer.consumer_group_metadata(), timeout_s
+                next_offsets(consumed), self.consumer.consumer_group_metadata(), timeout_s
             )
             self.producer.commit_transaction(timeout_s)
         except KafkaException as exc:
             self._abort(exc, timeout_s)
         self.windows = []
-        return len(batch)
+        return len(consumed)
 
     def _abort(self, exc: KafkaException, timeout_s: float = 60.0) -> None:
         error = exc.args[0]
         if not error.txn_requires_abort():
             raise exc  # fatal (fenced) or retriable beyond our patience: the worker exits, Kafka redelivers
-        batch = [m for window in self.windows for m in window]
+        consumed = [r for window in self.windows for r in window]
         log.warning(
             "transaction of %d windows aborted (%s); they will be consumed again", len(self.windows), error.str()
         )
         self.producer.abort_transaction(timeout_s)
-        rewind(self.consumer, batch)
+        rewind(self.consumer, consumed)
         self.windows = []
         raise TransactionAbortedError(error.str()) from exc

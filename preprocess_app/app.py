@@ -19,12 +19,12 @@ from typing import Any
 import faust
 from faust.types.auth import CredentialsT
 
-from kafka_io.cancellations import Cancellations
+from jobs.cancellations import Cancellations
 from kafka_io.clients import check_reachable
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from preprocess_app.image import preprocess_images
@@ -33,7 +33,7 @@ from preprocess_app.text import preprocess_texts
 
 log = logging.getLogger(__name__)
 
-Step = Callable[[Sequence[SourceRef]], list[OutRecord]]
+Step = Callable[[Sequence[ConsumedRecord]], list[OutRecord]]
 
 # faust builds its aiokafka consumer with fetch_max_wait_ms=1500 and no setting to change it. A
 # broker answers a waiting fetch as soon as data arrives only if it wakes fetches on produce; Tansu
@@ -98,7 +98,7 @@ def create_app(
         datadir=str(datadir),
     )
     models = Models(repository)
-    cancellations = Cancellations(settings, topics)
+    cancellations = Cancellations(settings, topics).start()
     # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
     # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
@@ -131,9 +131,9 @@ def create_app(
             await wait_for_gpus()
             try:
                 sources = [
-                    SourceRef(e.message.topic, e.message.partition, e.message.offset, e.message.value, e.message.key)
-                    for e in events
-                    if not cancellations.skips(e.message.headers)  # counted as cancelled
+                    ConsumedRecord(m.topic, m.partition, m.offset, m.value, m.key)
+                    for m in (e.message for e in events)
+                    if not cancellations.skips(m.headers)  # counted as cancelled
                 ]
                 out = await loop.run_in_executor(None, step, sources)
                 new = {r.topic for r in out} - known_topics

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
@@ -110,13 +110,13 @@ Mapper = Callable[[Callable[[bytes], np.ndarray | ImageError], Iterable[bytes]],
 
 
 def preprocess_images(
-    sources: Sequence[SourceRef], models: ModelLookup, topics: Topics, map_fn: Mapper = map
+    sources: Sequence[ConsumedRecord], models: ModelLookup, topics: Topics, map_fn: Mapper = map
 ) -> list[OutRecord]:
     """Decode a batch of raw.image records. A bad image becomes a dead letter with its reason; the
     rest go on. `map_fn` may be a thread pool's map: Pillow releases the GIL while it decodes."""
     started = now_us()
     out: list[OutRecord] = []
-    work: list[tuple[SourceRef, RawImage, ImageSpec, str, str]] = []
+    work: list[tuple[ConsumedRecord, RawImage, ImageSpec, str, str]] = []
     for src in sources:
         raw: RawImage | None = None
         try:
@@ -131,7 +131,7 @@ def preprocess_images(
         assert pixels is not None
         work.append((src, raw, cfg.image, cfg.version, pixels.name))
 
-    def attempt(item: tuple[SourceRef, RawImage, ImageSpec, str, str]) -> np.ndarray | ImageError:
+    def attempt(item: tuple[ConsumedRecord, RawImage, ImageSpec, str, str]) -> np.ndarray | ImageError:
         try:
             return decode_image(item[1].image, item[2])
         except ImageError as exc:

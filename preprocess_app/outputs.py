@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from kafka_io.dead_letters import dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import OutRecord, SourceRef, job_record
+from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
 from schemas import RawImage, RawText, TensorRecord, encode
 
 STAGE = "preprocess"
 
 
-def tensor_out(topics: Topics, record: TensorRecord, src: SourceRef, raw: RawText | RawImage) -> OutRecord:
+def tensor_out(topics: Topics, record: TensorRecord, src: ConsumedRecord, raw: RawText | RawImage) -> OutRecord:
     """The tensor record, or a dead letter when it is over the record limit: the broker would
     refuse it on every redelivery, and the worker must not stop on a record's size."""
     value = encode(record)
@@ -21,7 +21,7 @@ def tensor_out(topics: Topics, record: TensorRecord, src: SourceRef, raw: RawTex
     return job_record(topics.tensors(record.model), value, record.job_id, record.record_id, submission)
 
 
-def dead_out(error: Exception, src: SourceRef, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:
+def dead_out(error: Exception, src: ConsumedRecord, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:
     if raw is None:
         return dead_letter(STAGE, error, src, topics)
     return dead_letter(STAGE, error, src, topics, job_id=raw.job_id, record_id=raw.record_id, model=raw.model)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from kafka_io.records import OutRecord, SourceRef
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
@@ -27,11 +27,11 @@ def tokenize(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> lis
     return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
 
-def preprocess_texts(sources: Sequence[SourceRef], models: ModelLookup, topics: Topics) -> list[OutRecord]:
+def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, topics: Topics) -> list[OutRecord]:
     """Decode, tokenize and re-encode a batch. A record that fails becomes a dead letter; the rest go on."""
     started = now_us()
     out: list[OutRecord] = []
-    by_model: dict[str, list[tuple[SourceRef, RawText]]] = {}
+    by_model: dict[str, list[tuple[ConsumedRecord, RawText]]] = {}
     for src in sources:
         try:
             raw = decode(src.value, RawText)

@@ -5,7 +5,7 @@ import numpy as np
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
-from kafka_io.records import SourceRef
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from tests.tiny_model import TinyModel
@@ -34,12 +34,12 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
         np.array([101, 102]),
     ]
     sources = [
-        SourceRef("ns.tensors.tiny", 0, 0, tensor_record(0, good[0])),
-        SourceRef("ns.tensors.tiny", 0, 1, tensor_record(1, np.array([1.5], dtype=np.float32))),
-        SourceRef("ns.tensors.tiny", 1, 0, tensor_record(2, good[1])),
-        SourceRef("ns.tensors.tiny", 1, 1, tensor_record(3, good[2], model="other")),
-        SourceRef("ns.tensors.tiny", 1, 2, tensor_record(4, good[2])),
-        SourceRef("ns.tensors.tiny", 1, 3, b"\xc3\x01" + b"\x00" * 8),
+        ConsumedRecord("ns.tensors.tiny", 0, 0, tensor_record(0, good[0])),
+        ConsumedRecord("ns.tensors.tiny", 0, 1, tensor_record(1, np.array([1.5], dtype=np.float32))),
+        ConsumedRecord("ns.tensors.tiny", 1, 0, tensor_record(2, good[1])),
+        ConsumedRecord("ns.tensors.tiny", 1, 1, tensor_record(3, good[2], model="other")),
+        ConsumedRecord("ns.tensors.tiny", 1, 2, tensor_record(4, good[2])),
+        ConsumedRecord("ns.tensors.tiny", 1, 3, b"\xc3\x01" + b"\x00" * 8),
     ]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
     policy = BatchPolicy(16, max_padding_waste=None)  # one batch, padded to its longest record
@@ -79,7 +79,7 @@ def test_a_batch_of_only_poison_runs_no_inference(tiny: TinyModel) -> None:
         def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise AssertionError("must not be called")
 
-    out = handle_window([SourceRef("t", 0, 0, b"junk")], Exploding(), tiny.config, Topics(), "w-1")
+    out = handle_window([ConsumedRecord("t", 0, 0, b"junk")], Exploding(), tiny.config, Topics(), "w-1")
     assert [o.topic for o in out] == ["dead.letters"]
 
 
@@ -89,7 +89,7 @@ def test_token_ids_carried_narrow_give_the_results_of_the_graphs_own_dtype(tiny:
     results = {}
     for dtype in ("int64", "int32", "uint16"):
         (out,) = handle_window(
-            [SourceRef("t", 0, 0, tensor_record(0, ids.astype(dtype)))], engine, tiny.config, Topics(), "w-0"
+            [ConsumedRecord("t", 0, 0, tensor_record(0, ids.astype(dtype)))], engine, tiny.config, Topics(), "w-0"
         )
         results[dtype] = decode(out.value, InferenceResult).arrays()["embedding"]
     np.testing.assert_allclose(results["int64"], tiny.expected(ids), rtol=1e-5, atol=1e-6)
@@ -97,7 +97,7 @@ def test_token_ids_carried_narrow_give_the_results_of_the_graphs_own_dtype(tiny:
     np.testing.assert_array_equal(results["int32"], results["int64"])
     # floats are not token ids, whatever their width
     (dead,) = handle_window(
-        [SourceRef("t", 0, 0, tensor_record(0, ids.astype("float32")))], engine, tiny.config, Topics(), "w-0"
+        [ConsumedRecord("t", 0, 0, tensor_record(0, ids.astype("float32")))], engine, tiny.config, Topics(), "w-0"
     )
     assert decode(dead.value, DeadLetter).error_type == "TensorFormatError"
 
@@ -108,7 +108,7 @@ def test_a_shape_whose_product_overflows_int64_is_a_dead_letter_not_a_crash(tiny
     value = encode(TensorRecord("job-h", "r0", 0, "tiny", "1", (huge,), {}, {}))
     good = tensor_record(1, np.array([101, 7592, 102]))
     out = handle_window(
-        [SourceRef("t", 0, 0, value), SourceRef("t", 0, 1, good)],
+        [ConsumedRecord("t", 0, 0, value), ConsumedRecord("t", 0, 1, good)],
         OnnxRuntimeEngine(tiny.config, threads=1),
         tiny.config,
         Topics(),

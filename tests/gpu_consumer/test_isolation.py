@@ -7,7 +7,7 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
-from kafka_io.records import SourceRef
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from tests.tiny_model import TinyModel
@@ -37,10 +37,10 @@ def test_faults_are_not_bisected() -> None:
         bisect(run, list(range(8)))
 
 
-def record(seq: int, ids: list[int]) -> SourceRef:
+def record(seq: int, ids: list[int]) -> ConsumedRecord:
     tensor = Tensor.from_array("input_ids", np.array(ids, dtype=np.int64))
     value = encode(TensorRecord("job-x", f"r{seq}", seq, "tiny", "1", (tensor,), {}, {"submitted": 1}))
-    return SourceRef("ns.tensors.tiny", seq % 2, 100 + seq, value)
+    return ConsumedRecord("ns.tensors.tiny", seq % 2, 100 + seq, value)
 
 
 def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_completes(tiny: TinyModel) -> None:

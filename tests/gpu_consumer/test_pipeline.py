@@ -14,7 +14,7 @@ from gpu_consumer.engine import OnnxRuntimeEngine
 from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.worker import WorkerStats, run
 from kafka_io.clients import make_consumer, make_producer
-from kafka_io.polling import BatchLimits, subscribe
+from kafka_io.polling import WindowLimits, subscribe
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
@@ -43,7 +43,7 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
     done = threading.Event()
 
     def results() -> set[str]:
-        return {(m.key() or b"").decode() for m in read_topics(settings, [topics.results])}
+        return {(m.key or b"").decode() for m in read_topics(settings, [topics.results])}
 
     engines = {name: SlowEngine(tiny.config, threads=1) for name in "ab"}
 
@@ -58,7 +58,7 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
                 engines[name],
                 tiny.config,
                 topics,
-                BatchLimits(32, 20.0),
+                WindowLimits(32, 20.0),
                 BatchPolicy(8),
                 worker_id=name,
                 # not drain: a worker that leaves while the other joins can wedge a Tansu group
@@ -88,10 +88,10 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
     by_record: dict[str, set[str]] = defaultdict(set)
     partition_of: dict[str, int] = {}
     for msg in read_topics(settings, [topics.results]):
-        result = decode(msg.value() or b"", InferenceResult)
+        result = decode(msg.value or b"", InferenceResult)
         by_record[result.record_id].add(result.batch_id.split("-")[0])
     for msg in read_topics(settings, [topics.tensors("tiny")]):
-        partition_of[(msg.key() or b"").decode().split("/")[1]] = msg.partition() or 0
+        partition_of[(msg.key or b"").decode().split("/")[1]] = msg.partition or 0
     assert set(by_record) == {f"r{i}" for i in range(total)}  # nothing lost
     assert stats["a"].records + stats["b"].records >= total
     assert "b" in {w for workers in by_record.values() for w in workers}, f"the rebalance came too late: {stats}"

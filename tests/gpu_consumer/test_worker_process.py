@@ -32,5 +32,5 @@ def test_the_gpu_worker_serves_without_the_scheduler_or_faust_installed(
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    results = [decode(m.value() or b"", InferenceResult) for m in read_topics(settings, [topics.results])]
+    results = [decode(m.value or b"", InferenceResult) for m in read_topics(settings, [topics.results])]
     assert sorted(r.record_id for r in results) == [f"r{i}" for i in range(5)]

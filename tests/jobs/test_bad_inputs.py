@@ -16,7 +16,7 @@ from tests.jobs.pipeline import Pipeline
 
 def raw_image_keys(pipeline: Pipeline) -> list[bytes]:
     ensure_topics(pipeline.settings, [TopicSpec(pipeline.topics.raw_image)])  # an empty topic reads as empty
-    return sorted(m.key() or b"" for m in read_topics(pipeline.settings, [pipeline.topics.raw_image]))
+    return sorted(m.key or b"" for m in read_topics(pipeline.settings, [pipeline.topics.raw_image]))
 
 
 @pytest.mark.timeout(120)

@@ -49,10 +49,10 @@ def test_a_worker_dead_letters_path_names_and_broken_models_and_keeps_serving(
                 assert time.monotonic() < deadline, seen
                 for m in follower.poll(0.5):
                     record: DeadLetter | TensorRecord
-                    if m.topic() == topics.dead_letters:
-                        record = decode(m.value(), DeadLetter)
+                    if m.topic == topics.dead_letters:
+                        record = decode(m.value, DeadLetter)
                     else:
-                        record = decode(m.value(), TensorRecord)
+                        record = decode(m.value, TensorRecord)
                     seen[f"{record.job_id}/{record.record_id}"] = record
         outcome = {k: getattr(v, "error_type", "tensor") for k, v in seen.items()}
         assert outcome == {
@@ -74,7 +74,7 @@ def test_a_worker_dead_letters_path_names_and_broken_models_and_keeps_serving(
     finally:
         pipeline.stop()
     # nothing was written anywhere a path-like name could point to
-    topic_names = {m.topic() for m in read_topics(settings, list(names))}
+    topic_names = {m.topic for m in read_topics(settings, list(names))}
     assert topic_names <= set(names)
 
 

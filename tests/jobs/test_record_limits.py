@@ -63,7 +63,7 @@ def test_outputs_over_the_record_limit_are_capped_dead_letters_and_the_workers_g
     }
     letters = {
         d.record_id: d
-        for d in (decode(m.value(), DeadLetter) for m in read_topics(pipeline.settings, [topics.dead_letters]))
+        for d in (decode(m.value, DeadLetter) for m in read_topics(pipeline.settings, [topics.dead_letters]))
     }
     for rid, original in (("big-raw", big_raw), ("big-tensor", big_tensor)):
         letter = letters[rid]

@@ -193,7 +193,7 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
     copies: dict[str, int] = {}
     for msg in read_topics(pipeline.settings, [pipeline.topics.results]):  # read_committed, not deduplicated
-        copies[msg.key().decode()] = copies.get(msg.key().decode(), 0) + 1
+        copies[msg.key.decode()] = copies.get(msg.key.decode(), 0) + 1
     assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
     assert set(copies.values()) == {1}
 

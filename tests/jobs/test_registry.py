@@ -132,3 +132,21 @@ def test_a_cancelled_job_submitted_again_with_the_same_id_runs_and_counts_only_t
     assert results.returncode == 0, results.stderr
     ids = [json.loads(line)["id"] for line in results.stdout.splitlines()]
     assert len(ids) == len(set(ids)) == 1000
+
+
+def test_jobs_list_and_status_agree_on_a_job_that_is_preprocessed_but_not_inferred(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """Both commands fold the same topics by the same rule: a job whose records are preprocessed
+    (no GPU worker yet) is `running` in both, with the same counts."""
+    pipeline.start("preprocess", "preprocess")
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", example_lines(40))), "--model", "tiny")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    deadline = time.monotonic() + 60
+    while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["counts"]["preprocessed"] < 40:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    listed = [json.loads(line) for line in pipeline.cli("jobs", "list", "--json").stdout.splitlines()]
+    assert status["state"] == "running"
+    assert [j for j in listed if j["job_id"] == job_id] == [status]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kafka_io.clients import make_consumer, make_producer
-from kafka_io.polling import BatchLimits, batches, commit_batch, subscribe
+from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
@@ -37,7 +37,7 @@ def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Pi
     produce_texts(pipeline, topic, [f"text {i}" for i in range(20)])
     by_partition: dict[int, list[str]] = {}
     for msg in read_topics(pipeline.settings, [topic]):
-        by_partition.setdefault(msg.partition(), []).append(msg.key().decode())
+        by_partition.setdefault(msg.partition, []).append(msg.key.decode())
     lines = replay(pipeline, tmp_path, "--topic", topic, "--partition", "1", "--from-offset", "1", "--to-offset", "3")
     assert [(line["partition"], line["offset"]) for line in lines] == [(1, 1), (1, 2)]
     assert [line["record"]["text"] for line in lines] == by_partition[1][1:3]
@@ -63,8 +63,8 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: Pipeline) -> None:
     topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("replay")
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
-    first = next(batches(consumer, subscribe(consumer, [topic]), BatchLimits(5, 5000)))
-    commit_batch(consumer, first)
+    first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+    commit_window(consumer, first)
     consumer.close()
 
     shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)

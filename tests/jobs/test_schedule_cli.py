@@ -56,7 +56,7 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert tick <= registered < tick + timedelta(seconds=20), f"tick {tick}, job registered {registered}"
     assert job.total == 7  # both files of the glob, in one job
     raw = [m for m in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
-    assert sum(1 for m in raw if dict(m.headers() or []).get("job_id") == expected_job.encode()) == 7
+    assert sum(1 for m in raw if dict(m.headers or []).get("job_id") == expected_job.encode()) == 7
 
     logs = [w.log_path.read_text() for w in schedulers]
     assert sum(log.count(f"submitted job {expected_job}") for log in logs) == 1

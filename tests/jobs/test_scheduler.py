@@ -74,7 +74,7 @@ def scheduled_jobs(settings: KafkaSettings, topics: Topics) -> dict[str, Job]:
 
 def raw_records_of(settings: KafkaSettings, topics: Topics, job_id: str) -> int:
     return sum(
-        1 for m in read_topics(settings, [topics.raw_text]) if dict(m.headers() or []).get("job_id") == job_id.encode()
+        1 for m in read_topics(settings, [topics.raw_text]) if dict(m.headers or []).get("job_id") == job_id.encode()
     )
 
 

@@ -12,7 +12,7 @@ from confluent_kafka import TopicPartition
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
-from kafka_io.polling import BatchLimits, assign_all, batches, commit_batch, subscribe
+from kafka_io.polling import WindowLimits, assign_all, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
@@ -34,7 +34,7 @@ def test_topics_are_created_once_at_their_size(settings: KafkaSettings, topics: 
 
 def test_produce_all_confirms_every_record(settings: KafkaSettings, topics: Topics) -> None:
     fill(settings, topics.raw_text, 250)
-    values = sorted(m.value() for m in read_topics(settings, [topics.raw_text]))
+    values = sorted(m.value for m in read_topics(settings, [topics.raw_text]))
     assert values == sorted(f"v{i}".encode() for i in range(250))
 
 
@@ -43,9 +43,9 @@ def test_batches_close_at_size_then_drain_stops_at_the_end(settings: KafkaSettin
     consumer = make_consumer(settings, topics.gpu_group("x"))
     assignment = subscribe(consumer, [topics.raw_text])
     sizes = []
-    for batch in batches(consumer, assignment, BatchLimits(max_batch_size=10, max_linger_ms=2000), drain=True):
+    for batch in windows(consumer, assignment, WindowLimits(max_records=10, max_linger_ms=2000), drain=True):
         sizes.append(len(batch))
-        commit_batch(consumer, batch)
+        commit_window(consumer, batch)
     consumer.close()
     assert sum(sizes) == 45
     assert max(sizes) == 10
@@ -56,7 +56,7 @@ def test_a_partial_batch_closes_after_the_linger(settings: KafkaSettings, topics
     fill(settings, topics.raw_text, 3, partitions=1)
     consumer = make_consumer(settings, topics.gpu_group("x"))
     assignment = subscribe(consumer, [topics.raw_text])
-    it = batches(consumer, assignment, BatchLimits(max_batch_size=100, max_linger_ms=300))
+    it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=300))
     first = next(it)
     consumer.close()
     assert len(first) == 3
@@ -73,7 +73,7 @@ def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the
     got: list[int] = []
 
     def first_window() -> None:
-        it = batches(consumer, assignment, BatchLimits(max_batch_size=100, max_linger_ms=50), idle_poll_s=60)
+        it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=50), idle_poll_s=60)
         got.append(len(next(it)))
 
     worker = threading.Thread(target=first_window, daemon=True)
@@ -93,17 +93,17 @@ def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSetting
     group = topics.gpu_group("resume")
     consumer = make_consumer(settings, group)
     assignment = subscribe(consumer, [topics.raw_text])
-    first = next(batches(consumer, assignment, BatchLimits(max_batch_size=8, max_linger_ms=5000)))
-    commit_batch(consumer, first)
+    first = next(windows(consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000)))
+    commit_window(consumer, first)
     consumer.close()
 
     again = make_consumer(settings, group)
     assignment = subscribe(again, [topics.raw_text])
-    rest = [m for b in batches(again, assignment, BatchLimits(8, 50), drain=True) for m in b]
+    rest = [m for b in windows(again, assignment, WindowLimits(8, 50), drain=True) for m in b]
     committed = again.committed([TopicPartition(topics.raw_text, 0)], timeout=10)
     again.close()
-    assert [m.offset() for m in first] == list(range(8))
-    assert [m.offset() for m in rest] == list(range(8, 20))
+    assert [m.offset for m in first] == list(range(8))
+    assert [m.offset for m in rest] == list(range(8, 20))
     assert committed[0].offset == 8
 
 
@@ -114,14 +114,14 @@ def test_a_sole_consumer_reads_every_partition_without_a_join_and_commits_to_its
     group = topics.gpu_group("sole")
     consumer = make_consumer(settings, group)
     assignment = assign_all(consumer, topics.raw_text, [0, 1, 2])
-    first = next(batches(consumer, assignment, BatchLimits(max_batch_size=12, max_linger_ms=5000)))
-    commit_batch(consumer, first)
+    first = next(windows(consumer, assignment, WindowLimits(max_records=12, max_linger_ms=5000)))
+    commit_window(consumer, first)
     consumer.close()
     # a group member that joins later starts where the sole consumer committed
     again = make_consumer(settings, group)
-    rest = [m for b in batches(again, subscribe(again, [topics.raw_text]), BatchLimits(50, 50), drain=True) for m in b]
+    rest = [m for b in windows(again, subscribe(again, [topics.raw_text]), WindowLimits(50, 50), drain=True) for m in b]
     again.close()
-    seen = sorted(m.value() or b"" for m in [*first, *rest])
+    seen = sorted(m.value or b"" for m in [*first, *rest])
     assert len(first) == 12
     assert seen == sorted(f"v{i}".encode() for i in range(30))  # each record once: nothing lost or repeated
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_io.records import SourceRef
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
@@ -51,7 +51,7 @@ def test_bad_names_and_unloadable_models_are_dead_letters_and_the_batch_goes_on(
     repository = broken_repository(tmp_path / "models")
     topics = Topics("ns")
     models = ["tiny", "tiny/.", str(repository / "tiny"), "badtok", "badcfg", "tiny"]
-    sources = [SourceRef("ns.raw.text", 0, i, raw(i, m)) for i, m in enumerate(models)]
+    sources = [ConsumedRecord("ns.raw.text", 0, i, raw(i, m)) for i, m in enumerate(models)]
     lookup = Models(repository)
     for _ in range(2):  # the broken models fail again, without taking the worker or the batch down
         out = preprocess_texts(sources, lookup, topics)
@@ -74,6 +74,6 @@ def test_bad_names_and_unloadable_models_are_dead_letters_and_the_batch_goes_on(
 def test_an_image_record_naming_a_path_is_a_dead_letter_not_a_topic_name(tmp_path: Path) -> None:
     repository = broken_repository(tmp_path / "models")
     record = encode(RawImage("job-i", "i0", 0, "tiny/.", b"\x89PNG", "image/png", "a.png", 1, {}))
-    (out,) = preprocess_images([SourceRef("ns.raw.image", 0, 0, record)], Models(repository), Topics("ns"))
+    (out,) = preprocess_images([ConsumedRecord("ns.raw.image", 0, 0, record)], Models(repository), Topics("ns"))
     assert out.topic == "ns.dead.letters"
     assert decode(out.value, DeadLetter).error_type == "InvalidModelNameError"

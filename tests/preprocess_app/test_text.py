@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kafka_io.records import SourceRef
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from preprocess_app.models import Models, load_tokenizer
 from preprocess_app.text import preprocess_texts, tokenize
@@ -50,10 +50,10 @@ def test_bad_records_become_dead_letters_and_the_rest_of_the_batch_goes_on(
 ) -> None:
     topics = Topics("ns")
     sources = [
-        SourceRef("ns.raw.text", 0, 10, raw(0, "hello world")),
-        SourceRef("ns.raw.text", 0, 11, b"not avro at all"),
-        SourceRef("ns.raw.text", 1, 12, raw(2, "for a model nobody has", model="nope")),
-        SourceRef("ns.raw.text", 1, 13, raw(3, "goodbye")),
+        ConsumedRecord("ns.raw.text", 0, 10, raw(0, "hello world")),
+        ConsumedRecord("ns.raw.text", 0, 11, b"not avro at all"),
+        ConsumedRecord("ns.raw.text", 1, 12, raw(2, "for a model nobody has", model="nope")),
+        ConsumedRecord("ns.raw.text", 1, 13, raw(3, "goodbye")),
     ]
     out = preprocess_texts(sources, Models(model_repository), topics)
     tensors = [decode(o.value, TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]

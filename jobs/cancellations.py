@@ -1,37 +1,16 @@
-"""Which jobs are cancelled, followed live from the jobs topic by the workers that must skip them."""
+"""Which job submissions are cancelled, followed live from the jobs topic by the workers that must skip them."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
-from kafka_io import Message
 from kafka_io.reading import TopicFollower
+from kafka_io.records import ConsumedRecord, Headers, job_of, submission_of
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Job, SerdeError, decode
 
 log = logging.getLogger(__name__)
-
-
-def _header(headers: Any, name: str) -> bytes | None:
-    # a list is scanned, not made a dict, as this runs for every consumed record
-    value = headers.get(name) if isinstance(headers, dict) else next((v for k, v in headers or () if k == name), None)
-    return value if isinstance(value, bytes) else None
-
-
-def job_of(headers: Any) -> str | None:
-    """The job id a record carries in its `job_id` header (every stage's output has one).
-    `headers` as either client gives them: a list of pairs or a mapping."""
-    value = _header(headers, "job_id")
-    return value.decode() if value is not None else None
-
-
-def submission_of(headers: Any) -> int | None:
-    """The submission (its `submitted_at`) a record carries in its `submission` header; None for
-    records written before submissions were told apart, or with a malformed header."""
-    value = _header(headers, "submission")
-    return int(value) if value is not None and value.isdigit() else None
 
 
 class Cancellations:
@@ -48,13 +27,17 @@ class Cancellations:
         self._cancelled_submissions: dict[str, set[int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="cancellations", daemon=True)
+
+    def start(self) -> Cancellations:
+        """Follow the jobs topic in a background thread until close()."""
         self._thread.start()
+        return self
 
     def is_cancelled(self, job_id: str | None) -> bool:
         """Whether the job's latest submission is cancelled."""
         return job_id is not None and job_id in self._cancelled
 
-    def skips(self, headers: Any) -> bool:
+    def skips(self, headers: Headers | None) -> bool:
         """Whether a record with these headers belongs to a cancelled submission. A record without
         a `submission` header (written before submissions were told apart) follows the job's
         latest registry row, as it always did."""
@@ -68,20 +51,21 @@ class Cancellations:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _follow(self) -> None:
         try:
             with TopicFollower(self._settings, [self._topics.jobs]) as follower:
                 while not self._stop.is_set():
-                    for msg in follower.poll(0.5):
-                        self._apply(msg)
+                    for record in follower.poll(0.5):
+                        self._apply(record)
         except Exception:  # the registry is advisory for workers: never let it take one down
             log.exception("following %s failed; cancellations will not be seen", self._topics.jobs)
 
-    def _apply(self, msg: Message) -> None:
+    def _apply(self, record: ConsumedRecord) -> None:
         try:
-            job = decode(msg.value() or b"", Job)
+            job = decode(record.value, Job)
         except SerdeError:
             return
         if job.cancelled_at is not None:

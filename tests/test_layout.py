@@ -1,0 +1,47 @@
+"""The layout rules a reader relies on, checked over the source tree (house-style: one room per thing)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTSIDE_THE_EDGE = ["schemas", "producers", "preprocess_app", "gpu_consumer", "jobs"]
+# The client handles kafka_io's factories make: held and passed back to kafka_io, never called.
+OPAQUE_HANDLES = {("kafka_io.clients", "Consumer"), ("kafka_io.clients", "Producer")}
+
+
+def modules(packages: list[str]) -> list[Path]:
+    return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
+
+
+def confluent_names_imported(path: Path) -> list[str]:
+    """Every name a module takes from confluent_kafka, directly or through a kafka_io module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "confluent_kafka"]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] == "confluent_kafka":
+                found += [f"{node.module}.{a.name}" for a in node.names]
+            elif node.module.split(".")[0] == "kafka_io":
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    origin = getattr(getattr(module, alias.name, None), "__module__", None) or ""
+                    if origin.split(".")[0] in ("confluent_kafka", "cimpl") and (
+                        (node.module, alias.name) not in OPAQUE_HANDLES
+                    ):
+                        found.append(f"{node.module}.{alias.name} (from {origin})")
+    return found
+
+
+def test_no_module_outside_kafka_io_takes_a_confluent_type() -> None:
+    offenders = {str(p.relative_to(ROOT)): n for p in modules(OUTSIDE_THE_EDGE) if (n := confluent_names_imported(p))}
+    assert offenders == {}
+
+
+def test_the_check_sees_a_confluent_type_taken_through_kafka_io(tmp_path: Path) -> None:
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text("from kafka_io.events import Message\nfrom kafka_io.clients import Producer\n")
+    assert confluent_names_imported(leaky) == ["kafka_io.events.Message (from confluent_kafka.cimpl)"]
