@@ -29,9 +29,9 @@ import numpy as np
 from gpu_consumer.batcher import BatchPolicy, default_window, make_batch, pad_batch, plan_batches
 from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.postprocess import postprocess
-from jobs.local import start_pipeline_workers, stop_all
-from jobs.profile import profile
-from jobs.runner import ensure_model, watch_job
+from jobs.launch.local import start_pipeline_workers, stop_all
+from jobs.launch.runner import ensure_model, watch_job
+from jobs.reports.profile import profile
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics

@@ -38,8 +38,8 @@ from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.device_postprocess import device_steps
 from gpu_consumer.engine import Engine, infer_all, make_engine, measure_cost
 from gpu_consumer.worker import run, serve
-from jobs.local import PREPROCESS_ENV, spawn_worker, stop_all
-from jobs.runner import ensure_model
+from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
+from jobs.launch.runner import ensure_model
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_consumer, make_producer
@@ -51,7 +51,7 @@ from schemas.model_config import ModelConfig, load_model_config
 
 
 @dataclass
-class SimulatedAccelerator:
+class SimulatedAccelerator(Engine):
     """A device that computes each executed batch in per_call_s + rows / rate seconds (at once at
     rate 0), driven as the torch and TensorRT engines drive a GPU stream (cuda_staging.pipelined):
     `infer_many` queues batch n+1 before it waits for batch n's outputs, so the device goes on
@@ -116,7 +116,7 @@ class SimulatedAccelerator:
 
 
 @dataclass
-class TimedEngine:
+class TimedEngine(Engine):
     """Any engine, with the time the worker waits on it: inside `infer`, or inside each step of
     `infer_many` for engines that overlap copies with compute (torch on CUDA)."""
 
@@ -134,16 +134,14 @@ class TimedEngine:
             self.inner.pad_to_bucket,
             self.inner.postprocessed,
         )
-        if hasattr(self.inner, "infer_many"):
-            self.infer_many = self._infer_many
 
     def warmup(self) -> None:
         self.inner.warmup()
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return next(self._infer_many([inputs]))
+        return next(self.infer_many([inputs]))
 
-    def _infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
         batches = list(batches)
         outputs = infer_all(self.inner, batches)
         for inputs in batches:

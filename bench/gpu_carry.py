@@ -95,7 +95,7 @@ def text_part(repository: Path, texts: int) -> None:
     from gpu_consumer.batcher import make_batch
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
-    from jobs.runner import ensure_model
+    from jobs.launch.runner import ensure_model
     from kafka_io.broker import tansu_binary
     from preprocess_app.models import load_tokenizer
     from preprocess_app.text import tokenize
@@ -118,7 +118,7 @@ def text_part(repository: Path, texts: int) -> None:
 def image_part(repository: Path) -> None:
     from gpu_consumer.batcher import make_batch
     from gpu_consumer.engine import OnnxRuntimeEngine
-    from jobs.runner import ensure_model
+    from jobs.launch.runner import ensure_model
     from preprocess_app.image import decode_image
     from tests.image_corpus import real_photos
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs.local import PREPROCESS_ENV
+from jobs.launch.local import PREPROCESS_ENV
 
 ROOT = Path(__file__).parents[1]
 PLAIN_PILLOW = ["pillow==13.0.0", "numpy==2.4.6", "fastavro==1.13.1", "confluent-kafka==2.16.1", "tokenizers==0.22.2"]

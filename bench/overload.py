@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from bench.decoupling import EXAMPLE, machine
-from jobs.local import start_pipeline_workers, stop_all
-from jobs.runner import ensure_model, watch_job
+from jobs.launch.local import start_pipeline_workers, stop_all
+from jobs.launch.runner import ensure_model, watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics

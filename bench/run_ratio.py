@@ -24,8 +24,8 @@ from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.engine import OnnxRuntimeEngine
-from jobs.local import ENV_MODEL_REPOSITORY
-from jobs.runner import ensure_model
+from jobs.launch.local import ENV_MODEL_REPOSITORY
+from jobs.launch.runner import ensure_model
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
 from schemas.model_config import ModelConfig

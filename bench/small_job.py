@@ -21,8 +21,8 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
-from jobs.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, spawn_worker, stop_all
-from jobs.runner import ensure_model
+from jobs.launch.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, spawn_worker, stop_all
+from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 

@@ -35,7 +35,7 @@ class BatchPolicy:
 
 
 def default_window(max_batch_size: int) -> int:
-    """The poll window when --max-queue is not given: more than one executed batch's worth, so
+    """The poll window when --max-window is not given: more than one executed batch's worth, so
     that sorting by length has something to sort."""
     return 8 * max_batch_size
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 import numpy as np
@@ -33,6 +33,12 @@ class Engine(Protocol):
         """Batched graph inputs in, graph outputs by name out."""
         ...
 
+    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+        """Outputs per batch, in order. Engines that can queue the next batch's copy-in while one
+        computes (torch on CUDA, TensorRT) override this; the rest run one batch after another."""
+        for inputs in batches:
+            yield self.infer(inputs)
+
 
 class EngineLoadError(RuntimeError):
     """The engine cannot start: the worker exits and the records stay in Kafka."""
@@ -43,7 +49,7 @@ class EngineLoadError(RuntimeError):
 PREFERRED_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider")
 
 
-class OnnxRuntimeEngine:
+class OnnxRuntimeEngine(Engine):
     name = "onnxruntime"
     pad_to_bucket = False  # dynamic axes: the longest record of the batch is the cheapest width
     postprocessed: tuple[str, ...] = ()
@@ -98,8 +104,7 @@ def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> En
 
 def infer_all(engine: Engine, batches: list[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
     """Outputs per batch; engines that can overlap the next batch's copy-in with compute do."""
-    many = getattr(engine, "infer_many", None)
-    return iter(many(batches)) if many is not None else (engine.infer(b) for b in batches)
+    return iter(engine.infer_many(batches))
 
 
 def measure_cost(engine: Engine, config: ModelConfig) -> CostModel | None:

@@ -20,7 +20,7 @@ import numpy as np
 from gpu_consumer.batcher import warmup_batch
 from gpu_consumer.cuda_staging import Slot, pipelined, torch_dtype
 from gpu_consumer.device_postprocess import apply, device_steps
-from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.engine import Engine, EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for, sha256_of
 from schemas.model_config import ModelConfig
 
@@ -45,7 +45,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("NEARLINE_ENGINE_CACHE", Path.home() / ".cache" / "nearline" / "tensorrt"))
 
 
-class TensorRTEngine:
+class TensorRTEngine(Engine):
     name = "tensorrt"
     postprocessed: tuple[str, ...] = ()
     pad_to_bucket = True  # one profile per bucket: padding to the bucket keeps shapes at the profile opt

@@ -17,7 +17,7 @@ import numpy as np
 
 from gpu_consumer.batcher import warmup_batch
 from gpu_consumer.device_postprocess import apply, device_steps
-from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.engine import Engine, EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, plan_buffers
 from schemas.model_config import ModelConfig
 
@@ -63,7 +63,7 @@ def pad_rows(inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
     return out
 
 
-class TorchEngine:
+class TorchEngine(Engine):
     name = "torch"
 
     def __init__(

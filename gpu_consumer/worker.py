@@ -1,6 +1,6 @@
 """The GPU worker: the batching loop and the commit rule.
 
-    for window in windows(...):        # a poll window: --max-queue records or --max-linger-ms
+    for window in windows(...):        # a poll window: --max-window records or --max-linger-ms
         prepared = prepare(window)     # decode, sort by length, cut into executed batches, pad
         flow.submit(prepared, offsets) # the engine thread runs it; the emit thread produces
         commit()                       # offsets of the longest prefix of windows whose every
@@ -197,7 +197,7 @@ def serve(
     *,
     max_batch_size: int | None = None,
     max_batch_tokens: int | None = None,
-    max_queue: int | None = None,
+    max_window: int | None = None,
     max_linger_ms: float = 20.0,
     engine_kind: str = "auto",
     threads: int = 0,
@@ -221,7 +221,7 @@ def serve(
     policy = policy or BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens)
     if policy.max_batch_size > config.max_batch_size:
         raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
-    limits = WindowLimits(max_queue or default_window(policy.max_batch_size), max_linger_ms)
+    limits = WindowLimits(max_window or default_window(policy.max_batch_size), max_linger_ms)
     engine = engine or make_engine(config, engine_kind, threads)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:

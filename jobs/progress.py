@@ -18,14 +18,18 @@ def format_eta(seconds: float | None) -> str:
 
 @dataclass
 class Progress:
+    """Records done of a total since `started_at`: the one rate and ETA rule of every command that
+    follows a job (run, submit --wait, status --watch)."""
+
     total: int
     started_at: float
     done: int = 0
     failed: int = 0
+    baseline: int = 0  # records already done at started_at (status --watch of a running job)
 
     def rate(self, now: float) -> float:
         elapsed = now - self.started_at
-        return self.done / elapsed if elapsed > 0 else 0.0
+        return (self.done - self.baseline) / elapsed if elapsed > 0 else 0.0
 
     def eta(self, now: float) -> float | None:
         rate = self.rate(now)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from jobs.progress import format_eta
+from jobs.progress import Progress, format_eta
 from jobs.results import JobOutcome
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
@@ -108,8 +108,9 @@ class JobStatus:
             "cancelled": cancelled,
         }
 
-    def to_dict(self, rate: float | None = None) -> dict[str, Any]:
-        remaining = self.job.total - self.done
+    def to_dict(self, progress: Progress | None = None) -> dict[str, Any]:
+        now = time.monotonic()
+        rate = progress.rate(now) if progress is not None else None
         return {
             "job_id": self.job.job_id,
             "model": self.job.model,
@@ -119,20 +120,20 @@ class JobStatus:
             "error": self.job.error,
             "counts": self.counts(),
             "records_per_s": rate,
-            "eta_s": remaining / rate if rate and remaining > 0 else None,
+            "eta_s": progress.eta(now) if progress is not None and self.done < self.job.total else None,
         }
 
-    def line(self, rate: float | None = None) -> str:
+    def line(self, progress: Progress | None = None) -> str:
         if self.job.error is not None:
             return f"{self.job.job_id} failed: {self.job.error}"
         c = self.counts()
-        eta = format_eta(self.job.total and (self.job.total - self.done) / rate if rate else None)
+        now = time.monotonic()
         return (
             f"{self.job.job_id} {self.state.value}: {self.done}/{c['submitted']} done "
             f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
             + (f", cancelled {c['cancelled']}" if c["cancelled"] else "")
             + ")"
-            + (f"  {rate:.1f} rec/s  ETA {eta}" if rate is not None else "")
+            + (f"  {progress.rate(now):.1f} rec/s  ETA {format_eta(progress.eta(now))}" if progress else "")
         )
 
 
@@ -163,23 +164,25 @@ def job_statuses(settings: KafkaSettings, topics: Topics) -> list[JobStatus]:
 
 def watch_status(
     settings: KafkaSettings, topics: Topics, job_id: str, every_s: float = 2.0, timeout_s: float | None = None
-) -> Iterable[tuple[JobStatus, float | None]]:
-    """(status, rate) every `every_s` until the job is completed or cancelled."""
+) -> Iterable[tuple[JobStatus, Progress | None]]:
+    """(status, progress) every `every_s` until the job has ended; progress (rate and ETA) counts
+    from the first report on, so it is None in that first one."""
     status = JobStatus(find_job(settings, topics, job_id))
-    started, first_done = time.monotonic(), None
+    started, progress = time.monotonic(), None
     with TopicFollower(settings, status_topics(topics, status.job)) as follower:
         while True:
             deadline = time.monotonic() + every_s
             while time.monotonic() < deadline:
                 status.add(follower.poll(0.2), topics)
             now = time.monotonic()
-            if first_done is None:
-                first_done = (status.done, now)
-            rate = (status.done - first_done[0]) / (now - first_done[1]) if now > first_done[1] else None
-            if status.state.ended and follower.caught_up():
-                yield status, rate
+            if progress is not None:
+                progress.done = status.done
+            ended = status.state.ended and follower.caught_up()
+            yield status, progress
+            if ended:
                 return
-            yield status, rate or None
+            if progress is None:
+                progress = Progress(status.job.total, now, status.done, baseline=status.done)
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"job {job_id} still {status.state.value} after {timeout_s:.0f} s")
 

@@ -11,7 +11,7 @@ from typing import IO, Any
 import numpy as np
 
 from jobs.output import write_atomically
-from jobs.profile import Timings
+from jobs.reports.profile import Timings
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from jobs.registry import load_jobs
 from jobs.results import dead_seq, dead_submission, version_key, write_jsonl
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
@@ -145,11 +146,13 @@ def write_results(
     out: IO[str],
     *,
     model_version: str | None = None,
-    submission: int | None = None,
     directory: Path | None = None,
 ) -> ResultSpill:
     """Read the job's results and dead letters through a spill, then write them to `out` as JSON
-    Lines in input order; returns the (closed) spill for its counts."""
+    Lines in input order; returns the (closed) spill for its counts. A job id submitted again
+    writes its latest submission's records; an unregistered job id, every record of that id."""
+    job = load_jobs(settings, topics).get(job_id)
+    submission = job.submission if job is not None else None
     with ResultSpill(job_id, model_version, submission, directory) as spill:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
         write_jsonl(spill.ordered(), out)

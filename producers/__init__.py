@@ -1,4 +1,9 @@
-"""Input sources, one module each. Every source yields InputRecord or InputError, in file order."""
+"""Input sources, one module each. Every source yields InputRecord or InputError, in file order.
+
+What belongs here: reading users' files (JSON Lines, plain lines, image folders) with bounds.
+What does not: producing to Kafka or registering jobs (jobs/submit.py), preprocessing
+(preprocess_app/).
+"""
 
 from __future__ import annotations
 

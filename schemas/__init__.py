@@ -1,4 +1,8 @@
-"""The contract between stages: Avro schemas (avro/*.avsc), their records and the serde."""
+"""The contract between stages: Avro schemas (avro/*.avsc), their records and the serde, and the
+model repository's config (model_config.py).
+
+What does not belong here: any I/O with Kafka (kafka_io/) or logic of a stage.
+"""
 
 from schemas.errors import (
     NotSingleObjectError,

@@ -180,6 +180,20 @@ def _spec(d: dict[str, Any]) -> TensorSpec:
     return TensorSpec(d["name"], d["dtype"], tuple(d["dims"]), d.get("role"))
 
 
+def list_models(repository: Path) -> list[tuple[str, str, ModelConfig | ModelUnavailableError]]:
+    """(name, version, config) for every model version in the repository, by name then version; a
+    version whose files cannot be loaded comes with the error instead, so it is found here, not by
+    a job. A folder whose name is not a model name can never be asked for, so it is not listed."""
+    out: list[tuple[str, str, ModelConfig | ModelUnavailableError]] = []
+    for folder in sorted(p for p in repository.iterdir() if p.is_dir() and is_model_name(p.name)):
+        for version in versions(repository, folder.name):
+            try:
+                out.append((folder.name, version, load_model_config(repository, folder.name, version)))
+            except ModelUnavailableError as exc:
+                out.append((folder.name, version, exc))
+    return out
+
+
 def versions(repository: Path, name: str) -> list[str]:
     """Versions of a model that have a config, oldest first (numeric order, like Triton)."""
     folder = repository / name

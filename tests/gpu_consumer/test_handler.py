@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engine import OnnxRuntimeEngine
+from gpu_consumer.engine import Engine, OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
@@ -68,7 +68,7 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
 
 
 def test_a_batch_of_only_poison_runs_no_inference(tiny: TinyModel) -> None:
-    class Exploding:
+    class Exploding(Engine):
         name = "exploding"
         max_batch_size = 16
         pad_to_bucket = False

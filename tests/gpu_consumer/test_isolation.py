@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engine import OnnxRuntimeEngine
+from gpu_consumer.engine import Engine, OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
 from kafka_io.records import ConsumedRecord
@@ -61,7 +61,7 @@ def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_co
 
 
 def test_an_engine_that_fails_on_everything_is_a_fault_not_poison(tiny: TinyModel) -> None:
-    class Broken:
+    class Broken(Engine):
         name = "broken"
         max_batch_size = 16
         pad_to_bucket = False

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.local import ENV_MODEL_REPOSITORY, WorkerProcess, spawn_worker, stop_all
+from jobs.launch.local import ENV_MODEL_REPOSITORY, WorkerProcess, spawn_worker, stop_all
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from jobs.runner import watch_job
+from jobs.launch.runner import watch_job
 from kafka_io.reading import read_topics
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, submit, write_jsonl

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.local import start_pipeline_workers, stop_all
-from jobs.runner import watch_job
+from jobs.launch.local import start_pipeline_workers, stop_all
+from jobs.launch.runner import watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics

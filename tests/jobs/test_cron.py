@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.cron import ScheduleSpecError, check_spec, next_tick, plan_ticks, tick_job_id, ticks_after
+from jobs.scheduling.cron import ScheduleSpecError, check_spec, next_tick, plan_ticks, tick_job_id, ticks_after
 
 T0 = datetime(2026, 11, 29, 10, 0, 30, tzinfo=UTC)  # half a minute past a per-minute tick
 GRACE = timedelta(seconds=30)

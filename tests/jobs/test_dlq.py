@@ -8,8 +8,8 @@ import time
 import uuid
 from pathlib import Path
 
+from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
-from jobs.runner import watch_job
 from schemas import RawText, decode
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, write_jsonl

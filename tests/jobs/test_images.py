@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.runner import watch_job
+from jobs.launch.runner import watch_job
 from preprocess_app.image import decode_image
 from schemas.model_config import ImageSpec, ModelConfig
 from tests.image_corpus import bad_and_odd_images, real_photos

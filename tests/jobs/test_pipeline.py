@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jobs.launch.runner import watch_job
 from jobs.results import JobOutcome, read_outcome
-from jobs.runner import watch_job
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower, read_topics

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs.plots import Bar, bar_chart, histogram_bars, log_ticks, nice_step, ticks
 from jobs.registry import JobStatus
-from jobs.report import render, stage_latencies_ms, throughput
+from jobs.reports.plots import Bar, bar_chart, histogram_bars, log_ticks, nice_step, ticks
+from jobs.reports.report import render, stage_latencies_ms, throughput
 from schemas import DeadLetter, Job
 from tests.jobs.test_profile import result
 

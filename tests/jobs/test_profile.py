@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.profile import Timings, busy_time_us, profile
+from jobs.reports.profile import Timings, busy_time_us, profile
 from schemas import InferenceResult
 
 

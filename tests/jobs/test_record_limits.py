@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.runner import watch_job
+from jobs.launch.runner import watch_job
 from kafka_io.clients import make_producer
 from kafka_io.limits import MAX_RECORD_BYTES, MAX_VALUE_BYTES
 from kafka_io.produce import produce_all

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.launch.runner import watch_job
 from jobs.results import JobOutcome
-from jobs.runner import watch_job
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower, read_topics
 from tests.image_corpus import real_photos

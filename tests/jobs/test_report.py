@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from jobs.report import BATCH_COLOR, INFERRED_COLOR, LATENCY_COLOR, PREPROCESSED_COLOR
+from jobs.reports.report import BATCH_COLOR, INFERRED_COLOR, LATENCY_COLOR, PREPROCESSED_COLOR
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, write_jsonl
 from tests.tiny_model import TinyModel

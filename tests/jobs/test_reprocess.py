@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.runner import watch_job
+from jobs.launch.runner import watch_job
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
 from tests.tiny_model import build_tiny_model

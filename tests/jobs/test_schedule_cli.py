@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cron import tick_job_id
 from jobs.registry import load_jobs
+from jobs.scheduling.cron import tick_job_id
 from kafka_io.reading import read_topics
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, write_jsonl

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from jobs.cron import to_us
 from jobs.registry import JobStatus, load_jobs
-from jobs.scheduler import Scheduler, SchedulerConfig
-from jobs.schedules import (
+from jobs.scheduling.cron import to_us
+from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+from jobs.scheduling.schedules import (
     TickClaims,
     add_schedule,
     describe,
@@ -283,17 +283,17 @@ def test_an_unexpected_error_in_one_schedule_fails_its_tick_and_never_stops_the_
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import jobs.scheduler
+    import jobs.scheduling.scheduler
 
     broken = write_jsonl(tmp_path / "broken.jsonl", example_lines(2))
-    real_submit = jobs.scheduler.submit
+    real_submit = jobs.scheduling.scheduler.submit
 
     def submit_with_a_bug(settings: KafkaSettings, topics: Topics, source: Any, *args: Any, **kwargs: Any) -> Any:
         if source.path == broken:
             raise TypeError("a bug met only on this input")
         return real_submit(settings, topics, source, *args, **kwargs)
 
-    monkeypatch.setattr(jobs.scheduler, "submit", submit_with_a_bug)
+    monkeypatch.setattr(jobs.scheduling.scheduler, "submit", submit_with_a_bug)
     add(settings, topics, broken, name="broken")
     add(settings, topics, text_input, name="fine")
     events: list[str] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from jobs.local import spawn_worker, stop_all
+from jobs.launch.local import spawn_worker, stop_all
 from kafka_io.settings import KafkaSettings, Topics
 from tests.tiny_model import TinyModel
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli_options import HOME, batch_options, cluster_options, repository_option, require_servers
+from jobs.cli.options import HOME, batch_options, cluster_options, repository_option, require_servers
 from kafka_io.settings import ENV_BOOTSTRAP, Topics
 
 
@@ -110,7 +110,7 @@ def worker_gpu(
     sole_consumer: bool,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
-    max_queue: int | None,
+    max_window: int | None,
     max_linger_ms: float,
     bootstrap_servers: str,
     namespace: str,
@@ -127,7 +127,7 @@ def worker_gpu(
         model,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
-        max_queue=max_queue,
+        max_window=max_window,
         max_linger_ms=max_linger_ms,
         engine_kind=engine,
         threads=threads,
@@ -160,7 +160,7 @@ def worker_scheduler(
     import threading
     from datetime import UTC, datetime, timedelta
 
-    from jobs.scheduler import Scheduler, SchedulerConfig
+    from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
     from kafka_io.clients import check_reachable
 
     settings = require_servers(bootstrap_servers)
@@ -237,17 +237,13 @@ def models_prepare(name: str, model_repository: Path) -> None:
 @repository_option
 def models_list(model_repository: Path) -> None:
     """Models and versions in the repository."""
-    from schemas.model_config import ModelUnavailableError, is_model_name, load_model_config, versions
+    from schemas.model_config import list_models
 
     if not model_repository.is_dir():
         click.echo(f"{model_repository} does not exist; try `nearline models prepare minilm`", err=True)
         return
-    # a folder whose name is not a model name can never be asked for, so it is not a model
-    for folder in sorted(p for p in model_repository.iterdir() if p.is_dir() and is_model_name(p.name)):
-        for version in versions(model_repository, folder.name):
-            try:
-                config = load_model_config(model_repository, folder.name, version)
-            except ModelUnavailableError as exc:  # listed, so the broken one is found here, not by a job
-                click.echo(f"{folder.name}\t{version}\tunavailable\t{exc}")
-                continue
+    for name, version, config in list_models(model_repository):
+        if isinstance(config, Exception):
+            click.echo(f"{name}\t{version}\tunavailable\t{config}")
+        else:
             click.echo(f"{config.name}\t{config.version}\t{config.task}\t{config.source}")

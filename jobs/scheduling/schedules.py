@@ -1,6 +1,6 @@
 """Schedules as data: rows of the compacted `schedules` topic, and the tick claims beside them.
 
-`nearline schedule add|pause|resume|rm` write here; the scheduler process (jobs/scheduler.py)
+`nearline schedule add|pause|resume|rm` write here; the scheduler process (jobs/scheduling/scheduler.py)
 follows the same topics. Nothing lives on a local disk, so a schedule survives any restart.
 """
 
@@ -10,21 +10,14 @@ import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from jobs.cron import Misfire, check_spec, from_us, next_tick
+from jobs.scheduling.cron import Misfire, check_spec, from_us, next_tick
+from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
 from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 from schemas.model_config import check_model_name
-
-
-class ScheduleNotFoundError(LookupError):
-    pass
-
-
-class ScheduleExistsError(ValueError):
-    pass
 
 
 def absolute_input(pattern: str) -> str:
@@ -42,7 +35,7 @@ def new_schedule(
     at_us: int | None = None,
 ) -> Schedule:
     if not name or "/" in name or "@" in name or name != name.strip():
-        raise ValueError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
+        raise ScheduleSpecError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
     check_spec(cron, timezone, misfire)
     check_model_name(model)
     now = at_us if at_us is not None else now_us()

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from jobs.exit_codes import ExitCode
-from jobs.local import ENV_MODEL_REPOSITORY
+from jobs.launch.local import ENV_MODEL_REPOSITORY
 from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError
 from kafka_io.errors import BrokerUnavailableError
@@ -52,6 +52,7 @@ class NearlineGroup(click.Group):
         from gpu_consumer.export import ExportUnavailableError
         from gpu_consumer.isolation import EngineFault
         from jobs.registry import JobNotFoundError
+        from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
         from kafka_io.errors import SecuritySettingsError, TopicConfigError
 
         try:
@@ -66,7 +67,13 @@ class NearlineGroup(click.Group):
                 err=True,
             )
             ctx.exit(ExitCode.INVALID_INPUT)
-        except (InvalidModelNameError, SecuritySettingsError, TopicConfigError) as exc:
+        except (
+            InvalidModelNameError,
+            SecuritySettingsError,
+            TopicConfigError,
+            ScheduleSpecError,
+            ScheduleExistsError,
+        ) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.USAGE)
         except (
@@ -84,7 +91,7 @@ class NearlineGroup(click.Group):
         except EngineFault as exc:
             click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
             ctx.exit(ExitCode.FAILED)
-        except JobNotFoundError as exc:
+        except (JobNotFoundError, ScheduleNotFoundError) as exc:
             click.echo(f"error: {exc.args[0]}", err=True)
             ctx.exit(ExitCode.FAILED)
 
@@ -134,11 +141,14 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         help="Close a poll window this long after its first record, even if not full.",
     )(f)
     f = click.option(
-        "--max-queue",
+        "--max-window",
+        "--max-queue",  # its old name
+        "max_window",
         type=int,
         default=None,
         show_envvar=True,
-        help="Records polled per window, sorted by length and cut into batches [default: 8 x max-batch-size].",
+        help="Records per poll window (what is consumed and committed together), sorted by length and cut "
+        "into executed batches [default: 8 x max-batch-size].",
     )(f)
     f = click.option(
         "--max-batch-tokens",

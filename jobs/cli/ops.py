@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli_options import cluster_options, repository_option, require_servers
+from jobs.cli.options import cluster_options, repository_option, require_servers
 from jobs.exit_codes import ExitCode
 from kafka_io.settings import Topics
 

@@ -11,9 +11,9 @@ from html import escape
 
 import numpy as np
 
-from jobs.plots import Bar, bar_chart, histogram_bars, nice_step
-from jobs.profile import MISSING, Profile, Timings, as_timings, profile, stage_samples_us
 from jobs.registry import JobStatus
+from jobs.reports.plots import Bar, bar_chart, histogram_bars, nice_step
+from jobs.reports.profile import MISSING, Profile, Timings, as_timings, profile, stage_samples_us
 from schemas import InferenceResult
 
 INFERRED_COLOR = "#4c78a8"

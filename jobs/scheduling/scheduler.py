@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from jobs.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.registry import load_jobs, register
-from jobs.schedules import TickClaims
+from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
+from jobs.scheduling.schedules import TickClaims
 from jobs.submit import JobInput, submit
 from kafka_io.clients import Producer, make_producer
 from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError

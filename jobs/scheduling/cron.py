@@ -14,12 +14,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from jobs.scheduling.errors import ScheduleSpecError
+
 Misfire = Literal["skip", "catch-up"]
 MISFIRE_POLICIES: tuple[Misfire, ...] = ("skip", "catch-up")
-
-
-class ScheduleSpecError(ValueError):
-    """A cron expression, time zone or misfire policy that cannot be used."""
 
 
 def check_spec(cron: str, timezone: str, misfire: str) -> None:

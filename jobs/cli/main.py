@@ -1,7 +1,5 @@
-"""The `nearline` command line. Every option is also an environment variable (shown in --help).
-
-Commands for jobs live here; workers, broker and models in cli_workers.py; replay, offsets, dlq
-and reprocess in cli_ops.py; shared options in cli_options.py."""
+"""The root `nearline` group and the job commands: run, submit, status, jobs, cancel, results,
+profile, report, produce. Every option is also an environment variable (shown in --help)."""
 
 from __future__ import annotations
 
@@ -12,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from jobs import cli_ops, cli_workers
-from jobs.cli_options import (
+from jobs.cli import ops, workers
+from jobs.cli.options import (
     NearlineGroup,
     batch_args,
     batch_options,
@@ -33,7 +31,7 @@ from kafka_io.settings import Topics
     cls=NearlineGroup,
     context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True},
     # croniter (and the pytz it imports) belong to schedules only: workers must start without them
-    lazy={"schedule": "jobs.cli_schedule:schedule"},
+    lazy={"schedule": "jobs.cli.schedule:schedule"},
 )
 @click.option(
     "--log-level",
@@ -77,7 +75,7 @@ def run(
     follow_symlinks: bool,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
-    max_queue: int | None,
+    max_window: int | None,
     max_linger_ms: float,
     bootstrap_servers: str,
     namespace: str,
@@ -92,16 +90,16 @@ def run(
     Example:
       nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
     """
+    from jobs.launch.runner import run_job
+    from jobs.launch.signals import Terminated, terminate_like_interrupt
     from jobs.results import write_outcome
-    from jobs.runner import run_job
-    from jobs.signals import Terminated, terminate_like_interrupt
 
     if output is not None:
         _check_output(output)
     worker_args = batch_args(
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
-        max_queue=max_queue,
+        max_window=max_window,
         max_linger_ms=max_linger_ms,
     )
     try:
@@ -226,8 +224,8 @@ def submit_cmd(
     click.echo(f"submitted {report.submitted} records", err=True)
     click.echo(report.job_id)
     if wait:
+        from jobs.launch.runner import watch_job, worker_liveness
         from jobs.liveness import JobWaitError
-        from jobs.runner import watch_job, worker_liveness
 
         settings, topics = require_servers(bootstrap_servers), Topics(namespace)
         try:
@@ -291,8 +289,8 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
         status = job_status(settings, topics, job_id)
         click.echo(json.dumps(status.to_dict()) if as_json else status.line())
         return
-    for status, rate in watch_status(settings, topics, job_id):
-        click.echo(json.dumps(status.to_dict(rate)) if as_json else status.line(rate))
+    for status, progress in watch_status(settings, topics, job_id):
+        click.echo(json.dumps(status.to_dict(progress)) if as_json else status.line(progress))
 
 
 @cli.command(name="cancel")
@@ -317,14 +315,11 @@ def results(
     """Write a job's results as JSON Lines in input order, one line per record.
 
     Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory."""
-    from jobs.registry import load_jobs
     from jobs.spill import write_results
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    job = load_jobs(settings, topics).get(job_id)
-    submission = job.submission if job is not None else None  # a job id submitted again: its latest submission
     with output.open("w", encoding="utf-8") if output is not None else contextlib.nullcontext(sys.stdout) as out:
-        spill = write_results(settings, topics, job_id, out, model_version=model_version, submission=submission)
+        spill = write_results(settings, topics, job_id, out, model_version=model_version)
     click.echo(
         f"{spill.results} results, {spill.dead} dead letters"
         + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),
@@ -342,7 +337,7 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     """Latency per stage (p50/p95/p99), the bottleneck and the engine busy fraction of a job."""
     import json
 
-    from jobs.profile import profile
+    from jobs.reports.profile import profile
     from jobs.results import read_outcome
 
     outcome = read_outcome(
@@ -371,7 +366,7 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
 def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
     """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
     from jobs.registry import job_status
-    from jobs.report import render
+    from jobs.reports.report import render
 
     status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
     path = output or Path(f"{job_id}.html")
@@ -419,20 +414,16 @@ def produce(
 
 # The other command modules define their commands standalone; the root group gathers them here.
 for _command in (
-    cli_workers.worker,
-    cli_workers.broker,
-    cli_workers.models,
-    cli_ops.reprocess_cmd,
-    cli_ops.replay_cmd,
-    cli_ops.offsets,
-    cli_ops.dlq,
+    workers.worker,
+    workers.broker,
+    workers.models,
+    ops.reprocess_cmd,
+    ops.replay_cmd,
+    ops.offsets,
+    ops.dlq,
 ):
     cli.add_command(_command)
 
 
 def main() -> None:
     cli()
-
-
-if __name__ == "__main__":
-    main()

@@ -12,8 +12,8 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
-from jobs.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.progress import Progress, Summary
 from jobs.results import JobOutcome
 from jobs.submit import InvalidInputError, JobInput, SubmitReport, pipeline_topics, submit
@@ -89,7 +89,7 @@ def watch_job(
     except JobWaitError as exc:
         exc.outcome = outcome
         raise
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into one by jobs.signals
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into one by jobs.launch.signals
         signum = getattr(exc, "signum", signal.SIGINT)
         raise JobInterrupted(
             f"stopped by {signal.Signals(signum).name} with {outcome.done} of {total} records done",

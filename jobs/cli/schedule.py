@@ -1,6 +1,6 @@
 """`nearline schedule add|list|pause|resume|rm`: recurring jobs, stored in the `schedules` topic.
 
-The jobs themselves are submitted by `nearline worker scheduler` (jobs/scheduler.py)."""
+The jobs themselves are submitted by `nearline worker scheduler` (jobs/scheduling/scheduler.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from typing import Any, TypeVar
 
 import click
 
-from jobs.cli_options import cluster_options, require_servers
-from jobs.cron import MISFIRE_POLICIES, next_tick
-from jobs.exit_codes import ExitCode
-from jobs.schedules import (
-    ScheduleNotFoundError,
+from jobs.cli.options import cluster_options, require_servers
+from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
+from jobs.scheduling.schedules import (
     add_schedule,
     describe,
     new_schedule,
@@ -25,14 +23,6 @@ from jobs.schedules import (
 from kafka_io.settings import KafkaSettings, Topics
 
 T = TypeVar("T")
-
-
-def _user_errors(action: Callable[[], T]) -> T:
-    try:
-        return action()
-    except (ValueError, ScheduleNotFoundError) as exc:  # ScheduleSpecError and ScheduleExistsError included
-        click.echo(f"error: {exc.args[0] if exc.args else exc}", err=True)
-        raise SystemExit(ExitCode.USAGE if isinstance(exc, ValueError) else ExitCode.FAILED) from None
 
 
 @click.group(name="schedule")
@@ -67,8 +57,8 @@ def schedule_add(
 ) -> None:
     """Add a schedule; it runs from its next tick on."""
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    created = _user_errors(lambda: new_schedule(name, cron, input_pattern, model, timezone, misfire))  # type: ignore[arg-type]
-    _user_errors(lambda: add_schedule(settings, topics, created, replace_existing))
+    created = new_schedule(name, cron, input_pattern, model, timezone, misfire)  # type: ignore[arg-type]
+    add_schedule(settings, topics, created, replace_existing)
     first = next_tick(created.cron, created.timezone, datetime.now(UTC))
     click.echo(f"schedule {name} added; next tick {first:%Y-%m-%d %H:%M %Z}", err=True)
 
@@ -99,7 +89,7 @@ def _named_command(
     @cluster_options
     def command(name: str, bootstrap_servers: str, namespace: str) -> None:
         settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-        _user_errors(lambda: action(settings, topics, name))
+        action(settings, topics, name)
         click.echo(f"schedule {name} {done}", err=True)
 
 
