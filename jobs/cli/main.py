@@ -254,29 +254,29 @@ def jobs_group() -> None:
 
 
 @jobs_group.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of the objects `status --json` prints.")
 @cluster_options
 def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
-    """Every registered job with its state and progress, oldest first (--json: one object per line)."""
+    """Every registered job with its state and progress, oldest first."""
     import json
 
     from jobs.registry import job_statuses
 
-    for status in job_statuses(require_servers(bootstrap_servers), Topics(namespace)):
-        if as_json:
-            click.echo(json.dumps(status.to_dict()))
-        else:
-            schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
-            click.echo(
-                f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t"
-                f"{status.done}/{status.job.total}{schedule}"
-            )
+    statuses = job_statuses(require_servers(bootstrap_servers), Topics(namespace))
+    if as_json:
+        click.echo(json.dumps([status.to_dict() for status in statuses], indent=2))
+        return
+    for status in statuses:
+        schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
+        click.echo(
+            f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t{status.done}/{status.job.total}{schedule}"
+        )
 
 
 @cli.command(name="status")
 @click.argument("job_id")
 @click.option("--watch", is_flag=True, help="Refresh until the job ends, with rate and ETA.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object; with --watch, one per refresh (JSON Lines).")
 @cluster_options
 def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """A job's state and per-stage counts (submitted, preprocessed, inferred, dead-lettered)."""
@@ -331,7 +331,7 @@ def results(
 
 @cli.command(name="profile")
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 @cluster_options
 def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """Latency per stage (p50/p95/p99), the bottleneck and the engine busy fraction of a job."""

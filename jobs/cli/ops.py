@@ -179,7 +179,7 @@ def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @dlq.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, an object per dead letter.")
 @_dlq_filters
 def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str) -> None:
     """One line per dead letter: id (PARTITION:OFFSET), stage, error, job and record."""
@@ -188,10 +188,10 @@ def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_ser
     from jobs.dlq import entries, select
 
     chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), job_id=job_id, stage=stage)
-    for e in chosen:
-        if as_json:
-            click.echo(json.dumps(e.summary()))
-        else:
+    if as_json:
+        click.echo(json.dumps([e.summary() for e in chosen], indent=2))
+    else:
+        for e in chosen:
             d = e.letter
             click.echo(f"{e.id}\t{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
     click.echo(f"{len(chosen)} dead letters", err=True)
@@ -201,7 +201,8 @@ def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_ser
 @click.argument("ids", nargs=-1, required=True, metavar="PARTITION:OFFSET...")
 @cluster_options
 def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> None:
-    """Everything about some dead letters, the payload included (base64), as JSON lines."""
+    """Everything about some dead letters, the payload included (base64): JSON Lines, one object
+    per dead letter, so a large payload streams instead of being held in one array."""
     import json
 
     from jobs.dlq import entries, select

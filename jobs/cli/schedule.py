@@ -64,19 +64,21 @@ def schedule_add(
 
 
 @schedule.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array, an object per schedule.")
 @cluster_options
 def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """Every schedule with its state, next tick and last job."""
-    for view in describe(require_servers(bootstrap_servers), Topics(namespace), datetime.now(UTC)):
-        row: dict[str, Any] = view.to_dict()
-        if as_json:
-            click.echo(json.dumps(row))
-        else:
-            click.echo(
-                f"{row['name']}\t{row['cron']} ({row['timezone']})\t{row['state']}\t"
-                f"next {row['next_tick'] or '-'}\tlast job {row['last_job_id'] or '-'}\t{row['model']}\t{row['input']}"
-            )
+    rows: list[dict[str, Any]] = [
+        view.to_dict() for view in describe(require_servers(bootstrap_servers), Topics(namespace), datetime.now(UTC))
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(
+            f"{row['name']}\t{row['cron']} ({row['timezone']})\t{row['state']}\t"
+            f"next {row['next_tick'] or '-'}\tlast job {row['last_job_id'] or '-'}\t{row['model']}\t{row['input']}"
+        )
 
 
 def _named_command(

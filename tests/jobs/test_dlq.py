@@ -33,7 +33,7 @@ def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(
 
     listed = pipeline.cli("dlq", "list", "--job", "job-dlq", "--json")
     assert listed.returncode == 0, listed.stderr
-    entries = [json.loads(line) for line in listed.stdout.splitlines()]
+    entries = json.loads(listed.stdout)
     assert sorted(e["record_id"] for e in entries) == sorted(r["id"] for r in rows)
     assert {(e["stage"], e["error_type"]) for e in entries} == {("preprocess", "ModelNotFoundError")}
     assert all(e["source"].startswith(pipeline.topics.raw_text + "/") for e in entries)

@@ -36,7 +36,7 @@ def test_a_job_is_listed_watched_and_waited_for(pipeline: Pipeline, tiny: TinyMo
         "dead_lettered": 0,
         "cancelled": 0,
     }
-    listed = [json.loads(line) for line in pipeline.cli("jobs", "list", "--json").stdout.splitlines()]
+    listed = json.loads(pipeline.cli("jobs", "list", "--json").stdout)
     assert [(j["job_id"], j["state"], j["counts"]["inferred"]) for j in listed] == [(job_id, "completed", 300)]
     assert pipeline.cli("status", "job-nope").returncode == 1
 
@@ -147,6 +147,6 @@ def test_jobs_list_and_status_agree_on_a_job_that_is_preprocessed_but_not_inferr
     while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["counts"]["preprocessed"] < 40:
         assert time.monotonic() < deadline, status
         time.sleep(0.5)
-    listed = [json.loads(line) for line in pipeline.cli("jobs", "list", "--json").stdout.splitlines()]
+    listed = json.loads(pipeline.cli("jobs", "list", "--json").stdout)
     assert status["state"] == "running"
     assert [j for j in listed if j["job_id"] == job_id] == [status]

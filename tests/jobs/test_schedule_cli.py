@@ -35,7 +35,7 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     bad = pipeline.cli("schedule", "add", "typo", "--cron", "* * *", "--input", "x", "--model", "tiny")
     assert bad.returncode == 2 and "five fields" in bad.stderr
 
-    [listed] = [json.loads(line) for line in pipeline.cli("schedule", "list", "--json").stdout.splitlines()]
+    [listed] = json.loads(pipeline.cli("schedule", "list", "--json").stdout)
     assert (listed["name"], listed["state"]) == ("every-minute", "active")
     # the first whole minute after the schedule was added (which may have passed by now)
     added_at = datetime.fromisoformat(listed["active_since"])
@@ -65,10 +65,10 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert f"{expected_job}\ttiny\tsubmitted\t0/7\tschedule every-minute" in listed_jobs
 
     assert pipeline.cli("schedule", "pause", "every-minute").returncode == 0
-    paused = json.loads(pipeline.cli("schedule", "list", "--json").stdout)
+    [paused] = json.loads(pipeline.cli("schedule", "list", "--json").stdout)
     assert (paused["state"], paused["next_tick"], paused["last_job_id"]) == ("paused", None, expected_job)
     assert pipeline.cli("schedule", "resume", "every-minute").returncode == 0
-    assert json.loads(pipeline.cli("schedule", "list", "--json").stdout)["state"] == "active"
+    assert json.loads(pipeline.cli("schedule", "list", "--json").stdout)[0]["state"] == "active"
     assert pipeline.cli("schedule", "rm", "every-minute").returncode == 0
     assert pipeline.cli("schedule", "list").stdout == ""
     missing = pipeline.cli("schedule", "pause", "every-minute")
