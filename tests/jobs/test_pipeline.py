@@ -89,7 +89,7 @@ def test_a_malformed_file_is_rejected_with_file_and_line_and_nothing_is_produced
     skipped = pipeline.cli("submit", str(bad), "--model", "tiny", "--skip-invalid")
     assert skipped.returncode == 0, skipped.stderr
     assert f"skipped: {bad}:2: invalid JSON" in skipped.stderr
-    records = [decode(m.value(), RawText) for m in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
+    records = [decode(m.value, RawText) for m in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
     assert [(r.job_id, r.record_id) for r in records] == [(skipped.stdout.strip(), "a")]
 
 
@@ -147,7 +147,7 @@ def test_poison_records_are_dead_lettered_while_the_rest_complete(
         "wrong-dtype": ("inference", "TensorFormatError"),
         "wrong-shape": ("inference", "TensorFormatError"),
     }
-    letters = [decode(m.value(), DeadLetter) for m in read_topics(pipeline.settings, [topics.dead_letters])]
+    letters = [decode(m.value, DeadLetter) for m in read_topics(pipeline.settings, [topics.dead_letters])]
     unattributed = sorted(d.error_type for d in letters if d.job_id is None)
     assert unattributed == ["NotSingleObjectError", "TruncatedRecordError", "UnknownSchemaError"]
     assert any(d.payload.startswith(b"\x00garbage") for d in letters)
