@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobs.launch.runner import watch_job
+from jobs.registry import find_job
 from jobs.results import JobOutcome
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower, read_topics
@@ -74,8 +75,20 @@ def assert_status_is_exact(pipeline: Pipeline, job_id: str, total: int) -> None:
 
 
 def finish_and_check(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
-    """Wait for the job, then: one result per record in `nearline results`, exact `status` counts."""
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(ids), check=pipeline.check_workers, timeout_s=timeout_s)
+    """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
+    `status` counts. Waiting on the latest submission matters after a resubmit: results of the
+    killed submission's records would count as done before the resubmission's came in, while
+    `results` and `status` rightly report the latest submission only."""
+    submission = find_job(pipeline.settings, pipeline.topics, job_id).submission
+    watch_job(
+        pipeline.settings,
+        pipeline.topics,
+        job_id,
+        len(ids),
+        check=pipeline.check_workers,
+        timeout_s=timeout_s,
+        submission=submission,
+    )
     assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path)
     assert_status_is_exact(pipeline, job_id, len(ids))
 
