@@ -37,7 +37,7 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig
+from schemas.model_config import ModelConfig, default_repository
 
 EXAMPLE = Path(__file__).parents[1] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
 
@@ -197,9 +197,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1200, help="first N records of the shipped example")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--engine", default="auto")
-    parser.add_argument(
-        "--model-repository", type=Path, default=Path(os.environ.get("NEARLINE_MODEL_REPOSITORY", "models"))
-    )
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 

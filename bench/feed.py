@@ -47,7 +47,7 @@ from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import WindowLimits, assign_all
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
-from schemas.model_config import ModelConfig, load_model_config
+from schemas.model_config import ModelConfig, default_repository, load_model_config
 
 
 @dataclass
@@ -348,7 +348,7 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[0, 12000, 5000], help="records/s; 0 = zero-cost")
     parser.add_argument("--per-call-ms", type=float, default=0.5)
     parser.add_argument("--real-engine", nargs="*", default=[], help="also drain with these engines (e.g. torch)")
-    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--processes", type=int, nargs="*", default=[], help="also drain with this many worker processes (e.g. 2)"

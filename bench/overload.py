@@ -22,6 +22,7 @@ from jobs.launch.runner import ensure_model, watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
+from schemas.model_config import default_repository
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--factor", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=90)
     parser.add_argument("--max-tensor-lag", type=int, default=1024)
-    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
     args = parser.parse_args()
     ensure_model(args.model_repository, "minilm", print)
     with tempfile.TemporaryDirectory(prefix="nearline-overload-") as tmp:

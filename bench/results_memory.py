@@ -1,13 +1,15 @@
 """Benchmark: peak memory and time of the commands that read a whole large job.
 
     .venv/bin/python -m bench.results_memory [--records 1000000] [--dim 384] [--partitions 4]
-                                             [--commands results status profile report]
+        [--commands results results-parquet status profile report]
 
 Starts the embedded broker, registers one job and produces --records synthetic results of it (a
---dim float32 embedding each, the MiniLM shape, with every stage timestamp) straight to the
-results topic in shuffled order, then runs each of `nearline results JOB -o FILE`, `status JOB`,
-`profile JOB` and `report JOB -o FILE` in a subprocess of its own and prints its wall time and
-peak RSS (ru_maxrss of that child). Figures, never assertions: the machine is shared. The broker
+--dim float32 embedding each, the MiniLM shape: random, L2-normalised, a different one per record,
+so no format gains by compressing repeats; with every stage timestamp) straight to the results
+topic in shuffled order, then runs each of `nearline results JOB -o FILE.jsonl` (results),
+`results JOB -o FILE.parquet` (results-parquet), `status JOB`, `profile JOB` and
+`report JOB -o FILE` in a subprocess of its own and prints its wall time, peak RSS (ru_maxrss of
+that child) and output size. Figures, never assertions: the machine is shared. The broker
 keeps every record in RAM (about records x (dim x 4 + 250) bytes).
 """
 
@@ -44,10 +46,11 @@ def results(topic: str, n: int, dim: int, seed: int = 7) -> Iterator[OutRecord]:
     """n results of JOB in a shuffled order, so the reader must reorder them."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
-    embedding = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    rng = np.random.default_rng(seed)
     keys = ("submitted", "preprocess_start", "preprocess_end", "batch_formed", "inference_start", "inference_end")
     for i in order:
-        tensor = Tensor.from_array("embedding", embedding)
+        embedding = rng.standard_normal(dim, dtype=np.float32)
+        tensor = Tensor.from_array("embedding", embedding / np.linalg.norm(embedding))
         stamps = {k: i * 10 + stage * STEP_US for stage, k in enumerate((*keys, "result_produced"))}
         value = encode(
             InferenceResult(JOB, f"r{i}", i, "minilm", "1", (tensor,), f"b{i // 64}", 64, {}, stamps, (), 20, 24)
@@ -67,7 +70,7 @@ def measure(argv: list[str], env: dict[str, str], records: int, out: Path) -> No
         log.seek(0)
         last = log.read().strip().splitlines()[-1:]
     peak_mib = usage.ru_maxrss / 1024  # KiB on Linux
-    print(f"nearline {argv[0]}: exit {child.returncode}, {last}")
+    print(f"nearline {argv[0]} ({out.suffix or 'no file'}): exit {child.returncode}, {last}")
     print(f"  wall {seconds:.1f} s ({records / seconds:,.0f} records/s)")
     print(f"  peak RSS {peak_mib:,.0f} MiB ({peak_mib * 2**20 / records:,.0f} B/record)")
     if out.exists():
@@ -80,7 +83,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--commands", nargs="+", default=["results", "status", "profile", "report"])
+    parser.add_argument("--commands", nargs="+", default=["results", "results-parquet", "status", "profile", "report"])
     args = parser.parse_args()
     print(f"machine: {machine()}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="nearline-results-bench-") as tmp:
@@ -95,9 +98,10 @@ def main() -> None:
             print(f"produced {args.records} results (dim {args.dim}) in {time.perf_counter() - started:.1f} s")
             env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
             for command in args.commands:
-                out = Path(tmp) / f"out.{command}"
+                out = Path(tmp) / {"results": "out.jsonl", "results-parquet": "out.parquet"}.get(command, "out.html")
                 argv = {
                     "results": ["results", JOB, "-o", str(out)],
+                    "results-parquet": ["results", JOB, "-o", str(out)],
                     "status": ["status", JOB],
                     "profile": ["profile", JOB],
                     "report": ["report", JOB, "-o", str(out)],

@@ -24,11 +24,10 @@ from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.engine import OnnxRuntimeEngine
-from jobs.launch.local import ENV_MODEL_REPOSITORY
 from jobs.launch.runner import ensure_model
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig
+from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
 
 
 def engine_alone(config: ModelConfig, texts: list[str], batch: int) -> float:
@@ -46,7 +45,7 @@ def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=2000)
-    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
     args = parser.parse_args()
     repository = args.model_repository.resolve()
     config = ensure_model(repository, "minilm", print)

@@ -21,10 +21,11 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
-from jobs.launch.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, spawn_worker, stop_all
+from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=50)
     parser.add_argument("--jobs", type=int, default=3)
-    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
     args = parser.parse_args()
     repository = args.model_repository.resolve()
     ensure_model(repository, "minilm", print)

@@ -1,4 +1,5 @@
-"""Where `-o` results go: checked before any work, written to a temporary file and renamed into place."""
+"""Where `-o` results go and in which format: checked before any work, written to a temporary file
+and renamed into place."""
 
 from __future__ import annotations
 
@@ -6,8 +7,37 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+
+class OutputFormat(StrEnum):
+    JSONL = "jsonl"  # one JSON object per record, floats as text
+    PARQUET = "parquet"  # columnar, typed: what pandas, Polars, DuckDB and Spark read natively
+    ARROW = "arrow"  # Arrow IPC file (Feather v2): the same columns, uncompressed, memory-mappable
+
+    @property
+    def binary(self) -> bool:
+        return self is not OutputFormat.JSONL
+
+
+_SUFFIXES = {
+    ".parquet": OutputFormat.PARQUET,
+    ".pq": OutputFormat.PARQUET,
+    ".arrow": OutputFormat.ARROW,
+    ".feather": OutputFormat.ARROW,
+    ".ipc": OutputFormat.ARROW,
+}
+
+
+def output_format(path: Path | None, forced: str | None = None) -> OutputFormat:
+    """The format asked for, else the one the file name says (.parquet, .arrow, ...), else JSON Lines."""
+    if forced is not None:
+        return OutputFormat(forced)
+    if path is None:
+        return OutputFormat.JSONL
+    return _SUFFIXES.get(path.suffix.lower(), OutputFormat.JSONL)
 
 
 class OutputPathError(ValueError):
@@ -38,14 +68,15 @@ def _umask() -> int:
     return current
 
 
-def write_atomically(path: Path, write: Callable[[IO[str]], int]) -> int:
+def write_atomically(path: Path, write: Callable[[IO[Any]], int], *, binary: bool = False) -> int:
     """write(f) into a temporary file next to path, fsync it, rename it over path; returns write's count.
+    f is a text file (UTF-8), or a binary one when binary.
 
     A crash or error mid-write leaves path as it was (absent or the old file), never half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.absolute().parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make results private by surprise
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
             count = write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -35,13 +35,32 @@ class Progress:
         rate = self.rate(now)
         return (self.total - self.done) / rate if rate > 0 else None
 
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total else 1.0
+
     def line(self, now: float) -> str:
-        pct = 100.0 * self.done / self.total if self.total else 100.0
         failed = f", {self.failed} dead-lettered" if self.failed else ""
         return (
-            f"{self.done}/{self.total} records ({pct:.0f}%{failed})  "
+            f"{self.done}/{self.total} records ({100 * self.fraction:.0f}%{failed})  "
             f"{self.rate(now):.1f} rec/s  ETA {format_eta(self.eta(now))}"
         )
+
+    def bar_line(self, now: float, width: int, label: str = "", blocks: str = "█░") -> str:
+        """One terminal line of at most width-1 characters (the last column would wrap on some
+        terminals): [label] a bar, percent, records, rate, ETA, dead letters so far."""
+        failed = f"  {self.failed:,} dead-lettered" if self.failed else ""
+        stats = (
+            f" {100 * self.fraction:3.0f}%  {self.done:,}/{self.total:,} records  "
+            f"{self.rate(now):,.1f} rec/s  ETA {format_eta(self.eta(now))}{failed}"
+        )
+        head = f"{label} " if label else ""
+        room = width - 1 - len(head) - len(stats) - 2
+        if room < 10:  # a narrow terminal: the figures matter more than the bar
+            return (head + stats.strip())[: width - 1]
+        size = min(room, 40)
+        filled = int(size * self.fraction)
+        return f"{head}[{blocks[0] * filled}{blocks[1] * (size - filled)}]{stats}"
 
 
 @dataclass(frozen=True)

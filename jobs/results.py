@@ -10,7 +10,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from jobs.output import write_atomically
+from jobs.output import OutputFormat, OutputPathError, write_atomically
 from jobs.reports.profile import Timings
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
@@ -158,6 +158,8 @@ def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
             # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
             line[name] = np.round(array.astype(np.float64), 8).tolist()
     line["model_version"] = item.model_version
+    if item.attributes:  # carried from the input line untouched, for joining results back
+        line["attributes"] = item.attributes
     return line
 
 
@@ -169,9 +171,28 @@ def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[str]) -> 
     return n
 
 
-def write_outcome(outcome: JobOutcome, path: Path | None, out: IO[str]) -> int:
-    """Every record to out, or to path through a temporary file renamed into place."""
+def write_items(
+    items: Iterable[InferenceResult | DeadLetter],
+    example: InferenceResult | None,
+    path: Path | None,
+    out: IO[str],
+    fmt: OutputFormat = OutputFormat.JSONL,
+) -> int:
+    """Every item, in the order given, to path (through a temporary file renamed into place) or, as
+    JSON Lines only, to out; example is any result of the job (it sets columnar output's columns).
+    Returns the records written."""
+    if fmt is OutputFormat.JSONL:
+        if path is None:
+            return write_jsonl(items, out)
+        return write_atomically(path, lambda f: write_jsonl(items, f))
     if path is None:
-        return write_jsonl(outcome.ordered(), out)
-    items = outcome.ordered()
-    return write_atomically(path, lambda f: write_jsonl(items, f))
+        raise OutputPathError(f"{fmt} output is a file: name it with -o")
+    from jobs.columnar import write_columnar
+
+    return write_atomically(path, lambda f: write_columnar(items, example, f, fmt), binary=True)
+
+
+def write_outcome(outcome: JobOutcome, path: Path | None, out: IO[str], fmt: OutputFormat = OutputFormat.JSONL) -> int:
+    """Every record of the job, in input order, to path or out (see write_items)."""
+    example = next(iter(outcome.results.values()), None)
+    return write_items(outcome.ordered(), example, path, out, fmt)

@@ -15,8 +15,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from jobs.output import OutputFormat
 from jobs.registry import load_jobs
-from jobs.results import dead_seq, dead_submission, version_key, write_jsonl
+from jobs.results import dead_seq, dead_submission, version_key, write_items
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
@@ -126,6 +127,11 @@ class ResultSpill:
         for dead, value in self._db.execute("SELECT dead, value FROM records ORDER BY seq, record_id"):
             yield decode(value, DeadLetter) if dead else decode(value, InferenceResult)
 
+    def example(self) -> InferenceResult | None:
+        """Any one result of the job (it sets the columns of a columnar output), None if it has none."""
+        row = self._db.execute("SELECT value FROM records WHERE dead = 0 LIMIT 1").fetchone()
+        return None if row is None else decode(row[0], InferenceResult)
+
     def close(self) -> None:
         self._db.close()
         self._dir.cleanup()
@@ -143,17 +149,19 @@ def write_results(
     settings: KafkaSettings,
     topics: Topics,
     job_id: str,
+    path: Path | None,
     out: IO[str],
+    fmt: OutputFormat = OutputFormat.JSONL,
     *,
     model_version: str | None = None,
     directory: Path | None = None,
 ) -> ResultSpill:
-    """Read the job's results and dead letters through a spill, then write them to `out` as JSON
-    Lines in input order; returns the (closed) spill for its counts. A job id submitted again
-    writes its latest submission's records; an unregistered job id, every record of that id."""
+    """Read the job's results and dead letters through a spill, then write them in input order to
+    path, or to out (see write_items); returns the (closed) spill for its counts. A job id submitted
+    again writes its latest submission's records; an unregistered job id, every record of that id."""
     job = load_jobs(settings, topics).get(job_id)
     submission = job.submission if job is not None else None
     with ResultSpill(job_id, model_version, submission, directory) as spill:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
-        write_jsonl(spill.ordered(), out)
+        write_items(spill.ordered(), spill.example(), path, out, fmt)
     return spill

@@ -1,4 +1,7 @@
-"""The model repository: models/<name>/<version>/{model.onnx, config.json, tokenizer.json}.
+"""The model repository: <repository>/<name>/<version>/{model.onnx, config.json, tokenizer.json}.
+
+One per user by default (default_repository(): the user's cache folder, found from any folder),
+moved with NEARLINE_MODEL_REPOSITORY or --model-repository.
 
 Triton-like: the config says what the graph takes and gives, how records become its inputs and
 how its outputs become results. Preprocessing and inference read the same file, so they cannot
@@ -8,6 +11,7 @@ disagree on the tokenizer or the maximum length.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +22,45 @@ from typing import Any, Literal
 InputRole = Literal["token_ids", "attention_mask", "token_type_ids", "pixels"]
 Task = Literal["text-embedding", "image-classification"]
 CONFIG_FILE = "config.json"
+
+
+# Where models were kept before the per-user cache: ./models of whatever folder a command ran in
+OLD_DEFAULT_REPOSITORY = Path("models")
+
+
+ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
+
+
+def default_repository() -> Path:
+    """$NEARLINE_MODEL_REPOSITORY if set, else $XDG_CACHE_HOME/nearline/models, else
+    ~/.cache/nearline/models (the XDG base directory rule: a relative XDG_CACHE_HOME is ignored)."""
+    if os.environ.get(ENV_MODEL_REPOSITORY):
+        return Path(os.environ[ENV_MODEL_REPOSITORY])
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    return base / "nearline" / "models"
+
+
+def move_hint(repository: Path, name: str | None = None) -> str | None:
+    """How to move models left in ./models (the old default) when another repository is in use and
+    ./models holds `name` (any model when None); None when there is nothing to move."""
+    old = OLD_DEFAULT_REPOSITORY
+    try:
+        if not old.is_dir() or old.resolve() == repository.resolve():
+            return None
+        if name is not None:
+            holds = (old / name).is_dir()
+        else:
+            holds = any(p.is_dir() and is_model_name(p.name) for p in old.iterdir())
+    except OSError:
+        return None
+    if not holds:
+        return None
+    return (
+        f"./models holds models from before nearline kept them in a per-user cache ({repository}): "
+        f"move them with `mkdir -p {repository} && mv models/* {repository}/`, "
+        "or keep using this folder with --model-repository models (NEARLINE_MODEL_REPOSITORY)"
+    )
 
 
 class ModelError(Exception):
@@ -211,7 +254,10 @@ def load_model_config(repository: Path, name: str, version: str | None = None) -
     check_model_name(name)
     available = versions(repository, name)
     if not available:
-        raise ModelNotFoundError(f"model {name!r} is not in the model repository {repository}")
+        hint = move_hint(repository, name)
+        raise ModelNotFoundError(
+            f"model {name!r} is not in the model repository {repository}" + (f"; {hint}" if hint else "")
+        )
     chosen = version or available[-1]
     if chosen not in available:
         raise ModelNotFoundError(f"model {name!r} has no version {chosen!r} in {repository} ({available})")

@@ -3,9 +3,9 @@ profile, report, produce. Every option is also an environment variable (shown in
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -13,16 +13,19 @@ import click
 from jobs.cli import ops, workers
 from jobs.cli.options import (
     NearlineGroup,
+    ProgressDisplay,
     batch_args,
     batch_options,
+    checked_output,
     cluster_options,
     format_option,
-    progress_printer,
+    output_options,
     repository_option,
     require_servers,
     wait_options,
 )
 from jobs.exit_codes import ExitCode
+from jobs.output import OutputFormat
 from jobs.submit import JobInput, SubmitReport, submit
 from kafka_io.settings import Topics
 
@@ -47,13 +50,7 @@ def cli(log_level: str) -> None:
 @cli.command()
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write results as JSON Lines here [default: stdout].",
-)
+@output_options
 @click.option("--job-id", default=None, help="Job id [default: generated].")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
@@ -65,6 +62,7 @@ def run(
     input_path: str,
     model: str,
     output: Path | None,
+    output_format: str | None,
     job_id: str | None,
     skip_invalid: bool,
     timeout: float | None,
@@ -90,18 +88,19 @@ def run(
     Example:
       nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
     """
+    from jobs.columnar import ColumnarShapeError
     from jobs.launch.runner import run_job
     from jobs.launch.signals import Terminated, terminate_like_interrupt
     from jobs.results import write_outcome
 
-    if output is not None:
-        _check_output(output)
+    out_format = checked_output(output, output_format)
     worker_args = batch_args(
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
         max_window=max_window,
         max_linger_ms=max_linger_ms,
     )
+    display = ProgressDisplay()
     try:
         # SIGTERM/SIGHUP (a closed terminal, a CI timeout) stop the broker and workers as Ctrl-C does
         with terminate_like_interrupt():
@@ -114,35 +113,39 @@ def run(
                 job_id=job_id,
                 skip_invalid=skip_invalid,
                 worker_args=tuple(worker_args),
-                log=lambda line: click.echo(line, err=True),
-                on_progress=progress_printer(),
+                log=display.echo,
+                on_progress=display,
                 timeout_s=timeout,
                 worker_grace_s=worker_grace,
             )
     except Terminated as exc:
+        display.close()
         click.echo(f"stopped by {exc}; the broker and workers it started were stopped", err=True)
         raise SystemExit(128 + exc.signum) from None
+    display.close()
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
-    written = write_outcome(result.outcome, output, sys.stdout)
+    try:
+        written = write_outcome(result.outcome, output, sys.stdout, out_format)
+    except ColumnarShapeError as exc:
+        # the embedded broker is gone with the run: these results exist nowhere else
+        assert output is not None  # a columnar format needs -o
+        output, out_format = output.with_name(output.name + ".jsonl"), OutputFormat.JSONL
+        written = write_outcome(result.outcome, output, sys.stdout)
+        click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
+        format_failed = True
+    else:
+        format_failed = False
     click.echo(result.summary.line(), err=True)
     if output:
-        click.echo(f"wrote {written} lines to {output}", err=True)
+        click.echo(f"wrote {written} {'lines' if out_format is OutputFormat.JSONL else 'rows'} to {output}", err=True)
     if result.failure is not None:
         click.echo(f"error: {result.failure}", err=True)
         raise SystemExit(result.failure.exit_code)
+    if format_failed:
+        raise SystemExit(ExitCode.FAILED)
     if result.outcome.dead:
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
-
-
-def _check_output(output: Path) -> None:
-    """A bad -o is a usage error said at once, not a traceback after the whole job has run."""
-    from jobs.output import OutputPathError, check_output_path
-
-    try:
-        check_output_path(output)
-    except OutputPathError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
 
 
 def _submit(
@@ -228,18 +231,20 @@ def submit_cmd(
         from jobs.liveness import JobWaitError
 
         settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+        display = ProgressDisplay()
         try:
             outcome, seconds = watch_job(
                 settings,
                 topics,
                 report.job_id,
                 report.submitted,
-                on_progress=progress_printer(),
+                on_progress=display,
                 watchdog=worker_liveness(settings, topics, model, worker_grace),
                 timeout_s=timeout,
                 submission=report.submission,
             )
         except JobWaitError as exc:
+            display.close()
             # the job stays submitted: workers that come back finish it (nearline status/results)
             click.echo(f"error: {exc}", err=True)
             raise SystemExit(exc.exit_code) from None
@@ -289,8 +294,24 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
         status = job_status(settings, topics, job_id)
         click.echo(json.dumps(status.to_dict()) if as_json else status.line())
         return
-    for status, progress in watch_status(settings, topics, job_id):
-        click.echo(json.dumps(status.to_dict(progress)) if as_json else status.line(progress))
+    display = ProgressDisplay(every_s=0)  # watch_status paces the updates
+    if as_json or not (display.tty and sys.stdout.isatty()):
+        for status, progress in watch_status(settings, topics, job_id):
+            click.echo(json.dumps(status.to_dict(progress)) if as_json else status.line(progress))
+        return
+    from jobs.progress import Progress
+
+    last = None
+    try:
+        for status, progress in watch_status(settings, topics, job_id, every_s=0.5):
+            last = status, progress
+            bar = progress or Progress(status.job.total, time.monotonic(), status.done, baseline=status.done)
+            bar.done, bar.failed = status.done, status.counts()["dead_lettered"]
+            display(bar, label=f"{job_id} {status.state.value}")
+    finally:
+        display.close()
+    if last is not None:
+        click.echo(last[0].line(last[1]))  # the end state, in full
 
 
 @cli.command(name="cancel")
@@ -306,20 +327,26 @@ def cancel_cmd(job_id: str, bootstrap_servers: str, namespace: str) -> None:
 
 @cli.command()
 @click.argument("job_id")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@output_options
 @click.option("--model-version", default=None, help="Only this version's results [default: the newest per record].")
 @cluster_options
 def results(
-    job_id: str, output: Path | None, model_version: str | None, bootstrap_servers: str, namespace: str
+    job_id: str,
+    output: Path | None,
+    output_format: str | None,
+    model_version: str | None,
+    bootstrap_servers: str,
+    namespace: str,
 ) -> None:
-    """Write a job's results as JSON Lines in input order, one line per record.
+    """Write a job's results in input order, one per record: JSON Lines, Parquet or Arrow.
 
-    Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory."""
+    Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory;
+    -o is written to a temporary file renamed into place."""
     from jobs.spill import write_results
 
+    out_format = checked_output(output, output_format)
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    with output.open("w", encoding="utf-8") if output is not None else contextlib.nullcontext(sys.stdout) as out:
-        spill = write_results(settings, topics, job_id, out, model_version=model_version)
+    spill = write_results(settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version)
     click.echo(
         f"{spill.results} results, {spill.dead} dead letters"
         + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),

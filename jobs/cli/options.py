@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
+import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from jobs.exit_codes import ExitCode
-from jobs.launch.local import ENV_MODEL_REPOSITORY
+from jobs.output import OutputFormat, OutputPathError, check_output_path, output_format
 from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError
 from kafka_io.errors import BrokerUnavailableError
@@ -22,7 +23,13 @@ from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
-from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
+from schemas.model_config import (
+    ENV_MODEL_REPOSITORY,
+    InvalidModelNameError,
+    ModelNotFoundError,
+    ModelUnavailableError,
+    default_repository,
+)
 
 HOME = Path.home() / ".nearline"
 
@@ -51,6 +58,7 @@ class NearlineGroup(click.Group):
         from gpu_consumer.engine import EngineLoadError
         from gpu_consumer.export import ExportUnavailableError
         from gpu_consumer.isolation import EngineFault
+        from jobs.columnar import ColumnarShapeError
         from jobs.registry import JobNotFoundError
         from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
         from kafka_io.errors import SecuritySettingsError, TopicConfigError
@@ -94,6 +102,9 @@ class NearlineGroup(click.Group):
         except (JobNotFoundError, ScheduleNotFoundError) as exc:
             click.echo(f"error: {exc.args[0]}", err=True)
             ctx.exit(ExitCode.FAILED)
+        except ColumnarShapeError as exc:  # `results`: the job's results are still on the broker
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.FAILED)
 
 
 def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,9 +136,10 @@ def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--model-repository",
         envvar=ENV_MODEL_REPOSITORY,
         show_envvar=True,
-        default="models",
+        default=default_repository,
+        show_default="$XDG_CACHE_HOME/nearline/models, else ~/.cache/nearline/models",
         type=click.Path(file_okay=False, path_type=Path),
-        help="Folder of models/<name>/<version>/.",
+        help="Folder of <name>/<version>/ model folders; one per user by default, found from any folder.",
     )(f)
 
 
@@ -207,6 +219,40 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """-o and --output-format: where results go and in which format (run, results)."""
+    f = click.option(
+        "--output-format",
+        type=click.Choice([f.value for f in OutputFormat]),
+        default=None,
+        show_envvar=True,
+        help="jsonl: a JSON object per line; parquet: typed columns (embedding = fixed-size float32 list); "
+        "arrow: Arrow IPC file. [default: from -o's suffix (.parquet/.pq, .arrow/.feather/.ipc), else jsonl]",
+    )(f)
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write the results here, one per record in input order [default: stdout, JSON Lines].",
+    )(f)
+
+
+def checked_output(output: Path | None, forced_format: str | None) -> OutputFormat:
+    """The output's format, once -o is known to take it: a usage error said at once, not a traceback
+    after the whole job has run."""
+    fmt = output_format(output, forced_format)
+    if output is None:
+        if fmt.binary:
+            raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
+        return fmt
+    try:
+        check_output_path(output)
+    except OutputPathError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
+    return fmt
+
+
 def require_servers(bootstrap_servers: str) -> KafkaSettings:
     if not bootstrap_servers:
         raise BrokerUnavailableError(
@@ -216,19 +262,55 @@ def require_servers(bootstrap_servers: str) -> KafkaSettings:
     return KafkaSettings.from_env(bootstrap_servers)
 
 
-def progress_printer() -> Callable[[Progress], None]:
-    tty = sys.stderr.isatty()
-    last = [0.0]
+class ProgressDisplay:
+    """Progress on stderr: on a terminal, a bar redrawn in place (and other lines printed above
+    it); otherwise a plain line every `every_s` and at the end, so logs and pipes stay line-based."""
 
-    def show(p: Progress) -> None:
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.stream = click.get_text_stream("stderr")
+        self.tty = self.stream.isatty()
+        self.every_s = every_s
+        self.drawn = False  # a bar is on the current line
+        self.last = float("-inf")
+        encoding = getattr(self.stream, "encoding", None) or "ascii"
+        try:
+            self.blocks = "█░" if "█░".encode(encoding) else "#-"
+        except (UnicodeEncodeError, LookupError):
+            self.blocks = "#-"
+
+    def __call__(self, progress: Progress, label: str = "") -> None:
         now = time.monotonic()
-        if tty:
-            click.echo("\r" + p.line(now).ljust(79), nl=p.done >= p.total, err=True)
-        elif now - last[0] >= 5 or p.done >= p.total:
-            click.echo(p.line(now), err=True)
-            last[0] = now
+        final = progress.done >= progress.total
+        if self.tty:
+            width = self._columns()
+            self.stream.write("\r" + progress.bar_line(now, width, label, self.blocks) + "\x1b[K")
+            self.drawn = not final
+            if final:
+                self.stream.write("\n")
+            self.stream.flush()
+        elif final or now - self.last >= self.every_s:
+            click.echo((f"{label} " if label else "") + progress.line(now), err=True)
+            self.last = now
 
-    return show
+    def _columns(self) -> int:
+        try:  # the terminal stderr is on (shutil's asks stdout's, which -o may leave piped)
+            return os.get_terminal_size(self.stream.fileno()).columns or 80
+        except (OSError, ValueError, AttributeError):
+            return shutil.get_terminal_size().columns
+
+    def echo(self, line: str) -> None:
+        """A line of its own, above the bar (which the next update draws again)."""
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.drawn = False
+        click.echo(line, err=True)
+
+    def close(self) -> None:
+        """End a bar left mid-way (a failed or interrupted wait) so what follows starts a line."""
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = False
 
 
 def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -236,12 +236,16 @@ def models_prepare(name: str, model_repository: Path) -> None:
 @models.command(name="list")
 @repository_option
 def models_list(model_repository: Path) -> None:
-    """Models and versions in the repository."""
-    from schemas.model_config import list_models
+    """Models and versions in the repository (named first, on stderr)."""
+    from schemas.model_config import list_models, move_hint
 
+    hint = move_hint(model_repository)
+    if hint:
+        click.echo(f"note: {hint}", err=True)
     if not model_repository.is_dir():
-        click.echo(f"{model_repository} does not exist; try `nearline models prepare minilm`", err=True)
+        click.echo(f"{model_repository} does not exist yet; try `nearline models prepare minilm`", err=True)
         return
+    click.echo(f"models in {model_repository.absolute()}:", err=True)
     for name, version, config in list_models(model_repository):
         if isinstance(config, Exception):
             click.echo(f"{name}\t{version}\tunavailable\t{config}")

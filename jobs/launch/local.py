@@ -12,8 +12,7 @@ from pathlib import Path
 
 from kafka_io.children import die_with_parent
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
-
-ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
+from schemas.model_config import ENV_MODEL_REPOSITORY
 
 # glibc and Pillow settings for the image decoder: large buffers are reused instead of being
 # mapped and page-faulted afresh for every 4K image (shared/docs/models.md, section 4).

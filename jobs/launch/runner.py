@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from kafka_io.groups import live_groups
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics
-from schemas.model_config import ModelConfig, ModelNotFoundError, load_model_config
+from schemas.model_config import ModelConfig, ModelNotFoundError, load_model_config, move_hint
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -36,16 +37,24 @@ class RunResult:
 
 
 def ensure_model(repository: Path, model: str, log: Callable[[str], None]) -> ModelConfig:
-    """The model's config, preparing it from its package first if the repository lacks it."""
+    """The model's config, preparing it from its package first if the repository lacks it. Runs
+    started together (from any folder: the repository is per user) export it once, under a lock;
+    one left in ./models (the old default) is pointed at rather than exported again."""
     try:
         return load_model_config(repository, model)
     except ModelNotFoundError:
         from gpu_consumer.export import PREPARERS
 
-        if model not in PREPARERS:
+        if model not in PREPARERS or move_hint(repository, model):
             raise
-        log(f"model {model} is not in {repository}; preparing it (once)...")
-        return PREPARERS[model](repository)
+    repository.mkdir(parents=True, exist_ok=True)
+    with (repository / ".prepare.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return load_model_config(repository, model)  # prepared while this run waited for the lock
+        except ModelNotFoundError:
+            log(f"model {model} is not in {repository}; preparing it (once)...")
+            return PREPARERS[model](repository)
 
 
 def watch_job(
@@ -58,7 +67,7 @@ def watch_job(
     check: Callable[[], None] = lambda: None,
     watchdog: Callable[[JobOutcome], None] = lambda outcome: None,
     submission: int | None = None,
-    every_s: float = 1.0,
+    every_s: float = 0.5,  # a terminal's bar redraws this often; plain lines pace themselves
     timeout_s: float | None = None,
 ) -> tuple[JobOutcome, float]:
     """Follow results and dead letters until every record of the job has one; (outcome, seconds).

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.launch.local import ENV_MODEL_REPOSITORY, WorkerProcess, spawn_worker, stop_all
+from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import Tensor, TensorRecord, encode
+from schemas.model_config import ENV_MODEL_REPOSITORY
 
 
 @dataclass

@@ -21,6 +21,7 @@ from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
+from tests.jobs.columnar_check import assert_columnar_equals_jsonl
 
 
 def result(topic: str, job_id: str, i: int, version: str = "1") -> OutRecord:
@@ -78,6 +79,17 @@ def test_results_come_out_once_each_in_input_order_from_records_spread_out_of_or
     assert lines[5]["embedding"] == [5.0] * 4
     assert f"{n} results, 1 dead letters" in done.stderr
     assert list(tmp_path.glob("nearline-results-*")) == []  # the spill is removed afterwards
+
+    table = tmp_path / "out.parquet"  # the same spill, written as columns: the same records and values
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "results", "job-a", "-o", str(table)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert_columnar_equals_jsonl(table, out, ["embedding"])
 
 
 def test_a_topic_read_fails_on_idleness_not_on_the_time_its_reader_spends(

@@ -1,0 +1,209 @@
+"""A job's results as Arrow columns, written as Parquet or an Arrow IPC file in row groups while
+they stream in (memory: one row group, not the job).
+
+One row per record, in input order, the same records and values as the JSON Lines output:
+`id`, `job_id`, `model`, the model's outputs as typed columns (an embedding is a fixed-size list
+of float32; a classifier's `labels` a list of {label, index, score}), `model_version`, `error`
+({stage, type, message} for a dead-lettered record, else null) and `attributes` (the input's
+attributes as a JSON object string, else null: jobs mix attribute keys, so no struct fits all).
+The output columns come from the job's first result; a result of another shape (a model version
+with other outputs) is refused with ColumnarShapeError, as no typed column can hold both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+
+from jobs.output import OutputFormat
+from schemas import DeadLetter, InferenceResult
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# ~24 MB of 384-float embeddings: large enough for fast scans, small enough to bound memory
+ROW_GROUP_ROWS = 16_384
+
+
+class ColumnarShapeError(ValueError):
+    """A result whose outputs do not fit the columns the job's first result set."""
+
+
+def _label_type() -> pa.DataType:
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([("label", pa.string()), ("index", pa.int32()), ("score", pa.float32())]))
+
+
+def _error_type() -> pa.DataType:
+    import pyarrow as pa
+
+    return pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())])
+
+
+def _list_type(dtype: np.dtype[Any], shape: tuple[int, ...]) -> pa.DataType:
+    """A tensor of this shape as nested fixed-size lists (a vector is one level)."""
+    import pyarrow as pa
+
+    typ = pa.from_numpy_dtype(dtype)
+    for size in reversed(shape):
+        typ = pa.list_(typ, size)
+    return typ
+
+
+class ResultColumns:
+    """The column layout a job's results share, and the rows of one row group on their way out."""
+
+    def __init__(self, example: InferenceResult | None) -> None:
+        import pyarrow as pa
+
+        # (name, dtype, shape) of each tensor column; empty for a classifier (its labels) or no result
+        self.tensors: list[tuple[str, np.dtype[Any], tuple[int, ...]]] = []
+        self.classifier = example is not None and bool(example.labels)
+        if example is not None and not self.classifier:
+            self.tensors = [(n, a.dtype, a.shape) for n, a in example.arrays().items()]
+        fields = [("id", pa.string()), ("job_id", pa.string()), ("model", pa.string())]
+        fields += [(name, _list_type(dtype, shape)) for name, dtype, shape in self.tensors]
+        if self.classifier:
+            fields.append(("labels", _label_type()))
+        fields += [("model_version", pa.string()), ("error", _error_type()), ("attributes", pa.string())]
+        self.schema = pa.schema(fields)
+        self._clear()
+
+    def _clear(self) -> None:
+        self.ids: list[str | None] = []
+        self.job_ids: list[str | None] = []
+        self.models: list[str | None] = []
+        self.versions: list[str | None] = []
+        self.errors: list[dict[str, str] | None] = []
+        self.attributes: list[str | None] = []
+        self.arrays: dict[str, list[np.ndarray | None]] = {name: [] for name, _, _ in self.tensors}
+        self.labels: list[tuple[tuple[str, ...], np.ndarray, np.ndarray] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, item: InferenceResult | DeadLetter) -> None:
+        if isinstance(item, DeadLetter):
+            self._add_row(item.record_id, item.job_id, item.model, item.model_version, None)
+            self.errors[-1] = {"stage": item.stage, "type": item.error_type, "message": item.error}
+            for column in self.arrays.values():
+                column.append(None)
+            if self.classifier:
+                self.labels.append(None)
+            return
+        arrays = item.arrays()
+        if self.classifier != bool(item.labels) or (
+            not self.classifier and [(n, a.shape) for n, a in arrays.items()] != [(n, s) for n, _, s in self.tensors]
+        ):
+            raise ColumnarShapeError(
+                f"record {item.record_id!r} (model {item.model} version {item.model_version}) has outputs "
+                f"{self._describe(item)} where the job's first result had {self._describe_columns()}; "
+                "write JSON Lines instead (--output-format jsonl)"
+            )
+        self._add_row(item.record_id, item.job_id, item.model, item.model_version, item.attributes)
+        if self.classifier:
+            self.labels.append((item.labels, arrays["top_index"], arrays["top_score"]))
+            return
+        for name, _, _ in self.tensors:
+            self.arrays[name].append(arrays[name])
+
+    def _add_row(
+        self, record_id: str | None, job_id: str | None, model: str | None, version: str | None, attributes: Any
+    ) -> None:
+        self.ids.append(record_id)
+        self.job_ids.append(job_id)
+        self.models.append(model)
+        self.versions.append(version)
+        self.errors.append(None)
+        self.attributes.append(json.dumps(attributes, ensure_ascii=False, sort_keys=True) if attributes else None)
+
+    @staticmethod
+    def _describe(item: InferenceResult) -> str:
+        return "labels" if item.labels else ", ".join(f"{n}{list(a.shape)}" for n, a in item.arrays().items())
+
+    def _describe_columns(self) -> str:
+        return "labels" if self.classifier else ", ".join(f"{n}{list(s)}" for n, _, s in self.tensors) or "none"
+
+    def take(self) -> pa.RecordBatch:
+        """The rows added since the last take, as one record batch."""
+        import pyarrow as pa
+
+        columns: list[pa.Array] = [pa.array(self.ids, pa.string()), pa.array(self.job_ids, pa.string())]
+        columns.append(pa.array(self.models, pa.string()))
+        for name, dtype, shape in self.tensors:
+            columns.append(_tensor_column(self.arrays[name], dtype, shape))
+        if self.classifier:
+            columns.append(_label_column(self.labels))
+        columns.append(pa.array(self.versions, pa.string()))
+        columns.append(pa.array(self.errors, _error_type()))
+        columns.append(pa.array(self.attributes, pa.string()))
+        self._clear()
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _tensor_column(rows: list[np.ndarray | None], dtype: np.dtype[Any], shape: tuple[int, ...]) -> pa.Array:
+    """Rows of one tensor output as nested fixed-size lists over one flat buffer (no per-value Python)."""
+    import pyarrow as pa
+
+    missing = np.array([row is None for row in rows])
+    zeros = np.zeros(shape, dtype)
+    flat = np.stack([zeros if row is None else row for row in rows]).astype(dtype, copy=False).reshape(-1)
+    mask = pa.array(missing) if missing.any() else None
+    if not shape:  # a scalar output: a plain column
+        return pa.array(flat, mask=missing if mask is not None else None)
+    column: pa.Array = pa.array(flat)
+    for size in reversed(shape[1:]):
+        column = pa.FixedSizeListArray.from_arrays(column, size)
+    return pa.FixedSizeListArray.from_arrays(column, shape[0], mask=mask)
+
+
+def _label_column(rows: list[tuple[tuple[str, ...], np.ndarray, np.ndarray] | None]) -> pa.Array:
+    import pyarrow as pa
+
+    lengths = np.array([0 if row is None else len(row[0]) for row in rows], dtype=np.int32)
+    offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    present = [row for row in rows if row is not None]
+    labels = [label for row in present for label in row[0]]
+    index = np.concatenate([row[1] for row in present]).astype(np.int32) if present else np.array([], np.int32)
+    score = np.concatenate([row[2] for row in present]).astype(np.float32) if present else np.array([], np.float32)
+    values = pa.StructArray.from_arrays(
+        [pa.array(labels, pa.string()), pa.array(index), pa.array(score)], names=["label", "index", "score"]
+    )
+    missing = np.array([row is None for row in rows])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), values, type=_label_type(), mask=pa.array(missing) if missing.any() else None
+    )
+
+
+def write_columnar(
+    items: Iterable[InferenceResult | DeadLetter], example: InferenceResult | None, out: IO[bytes], fmt: OutputFormat
+) -> int:
+    """Every item to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time;
+    example (any result of the job, None if it has none) sets the columns. Returns the rows written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = ResultColumns(example)
+    writer: pq.ParquetWriter | pa.ipc.RecordBatchFileWriter
+    if fmt is OutputFormat.PARQUET:
+        writer = pq.ParquetWriter(out, columns.schema, compression="zstd")
+    elif fmt is OutputFormat.ARROW:
+        writer = pa.ipc.new_file(out, columns.schema)
+    else:
+        raise ValueError(f"not a columnar format: {fmt}")
+    written = 0
+    with writer:
+        for item in items:
+            columns.add(item)
+            if len(columns) >= ROW_GROUP_ROWS:
+                written += len(columns)
+                writer.write_batch(columns.take())
+        if len(columns) or not written:
+            written += len(columns)
+            writer.write_batch(columns.take())
+    return written
