@@ -1,14 +1,18 @@
 """What no schema sees, part 3: pods as the workers need them. GPU workers get a GPU, metrics are
-announced where they are served, the non-root read-only containers still have the writable
-temporary folder and the model repository the code uses, drains go one worker at a time, and
-schedulers keep their names. Each check returns its problems, one line each."""
+announced where they are served, the non-root read-only containers run as the image's user and
+still have the writable folders and the model repository the code uses, drains go one worker at
+a time, and schedulers keep their names. Each check returns its problems, one line each."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+import os
+import shlex
+from pathlib import Path, PurePosixPath
+from unittest import mock
 
-from tests.deploy.cli_commands import PROGRAM
-from tests.deploy.manifests import Manifests, label
+from gpu_consumer.tensorrt_engine import default_cache_dir
+from tests.deploy.cli_commands import PROGRAM, environment
+from tests.deploy.manifests import ROOT, Doc, Manifests, label
 from tests.deploy.workers import Container, containers, running
 
 GPU = "nvidia.com/gpu"
@@ -83,22 +87,58 @@ def check_security(m: Manifests) -> list[str]:
 def _writable_places(c: Container) -> list[str]:
     """A read-only root still needs $TMPDIR writable (faust's data folder, tempfile), and the
     model repository the command reads must be on a volume, not in the image."""
-    volumes = {v["name"]: v for v in c.pod.get("volumes", [])}
-
-    def mount_of(path: str) -> dict | None:
-        found = [mt for mt in c.spec.get("volumeMounts", []) if PurePosixPath(path).is_relative_to(mt["mountPath"])]
-        return max(found, key=lambda mt: len(mt["mountPath"]), default=None)
-
     problems = []
     tmpdir = c.env.get("TMPDIR", "/tmp")
-    mount = mount_of(tmpdir)
-    if mount is None or mount.get("readOnly") or "emptyDir" not in volumes.get(mount["name"], {}):
+    if _volume_at(c, tmpdir, writable=True).get("emptyDir") is None:
         problems.append(f"{c.where}: $TMPDIR ({tmpdir}) is not on a writable emptyDir")
     if c.invocation is not None and "model_repository" in c.invocation.params:
         repository = str(c.invocation.params["model_repository"])
-        mount = mount_of(repository) if repository.startswith("/") else None
-        if mount is None or "persistentVolumeClaim" not in volumes.get(mount["name"], {}):
+        if not repository.startswith("/") or "persistentVolumeClaim" not in _volume_at(c, repository):
             problems.append(f"{c.where}: the model repository {repository} is not on a persistent volume")
+    return problems
+
+
+def _volume_at(c: Container, path: str, writable: bool = False) -> Doc:
+    """The volume that holds path in the container ({} if none does, or only read-only)."""
+    mounts = [mt for mt in c.spec.get("volumeMounts", []) if PurePosixPath(path).is_relative_to(mt["mountPath"])]
+    mount = max(mounts, key=lambda mt: len(mt["mountPath"]), default=None)
+    if mount is None or (writable and mount.get("readOnly")):
+        return {}
+    volume: Doc = next((v for v in c.pod.get("volumes", []) if v["name"] == mount["name"]), {})
+    return volume
+
+
+def dockerfile_runtime(path: Path = ROOT / "Dockerfile") -> tuple[str, dict[str, str]]:
+    """USER and ENV of the Dockerfile's last stage: the image the pods run."""
+    lines = path.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+    stage = [line.split(None, 1) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    last = max(i for i, (word, *_) in enumerate(stage) if word.upper() == "FROM")
+    user = "root"
+    env: dict[str, str] = {}
+    for word, *rest in stage[last:]:
+        if word.upper() == "USER":
+            user = rest[0].strip()
+        elif word.upper() == "ENV":
+            env.update(dict(part.split("=", 1) for part in shlex.split(rest[0])))
+    return user, env
+
+
+def check_image_user(m: Manifests) -> list[str]:
+    """Pods run as the Dockerfile's user, and the GPU worker's TensorRT engine cache (under the
+    image's $HOME: gpu_consumer/tensorrt_engine.py) lands on a writable emptyDir."""
+    user, image_env = dockerfile_runtime()
+    uid, _, gid = user.partition(":")
+    problems = []
+    for c in containers(m):
+        pod, own = c.pod.get("securityContext", {}), c.spec.get("securityContext", {})
+        ids = (str(own.get("runAsUser", pod.get("runAsUser"))), str(own.get("runAsGroup", pod.get("runAsGroup"))))
+        if ids != (uid, gid or uid):
+            problems.append(f"{c.where}: runs as {':'.join(ids)}, the image's user is {user}")
+        if c.path == f"{PROGRAM} worker gpu":
+            with environment(c.env), mock.patch.dict(os.environ, {"HOME": image_env.get("HOME", "/root")}):
+                cache_dir = str(default_cache_dir())
+            if _volume_at(c, cache_dir, writable=True).get("emptyDir") is None:
+                problems.append(f"{c.where}: the TensorRT engine cache {cache_dir} is not on a writable emptyDir")
     return problems
 
 

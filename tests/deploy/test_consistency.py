@@ -26,6 +26,7 @@ CHECKS: list[Check] = [
     checks_pods.check_gpu,
     checks_pods.check_metrics,
     checks_pods.check_security,
+    checks_pods.check_image_user,
     checks_pods.check_disruption_budgets,
     checks_pods.check_schedulers,
 ]
@@ -256,6 +257,20 @@ BREAKAGES: list[tuple[str, Callable[[Manifests], object], Check, str]] = [
         lambda m: doc(m, "ConfigMap", "nearline-models")["data"].update(NEARLINE_MODEL_REPOSITORY="/srv/models"),
         checks_pods.check_security,
         "/srv/models",
+    ),
+    (
+        "another user than the image's",
+        lambda m: pod_spec(workload(m, PRE))["securityContext"].update(runAsUser=1000),
+        checks_pods.check_image_user,
+        "1000:10001",
+    ),
+    (
+        "no writable home for TensorRT",
+        lambda m: container(m, GPU).update(
+            volumeMounts=[v for v in container(m, GPU)["volumeMounts"] if v["name"] != "home"]
+        ),
+        checks_pods.check_image_user,
+        "/home/nearline/.cache/nearline/tensorrt",
     ),
     (
         "no budget for the GPU workers",
