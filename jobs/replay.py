@@ -16,9 +16,17 @@ from schemas import SerdeError
 from schemas.serde import decode_any
 
 
+class ReplaySpecError(ValueError):
+    """A replay or offset reset that names no start (or two), or a time that is not one: a usage
+    error, said before anything is read or moved."""
+
+
 def parse_time_ms(text: str) -> int:
     """ISO 8601 (a naive time is local time) to milliseconds since the epoch."""
-    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    try:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        raise ReplaySpecError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-29T18:00:00Z)") from None
 
 
 def plain(value: Any) -> Any:
@@ -69,8 +77,11 @@ def replay_messages(
     to_offset: int | None = None,
     to_time: str | None = None,
 ) -> Iterator[ConsumedRecord]:
-    partitions = [partition] if partition is not None else partitions_of(settings, topic)
+    if (from_offset is None) == (from_time is None):
+        raise ReplaySpecError("give exactly one of --from-offset and --from-time")
     from_ms = parse_time_ms(from_time) if from_time else None
+    to_ms = parse_time_ms(to_time) if to_time else None
+    partitions = [partition] if partition is not None else partitions_of(settings, topic)
     if from_ms is not None:
         at = offsets_at_time(settings, topic, from_ms)
         start = {p: at[p] for p in partitions}
@@ -82,7 +93,7 @@ def replay_messages(
         start,
         stop_offset=to_offset,
         from_ms=from_ms,
-        to_ms=parse_time_ms(to_time) if to_time else None,
+        to_ms=to_ms,
     )
 
 
@@ -97,7 +108,8 @@ def reset_targets(
     """Where `offsets reset` moves a group on each partition: to="earliest" or "latest", an
     offset (capped at each partition's end) or the first record at or after an ISO 8601 time."""
     if sum(x is not None for x in (to, to_offset, to_time)) != 1:
-        raise ValueError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+        raise ReplaySpecError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+    at_ms = parse_time_ms(str(to_time)) if to_time is not None else None
     ends = end_offsets(settings, topic)
     if to == "earliest":
         return dict.fromkeys(ends, 0)
@@ -105,4 +117,5 @@ def reset_targets(
         return ends
     if to_offset is not None:
         return {p: min(to_offset, end) for p, end in ends.items()}
-    return offsets_at_time(settings, topic, parse_time_ms(str(to_time)))
+    assert at_ms is not None
+    return offsets_at_time(settings, topic, at_ms)

@@ -81,8 +81,6 @@ def replay_cmd(
 
     from jobs.replay import message_json, replay_messages
 
-    if (from_offset is None) == (from_time is None):
-        raise click.UsageError("give exactly one of --from-offset and --from-time")
     messages = replay_messages(
         require_servers(bootstrap_servers),
         topic,
@@ -149,8 +147,6 @@ def offsets_reset(
     from kafka_io.errors import KafkaIOError
     from kafka_io.offsets import group_offsets, reset_group_offsets
 
-    if sum(x is not None for x in (to, to_offset, to_time)) != 1:
-        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
     settings = require_servers(bootstrap_servers)
     target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
     current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}

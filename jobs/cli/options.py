@@ -60,6 +60,7 @@ class NearlineGroup(click.Group):
         from gpu_consumer.isolation import EngineFault
         from jobs.columnar import ColumnarShapeError
         from jobs.registry import JobNotFoundError
+        from jobs.replay import ReplaySpecError
         from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
         from kafka_io.errors import SecuritySettingsError, TopicConfigError
 
@@ -81,6 +82,7 @@ class NearlineGroup(click.Group):
             TopicConfigError,
             ScheduleSpecError,
             ScheduleExistsError,
+            ReplaySpecError,
         ) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.USAGE)

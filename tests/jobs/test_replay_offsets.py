@@ -78,3 +78,22 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: Pipeline) -> None:
         assert done.returncode == 0, done.stderr
         row = pipeline.cli("offsets", "show", "--group", group, "--topic", topic).stdout.splitlines()[1]
         assert row.split("\t")[1] == str(committed)
+
+
+def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_error(pipeline: Pipeline) -> None:
+    topic = pipeline.topics.raw_text
+    produce_texts(pipeline, topic, ["a", "b"])
+    group = ("--group", "g-untouched", "--topic", topic)
+    cases = {
+        ("replay", "--topic", topic, "--from-time", "yesterday"): "'yesterday' is not an ISO 8601 time",
+        ("replay", "--topic", topic, "--from-offset", "0", "--to-time", "2026-13-01"): "is not an ISO 8601 time",
+        ("replay", "--topic", topic): "exactly one of --from-offset and --from-time",
+        ("replay", "--topic", topic, "--from-offset", "0", "--from-time", "2026-11-29T18:00:00Z"): "exactly one",
+        ("offsets", "reset", *group, "--to-time", "noon"): "'noon' is not an ISO 8601 time",
+        ("offsets", "reset", *group): "exactly one of --to-earliest, --to-latest, --to-offset, --to-time",
+        ("offsets", "reset", *group, "--to-earliest", "--to-offset", "1"): "exactly one of",
+    }
+    for args, message in cases.items():
+        done = pipeline.cli(*args)
+        assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and not done.stdout, args
