@@ -1,7 +1,7 @@
 """Benchmark: does the GPU worker keep an accelerator fed? Only the engine is replaced.
 
     .venv/bin/python -m bench.feed [--records 8000] [--rates 0 12000 5000] [--per-call-ms 0.5]
-                                   [--processes 2] [--exactly-once] [--metrics-port 9464]
+                                   [--processes 2] [--exactly-once] [--metrics-port 9464 [--alternate]]
 
 Fills tensors.minilm once with real preprocessed records: short texts (sentences of the shipped
 Python-docs example) submitted to the embedded broker and tokenized by the real preprocess worker.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -393,6 +394,12 @@ def main() -> None:
     parser.add_argument(
         "--metrics-port", type=int, help="serve the drains' Prometheus metrics here, scraped every second"
     )
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="with --metrics-port: every other stand-in drains without metrics (and unscraped), starting with "
+        "the first; list each rate twice (--rates 12000 12000 12000 12000) for off/on pairs in one process",
+    )
     parser.add_argument("--worker-process", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_process:
@@ -415,9 +422,12 @@ def main() -> None:
                 f"them at {fetched['records_per_s']:,.0f} records/s ({fetched['mb_per_s']:.1f} MB/s)",
                 flush=True,
             )
-            for engine in stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine):
+            for i, engine in enumerate(stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine)):
+                metrics_port = None if args.alternate and i % 2 == 0 else args.metrics_port
+                if scraper is not None:  # an unscraped endpoint costs nothing: off drains are not scraped
+                    scraper.send_signal(signal.SIGCONT if metrics_port else signal.SIGSTOP)
                 for exactly_once in (False, True) if args.exactly_once else (False,):
-                    rows.append(drain(settings, topics, args.model_repository, engine, exactly_once, args.metrics_port))
+                    rows.append(drain(settings, topics, args.model_repository, engine, exactly_once, metrics_port))
                     print(json.dumps(rows[-1]), flush=True)
             for n in args.processes:
                 for rate in args.rates:
@@ -428,6 +438,7 @@ def main() -> None:
         finally:
             broker.stop()
             if scraper is not None:
+                scraper.send_signal(signal.SIGCONT)
                 scraper.terminate()
 
     print(f"\nmachine: {machine()}")

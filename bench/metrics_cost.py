@@ -5,7 +5,8 @@
 Times the calls the emit thread makes per executed batch with --metrics-port (executed: rows,
 tokens, inference seconds, busy, each record's end-to-end latency; produced: outputs by topic)
 against the base class the worker holds without it, and end-to-end latency observed one
-Histogram.observe per record, the way this code does not. Figures, never assertions.
+Histogram.observe per record, the way this code does not; and what serving one scrape of the
+worker's registry takes. Figures, never assertions.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 import uuid
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 
 from gpu_consumer.batcher import PaddedBatch
 from gpu_consumer.handler import Executed, Item
@@ -63,6 +64,10 @@ def main() -> None:
         for s in seconds:
             histogram.observe(s)
     figures["observe per record (end-to-end only)"] = (time.perf_counter() - started) / args.repeat * 1e6
+    started = time.perf_counter()
+    for _ in range(200):
+        generate_latest(REGISTRY)
+    figures["one scrape (the GPU worker's registry)"] = (time.perf_counter() - started) / 200 * 1e6
     print(f"per executed batch of {args.rows} rows ({args.width} tokens wide), {args.repeat} batches:")
     for name, us in figures.items():
         print(f"  {name:<40}{us:>8.1f} µs")
