@@ -1,7 +1,7 @@
 """Benchmark: does the GPU worker keep an accelerator fed? Only the engine is replaced.
 
     .venv/bin/python -m bench.feed [--records 8000] [--rates 0 12000 5000] [--per-call-ms 0.5]
-                                   [--processes 2] [--exactly-once]
+                                   [--processes 2] [--exactly-once] [--metrics-port 9464 [--alternate]]
 
 Fills tensors.minilm once with real preprocessed records: short texts (sentences of the shipped
 Python-docs example) submitted to the embedded broker and tokenized by the real preprocess worker.
@@ -14,7 +14,9 @@ serde, commit rule) drains the topic in this process, its group rewound to the s
 --real-engine torch adds a drain by a real engine (on a GPU machine: the accelerator's own busy
 fraction). Records/s and engine busy (a simulated device's compute time, or the time the worker waits on a
 real engine, over wall time) are timed from the first inference's start to the last inference's end, so
-start-up and shutdown are not counted. Figures, never assertions: the machine is shared.
+start-up and shutdown are not counted. --metrics-port serves the worker's Prometheus metrics
+while it drains, scraped once a second from another process (15 times Prometheus' default
+rate), so what metrics cost the loop is measured. Figures, never assertions: the machine is shared.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -192,7 +195,12 @@ def fill(settings: KafkaSettings, topics: Topics, repository: Path, n: int, work
 
 
 def drain(
-    settings: KafkaSettings, topics: Topics, repository: Path, engine: TimedEngine, exactly_once: bool = False
+    settings: KafkaSettings,
+    topics: Topics,
+    repository: Path,
+    engine: TimedEngine,
+    exactly_once: bool = False,
+    metrics_port: int | None = None,
 ) -> dict[str, float | str]:
     tensors = topics.tensors("minilm")
     reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in end_offsets(settings, tensors)})
@@ -202,13 +210,23 @@ def drain(
     )
     if isinstance(engine.inner, SimulatedAccelerator):
         engine.inner.device_s = 0.0  # nor counted as the device's busy time
-    stats = serve(settings, topics, repository, "minilm", policy, drain=True, engine=engine, exactly_once=exactly_once)
+    stats = serve(
+        settings,
+        topics,
+        repository,
+        "minilm",
+        policy,
+        drain=True,
+        engine=engine,
+        exactly_once=exactly_once,
+        metrics_port=metrics_port,
+    )
     if not engine.sizes:
         raise RuntimeError(f"the worker drained {stats.records} records of {tensors} without one inference")
     wall = engine.last_end - engine.first_start
     calls = sum(engine.sizes.values())
     return {
-        "engine": engine.label + (", EOS" if exactly_once else ""),
+        "engine": engine.label + (", EOS" if exactly_once else "") + (", metrics" if metrics_port else ""),
         "records": stats.records,
         "records_per_s": stats.records / wall,
         # a simulated accelerator's own compute time; a real engine's is the wait on it
@@ -217,6 +235,23 @@ def drain(
         "mean_batch": stats.records / calls,
         "batch_sizes": json.dumps(dict(sorted(engine.sizes.items()))),
     }
+
+
+SCRAPER = """
+import sys, time, urllib.request
+while True:
+    time.sleep(float(sys.argv[2]))
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read()
+    except OSError:
+        pass  # not serving yet: the first drain starts the endpoint
+"""
+
+
+def start_scraper(port: int, every_s: float = 1.0) -> subprocess.Popen[bytes]:
+    """GET /metrics every `every_s` from another process, as Prometheus would (more often): the
+    worker pays for serving the scrape, not for making it."""
+    return subprocess.Popen([sys.executable, "-c", SCRAPER, str(port), str(every_s)])
 
 
 def fetch_rate(settings: KafkaSettings, topic: str) -> dict[str, float]:
@@ -356,6 +391,15 @@ def main() -> None:
     parser.add_argument(
         "--exactly-once", action="store_true", help="also drain each single-process stand-in in --exactly-once mode"
     )
+    parser.add_argument(
+        "--metrics-port", type=int, help="serve the drains' Prometheus metrics here, scraped every second"
+    )
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="with --metrics-port: every other stand-in drains without metrics (and unscraped), starting with "
+        "the first; list each rate twice (--rates 12000 12000 12000 12000) for off/on pairs in one process",
+    )
     parser.add_argument("--worker-process", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_process:
@@ -363,6 +407,7 @@ def main() -> None:
         return
 
     config = ensure_model(args.model_repository, "minilm", print)
+    scraper = start_scraper(args.metrics_port) if args.metrics_port else None
     rows = []
     with tempfile.TemporaryDirectory(prefix="nearline-feed-") as tmp:
         broker = EmbeddedBroker.start(Path(tmp) / "broker.log")
@@ -377,9 +422,12 @@ def main() -> None:
                 f"them at {fetched['records_per_s']:,.0f} records/s ({fetched['mb_per_s']:.1f} MB/s)",
                 flush=True,
             )
-            for engine in stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine):
+            for i, engine in enumerate(stand_ins(config, args.rates, args.per_call_ms / 1000, args.real_engine)):
+                metrics_port = None if args.alternate and i % 2 == 0 else args.metrics_port
+                if scraper is not None:  # an unscraped endpoint costs nothing: off drains are not scraped
+                    scraper.send_signal(signal.SIGCONT if metrics_port else signal.SIGSTOP)
                 for exactly_once in (False, True) if args.exactly_once else (False,):
-                    rows.append(drain(settings, topics, args.model_repository, engine, exactly_once))
+                    rows.append(drain(settings, topics, args.model_repository, engine, exactly_once, metrics_port))
                     print(json.dumps(rows[-1]), flush=True)
             for n in args.processes:
                 for rate in args.rates:
@@ -389,13 +437,16 @@ def main() -> None:
                     print(json.dumps(rows[-1]), flush=True)
         finally:
             broker.stop()
+            if scraper is not None:
+                scraper.send_signal(signal.SIGCONT)
+                scraper.terminate()
 
     print(f"\nmachine: {machine()}")
     print(f"workload: {args.records} short texts as minilm tensor records; per call {args.per_call_ms} ms")
-    print(f"{'engine':<33}{'rec/s':>9}{'busy':>7}{'batches':>9}{'mean batch':>12}")
+    print(f"{'engine':<42}{'rec/s':>9}{'busy':>7}{'batches':>9}{'mean batch':>12}")
     for r in rows:
         print(
-            f"{r['engine']:<33}{r['records_per_s']:>9,.0f}{r['engine_busy']:>7.0%}"
+            f"{r['engine']:<42}{r['records_per_s']:>9,.0f}{r['engine_busy']:>7.0%}"
             f"{r['executed_batches']:>9}{r['mean_batch']:>12.1f}"
         )
     if args.json:

@@ -1,5 +1,6 @@
 """The GPU stage: engines behind one protocol (engine.py), padding (batcher.py), the pure batch
-handler (handler.py) and the consume-infer-produce-commit loop (worker.py).
+handler (handler.py), the consume-infer-produce-commit loop (worker.py) and what it reports to
+Prometheus (metrics.py).
 
 What does not belong here: Kafka clients (kafka_io/), record schemas (schemas/), job state (jobs/).
 """

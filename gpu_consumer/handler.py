@@ -11,7 +11,7 @@ Three steps, so the worker can overlap them (gpu_consumer/pipeline.py) while tes
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,8 +238,10 @@ def handle_window(
     topics: Topics,
     window_id: str,
     policy: BatchPolicy | None = None,
+    on_executed: Callable[[Executed], None] = lambda run: None,
 ) -> list[OutRecord]:
-    """prepare, execute and emit one window, one step after the other: results and dead letters."""
+    """prepare, execute and emit one window, one step after the other: results and dead letters.
+    `on_executed` sees each executed batch once its results are encoded (the worker's metrics)."""
     window = prepare(sources, engine, config, topics, window_id, policy)
     emitter = Emitter(config, topics, engine.postprocessed)
     out = list(window.dead)
@@ -249,6 +251,7 @@ def handle_window(
             out.append(emitter.dead(event))
         else:
             out.extend(emitter.results(event, f"{window_id}.{n}", window.formed_us))
+            on_executed(event)
             n += 1
     return out
 

@@ -24,6 +24,7 @@ from typing import Literal
 from gpu_consumer.engine import Engine
 from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.ledger import TP, Entry, Ledger
+from gpu_consumer.metrics import GpuMetrics
 from kafka_io.clients import Producer
 from kafka_io.errors import DeliveryError
 from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
@@ -54,9 +55,12 @@ class Pipeline:
         topics: Topics,
         new_producer: Callable[[], Producer],
         settings: PipelineConfig | None = None,
+        metrics: GpuMetrics | None = None,
     ) -> None:
         self.settings = settings or PipelineConfig()
         self.ledger = Ledger()
+        self._metrics = metrics or GpuMetrics()
+        self._metrics.follow(self.ledger.in_flight)
         self._engine, self._config = engine, config
         self._emitter = Emitter(config, topics, engine.postprocessed)
         self._new_producer = new_producer
@@ -181,6 +185,7 @@ class Pipeline:
             else:
                 assert isinstance(event, Executed)
                 self._produce(entry, self._emitter.results(event, f"{window.window_id}.{executed}", window.formed_us))
+                self._metrics.executed(event)
                 executed += 1
             self._to_emit.task_done()
 
@@ -202,3 +207,4 @@ class Pipeline:
             send(self._producer, records, on_stored, on_failed)
         except DeliveryError as exc:  # a fatal producer: the main thread replaces it
             ledger.fail(str(exc))
+        self._metrics.produced(records)

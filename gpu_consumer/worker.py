@@ -28,6 +28,7 @@ from types import FrameType
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine, make_engine, measure_cost
 from gpu_consumer.handler import handle_window, prepare
+from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
 from jobs.cancellations import Cancellations
@@ -77,7 +78,9 @@ def run(
     transactional: bool = False,
     skip: Callable[[Headers], bool] = lambda headers: False,
     pipeline: PipelineConfig | None = None,
+    metrics: GpuMetrics | None = None,
 ) -> WorkerStats:
+    metrics = metrics or GpuMetrics()
     if transactional:
         return _run_transactional(
             consumer,
@@ -93,9 +96,10 @@ def run(
             should_stop,
             skip,
             pipeline or PipelineConfig(),
+            metrics,
         )
     stats = WorkerStats()
-    flow = Pipeline(engine, config, topics, new_producer, pipeline)
+    flow = Pipeline(engine, config, topics, new_producer, pipeline, metrics)
 
     def commit() -> None:
         offsets, records = flow.ledger.take_committable()
@@ -112,6 +116,7 @@ def run(
     def tick() -> None:  # after every poll, also while no record comes
         flow.check()  # a stalled delivery is noticed even when no new window arrives
         commit()
+        metrics.tick(consumer, assignment)
 
     def before_revoke() -> None:
         if not flow.finish(commit):
@@ -120,6 +125,7 @@ def run(
     assignment.before_revoke = before_revoke
     try:
         for window in windows(consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick):
+            metrics.polled(window[0].topic, len(window))
             # records of cancelled jobs are consumed and committed, never run: counted as cancelled
             sources = [r for r in window if not skip(r.headers)]
             prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
@@ -148,12 +154,14 @@ def _run_transactional(
     should_stop: Callable[[], bool],
     skip: Callable[[Headers], bool],
     pipeline: PipelineConfig,
+    metrics: GpuMetrics,
 ) -> WorkerStats:
     """--exactly-once: windows' outputs and offsets in transactions of up to
     --max-windows-in-flight windows, committed when that many are in or TRANSACTION_AGE_S after
     the first, at once when no record is waiting, and before partitions are revoked."""
     stats = WorkerStats()
     txn = OpenTransaction(new_producer(), consumer, max_windows=pipeline.max_in_flight, max_age_s=TRANSACTION_AGE_S)
+    metrics.follow(lambda: len(txn.windows))
 
     def commit() -> bool:
         try:
@@ -170,14 +178,25 @@ def _run_transactional(
     assignment.before_revoke = settle
     try:
         while True:  # a drain ends only once its last transaction committed (or on a stop)
-            for window in windows(consumer, assignment, limits, drain=drain, should_stop=should_stop, idle=settle):
+            for window in windows(
+                consumer,
+                assignment,
+                limits,
+                drain=drain,
+                should_stop=should_stop,
+                idle=settle,
+                tick=lambda: metrics.tick(consumer, assignment),
+            ):
+                metrics.polled(window[0].topic, len(window))
                 sources = [r for r in window if not skip(r.headers)]
-                out = handle_window(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
+                window_id = f"{worker_id}-{stats.windows}"
+                out = handle_window(sources, engine, config, topics, window_id, policy, metrics.executed)
                 try:
                     txn.add(window, out)
                 except TransactionAbortedError:
                     assignment.at_eof.clear()
                     continue
+                metrics.produced(out)
                 stats.windows += 1
                 if txn.due():
                     commit()
@@ -207,12 +226,16 @@ def serve(
     engine: Engine | None = None,
     pipeline: PipelineConfig | None = None,
     sole_consumer: bool = False,
+    metrics_port: int | None = None,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
     `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator).
     `sole_consumer` takes every partition without a group join: only for a worker known to be the
-    group's one member (the embedded `nearline run`); two such workers would both read everything."""
+    group's one member (the embedded `nearline run`); two such workers would both read everything.
+    `metrics_port`: serve Prometheus metrics there (gpu_consumer/metrics.py)."""
+    if metrics_port is not None:
+        start_endpoint(metrics_port)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
@@ -226,6 +249,7 @@ def serve(
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
+    metrics = model_metrics(config.name, config.version, engine.name) if metrics_port is not None else GpuMetrics()
     tensors = topics.tensors(model)
     ensure_topics(
         settings,
@@ -272,6 +296,7 @@ def serve(
             transactional=exactly_once,
             skip=cancellations.skips,
             pipeline=pipeline,
+            metrics=metrics,
         )
     finally:
         cancellations.close()

@@ -2,7 +2,9 @@
 
 What belongs here: client settings and factories with house defaults, topic creation and
 checks, produce-and-confirm, poll windows and commits, topic reads, transactions, the keyed
-tables (jobs, schedules) and the embedded Tansu broker. It speaks nearline's own types
+tables (jobs, schedules), the embedded Tansu broker, and the metrics every worker exports
+(metrics.py: the /metrics endpoint, build info, records consumed and produced, consumer lag,
+dead letters, and the helpers the stages' own metrics use). It speaks nearline's own types
 (`records.ConsumedRecord`, `records.OutRecord`, `errors.*`); the client handles it makes
 (`clients.Consumer`, `clients.Producer`) are opaque to the rest of the code.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kafka_io.metrics import count_dead_letter
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, encode
@@ -19,6 +20,7 @@ def dead_letter(
     model_version: str | None = None,
 ) -> OutRecord:
     """The reason, the source coordinates and the untouched payload, keyed like the source."""
+    count_dead_letter(stage, error)
     letter = DeadLetter.from_error(
         stage,
         error,

@@ -26,3 +26,8 @@ class TopicConfigError(KafkaIOError):
 # What a caller outside kafka_io catches to mean "Kafka failed": our own errors, and the client's
 # own exception, which any client call (a commit, a metadata query, a fatal consumer event) raises.
 KAFKA_FAULTS: tuple[type[Exception], ...] = (KafkaIOError, KafkaException)
+
+
+class MetricsPortError(OSError):
+    """The --metrics-port cannot be bound (taken, or privileged): a usage error, not a Kafka one,
+    kept here so the CLI maps it without importing the metrics."""

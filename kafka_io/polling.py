@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
@@ -143,6 +143,23 @@ def windows(
             return
         elif not pending:
             idle()
+
+
+def consumer_lag(consumer: Consumer, partitions: Iterable[TP]) -> dict[TP, int]:
+    """Records not yet consumed per partition: the high watermark of the last fetch minus the
+    consumer's position. Both are local (fetches bring the watermark), so this costs no broker
+    round trip; a partition with no position yet (nothing consumed from it) is left out."""
+    wanted = [TopicPartition(t, p) for t, p in sorted(partitions)]
+    if not wanted:
+        return {}
+    lags: dict[TP, int] = {}
+    for tp in consumer.position(wanted):
+        if tp.offset < 0:
+            continue
+        _, high = consumer.get_watermark_offsets(tp, cached=True)
+        if high >= 0:
+            lags[(tp.topic, tp.partition)] = max(0, high - tp.offset)
+    return lags
 
 
 def window_offsets(window: list[ConsumedRecord]) -> dict[TP, int]:

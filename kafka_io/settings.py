@@ -11,6 +11,8 @@ ENV_NAMESPACE = "NEARLINE_NAMESPACE"
 # librdkafka properties for every client, e.g. NEARLINE_KAFKA_SECURITY_PROTOCOL=SASL_SSL
 # becomes security.protocol; this is how production adds TLS/SASL without code changes.
 ENV_KAFKA_PREFIX = "NEARLINE_KAFKA_"
+# The metrics port every worker reads (--metrics-port), which deployments set once per pod.
+ENV_METRICS_PORT = "NEARLINE_METRICS_PORT"
 
 
 @dataclass(frozen=True)

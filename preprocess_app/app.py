@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +29,7 @@ from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from preprocess_app.image import preprocess_images
+from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 
@@ -74,8 +76,10 @@ def create_app(
     threads: int | None = None,
     max_tensor_lag: int | None = None,
     session_timeout_s: float = 6.0,
+    metrics: PreprocessMetrics | None = None,
 ) -> faust.App:
     prompt_fetches()
+    metrics = metrics or PreprocessMetrics()
     app = faust.App(
         topics.preprocess_app_id,
         broker=",".join(f"kafka://{s}" for s in settings.bootstrap_servers.split(",")),
@@ -118,14 +122,20 @@ def create_app(
             tensor_topics = known_topics - {topics.dead_letters}
             lag.update(await loop.run_in_executor(None, tensor_lags, settings, topics, tensor_topics))
 
+    @app.timer(LAG_EVERY_S)
+    async def refresh_lag() -> None:
+        await metrics.refresh_lag(app.consumer)
+
     async def wait_for_gpus() -> None:
         if max_tensor_lag is None or max(lag.values(), default=0) <= max_tensor_lag:
             return
         log.warning("backpressure: GPU lag %s over %d records; pausing", lag, max_tensor_lag)
+        metrics.paused(True)
         while max(lag.values(), default=0) > max_tensor_lag:
             await asyncio.sleep(0.2)
+        metrics.paused(False)
 
-    async def run_batches(stream: Any, step: Step, batch_size: int) -> None:
+    async def run_batches(stream: Any, step: Step, batch_size: int, topic: str) -> None:
         loop = asyncio.get_running_loop()
         async for events in stream.noack_take(batch_size, within=batch_within_s):
             await wait_for_gpus()
@@ -135,13 +145,16 @@ def create_app(
                     for m in (e.message for e in events)
                     if not cancellations.skips(m.headers)  # counted as cancelled
                 ]
+                started = time.perf_counter()
                 out = await loop.run_in_executor(None, step, sources)
+                metrics.batch(topic, len(events), time.perf_counter() - started)
                 new = {r.topic for r in out} - known_topics
                 if new:
                     await loop.run_in_executor(None, ensure_topics, settings, [TopicSpec(t) for t in new])
                     known_topics.update(new)
                 pending = [await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out]
                 await asyncio.gather(*pending)
+                metrics.produced(out)
                 for r in out:
                     if r.topic != topics.dead_letters:
                         lag[r.topic] = lag.get(r.topic, 0) + 1
@@ -159,11 +172,11 @@ def create_app(
 
     @app.agent(app.topic(topics.raw_text, value_serializer="raw", key_serializer="raw"))
     async def preprocess_text(stream: Any) -> None:
-        await run_batches(stream, texts, text_batch)
+        await run_batches(stream, texts, text_batch, topics.raw_text)
 
     @app.agent(app.topic(topics.raw_image, value_serializer="raw", key_serializer="raw"))
     async def preprocess_image(stream: Any) -> None:
-        await run_batches(stream, images, image_batch)
+        await run_batches(stream, images, image_batch, topics.raw_image)
 
     return app
 
@@ -182,9 +195,11 @@ def run_worker(
     batch_size: int = 64,
     max_tensor_lag: int | None = None,
     session_timeout_s: float = 6.0,
+    metrics_port: int | None = None,
 ) -> None:
-    """Run the preprocess worker until SIGTERM/SIGINT."""
+    """Run the preprocess worker until SIGTERM/SIGINT; with `metrics_port`, serve Prometheus metrics there."""
     credentials = faust_credentials(settings.extra)  # settings faust cannot apply: refused before connecting
+    metrics = preprocess_metrics(metrics_port)
     check_reachable(settings)
     ensure_topics(
         settings,
@@ -202,6 +217,7 @@ def run_worker(
             text_batch=batch_size,
             max_tensor_lag=max_tensor_lag,
             session_timeout_s=session_timeout_s,
+            metrics=metrics,
         )
         worker = faust.Worker(app, loglevel="WARNING", quiet=True)
         worker.execute_from_commandline()

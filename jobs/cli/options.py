@@ -18,9 +18,9 @@ from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat, OutputPathError, check_output_path, output_format
 from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError
-from kafka_io.errors import BrokerUnavailableError
+from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS_PORT, ENV_NAMESPACE, KafkaSettings
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas.model_config import (
@@ -83,6 +83,7 @@ class NearlineGroup(click.Group):
             ScheduleSpecError,
             ScheduleExistsError,
             ReplaySpecError,
+            MetricsPortError,
         ) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.USAGE)
@@ -131,6 +132,18 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
         return f(*args, **kwargs)
 
     return wrapper
+
+
+def metrics_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--metrics-port, the same env var for every worker (deployments set it once per pod)."""
+    return click.option(
+        "--metrics-port",
+        type=click.IntRange(1, 65535),
+        default=None,
+        envvar=ENV_METRICS_PORT,
+        show_envvar=True,
+        help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics [default: off].",
+    )(f)
 
 
 def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,7 +9,14 @@ from pathlib import Path
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli.options import HOME, batch_options, cluster_options, repository_option, require_servers
+from jobs.cli.options import (
+    HOME,
+    batch_options,
+    cluster_options,
+    metrics_option,
+    repository_option,
+    require_servers,
+)
 from kafka_io.settings import ENV_BOOTSTRAP, Topics
 
 
@@ -36,12 +43,14 @@ def worker() -> None:
     "Tansu holds a join for half of it. Kafka refuses less than its group.min.session.timeout.ms (6 s by "
     "default); nearline run gives its lone embedded worker 2.",
 )
+@metrics_option
 @cluster_options
 @repository_option
 def worker_preprocess(
     batch_size: int,
     max_tensor_lag: int | None,
     session_timeout: float,
+    metrics_port: int | None,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
@@ -56,6 +65,7 @@ def worker_preprocess(
         batch_size=batch_size,
         max_tensor_lag=max_tensor_lag,
         session_timeout_s=session_timeout,
+        metrics_port=metrics_port,
     )
 
 
@@ -97,6 +107,7 @@ def worker_preprocess(
     help="Take every partition without joining the group (only for a worker that is alone).",
 )
 @batch_options
+@metrics_option
 @cluster_options
 @repository_option
 def worker_gpu(
@@ -112,6 +123,7 @@ def worker_gpu(
     max_batch_tokens: int | None,
     max_window: int | None,
     max_linger_ms: float,
+    metrics_port: int | None,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
@@ -136,6 +148,7 @@ def worker_gpu(
         instance_id=instance_id,
         pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
         sole_consumer=sole_consumer,
+        metrics_port=metrics_port,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 
@@ -150,9 +163,15 @@ def worker_gpu(
 )
 @click.option("--grace-s", type=float, default=30.0, show_envvar=True, help="A tick this late is on time, not missed.")
 @click.option("--max-catch-up", type=int, default=100, show_envvar=True, help="Most missed ticks run under catch-up.")
+@metrics_option
 @cluster_options
 def worker_scheduler(
-    instance_id: str | None, grace_s: float, max_catch_up: int, bootstrap_servers: str, namespace: str
+    instance_id: str | None,
+    grace_s: float,
+    max_catch_up: int,
+    metrics_port: int | None,
+    bootstrap_servers: str,
+    namespace: str,
 ) -> None:
     """Submit one job per schedule tick. Run as many as you like: each tick is submitted once."""
     import signal
@@ -160,10 +179,12 @@ def worker_scheduler(
     import threading
     from datetime import UTC, datetime, timedelta
 
+    from jobs.scheduling.metrics import scheduler_metrics
     from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
     from kafka_io.clients import check_reachable
 
     settings = require_servers(bootstrap_servers)
+    metrics = scheduler_metrics(metrics_port)
     check_reachable(settings)
     config = SchedulerConfig(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
     stop = threading.Event()
@@ -172,7 +193,7 @@ def worker_scheduler(
     def say(line: str) -> None:
         click.echo(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} {line}", err=True)
 
-    with Scheduler(settings, Topics(namespace), config, on_event=say) as scheduler:
+    with Scheduler(settings, Topics(namespace), config, on_event=say, metrics=metrics) as scheduler:
         say(f"scheduler {config.instance_id} running: {len(scheduler.schedules)} schedule(s)")
         with contextlib.suppress(KeyboardInterrupt):
             scheduler.run(stop)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_io.children import die_with_parent
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS_PORT, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY
 
 # glibc and Pillow settings for the image decoder: large buffers are reused instead of being
@@ -73,9 +73,12 @@ def spawn_worker(
     log_path: Path,
     extra_env: dict[str, str] | None = None,
 ) -> WorkerProcess:
-    """`nearline worker ...` as a child process in its own session, logging to log_path."""
+    """`nearline worker ...` as a child process in its own session, logging to log_path.
+
+    It serves metrics only when `args` say --metrics-port: inherited, a deployment's
+    NEARLINE_METRICS_PORT would have every worker started here bind the same port."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != ENV_METRICS_PORT},
         ENV_BOOTSTRAP: bootstrap_servers,
         ENV_NAMESPACE: namespace,
         ENV_MODEL_REPOSITORY: str(repository.resolve()),

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
+from jobs.scheduling.metrics import SchedulerMetrics
 from jobs.scheduling.schedules import TickClaims
 from jobs.submit import JobInput, submit
 from kafka_io.clients import Producer, make_producer
@@ -67,8 +68,10 @@ class Scheduler:
         config: SchedulerConfig,
         clock: Clock = utc_now,
         on_event: Callable[[str], None] = log.info,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.settings = settings.with_client_id(f"scheduler-{config.instance_id}")
+        self.metrics = metrics or SchedulerMetrics()
         self.topics = topics
         self.config = config
         self.clock = clock
@@ -191,6 +194,7 @@ class Scheduler:
                 raise BrokerUnavailableError(f"claim on {name} {tick} was acked but not read back in 60 s")
             self._apply(self._follower.poll(0.1))
         winner = self.ticks.first[key]
+        self.metrics.claimed(won=winner.claim_id == mine.claim_id)
         if winner.claim_id != mine.claim_id:
             self.on_event(f"schedule {name}: tick {tick:%Y-%m-%d %H:%M} UTC is {winner.scheduler}'s, not submitting")
             return False
@@ -222,6 +226,7 @@ class Scheduler:
             log.exception("schedule %s: tick %s failed unexpectedly", schedule.name, tick)
             self._fail(schedule, tick, job_id, f"internal error: {type(exc).__name__}: {exc}")
             return None
+        self.metrics.submitted()
         self.on_event(
             f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC submitted job {job_id} "
             f"({report.submitted} records)"
@@ -234,6 +239,7 @@ class Scheduler:
             job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name, error=reason
         )
         register(self.settings, self.topics, failed)
+        self.metrics.failed()
         self.on_event(f"schedule {schedule.name}: tick {tick:%Y-%m-%d %H:%M} UTC, job {job_id} failed: {reason}")
 
     def _retry_unfinished(self) -> list[str]:

@@ -61,3 +61,28 @@ def test_models_list_names_a_model_it_cannot_load_and_skips_folders_that_are_not
         ["tiny", "1", "text-embedding"],
     ]
     assert rows[0][3].startswith("model unavailable: badcfg version 1: ")
+
+
+@pytest.mark.parametrize("worker", [["gpu", "--model", "tiny"], ["preprocess"], ["scheduler"]])
+def test_a_metrics_port_that_is_taken_is_named_with_exit_code_2_before_anything_connects(worker: list[str]) -> None:
+    import os
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # the deployments' variable, as every worker reads it
+        env = {**os.environ, "NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1", "NEARLINE_METRICS_PORT": str(port)}
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "worker", *worker], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"--metrics-port {port}: " in done.stderr and "in use" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_every_worker_lists_its_metrics_port_option_and_variable() -> None:
+    for worker in ("gpu", "preprocess", "scheduler"):
+        done = nearline("worker", worker, "--help")
+        assert "--metrics-port" in done.stdout and "NEARLINE_METRICS_PORT" in done.stdout

@@ -1,0 +1,89 @@
+"""What the preprocess worker measures for Prometheus, once per batch of raw records.
+
+Records consumed and produced per topic, seconds per batch, whether backpressure holds the worker
+(--max-tensor-lag), and every few seconds the consumer lag of the raw topics faust reads. Without
+--metrics-port the app holds the base PreprocessMetrics, whose methods do nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import Gauge, Histogram
+
+from kafka_io.metrics import Traffic, build_info, serve_metrics
+from kafka_io.records import OutRecord
+
+log = logging.getLogger(__name__)
+
+WORKER = "preprocess"
+LAG_EVERY_S = 5.0
+
+PREPROCESS_SECONDS = Histogram(
+    "nearline_preprocess_seconds",
+    "Seconds to preprocess one batch of raw records (tokenize, or decode and resize), by raw topic.",
+    ["topic"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+BACKPRESSURE_PAUSED = Gauge(
+    "nearline_backpressure_paused",
+    "1 while preprocessing waits for a GPU group that lags more than --max-tensor-lag records, else 0.",
+)
+
+
+class PreprocessMetrics:
+    """What the preprocess worker reports. This base reports nothing: the worker without --metrics-port."""
+
+    def batch(self, topic: str, consumed: int, seconds: float) -> None:
+        """A batch of `consumed` raw records from `topic`, preprocessed in `seconds`."""
+
+    def produced(self, records: Sequence[OutRecord]) -> None:
+        """A batch's outputs, confirmed by the broker."""
+
+    def paused(self, paused: bool) -> None:
+        """Backpressure holds the worker, or no longer does."""
+
+    async def refresh_lag(self, consumer: Any) -> None:
+        """The lag of the partitions faust's consumer owns (every LAG_EVERY_S, from a faust timer)."""
+
+
+class PrometheusPreprocessMetrics(PreprocessMetrics):
+    def __init__(self) -> None:
+        self.traffic = Traffic(WORKER)
+        BACKPRESSURE_PAUSED.set(0)
+
+    def batch(self, topic: str, consumed: int, seconds: float) -> None:
+        self.traffic.consumed(topic, consumed)
+        PREPROCESS_SECONDS.labels(topic).observe(seconds)
+
+    def produced(self, records: Sequence[OutRecord]) -> None:
+        self.traffic.produced_records(records)
+
+    def paused(self, paused: bool) -> None:
+        BACKPRESSURE_PAUSED.set(1 if paused else 0)
+
+    async def refresh_lag(self, consumer: Any) -> None:
+        """High watermark (from the last fetch) minus position, per assigned partition. faust's
+        consumer is aiokafka underneath: both are known locally once a partition was fetched."""
+        lags: dict[tuple[str, int], int] = {}
+        try:
+            for tp in consumer.assignment():
+                high = consumer.highwater(tp)
+                position = await consumer.position(tp)
+                if high is not None and position is not None and high >= 0 and position >= 0:
+                    lags[(tp.topic, tp.partition)] = max(0, high - position)
+        except Exception as exc:  # a rebalance under way: the next refresh reads the new assignment
+            log.debug("consumer lag not refreshed: %s", exc)
+            return
+        self.traffic.lag(lags)
+
+
+def preprocess_metrics(port: int | None) -> PreprocessMetrics:
+    """Serve /metrics on `port`, or report nothing when None."""
+    if port is None:
+        return PreprocessMetrics()
+    serve_metrics(port, WORKER)
+    build_info(WORKER)
+    return PrometheusPreprocessMetrics()
