@@ -10,17 +10,13 @@ from kafka_io.clients import make_producer
 from kafka_io.errors import SecuritySettingsError
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.settings import ENV_KAFKA_PREFIX
-from tests.deploy.cli_commands import PROGRAM, all_option_names, console_script
+from tests.deploy.cli_commands import PROGRAM, console_script
 from tests.deploy.manifests import ROOT, Manifests, label
 from tests.deploy.workers import containers
 
 # The kustomization fields manifests.load() applies; any other (a patch, a generator) would make
 # the tests check something other than what `kubectl apply -k` applies.
 UNDERSTOOD = {"apiVersion", "kind", "namespace", "resources", "images"}
-# Variables set ahead of the CLI option that will read them, with that option's name. The
-# allowance ends by itself once the CLI has an option of that name: from then on the manifests
-# must set exactly the variable that option reads, like any other.
-PENDING = {"NEARLINE_METRICS_PORT": "metrics_port"}  # #14: workers serve Prometheus metrics
 
 
 def check_kustomization(m: Manifests) -> list[str]:
@@ -72,7 +68,6 @@ def check_commands(m: Manifests) -> list[str]:
 def check_env_read(m: Manifests) -> list[str]:
     """Every variable a container sets is one its own command reads: an option's variable, or a
     librdkafka property (NEARLINE_KAFKA_*, read by KafkaSettings.from_env in every command)."""
-    options = all_option_names()
     problems = []
     for c in containers(m):
         if c.invocation is None:
@@ -80,8 +75,6 @@ def check_env_read(m: Manifests) -> list[str]:
         read = c.invocation.envvars()
         for name in sorted(c.env):
             if name in read or name.startswith(ENV_KAFKA_PREFIX):
-                continue
-            if name in PENDING and PENDING[name] not in options:
                 continue
             problems.append(f"{c.where}: sets {name}, which `{c.path}` does not read")
     return problems

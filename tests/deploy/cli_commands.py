@@ -80,15 +80,3 @@ def resolve(args: list[str], env: dict[str, str]) -> Invocation:
             contexts.append(ctx)
             group, tokens = command, rest
         return Invocation(contexts)
-
-
-def all_option_names(command: click.Command = cli, parent: click.Context | None = None) -> set[str]:
-    """Every option name anywhere in the CLI (lazy groups included)."""
-    ctx = click.Context(command, info_name=command.name, parent=parent)
-    names = {p.name for p in command.params if isinstance(p, click.Option) and p.name}
-    if isinstance(command, click.Group):
-        for sub in command.list_commands(ctx):
-            found = command.get_command(ctx, sub)
-            if found is not None:
-                names |= all_option_names(found, ctx)
-    return names

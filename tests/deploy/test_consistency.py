@@ -307,17 +307,6 @@ def test_each_check_catches_its_breakage(breakage: Callable[[Manifests], object]
     assert any(phrase in p for p in problems), problems
 
 
-def test_the_metrics_variable_must_be_the_one_the_cli_reads_once_the_cli_has_the_option(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """NEARLINE_METRICS_PORT is set ahead of the metrics work of #14; once an option named
-    metrics_port exists, a manifest variable it does not read is a problem like any other."""
-    options = checks_cli.all_option_names()
-    monkeypatch.setattr(checks_cli, "all_option_names", lambda: options | {"metrics_port"})
-    problems = checks_cli.check_env_read(load())
-    assert problems and all("NEARLINE_METRICS_PORT" in p for p in problems), problems
-
-
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kustomize_renders_what_the_tests_read() -> None:
     """`kubectl kustomize` (offline) renders the same resources, in the namespace, with the image mapped."""
