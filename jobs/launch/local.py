@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,12 @@ def spawn_worker(
     repository: Path,
     log_path: Path,
     extra_env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> WorkerProcess:
-    """`nearline worker ...` as a child process in its own session, logging to log_path."""
+    """`nearline worker ...` as a child process in its own session, logging to log_path.
+
+    `prefix` runs it under a command that execs it, such as `ip netns exec NAME` (another host's
+    network): the process, its PID and its death signal stay the worker's."""
     env = {
         **os.environ,
         ENV_BOOTSTRAP: bootstrap_servers,
@@ -85,7 +90,7 @@ def spawn_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", "worker", *args],
+            [*prefix, sys.executable, "-m", "jobs.cli", "worker", *args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
