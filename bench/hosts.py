@@ -163,6 +163,17 @@ class Topology:
             _delete_namespace(namespace)
             _LIVE.discard(namespace)
 
+    def cpu_seconds(self, name: str) -> float:
+        """User + system CPU time of the processes running in the host now (so far in their lives)."""
+        total = 0
+        for pid in _pids(self.hosts[name].namespace):
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # it has just ended
+            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+        return total / os.sysconf("SC_CLK_TCK")
+
     def cut(self, name: str) -> None:
         """The host's link goes down: its packets are dropped at the switch, nobody is told."""
         _ip("-n", self.switch, "link", "set", self.hosts[name].port, "down")
@@ -243,7 +254,7 @@ def _alive(pid: int) -> bool:
 def _delete_namespace(namespace: str) -> None:
     if namespace not in _list_namespaces():
         return
-    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
+    pids = _pids(namespace)
     for pid in pids:  # only processes started into our namespaces run there
         with suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
@@ -251,6 +262,10 @@ def _delete_namespace(namespace: str) -> None:
     while any(_alive(int(p)) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     _ip("netns", "del", namespace)  # its veth ends go with it, and so the pairs
+
+
+def _pids(namespace: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True).stdout.split()
 
 
 def _ip(*args: str) -> None:
