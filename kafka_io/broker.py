@@ -63,11 +63,20 @@ class EmbeddedBroker:
 
     @classmethod
     def start(
-        cls, log_path: Path, port: int | None = None, ready_timeout_s: float = 20.0, host: str = "127.0.0.1"
+        cls,
+        log_path: Path,
+        port: int | None = None,
+        ready_timeout_s: float = 20.0,
+        host: str = "127.0.0.1",
+        *,
+        detached: bool = False,
     ) -> EmbeddedBroker:
         """Start Tansu on host:port (a loopback port by default) and return once it answers Kafka
         metadata requests. It listens on that address and advertises it to clients, so another
-        host (a network namespace: bench/hosts.py) reaches it at a non-loopback `host`."""
+        host (a network namespace: bench/hosts.py) reaches it at a non-loopback `host`.
+
+        It dies with this process, even when this process is SIGKILLed, unless `detached`: then it
+        outlives it, for `nearline broker start`, which returns at once and leaves it running."""
         port = port or free_port(host)
         url = f"tcp://{host}:{port}"
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +88,7 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C meant for the CLI must not kill the broker under its workers
                 # ...but nothing of it may outlive us: memory storage has nothing to lose, so SIGKILL
-                preexec_fn=die_with_parent(signal.SIGKILL),
+                preexec_fn=None if detached else die_with_parent(signal.SIGKILL),
             )
         _CHILDREN[proc.pid] = proc
         broker = cls(proc.pid, port, str(log_path), host)
