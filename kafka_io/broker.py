@@ -44,9 +44,9 @@ def tansu_binary() -> Path:
     return path
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -55,16 +55,30 @@ class EmbeddedBroker:
     pid: int
     port: int
     log_path: str
+    host: str = "127.0.0.1"
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @classmethod
-    def start(cls, log_path: Path, port: int | None = None, ready_timeout_s: float = 20.0) -> EmbeddedBroker:
-        """Start Tansu on a loopback port and return once it answers Kafka metadata requests."""
-        port = port or free_port()
-        url = f"tcp://127.0.0.1:{port}"
+    def start(
+        cls,
+        log_path: Path,
+        port: int | None = None,
+        ready_timeout_s: float = 20.0,
+        host: str = "127.0.0.1",
+        *,
+        detached: bool = False,
+    ) -> EmbeddedBroker:
+        """Start Tansu on host:port (a loopback port by default) and return once it answers Kafka
+        metadata requests. It listens on that address and advertises it to clients, so another
+        host (a network namespace: bench/hosts.py) reaches it at a non-loopback `host`.
+
+        It dies with this process, even when this process is SIGKILLed, unless `detached`: then it
+        outlives it, for `nearline broker start`, which returns at once and leaves it running."""
+        port = port or free_port(host)
+        url = f"tcp://{host}:{port}"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
@@ -74,10 +88,10 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C meant for the CLI must not kill the broker under its workers
                 # ...but nothing of it may outlive us: memory storage has nothing to lose, so SIGKILL
-                preexec_fn=die_with_parent(signal.SIGKILL),
+                preexec_fn=None if detached else die_with_parent(signal.SIGKILL),
             )
         _CHILDREN[proc.pid] = proc
-        broker = cls(proc.pid, port, str(log_path))
+        broker = cls(proc.pid, port, str(log_path), host)
         deadline = time.monotonic() + ready_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -85,7 +99,7 @@ class EmbeddedBroker:
                     f"embedded broker exited with code {proc.returncode} at start; see {log_path}"
                 )
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                with socket.create_connection((host, port), timeout=0.5):
                     pass
                 check_reachable(KafkaSettings(broker.bootstrap_servers), timeout_s=5.0)
                 return broker

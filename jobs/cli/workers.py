@@ -217,7 +217,7 @@ def broker_start(port: int) -> None:
         click.echo(f"already running (pid {running.pid})", err=True)
         click.echo(f"export {ENV_BOOTSTRAP}={running.bootstrap_servers}")
         return
-    started = EmbeddedBroker.start(HOME / "broker.log", port=port)
+    started = EmbeddedBroker.start(HOME / "broker.log", port=port, detached=True)  # it outlives this command
     started.save(state)
     click.echo(f"broker running, pid {started.pid}, log {started.log_path}", err=True)
     click.echo(f"export {ENV_BOOTSTRAP}={started.bootstrap_servers}")

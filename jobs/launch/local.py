@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,11 +73,14 @@ def spawn_worker(
     repository: Path,
     log_path: Path,
     extra_env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
 ) -> WorkerProcess:
     """`nearline worker ...` as a child process in its own session, logging to log_path.
 
-    It serves metrics only when `args` say --metrics-port: inherited, a deployment's
-    NEARLINE_METRICS_PORT would have every worker started here bind the same port."""
+    `prefix` runs it under a command that execs it, such as `ip netns exec NAME` (another host's
+    network): the process, its PID and its death signal stay the worker's. It serves metrics only
+    when `args` say --metrics-port: inherited, a deployment's NEARLINE_METRICS_PORT would have
+    every worker started here bind the same port."""
     env = {
         **{k: v for k, v in os.environ.items() if k != ENV_METRICS_PORT},
         ENV_BOOTSTRAP: bootstrap_servers,
@@ -87,7 +91,7 @@ def spawn_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", "worker", *args],
+            [*prefix, sys.executable, "-m", "jobs.cli", "worker", *args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -86,3 +86,32 @@ def test_every_worker_lists_its_metrics_port_option_and_variable() -> None:
     for worker in ("gpu", "preprocess", "scheduler"):
         done = nearline("worker", worker, "--help")
         assert "--metrics-port" in done.stdout and "NEARLINE_METRICS_PORT" in done.stdout
+
+
+def test_the_broker_that_broker_start_started_outlives_the_command_until_broker_stop(tmp_path: Path) -> None:
+    import json
+    import os
+    import socket
+
+    from kafka_io.broker import free_port
+
+    env = {**os.environ, "HOME": str(tmp_path)}  # `nearline broker` keeps its state in ~/.nearline
+    port = free_port()
+
+    def broker(command: str) -> subprocess.CompletedProcess[str]:
+        args = ["broker", command, *(["--port", str(port)] if command == "start" else [])]
+        return subprocess.run([sys.executable, "-m", "jobs.cli", *args], env=env, capture_output=True, text=True)
+
+    started = broker("start")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == f"export NEARLINE_BOOTSTRAP_SERVERS=127.0.0.1:{port}"
+    try:
+        pid = json.loads((tmp_path / ".nearline" / "broker.json").read_text())["pid"]
+        time.sleep(0.5)  # the command has exited; a broker tied to it would have been killed with it
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert "already running" in broker("start").stderr
+    finally:
+        stopped = broker("stop")
+    assert stopped.returncode == 0 and f"stopped broker pid {pid}" in stopped.stderr
+    assert not Path(f"/proc/{pid}").exists() or ") Z " in Path(f"/proc/{pid}/stat").read_text()
