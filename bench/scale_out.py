@@ -1,7 +1,7 @@
 """Benchmark: the same job on 1, 2 and 4 GPU hosts, each with a simulated accelerator. Needs root.
 
     .venv/bin/python -m bench.scale_out [--hosts 1 2 4] [--records 48000] [--rate 1500]
-                                        [--per-call-ms 0.5] [--partitions 8] [--model-repository models]
+                                        [--per-call-ms 0.5] [--partitions 8] [--model-repository DIR]
 
 The hosts are network namespaces (bench/hosts.py): the broker in its own host, the GPU hosts on
 their own segment behind the switch, a client host. Preprocessing is out of the measurement: from
@@ -52,7 +52,7 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import RawText, encode, now_us
-from schemas.model_config import load_model_config
+from schemas.model_config import default_repository, load_model_config
 
 MODEL = "minilm"
 
@@ -226,7 +226,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1500.0, help="each simulated accelerator's records/s")
     parser.add_argument("--per-call-ms", type=float, default=0.5)
     parser.add_argument("--partitions", type=int, default=8, help="of tensors.minilm")
-    parser.add_argument("--model-repository", type=Path, default=Path("models"))
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
     parser.add_argument("--fill", help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--watch", help=argparse.SUPPRESS)
