@@ -43,6 +43,7 @@ WHEELS = [
     "pytz==2025.2",  # croniter imports it, and the GPU image has none
     "colorlog==6.12.0",
     "async-timeout==5.0.1",
+    "prometheus-client==0.26.0",  # kafka_io.metrics: every worker imports it
 ]
 TOOL_LIMIT = 64 * 2**20
 
