@@ -31,21 +31,29 @@ OLD_DEFAULT_REPOSITORY = Path("models")
 ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
 
 
-def default_repository() -> Path:
-    """$NEARLINE_MODEL_REPOSITORY if set, else $XDG_CACHE_HOME/nearline/models, else
-    ~/.cache/nearline/models (the XDG base directory rule: a relative XDG_CACHE_HOME is ignored)."""
-    if os.environ.get(ENV_MODEL_REPOSITORY):
-        return Path(os.environ[ENV_MODEL_REPOSITORY])
+def cache_repository() -> Path:
+    """The per-user model cache: $XDG_CACHE_HOME/nearline/models, else ~/.cache/nearline/models
+    (the XDG base directory rule: a relative XDG_CACHE_HOME is ignored)."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
     return base / "nearline" / "models"
 
 
+def default_repository() -> Path:
+    """$NEARLINE_MODEL_REPOSITORY if set, else the per-user cache."""
+    if os.environ.get(ENV_MODEL_REPOSITORY):
+        return Path(os.environ[ENV_MODEL_REPOSITORY])
+    return cache_repository()
+
+
 def move_hint(repository: Path, name: str | None = None) -> str | None:
-    """How to move models left in ./models (the old default) when another repository is in use and
-    ./models holds `name` (any model when None); None when there is nothing to move."""
+    """How to move models left in ./models (the old default) into the per-user cache when that is
+    the repository in use and ./models holds `name` (any model when None); None when there is
+    nothing to move, or the repository was chosen (an env var or flag naming another folder)."""
     old = OLD_DEFAULT_REPOSITORY
     try:
+        if repository.absolute() != cache_repository().absolute():
+            return None
         if not old.is_dir() or old.resolve() == repository.resolve():
             return None
         if name is not None:

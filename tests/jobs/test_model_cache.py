@@ -48,9 +48,11 @@ def test_models_left_in_the_old_folder_are_pointed_at_with_the_move_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     cache = tmp_path / "cache" / "nearline" / "models"
     assert move_hint(cache, "minilm") is None  # no ./models: nothing to move
     (tmp_path / "models" / "minilm" / "1").mkdir(parents=True)
+    assert move_hint(tmp_path / "chosen", "minilm") is None  # a repository the user named is theirs
     hint = move_hint(cache, "minilm")
     assert hint is not None and f"mv models/* {cache}/" in hint and "--model-repository models" in hint
     assert move_hint(cache, "efficientnet-lite0") is None  # ./models does not hold that one
