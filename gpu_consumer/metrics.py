@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpu_consumer.handler import Executed
 from kafka_io.clients import Consumer
-from kafka_io.metrics import BulkHistogram, Every, RecentSums, Traffic, build_info, serve_metrics
+from kafka_io.metrics import BATCH_SECONDS_BUCKETS, BulkHistogram, Every, RecentSums, Traffic, build_info, serve_metrics
 from kafka_io.polling import Assignment, consumer_lag
 from kafka_io.records import OutRecord
 from schemas import now_us
@@ -62,7 +62,7 @@ INFERENCE = Histogram(
     "nearline_inference_seconds",
     "Seconds per executed batch, from the previous batch's outputs (or the window's start) to its own.",
     ["model"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    buckets=BATCH_SECONDS_BUCKETS,
 )
 END_TO_END = BulkHistogram(
     "nearline_end_to_end_seconds",

@@ -53,6 +53,9 @@ DEAD_LETTERS = Counter(
     ["worker", "stage", "reason"],
 )
 
+# One batch step, 1 ms to 10 s: a GPU batch and a preprocess batch share a scale, so dashboards compare them
+BATCH_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
 
 @dataclass
 class _Serving:

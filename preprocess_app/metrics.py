@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import Gauge, Histogram
 
-from kafka_io.metrics import Traffic, build_info, serve_metrics
+from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, build_info, serve_metrics
 from kafka_io.records import OutRecord
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ PREPROCESS_SECONDS = Histogram(
     "nearline_preprocess_seconds",
     "Seconds to preprocess one batch of raw records (tokenize, or decode and resize), by raw topic.",
     ["topic"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    buckets=BATCH_SECONDS_BUCKETS,
 )
 BACKPRESSURE_PAUSED = Gauge(
     "nearline_backpressure_paused",
