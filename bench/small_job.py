@@ -75,7 +75,12 @@ def main() -> None:
                 e2e = profile["end_to_end"]
                 p50, p99 = e2e["p50_ms"], e2e["p99_ms"]
                 print(f"{job}: submit --wait {took:.2f} s; end to end p50 {p50:.0f} ms, p99 {p99:.0f} ms")
-                print(f"  stage p50 ms: {stages}", flush=True)
+                print(f"  stage p50 ms: {stages}")
+                print(
+                    f"  {profile['batches']} executed batches {profile['batch_sizes']}, "
+                    f"padding waste {profile['padding_waste']:.0%}, engine busy {profile['engine_busy_fraction']:.0%}",
+                    flush=True,
+                )
         finally:
             stop_all(workers)
             broker.stop()

@@ -24,9 +24,6 @@ class TopicFollower:
         self._consumer: Consumer = make_consumer(
             settings,
             group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}",
-            # An idle long-poll fetch holds back the watermark query of poll_to_end() for its
-            # whole wait (500 ms by default); followers are few, so shorter fetches cost little.
-            **{"fetch.wait.max.ms": 100},
         )
         self.partitions: set[tuple[str, int]] = set()
         for topic in topics:
