@@ -12,7 +12,7 @@ from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from schemas import RawText, SerdeError, Tensor, TensorRecord, decode, now_us
-from schemas.model_config import ModelError, ModelNotFoundError, token_id_dtype
+from schemas.model_config import ModelError, ModelNotFoundError
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
 # No token is shorter than one character, and real ones average 4-5, so cutting at 32 characters
@@ -20,11 +20,13 @@ from schemas.model_config import ModelError, ModelNotFoundError, token_id_dtype
 CHARS_PER_TOKEN_BOUND = 32
 
 
-def tokenize(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> list[np.ndarray]:
-    """Token ids per text, int64, at most max_length long (special tokens included)."""
+def tokenize(
+    tokenizer: Tokenizer, texts: Sequence[str], max_length: int, dtype: str | np.dtype = "int64"
+) -> list[np.ndarray]:
+    """Token ids per text, at most max_length long (special tokens included)."""
     limit = max_length * CHARS_PER_TOKEN_BOUND
     encodings = tokenizer.encode_batch([t[:limit] for t in texts])
-    return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+    return [np.asarray(e.ids, dtype=dtype) for e in encodings]
 
 
 def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, topics: Topics) -> list[OutRecord]:
@@ -54,8 +56,8 @@ def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, top
         cfg = model.config
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
-        token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length)
-        carried = token_id_dtype(model.tokenizer.get_vocab_size(), ids_input.dtype)
+        carried = model.token_dtype or ids_input.dtype
+        token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length, carried)
         finished = now_us()
         for (src, raw), ids in zip(items, token_ids, strict=True):
             record = TensorRecord(
@@ -64,7 +66,7 @@ def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, top
                 seq=raw.seq,
                 model=cfg.name,
                 model_version=cfg.version,
-                tensors=(Tensor.from_array(ids_input.name, ids.astype(carried, copy=False)),),
+                tensors=(Tensor.from_array(ids_input.name, ids),),
                 attributes=raw.attributes,
                 timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": finished},
             )

@@ -23,6 +23,8 @@ def now_us() -> int:
 
 
 _LITTLE = {name: np.dtype(name).newbyteorder("<") for name in TENSOR_DTYPES}
+# The same by dtype: a dict lookup, where `dtype.name` costs microseconds a call on the hot path.
+_NAME_OF_LITTLE = {little: name for name, little in _LITTLE.items()}
 
 
 def tensor_array(name: str, dtype: str, shape: tuple[int, ...] | list[int], data: bytes) -> np.ndarray:
@@ -53,10 +55,13 @@ class Tensor:
 
     @classmethod
     def from_array(cls, name: str, array: np.ndarray) -> Tensor:
-        if array.dtype.name not in TENSOR_DTYPES:
-            raise TensorFormatError(f"tensor {name!r}: dtype {array.dtype} cannot be carried")
-        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
-        return cls(name, array.dtype.name, tuple(array.shape), np.ascontiguousarray(little).tobytes())
+        dtype = _NAME_OF_LITTLE.get(array.dtype)
+        if dtype is None:  # big-endian, or a dtype that cannot be carried
+            if array.dtype.name not in TENSOR_DTYPES:
+                raise TensorFormatError(f"tensor {name!r}: dtype {array.dtype} cannot be carried")
+            dtype = array.dtype.name
+            array = array.astype(_LITTLE[dtype])
+        return cls(name, dtype, tuple(array.shape), array.tobytes())  # tobytes() is C order
 
     def to_array(self) -> np.ndarray:
         """A read-only view on the record's bytes (no copy), after checking they fit dtype and shape."""
@@ -70,6 +75,18 @@ class Tensor:
         return cls(d["name"], d["dtype"], tuple(d["shape"]), d["data"])
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(record_type: type) -> tuple[str, ...]:
+    """A record dataclass's field names; dataclasses.fields() rebuilds them on every call (~9 us),
+    twice per record on the hot paths."""
+    names = _FIELD_NAMES.get(record_type)
+    if names is None:
+        names = _FIELD_NAMES[record_type] = tuple(f.name for f in fields(record_type))
+    return names
+
+
 class AvroFields:
     """to_avro/from_avro for a record dataclass whose fields are its Avro fields, by the same names."""
 
@@ -77,7 +94,7 @@ class AvroFields:
     TUPLE_FIELDS: ClassVar[tuple[str, ...]] = ()  # Avro arrays held as tuples, so records stay hashable
 
     def to_avro(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        d = {name: getattr(self, name) for name in field_names(type(self))}
         for name in self.TENSOR_FIELDS:
             d[name] = [t.to_avro() for t in d[name]]
         for name in self.TUPLE_FIELDS:
@@ -86,7 +103,7 @@ class AvroFields:
 
     @classmethod
     def from_avro(cls, d: dict[str, Any]) -> Self:
-        kwargs = {f.name: d[f.name] for f in fields(cls)}  # type: ignore[arg-type]
+        kwargs = {name: d[name] for name in field_names(cls)}
         for name in cls.TENSOR_FIELDS:
             kwargs[name] = tuple(Tensor.from_avro(t) for t in kwargs[name])
         for name in cls.TUPLE_FIELDS:
