@@ -45,15 +45,22 @@ def fit(samples: Sequence[tuple[int, int, float]]) -> CostModel:
 
 
 def measure(
-    run: Callable[[int, int], object], repeats: int = 3, probes: Sequence[tuple[int, int]] = PROBES
+    run: Callable[[int, int], object],
+    rounds: int = 5,
+    probes: Sequence[tuple[int, int]] = PROBES,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> CostModel:
-    """Time run(rows, width) at each probe shape (best of `repeats`: noise only adds) and fit."""
-    samples = []
-    for rows, width in probes:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
+    """Time run(rows, width) at each probe shape, best of `rounds` (noise only adds), and fit.
+
+    The probes are taken in rounds, each shape once a round, so a burst of contention (at start-up
+    the preprocess worker and the broker start on the same cores) spoils one round of every shape
+    rather than every try of one. Every try of the smallest probe spoiled inflates the per-call
+    term, and with it the padding the planner accepts: a 50-text job on the CPU ran as batches of
+    46 and 4 (300-330 ms) instead of 21, 23, 5 and 1 (240-290 ms)."""
+    best = [float("inf")] * len(probes)
+    for _ in range(rounds):
+        for k, (rows, width) in enumerate(probes):
+            start = clock()
             run(rows, width)
-            best = min(best, time.perf_counter() - start)
-        samples.append((rows, width, best))
-    return fit(samples)
+            best[k] = min(best[k], clock() - start)
+    return fit([(rows, width, seconds) for (rows, width), seconds in zip(probes, best, strict=True)])
