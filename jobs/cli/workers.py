@@ -28,6 +28,14 @@ def worker() -> None:
 @worker.command(name="preprocess")
 @click.option("--batch-size", type=int, default=64, show_envvar=True)
 @click.option(
+    "--max-linger-ms",
+    type=click.FloatRange(1.0, 10_000.0),
+    default=20.0,
+    show_default=True,
+    show_envvar=True,
+    help="Preprocess what has come at least this often, even if fewer than --batch-size records.",
+)
+@click.option(
     "--max-tensor-lag",
     type=int,
     default=None,
@@ -48,6 +56,7 @@ def worker() -> None:
 @repository_option
 def worker_preprocess(
     batch_size: int,
+    max_linger_ms: float,
     max_tensor_lag: int | None,
     session_timeout: float,
     metrics_port: int | None,
@@ -63,6 +72,7 @@ def worker_preprocess(
         Topics(namespace),
         model_repository,
         batch_size=batch_size,
+        max_linger_s=max_linger_ms / 1000.0,
         max_tensor_lag=max_tensor_lag,
         session_timeout_s=session_timeout,
         metrics_port=metrics_port,
