@@ -11,6 +11,7 @@ import numpy as np
 from gpu_consumer import ENGINES
 from gpu_consumer.batcher import edge_batches, pad_batch, warmup_batch
 from gpu_consumer.cost_model import CostModel, measure
+from jobs.launch.cpus import usable_cpus
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class OnnxRuntimeEngine(Engine):
         self.config = config
         self.max_batch_size = config.max_batch_size
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads  # 0: one per core
+        # 0: every CPU this process may use (a pod's CPU limit, not the node's cores)
+        options.intra_op_num_threads = threads or usable_cpus()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         available = set(ort.get_available_providers())
         self.providers = [p for p in PREFERRED_PROVIDERS if p in available]

@@ -22,6 +22,7 @@ from faust.tables import TableManager
 from faust.types.auth import CredentialsT
 
 from jobs.cancellations import Cancellations
+from jobs.launch.cpus import usable_cpus
 from kafka_io.clients import check_reachable
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
@@ -125,7 +126,7 @@ def create_app(
     # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
     # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
-    decode_pool = ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 2, thread_name_prefix="decode")
+    decode_pool = ThreadPoolExecutor(max_workers=threads or usable_cpus(), thread_name_prefix="decode")
     known_topics: set[str] = {topics.dead_letters}
     # Backpressure: while a GPU group lags more than max_tensor_lag records behind its tensor
     # topic, batches wait before they are processed; faust then stops fetching once its stream
