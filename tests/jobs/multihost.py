@@ -18,6 +18,7 @@ from bench.hosts import Layout, Topology, broker_running
 from jobs.launch.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from kafka_io.children import die_with_parent
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, Topics
+from tests.jobs.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 
 
 @dataclass(frozen=True)
@@ -167,18 +168,5 @@ def submit(c: Cluster, rows: list[dict[str, str]], path: Path) -> str:
 
 def assert_completed_exactly_once(c: Cluster, job_id: str, ids: list[str], out: Path) -> None:
     """`nearline status`: completed, exact counts; `nearline results`: every record once, in order."""
-    done = c.cli("status", job_id, "--json")
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
-    assert status["state"] == "completed"
-    total = len(ids)
-    assert status["counts"] == {
-        "submitted": total,
-        "preprocessed": total,
-        "inferred": total,
-        "dead_lettered": 0,
-        "cancelled": 0,
-    }
-    done = c.cli("results", job_id, "-o", str(out))
-    assert done.returncode == 0, done.stderr
-    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ids
+    assert_status_is_exact(c, job_id, len(ids))
+    assert_exactly_one_result_each(c, job_id, ids, out)

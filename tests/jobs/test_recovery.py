@@ -7,7 +7,6 @@ two-worker failover); each asserts that every input record ends with exactly one
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -25,6 +24,7 @@ from jobs.results import JobOutcome
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower, read_topics
 from tests.image_corpus import real_photos
+from tests.jobs.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
 from tests.tiny_model import TinyModel
@@ -51,29 +51,6 @@ def follow_until(pipeline: Pipeline, topic: str, job_id: str, at_least: int, tim
     raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")
 
 
-def assert_exactly_one_result_each(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: Path) -> None:
-    out = tmp_path / f"{job_id}.jsonl"
-    done = pipeline.cli("results", job_id, "-o", str(out))
-    assert done.returncode == 0, done.stderr
-    got = [json.loads(line)["id"] for line in out.read_text().splitlines()]
-    assert got == ids  # every record once, in input order, nothing dead-lettered, nothing lost
-
-
-def assert_status_is_exact(pipeline: Pipeline, job_id: str, total: int) -> None:
-    """`nearline status` counts distinct ids, so redelivery after the kill must not inflate it."""
-    done = pipeline.cli("status", job_id, "--json")
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
-    assert status["state"] == "completed"
-    assert status["counts"] == {
-        "submitted": total,
-        "preprocessed": total,
-        "inferred": total,
-        "dead_lettered": 0,
-        "cancelled": 0,
-    }
-
-
 def finish_and_check(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
     """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
     `status` counts. Waiting on the latest submission matters after a resubmit: results of the
@@ -89,7 +66,7 @@ def finish_and_check(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: 
         timeout_s=timeout_s,
         submission=submission,
     )
-    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path)
+    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
     assert_status_is_exact(pipeline, job_id, len(ids))
 
 
