@@ -83,6 +83,10 @@ class Pipeline:
         self.check()
         self._to_engine.put((self.ledger.open(offsets, records), window))
 
+    def engine_idle(self) -> bool:
+        """No window is queued for the engine or running on it."""
+        return self._to_engine.unfinished_tasks == 0
+
     def check(self) -> None:
         """Raise what stopped a pipeline thread (an EngineFault: the worker exits, nothing more is
         committed); produce again what a failed or stalled delivery left unconfirmed."""

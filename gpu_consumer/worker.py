@@ -124,7 +124,11 @@ def run(
 
     assignment.before_revoke = before_revoke
     try:
-        for window in windows(consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick):
+        # an idle engine starts on what has come instead of waiting out the linger for more
+        polled = windows(
+            consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick, hurry=flow.engine_idle
+        )
+        for window in polled:
             metrics.polled(window[0].topic, len(window))
             # records of cancelled jobs are consumed and committed, never run: counted as cancelled
             sources = [r for r in window if not skip(r.headers)]

@@ -23,6 +23,10 @@ from kafka_io.records import ConsumedRecord
 log = logging.getLogger(__name__)
 
 
+# How often a lingering window asks whether to close early (windows' `hurry`).
+HURRY_CHECK_S = 0.005
+
+
 @dataclass(frozen=True)
 class WindowLimits:
     max_records: int = 256
@@ -94,19 +98,34 @@ def windows(
     idle_poll_s: float = 0.5,
     tick: Callable[[], None] = lambda: None,
     idle: Callable[[], None] = lambda: None,
+    hurry: Callable[[], bool] = lambda: False,
 ) -> Iterator[list[ConsumedRecord]]:
     """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
     pipelined worker commits finished windows there); `idle` after a poll that left no record
     waiting, so it may seek without a window half-gathered (the exactly-once worker commits its
-    open transaction there, and an abort rewinds)."""
+    open transaction there, and an abort rewinds).
+
+    A window also closes before its linger once every assigned partition is at its end and
+    `hurry()` says nothing would be gained by waiting (the pipelined worker: its engine is idle).
+    Lingering then only holds records that are all here, while the engine waits for them: the
+    router of a continuous-batching server starts an idle engine on what it has, the same way."""
     linger_s = limits.max_linger_ms / 1000.0
     pending: list[ConsumedRecord] = []
     first_at = 0.0
     revocations = assignment.revocations
+
+    def hurried() -> bool:
+        return assignment.caught_up() and hurry()
+
     while True:
         if pending:  # lingering: wait for more until the window is full or its linger is over
-            timeout = max(0.0, first_at + linger_s - time.monotonic())
-            polled = consumer.consume(num_messages=limits.max_records - len(pending), timeout=timeout)
+            polled = consumer.consume(num_messages=limits.max_records - len(pending), timeout=0)
+            if not polled and not hurried():
+                # Nothing queued: wait for the next record or partition end, a few ms at a time so
+                # that an engine turning idle is noticed (consume() would wait for a full window).
+                timeout = max(0.0, first_at + linger_s - time.monotonic())
+                first = consumer.poll(min(timeout, HURRY_CHECK_S))
+                polled = [first] if first is not None else []
         else:
             # consume() waits for num_messages or its timeout, so an idle wait with it would hold a
             # small job's first records for the whole idle_poll_s: take what is queued, else
@@ -136,6 +155,7 @@ def windows(
             or len(pending) >= limits.max_records
             or time.monotonic() >= first_at + linger_s
             or (drain and assignment.caught_up())
+            or hurried()
         ):
             yield pending
             pending = []

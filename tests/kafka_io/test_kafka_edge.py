@@ -88,6 +88,38 @@ def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the
     assert came == [3], "the window did not come within 30 s of its records"
 
 
+def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_it_is_idle(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """hurry(): with every partition at its end, lingering only holds records that are all here.
+    The window (a 10-minute linger) stays open while hurry() says no (the engine is busy) and
+    closes, with every record, as soon as it says yes."""
+    fill(settings, topics.raw_text, 7, partitions=2)
+    consumer = make_consumer(settings, topics.gpu_group("x"))
+    assignment = subscribe(consumer, [topics.raw_text])
+    engine_idle = threading.Event()
+    got: list[bytes] = []
+
+    def first_window() -> None:
+        limits = WindowLimits(max_records=100, max_linger_ms=600_000)
+        got.extend(r.value for r in next(windows(consumer, assignment, limits, hurry=engine_idle.is_set)))
+
+    worker = threading.Thread(target=first_window, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not assignment.caught_up() and time.monotonic() < deadline:
+        time.sleep(0.05)  # every record polled, both partitions at their end, the engine busy
+    assert assignment.caught_up()
+    time.sleep(0.5)
+    held = list(got)
+    engine_idle.set()
+    worker.join(30)
+    came = list(got)  # before close(), which waits for a consume() in progress
+    consumer.close()
+    assert held == [], "the window closed while the engine was busy"
+    assert sorted(came) == sorted(f"v{i}".encode() for i in range(7))
+
+
 def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSettings, topics: Topics) -> None:
     fill(settings, topics.raw_text, 20, partitions=1)
     group = topics.gpu_group("resume")
