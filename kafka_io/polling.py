@@ -1,4 +1,5 @@
-"""Poll windows: a window closes at `max_records` records or `max_linger_ms` after its first record.
+"""Poll windows: a window closes at `max_records` records or `max_linger_ms` after its first record,
+or at once when its consumer is at the end of every partition and the caller is in a hurry.
 
 A poll window is what one loop turn takes from Kafka and commits as a whole; it is not the
 executed batch the engine runs (gpu_consumer/batcher.py cuts a window into those).
