@@ -151,7 +151,6 @@ def start_endpoint(port: int) -> None:
     """Serve /metrics before the engine is built: a port that cannot be bound fails the worker at
     once, and the worker is seen (up, with its build info) while an engine builds for minutes."""
     serve_metrics(port, WORKER)
-    build_info(WORKER)
 
 
 def model_metrics(model: str, model_version: str, engine: str) -> PrometheusGpuMetrics:

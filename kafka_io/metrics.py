@@ -77,7 +77,8 @@ def version() -> str:
 
 
 def serve_metrics(port: int, worker: str, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on `port` in a daemon thread and label this process's metrics `worker`.
+    """Serve /metrics on `port` in a daemon thread, label this process's metrics `worker` and set
+    its build info (a GPU worker adds its model and engine once they are loaded).
 
     Once per process: a second call (bench.feed serves several drains in one process) only
     relabels."""
@@ -89,6 +90,7 @@ def serve_metrics(port: int, worker: str, addr: str = "0.0.0.0") -> None:
                 raise MetricsPortError(f"--metrics-port {port}: {exc.strerror or exc}") from None
             _SERVING.port = port
         _SERVING.worker = worker
+    build_info(worker)
 
 
 def serving_worker() -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import Gauge, Histogram
 
-from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, build_info, serve_metrics
+from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, serve_metrics
 from kafka_io.records import OutRecord
 
 log = logging.getLogger(__name__)
@@ -85,5 +85,4 @@ def preprocess_metrics(port: int | None) -> PreprocessMetrics:
     if port is None:
         return PreprocessMetrics()
     serve_metrics(port, WORKER)
-    build_info(WORKER)
     return PrometheusPreprocessMetrics()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from kafka_io.metrics import build_info, serve_metrics
+from kafka_io.metrics import serve_metrics
 
 WORKER = "scheduler"
 
@@ -58,5 +58,4 @@ def scheduler_metrics(port: int | None) -> SchedulerMetrics:
     if port is None:
         return SchedulerMetrics()
     serve_metrics(port, WORKER)
-    build_info(WORKER)
     return PrometheusSchedulerMetrics()
