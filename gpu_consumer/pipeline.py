@@ -87,6 +87,10 @@ class Pipeline:
         """No window is queued for the engine or running on it."""
         return self._to_engine.unfinished_tasks == 0
 
+    def window_waiting(self) -> bool:
+        """A window is queued for the engine and not started yet: one closed now would wait too."""
+        return self._to_engine.qsize() > 0
+
     def check(self) -> None:
         """Raise what stopped a pipeline thread (an EngineFault: the worker exits, nothing more is
         committed); produce again what a failed or stalled delivery left unconfirmed."""

@@ -124,9 +124,17 @@ def run(
 
     assignment.before_revoke = before_revoke
     try:
-        # an idle engine starts on what has come instead of waiting out the linger for more
+        # An idle engine starts on what has come instead of waiting out the linger for more; a
+        # window queued behind a busy engine lets the next one gather until it starts.
         polled = windows(
-            consumer, assignment, limits, drain=drain, should_stop=should_stop, tick=tick, hurry=flow.engine_idle
+            consumer,
+            assignment,
+            limits,
+            drain=drain,
+            should_stop=should_stop,
+            tick=tick,
+            hurry=flow.engine_idle,
+            hold=flow.window_waiting,
         )
         for window in polled:
             metrics.polled(window[0].topic, len(window))

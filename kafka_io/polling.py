@@ -1,5 +1,6 @@
 """Poll windows: a window closes at `max_records` records or `max_linger_ms` after its first record,
-or at once when its consumer is at the end of every partition and the caller is in a hurry.
+or at once when its consumer is at the end of every partition and the caller is in a hurry; its
+linger is extended while the caller holds it (a window is already waiting for the engine).
 
 A poll window is what one loop turn takes from Kafka and commits as a whole; it is not the
 executed batch the engine runs (gpu_consumer/batcher.py cuts a window into those).
@@ -24,7 +25,7 @@ from kafka_io.records import ConsumedRecord
 log = logging.getLogger(__name__)
 
 
-# How often a lingering window asks whether to close early (windows' `hurry`).
+# How often a lingering window asks whether to close early (windows' `hurry`) or may close (`hold`).
 HURRY_CHECK_S = 0.005
 
 
@@ -100,6 +101,7 @@ def windows(
     tick: Callable[[], None] = lambda: None,
     idle: Callable[[], None] = lambda: None,
     hurry: Callable[[], bool] = lambda: False,
+    hold: Callable[[], bool] = lambda: False,
 ) -> Iterator[list[ConsumedRecord]]:
     """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
     pipelined worker commits finished windows there); `idle` after a poll that left no record
@@ -109,7 +111,13 @@ def windows(
     A window also closes before its linger once every assigned partition is at its end and
     `hurry()` says nothing would be gained by waiting (the pipelined worker: its engine is idle).
     Lingering then only holds records that are all here, while the engine waits for them: the
-    router of a continuous-batching server starts an idle engine on what it has, the same way."""
+    router of a continuous-batching server starts an idle engine on what it has, the same way.
+
+    A window also outlasts its linger, up to max_records, while `hold()` says closing it would not
+    run its records any sooner (the pipelined worker: a window it closed before is still waiting
+    for the engine). It closes once that window starts, so behind a busy engine each window gathers
+    for as long as the engine runs the one before: on a backlog, full windows that sort into full
+    executed batches, instead of windows cut every linger into batches of a few records."""
     linger_s = limits.max_linger_ms / 1000.0
     pending: list[ConsumedRecord] = []
     first_at = 0.0
@@ -124,8 +132,9 @@ def windows(
             if not polled and not hurried():
                 # Nothing queued: wait for the next record or partition end, a few ms at a time so
                 # that an engine turning idle is noticed (consume() would wait for a full window).
-                timeout = max(0.0, first_at + linger_s - time.monotonic())
-                first = consumer.poll(min(timeout, HURRY_CHECK_S))
+                # Past the linger (held), wait a few ms at a time too: poll(0) would spin.
+                timeout = first_at + linger_s - time.monotonic()
+                first = consumer.poll(min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
                 polled = [first] if first is not None else []
         else:
             # consume() waits for num_messages or its timeout, so an idle wait with it would hold a
@@ -154,7 +163,7 @@ def windows(
         if pending and (
             stopping
             or len(pending) >= limits.max_records
-            or time.monotonic() >= first_at + linger_s
+            or (time.monotonic() >= first_at + linger_s and not hold())
             or (drain and assignment.caught_up())
             or hurried()
         ):

@@ -120,6 +120,43 @@ def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_
     assert sorted(came) == sorted(f"v{i}".encode() for i in range(7))
 
 
+def test_a_held_window_outlasts_its_linger_and_gathers_what_comes_until_released(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """hold(): while a window already waits for the engine, the next one keeps gathering past its
+    linger, so records produced after the linger join it; it closes once hold() says no."""
+    fill(settings, topics.raw_text, 3, partitions=1)
+    consumer = make_consumer(settings, topics.gpu_group("x"))
+    assignment = subscribe(consumer, [topics.raw_text])
+    waiting = threading.Event()
+    waiting.set()
+    got: list[list[bytes]] = []
+
+    def first_window() -> None:
+        limits = WindowLimits(max_records=100, max_linger_ms=50)
+        got.append([r.value for r in next(windows(consumer, assignment, limits, hold=waiting.is_set))])
+
+    worker = threading.Thread(target=first_window, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not assignment.caught_up() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first three records polled: the window's 50 ms linger is running
+    assert assignment.caught_up()
+    time.sleep(0.5)  # ten times the linger
+    held = list(got)
+    produce_all(make_producer(settings), [OutRecord(topics.raw_text, f"late{i}".encode()) for i in range(4)])
+    time.sleep(1.0)
+    still_held = list(got)
+    waiting.clear()
+    worker.join(30)
+    came = list(got)
+    consumer.close()
+    assert held == [] and still_held == [], "the window closed at its linger while one was waiting"
+    assert came and sorted(came[0]) == sorted(
+        [f"v{i}".encode() for i in range(3)] + [f"late{i}".encode() for i in range(4)]
+    )
+
+
 def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSettings, topics: Topics) -> None:
     fill(settings, topics.raw_text, 20, partitions=1)
     group = topics.gpu_group("resume")
