@@ -27,7 +27,7 @@ from gpu_consumer.ledger import TP, Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
 from kafka_io.clients import Producer
 from kafka_io.errors import DeliveryError
-from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
+from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import OutRecord
 from kafka_io.settings import Topics
 from schemas.model_config import ModelConfig
@@ -35,6 +35,9 @@ from schemas.model_config import ModelConfig
 log = logging.getLogger(__name__)
 
 Marker = Literal["start", "end"]
+
+# The emit thread's wait for work when no delivery report is due (it also wakes for work at once).
+IDLE_EMIT_WAIT_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,11 @@ class Pipeline:
         executed = 0
         while True:
             serve_deliveries(self._producer)
+            # Reports are served every 2 ms while some are due, so windows confirm (and commit)
+            # promptly; with none due the thread sleeps until the engine hands it work, instead of
+            # waking 500 times a second beside the engine's threads.
             try:
-                job = self._to_emit.get(timeout=0.002)
+                job = self._to_emit.get(timeout=0.002 if awaiting_delivery(self._producer) else IDLE_EMIT_WAIT_S)
             except queue.Empty:
                 continue
             if job is None:

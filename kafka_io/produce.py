@@ -30,6 +30,11 @@ def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
     producer.poll(timeout_s)
 
 
+def awaiting_delivery(producer: Producer) -> int:
+    """Records (and requests) handed to the producer whose delivery reports have not been served."""
+    return len(producer)
+
+
 def flush(producer: Producer, timeout_s: float) -> None:
     """Wait up to timeout_s for every queued record's delivery report."""
     producer.flush(timeout_s)
