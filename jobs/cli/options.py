@@ -165,7 +165,8 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         default=20.0,
         show_default=True,
         show_envvar=True,
-        help="Close a poll window this long after its first record, even if not full.",
+        help="Close a poll window this long after its first record, even if not full; sooner when the "
+        "engine is idle, later (up to --max-window) while a window closed before still waits for the engine.",
     )(f)
     f = click.option(
         "--max-window",
