@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,18 +61,33 @@ class OnnxRuntimeEngine(Engine):
 
         self.config = config
         self.max_batch_size = config.max_batch_size
-        options = ort.SessionOptions()
-        # 0: every CPU this process may use (a pod's CPU limit, not the node's cores)
-        options.intra_op_num_threads = threads or usable_cpus()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         available = set(ort.get_available_providers())
         self.providers = [p for p in PREFERRED_PROVIDERS if p in available]
-        try:
-            self._session = ort.InferenceSession(str(config.onnx_path), options, providers=self.providers)
-        except Exception as exc:  # ORT raises its own exception types for a missing or broken file
-            raise EngineLoadError(f"cannot load {config.onnx_path}: {exc}") from exc
+        # 0: every CPU this process may use (a pod's CPU limit, not the node's cores)
+        cpus = threads or usable_cpus()
+        self._session = self._load(cpus)
         self._outputs = [o.name for o in self._session.get_outputs()]
+        # On the CPU, the batches of a window run side by side, one core each, rather than one
+        # after another on every core: a batch split over cores waits at each operator for its
+        # slowest core, so a core taken by the tokenizer or the broker for a few ms stalls the
+        # others too. A lone batch still gets every core.
+        self.lanes = cpus if self.providers == ["CPUExecutionProvider"] else 1
+        self._lane_pool: ThreadPoolExecutor | None = None
+        if self.lanes > 1:
+            self._lane_session = self._load(1)
+            self._lane_pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="onnxruntime-lane")
         log.info("onnxruntime engine for %s:%s on %s", config.name, config.version, self.providers)
+
+    def _load(self, threads: int) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            return ort.InferenceSession(str(self.config.onnx_path), options, providers=self.providers)
+        except Exception as exc:  # ORT raises its own exception types for a missing or broken file
+            raise EngineLoadError(f"cannot load {self.config.onnx_path}: {exc}") from exc
 
     def warmup(self) -> None:
         if self.providers == ["CPUExecutionProvider"]:
@@ -81,11 +97,29 @@ class OnnxRuntimeEngine(Engine):
             # to fail a broken engine now. A GPU provider's memory is checked at the largest shape.
             for batch in edge_batches(self.config):
                 self.infer(batch.inputs)
+                if self.lanes > 1:
+                    self._lane_run(batch.inputs)
             return
         self.infer(warmup_batch(self.config).inputs)
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self._outputs, self._session.run(self._outputs, inputs), strict=True))
+
+    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+        planned = list(batches)
+        if self._lane_pool is None or len(planned) < 2:
+            yield from map(self.infer, planned)
+            return
+        futures = [self._lane_pool.submit(self._lane_run, inputs) for inputs in planned]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:  # abandoned (a failed batch is bisected batch by batch): start no more of them
+            for future in futures:
+                future.cancel()
+
+    def _lane_run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self._outputs, self._lane_session.run(self._outputs, inputs), strict=True))
 
 
 def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> Engine:

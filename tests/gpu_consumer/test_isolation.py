@@ -60,6 +60,30 @@ def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_co
     assert "out of" in letter.error or "bounds" in letter.error
 
 
+def test_batches_run_side_by_side_on_the_cpu_give_the_results_of_one_at_a_time(tiny: TinyModel) -> None:
+    """Two lanes (threads=2) run a window's batches concurrently: the same results, in the same
+    batches, as one lane; a batch that fails in a lane is bisected like any other."""
+    sources = [record(i, [101, *range(2000, 2000 + i % 5), 102]) for i in range(11)]
+    sources.insert(6, record(11, [101, 99999, 102]))  # outside the vocabulary: fails its batch
+    policy = BatchPolicy(2, max_padding_waste=None)  # six executed batches of two
+    lanes = OnnxRuntimeEngine(tiny.config, threads=2)
+    assert lanes.lanes == 2
+    outputs = {
+        name: handle_window(sources, engine, tiny.config, Topics("ns"), "w-0", policy)
+        for name, engine in (("one", OnnxRuntimeEngine(tiny.config, threads=1)), ("two", lanes))
+    }
+    got = {}
+    for name, out in outputs.items():
+        results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
+        dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+        got[name] = ([(r.record_id, r.batch_id) for r in results], [d.record_id for d in dead])
+        for r in results:
+            ids = np.array([101, *range(2000, 2000 + r.seq % 5), 102])
+            np.testing.assert_allclose(r.arrays()["embedding"], tiny.expected(ids), atol=1e-6)
+    assert got["two"] == got["one"]
+    assert len(got["two"][0]) == 11 and got["two"][1] == ["r11"]
+
+
 def test_an_engine_that_fails_on_everything_is_a_fault_not_poison(tiny: TinyModel) -> None:
     class Broken(Engine):
         name = "broken"
