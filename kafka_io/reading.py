@@ -19,12 +19,12 @@ from kafka_io.topics import partitions_of
 class TopicFollower:
     """All partitions of some topics from the beginning, by assign(): no group, no commits, no rebalance."""
 
-    def __init__(self, settings: KafkaSettings, topics: list[str]) -> None:
+    def __init__(self, settings: KafkaSettings, topics: list[str], *, fetch_wait_ms: int | None = None) -> None:
+        """fetch_wait_ms: how long the broker may hold an empty fetch (kafka_io/clients.py): a
+        follower nobody waits on asks less often than the default's ten times a second."""
+        extra = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
         # librdkafka wants a group.id even for assign(); a throwaway one that never commits.
-        self._consumer: Consumer = make_consumer(
-            settings,
-            group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}",
-        )
+        self._consumer: Consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}", **extra)
         self.partitions: set[tuple[str, int]] = set()
         for topic in topics:
             self.partitions |= {(topic, p) for p in partitions_of(settings, topic)}

@@ -33,6 +33,7 @@ from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from preprocess_app.image import preprocess_images
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
+from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,9 @@ def create_app(
     credentials: CredentialsT | None = None,  # faust_credentials(settings.extra), worked out once by run_worker
     text_batch: int = 64,
     image_batch: int = 16,
-    # faust's take() hands over what it holds every this many seconds (a tick, not a timer from the
-    # first record): a record waits up to it. 50 ms was a fifth of a small job's time end to end.
+    # What has come is handed over at the next tick of this many seconds (preprocess_app/take.py,
+    # not a timer from the first record): a record waits up to it. 50 ms was a fifth of a small
+    # job's time end to end.
     batch_within_s: float = 0.02,
     threads: int | None = None,
     max_tensor_lag: int | None = None,
@@ -157,7 +159,7 @@ def create_app(
 
     async def run_batches(stream: Any, step: Step, batch_size: int, topic: str) -> None:
         loop = asyncio.get_running_loop()
-        async for events in stream.noack_take(batch_size, within=batch_within_s):
+        async for events in tick_take(stream, batch_size, batch_within_s):
             await wait_for_gpus()
             try:
                 sources = [
