@@ -23,11 +23,9 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
-from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
+from bench.small_job import local_pipeline
 from jobs.launch.runner import ensure_model
-from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
-from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
+from schemas.model_config import default_repository
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -65,33 +63,22 @@ def main() -> None:
     ensure_model(repository, "minilm", print)
     with tempfile.TemporaryDirectory(prefix="nearline-idle-") as tmp:
         work = Path(tmp)
-        broker = EmbeddedBroker.start(work / "broker.log")
-        env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: "idle"}
-        env[ENV_MODEL_REPOSITORY] = str(repository)
-        common = {"bootstrap_servers": broker.bootstrap_servers, "namespace": "idle", "repository": repository}
-        workers = [
-            spawn_worker("preprocess", ["preprocess"], log_path=work / "pre.log", extra_env=PREPROCESS_ENV, **common),
-            spawn_worker("gpu", ["gpu", "--model", "minilm"], log_path=work / "gpu.log", **common),
-        ]
-        try:
+        with local_pipeline(work, "idle", repository) as (pipeline, env):
             source = work / "warm-up.jsonl"
             source.write_text("".join(json.dumps({"text": t}) + "\n" for t in short_texts(20)), encoding="utf-8")
             cli = [sys.executable, "-m", "jobs.cli", "submit", str(source), "--model", "minilm", "--wait"]
             subprocess.run(cli, env=env, check=True, capture_output=True, timeout=300)
             time.sleep(3)  # the job's last commits and progress reports are done
             pids = {
-                "broker": broker.pid,
-                "preprocess worker": workers[0].process.pid,
-                "GPU worker": workers[1].process.pid,
+                "broker": pipeline.broker.pid,
+                "preprocess worker": pipeline.preprocess.process.pid,
+                "GPU worker": pipeline.gpu.process.pid,
             }
             before = {name: threads_of(pid) for name, pid in pids.items()}
             started = time.monotonic()
             time.sleep(args.seconds)
             after = {name: threads_of(pid) for name, pid in pids.items()}
             seconds = time.monotonic() - started
-        finally:
-            stop_all(workers)
-            broker.stop()
     print(f"machine: {machine()}; {seconds:.1f} s idle after a warm-up job")
     print(f"{'process':<20}{'% of a core':>12}{'wake-ups/s':>12}   busiest thread")
     for name in pids:

@@ -17,15 +17,42 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
-from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
+from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
+
+
+@dataclass(frozen=True)
+class LocalPipeline:
+    broker: EmbeddedBroker
+    preprocess: WorkerProcess
+    gpu: WorkerProcess
+
+
+@contextmanager
+def local_pipeline(work: Path, namespace: str, repository: Path) -> Iterator[tuple[LocalPipeline, dict[str, str]]]:
+    """The embedded broker, a preprocess and a MiniLM GPU worker, stopped on the way out; and the
+    environment a `nearline` command needs to reach them."""
+    broker = EmbeddedBroker.start(work / "broker.log")
+    env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: namespace}
+    env[ENV_MODEL_REPOSITORY] = str(repository)
+    workers = start_pipeline_workers(
+        "minilm", bootstrap_servers=broker.bootstrap_servers, namespace=namespace, repository=repository, logs=work
+    )
+    try:
+        yield LocalPipeline(broker, *workers), env
+    finally:
+        stop_all(workers)
+        broker.stop()
 
 
 def main() -> None:
@@ -40,15 +67,7 @@ def main() -> None:
     namespace = "small"
     with tempfile.TemporaryDirectory(prefix="nearline-small-job-") as tmp:
         work = Path(tmp)
-        broker = EmbeddedBroker.start(work / "broker.log")
-        env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: namespace}
-        env[ENV_MODEL_REPOSITORY] = str(repository)
-        common = {"bootstrap_servers": broker.bootstrap_servers, "namespace": namespace, "repository": repository}
-        workers = [
-            spawn_worker("preprocess", ["preprocess"], log_path=work / "pre.log", extra_env=PREPROCESS_ENV, **common),
-            spawn_worker("gpu", ["gpu", "--model", "minilm"], log_path=work / "gpu.log", **common),
-        ]
-        try:
+        with local_pipeline(work, namespace, repository) as (_, env):
             for n in range(args.jobs + 1):
                 job = "warm-up" if n == 0 else f"small-{n}"
                 source = work / f"{job}.jsonl"
@@ -81,9 +100,6 @@ def main() -> None:
                     f"padding waste {profile['padding_waste']:.0%}, engine busy {profile['engine_busy_fraction']:.0%}",
                     flush=True,
                 )
-        finally:
-            stop_all(workers)
-            broker.stop()
     print(f"machine: {machine()}")
 
 

@@ -88,7 +88,16 @@ def worker_preprocess(
     show_envvar=True,
     help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime.",
 )
-@click.option("--threads", type=int, default=0, show_envvar=True, help="Engine threads; 0 = one per core.")
+@click.option(
+    "--threads",
+    type=int,
+    default=0,
+    show_envvar=True,
+    help=(
+        "Engine threads; 0 = one per core. ONNX Runtime on the CPU runs that many batches side by"
+        " side, one thread each, and a lone batch on all of them."
+    ),
+)
 @click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
 @click.option(
     "--exactly-once",
