@@ -7,7 +7,8 @@ submit, results written), wall time from the command's start to its exit; (2) th
 model alone in this process on the same texts, tokenized beforehand, sorted by length, batch 32,
 ONNX Runtime on every core, timed from the first batch to the last (and the same batches side by
 side, one core each, as the GPU worker runs them on a CPU). The ratio (2) / (1) is what the
-pipeline keeps of the engine's own speed, start-up included. Figures, never assertions.
+pipeline keeps of the engine's own speed, start-up included; with the run's own peak RSS. Figures,
+never assertions.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
@@ -49,6 +51,25 @@ def engine_alone(config: ModelConfig, texts: list[str], batch: int) -> tuple[flo
     return serial, time.perf_counter() - started
 
 
+def run_to_end(argv: list[str], env: dict[str, str], log: Path, timeout_s: float) -> int:
+    """Run the command to its end; its peak RSS in KiB (VmHWM, read until it exits: the workers it
+    starts are processes of their own and not counted)."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline, peak = time.monotonic() + timeout_s, 0
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise TimeoutError(f"{' '.join(argv)} ran past {timeout_s:.0f} s; see {log}")
+            with suppress(OSError, IndexError, ValueError):  # it may exit between poll and read
+                status = Path(f"/proc/{proc.pid}/status").read_text()
+                peak = max(peak, int(status.split("VmHWM:")[1].split()[0]))
+            time.sleep(0.05)
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(argv)} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+    return peak
+
+
 def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,18 +85,13 @@ def main() -> None:
         env = {**os.environ, ENV_MODEL_REPOSITORY: str(repository)}
         env.pop("NEARLINE_BOOTSTRAP_SERVERS", None)  # the embedded default, as README command 1
         started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "jobs.cli", "run", str(source), "--model", "minilm", "-o", str(output)],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
+        argv = [sys.executable, "-m", "jobs.cli", "run", str(source), "--model", "minilm", "-o", str(output)]
+        peak_kib = run_to_end(argv, env, Path(tmp) / "run.log", timeout_s=900)
         run_s = time.perf_counter() - started
         lines = sum(1 for _ in output.open(encoding="utf-8"))
     alone_s, lanes_s = engine_alone(config, texts, 32)
     print(f"machine: {machine()}")
-    print(f"nearline run, {lines} results: {run_s:.1f} s end to end")
+    print(f"nearline run, {lines} results: {run_s:.1f} s end to end; its own peak RSS {peak_kib / 1024:.0f} MiB")
     print(f"engine alone (ONNX Runtime, sorted, batch 32, each batch on every core): {alone_s:.1f} s")
     print(f"  the same batches side by side, one core each: {lanes_s:.1f} s")
     print(f"ratio engine alone / run: {alone_s / run_s:.2f} (side by side: {lanes_s / run_s:.2f})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jobs.exit_codes import ExitCode
-from jobs.results import JobOutcome
+from jobs.results import JobFold
 
 
 class JobWaitError(Exception):
@@ -13,7 +13,7 @@ class JobWaitError(Exception):
 
     exit_code = ExitCode.FAILED
 
-    def __init__(self, message: str, outcome: JobOutcome | None = None) -> None:
+    def __init__(self, message: str, outcome: JobFold | None = None) -> None:
         super().__init__(message)
         self.outcome = outcome
 
@@ -29,7 +29,7 @@ class JobTimeoutError(JobWaitError, TimeoutError):  # callers that caught Timeou
 class JobInterrupted(JobWaitError):
     """Ctrl-C, SIGTERM or SIGHUP while waiting: the shell's convention, 128 + the signal number."""
 
-    def __init__(self, message: str, signum: int, outcome: JobOutcome | None = None) -> None:
+    def __init__(self, message: str, signum: int, outcome: JobFold | None = None) -> None:
         super().__init__(message, outcome)
         self.exit_code = 128 + signum  # type: ignore[assignment]
 

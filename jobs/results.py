@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import numpy as np
 import orjson
@@ -17,6 +17,25 @@ from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
+
+
+class JobFold(Protocol):
+    """What a wait folds a job's results and dead letters into, each record once: JobOutcome in
+    memory, or jobs.spill.ResultSpill on disk for outputs as large as the job."""
+
+    job_id: str
+
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def failed(self) -> int: ...
+
+    def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> object: ...
+
+    def batch_sizes(self) -> dict[str, int]:
+        """Executed batch id -> its size, over the results kept."""
+        ...
 
 
 @dataclass
@@ -43,6 +62,13 @@ class JobOutcome:
     @property
     def done(self) -> int:
         return len(self.versions) + len(self.dead)
+
+    @property
+    def failed(self) -> int:
+        return len(self.dead)
+
+    def batch_sizes(self) -> dict[str, int]:
+        return {r.batch_id: r.batch_size for r in self.results.values()}
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> int:
         """Fold consumed messages in; returns how many new records of this job they completed."""
@@ -210,9 +236,3 @@ def write_items(
     from jobs.columnar import write_columnar
 
     return write_atomically(path, lambda f: write_columnar(items, example, f, fmt), binary=True)
-
-
-def write_outcome(outcome: JobOutcome, path: Path | None, out: IO[str], fmt: OutputFormat = OutputFormat.JSONL) -> int:
-    """Every record of the job, in input order, to path or out (see write_items)."""
-    example = next(iter(outcome.results.values()), None)
-    return write_items(outcome.ordered(), example, path, out, fmt)

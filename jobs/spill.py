@@ -48,10 +48,18 @@ class ResultSpill:
         )
         self._pending = 0
         self._job_prefix = f"{job_id}/".encode()
+        self._batches: dict[str, int] = {}
 
     @property
     def done(self) -> int:
         return self.results + self.dead
+
+    @property
+    def failed(self) -> int:
+        return self.dead
+
+    def batch_sizes(self) -> dict[str, int]:
+        return dict(self._batches)
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
         for msg in messages:
@@ -97,6 +105,7 @@ class ResultSpill:
             self.dead -= 1  # a retried record that succeeded is not dead
         if kept is None or kept[0]:
             self.results += 1
+        self._batches[result.batch_id] = result.batch_size
         self._db.execute(
             "INSERT OR REPLACE INTO records VALUES (?, ?, 0, ?, ?)",
             (result.record_id, result.seq, result.model_version, value),

@@ -91,7 +91,7 @@ def run(
     from jobs.columnar import ColumnarShapeError
     from jobs.launch.runner import run_job
     from jobs.launch.signals import Terminated, terminate_like_interrupt
-    from jobs.results import write_outcome
+    from jobs.results import write_items
 
     out_format = checked_output(output, output_format)
     worker_args = batch_args(
@@ -125,17 +125,18 @@ def run(
     display.close()
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
-    try:
-        written = write_outcome(result.outcome, output, sys.stdout, out_format)
-    except ColumnarShapeError as exc:
-        # the embedded broker is gone with the run: these results exist nowhere else
-        assert output is not None  # a columnar format needs -o
-        output, out_format = output.with_name(output.name + ".jsonl"), OutputFormat.JSONL
-        written = write_outcome(result.outcome, output, sys.stdout)
-        click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
-        format_failed = True
-    else:
-        format_failed = False
+    with result.results as spill:
+        try:
+            written = write_items(spill.ordered(), spill.example(), output, sys.stdout, out_format)
+        except ColumnarShapeError as exc:
+            # the embedded broker is gone with the run: these results exist nowhere else
+            assert output is not None  # a columnar format needs -o
+            output, out_format = output.with_name(output.name + ".jsonl"), OutputFormat.JSONL
+            written = write_items(spill.ordered(), None, output, sys.stdout)
+            click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
+            format_failed = True
+        else:
+            format_failed = False
     click.echo(result.summary.line(), err=True)
     if output:
         click.echo(f"wrote {written} {'lines' if out_format is OutputFormat.JSONL else 'rows'} to {output}", err=True)
@@ -144,7 +145,7 @@ def run(
         raise SystemExit(result.failure.exit_code)
     if format_failed:
         raise SystemExit(ExitCode.FAILED)
-    if result.outcome.dead:
+    if result.summary.dead_lettered:
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
-from jobs.results import JobOutcome
+from jobs.results import JobFold, JobOutcome
+from jobs.spill import ResultSpill
 from jobs.submit import InvalidInputError, JobInput, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
@@ -31,7 +32,9 @@ ProgressCallback = Callable[[Progress], None]
 @dataclass(frozen=True)
 class RunResult:
     report: SubmitReport
-    outcome: JobOutcome  # complete, or what had arrived when `failure` stopped the wait
+    # complete, or what had arrived when `failure` stopped the wait; open: the caller writes it
+    # out and closes it (a context manager)
+    results: ResultSpill
     summary: Summary
     failure: JobWaitError | None = None
 
@@ -65,55 +68,83 @@ def watch_job(
     *,
     on_progress: ProgressCallback | None = None,
     check: Callable[[], None] = lambda: None,
-    watchdog: Callable[[JobOutcome], None] = lambda outcome: None,
+    watchdog: Callable[[JobFold], None] = lambda outcome: None,
     submission: int | None = None,
-    every_s: float = 0.5,  # a terminal's bar redraws this often; plain lines pace themselves
+    every_s: float = 0.5,
     timeout_s: float | None = None,
 ) -> tuple[JobOutcome, float]:
-    """Follow results and dead letters until every record of the job has one; (outcome, seconds).
-
-    JobTimeoutError after timeout_s without the job completing; watchdog(outcome) raises a
-    JobWaitError (e.g. WorkersGoneError) to stop early. Either carries the outcome so far."""
+    """follow_job into a JobOutcome in memory: (outcome, seconds)."""
     outcome = JobOutcome(job_id, submission=submission)  # a resubmitted job id: this submission only
+    seconds = follow_job(
+        settings,
+        topics,
+        outcome,
+        total,
+        on_progress=on_progress,
+        check=check,
+        watchdog=watchdog,
+        every_s=every_s,
+        timeout_s=timeout_s,
+    )
+    return outcome, seconds
+
+
+def follow_job(
+    settings: KafkaSettings,
+    topics: Topics,
+    fold: JobFold,
+    total: int,
+    *,
+    on_progress: ProgressCallback | None = None,
+    check: Callable[[], None] = lambda: None,
+    watchdog: Callable[[JobFold], None] = lambda outcome: None,
+    every_s: float = 0.5,  # a terminal's bar redraws this often; plain lines pace themselves
+    timeout_s: float | None = None,
+) -> float:
+    """Fold results and dead letters into `fold` until every record of the job has one; the seconds taken.
+
+    JobTimeoutError after timeout_s without the job completing; watchdog(fold) raises a
+    JobWaitError (e.g. WorkersGoneError) to stop early. Either carries the fold so far."""
+    job_id = fold.job_id
     started = time.monotonic()
     progress = Progress(total, started)
     last_report = 0.0
     try:
         with TopicFollower(settings, [topics.results, topics.dead_letters]) as follower:
-            while outcome.done < total:
-                outcome.add(follower.poll(0.2), topics)
-                if outcome.done >= total:
+            while fold.done < total:
+                fold.add(follower.poll(0.2), topics)
+                if fold.done >= total:
                     break
                 check()
-                watchdog(outcome)
+                watchdog(fold)
                 now = time.monotonic()
                 if timeout_s is not None and now - started > timeout_s:
                     raise JobTimeoutError(
-                        f"job {job_id}: {outcome.done} of {total} records done when --timeout {timeout_s:g} s passed"
+                        f"job {job_id}: {fold.done} of {total} records done when --timeout {timeout_s:g} s passed"
                     )
                 if on_progress and now - last_report >= every_s:
-                    progress.done, progress.failed = outcome.done, len(outcome.dead)
+                    progress.done, progress.failed = fold.done, fold.failed
                     on_progress(progress)
                     last_report = now
     except JobWaitError as exc:
-        exc.outcome = outcome
+        exc.outcome = fold
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into one by jobs.launch.signals
         signum = getattr(exc, "signum", signal.SIGINT)
         raise JobInterrupted(
-            f"stopped by {signal.Signals(signum).name} with {outcome.done} of {total} records done",
+            f"stopped by {signal.Signals(signum).name} with {fold.done} of {total} records done",
             signum,
-            outcome,
+            fold,
         ) from None
     if on_progress:
-        progress.done, progress.failed = outcome.done, len(outcome.dead)
+        progress.done, progress.failed = fold.done, fold.failed
         on_progress(progress)
-    return outcome, time.monotonic() - started
+    return time.monotonic() - started
 
 
 def worker_liveness(
     settings: KafkaSettings, topics: Topics, model: str, grace_s: float, every_s: float = 2.0
-) -> Callable[[JobOutcome], None]:
+) -> Callable[[JobFold], None]:
     """A watch_job watchdog for workers we did not start: WorkersGoneError once the model's GPU
     group has had no member, and no record completed, for grace_s.
 
@@ -123,7 +154,7 @@ def worker_liveness(
     liveness = Liveness(grace_s, last_alive=time.monotonic())
     last_asked = float("-inf")
 
-    def check(outcome: JobOutcome) -> None:
+    def check(outcome: JobFold) -> None:
         nonlocal last_asked
         now = time.monotonic()
         if now - last_asked >= every_s:
@@ -140,10 +171,10 @@ def worker_liveness(
     return check
 
 
-def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> Callable[[JobOutcome], None]:
+def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> Callable[[JobFold], None]:
     """A watch_job watchdog for what `nearline run` started: any of them gone stops the wait at once."""
 
-    def check(outcome: JobOutcome) -> None:
+    def check(outcome: JobFold) -> None:
         if not broker.alive():
             raise WorkersGoneError(f"the embedded broker exited (its log: {broker.log_path})")
         for w in workers:
@@ -154,10 +185,10 @@ def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> C
     return check
 
 
-def summarize(outcome: JobOutcome, seconds: float) -> Summary:
-    sizes = {r.batch_id: r.batch_size for r in outcome.results.values()}
+def summarize(fold: JobFold, seconds: float) -> Summary:
+    sizes = fold.batch_sizes()
     mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
-    return Summary(len(outcome.results), len(outcome.dead), seconds, len(sizes), mean)
+    return Summary(fold.done - fold.failed, fold.failed, seconds, len(sizes), mean)
 
 
 def run_job(
@@ -215,20 +246,23 @@ def run_job(
         report = submit(settings, topics, source, model, job_id=job_id, skip_invalid=skip_invalid, validated=validated)
         log(f"submitted {report.submitted} records as job {report.job_id}")
         started = time.monotonic()
+        # on disk, not in memory: a job of millions of embeddings is gigabytes of results
+        spill = ResultSpill(report.job_id, submission=report.submission)
         try:
-            outcome, seconds = watch_job(
+            seconds = follow_job(
                 settings,
                 topics,
-                report.job_id,
+                spill,
                 report.submitted,
                 on_progress=on_progress,
                 watchdog=watchdog,
                 timeout_s=timeout_s,
-                submission=report.submission,
             )
         except JobWaitError as exc:
-            partial = exc.outcome or JobOutcome(report.job_id)
-            return RunResult(report, partial, summarize(partial, time.monotonic() - started), exc)
+            return RunResult(report, spill, summarize(spill, time.monotonic() - started), exc)
+        except BaseException:
+            spill.close()
+            raise
         if not bootstrap_servers:
             # Every result is read, and the memory-only broker is discarded next with all it holds:
             # a graceful stop (faust leaving its group, final commits) would only cost seconds.
@@ -238,4 +272,4 @@ def run_job(
                 with suppress(subprocess.TimeoutExpired):  # the stop_all callback deals with it
                     w.process.wait(10)
             shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed
-    return RunResult(report, outcome, summarize(outcome, seconds))
+    return RunResult(report, spill, summarize(spill, seconds))

@@ -138,3 +138,34 @@ def test_status_folds_a_topic_read_as_it_streams_and_holds_no_record(topics: Top
 
     status.add(stream(), topics)
     assert (status.state, status.counts()["preprocessed"], status.done) == ("completed", 1, 5)
+
+
+def test_nearline_runs_wait_folds_the_job_into_the_disk_spill_once_per_record(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """`nearline run` follows its job into a ResultSpill, not memory: the same counts, batches and
+    input order as the in-memory outcome, with redelivered copies dropped."""
+    from jobs.launch.runner import follow_job, summarize
+    from jobs.spill import ResultSpill
+
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    n = 200
+
+    def batched(i: int) -> OutRecord:
+        value = encode(
+            InferenceResult(
+                "job-c", f"r{i}", i, "tiny", "1", (Tensor.from_array("e", np.full(2, i, np.float32)),), f"w.{i // 8}", 8
+            )
+        )
+        return job_record(topics.results, value, "job-c", f"r{i}")
+
+    records = [batched(i) for i in range(n)] + [batched(i) for i in range(0, n, 9)]  # redelivered copies
+    records += [dead(topics, "job-c", n), result(topics.results, "job-d", 0)]  # one failure; another job's
+    random.Random(3).shuffle(records)
+    produce_all(make_producer(settings), records)
+    with ResultSpill("job-c") as spill:
+        follow_job(settings, topics, spill, n + 1, timeout_s=60)
+        assert (spill.done, spill.failed, spill.duplicates) == (n + 1, 1, len(range(0, n, 9)))
+        summary = summarize(spill, 1.0)
+        assert (summary.records, summary.dead_lettered, summary.batches, summary.mean_batch_size) == (n, 1, n // 8, 8)
+        assert [item.record_id for item in spill.ordered()] == [f"r{i}" for i in range(n + 1)]
