@@ -107,7 +107,7 @@ class OnnxRuntimeEngine(Engine):
 
     def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
         planned = list(batches)
-        if self._lane_pool is None or len(planned) < 2:
+        if self._lane_pool is None or not balanced(planned, self.lanes):
             yield from map(self.infer, planned)
             return
         futures = [self._lane_pool.submit(self._lane_run, inputs) for inputs in planned]
@@ -120,6 +120,14 @@ class OnnxRuntimeEngine(Engine):
 
     def _lane_run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self._outputs, self._lane_session.run(self._outputs, inputs), strict=True))
+
+
+def balanced(batches: list[dict[str, np.ndarray]], lanes: int) -> bool:
+    """Whether `lanes` one-core runs can share these batches evenly: none is more than its share
+    of the work (elements of its largest input). A window of one big batch and a few small ones
+    runs one batch after another on every core instead, or the big one would get one core."""
+    sizes = [max(a.size for a in inputs.values()) for inputs in batches]
+    return len(sizes) >= 2 and max(sizes) * lanes <= sum(sizes)
 
 
 def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> Engine:

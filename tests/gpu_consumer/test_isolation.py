@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchPolicy, pad_batch
 from gpu_consumer.engine import Engine, OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
@@ -82,6 +82,26 @@ def test_batches_run_side_by_side_on_the_cpu_give_the_results_of_one_at_a_time(t
             np.testing.assert_allclose(r.arrays()["embedding"], tiny.expected(ids), atol=1e-6)
     assert got["two"] == got["one"]
     assert len(got["two"][0]) == 11 and got["two"][1] == ["r11"]
+
+
+def test_a_window_one_batch_dominates_runs_on_every_core_not_in_lanes(tiny: TinyModel) -> None:
+    class Counting(OnnxRuntimeEngine):
+        lane_runs = 0
+
+        def _lane_run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            self.lane_runs += 1
+            return super()._lane_run(inputs)
+
+    engine = Counting(tiny.config, threads=2)
+    even = [pad_batch(tiny.config, [np.array([101, 7, 102])] * 4).inputs] * 3
+    skewed = [pad_batch(tiny.config, [np.array([101, 7, 102])] * rows).inputs for rows in (1, 2, 12)]
+    want = [engine.infer(b) for b in skewed]
+    got = list(engine.infer_many(skewed))
+    assert engine.lane_runs == 0  # 12 rows of 15: more than half the work on one core would be slower
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a["token_embeddings"], b["token_embeddings"])
+    list(engine.infer_many(even))
+    assert engine.lane_runs == 3
 
 
 def test_an_engine_that_fails_on_everything_is_a_fault_not_poison(tiny: TinyModel) -> None:
