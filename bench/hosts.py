@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from bench.procfs import cpu_seconds
 from kafka_io.children import die_with_parent
 
 PREFIX = "nlh"
@@ -165,14 +166,11 @@ class Topology:
 
     def cpu_seconds(self, name: str) -> float:
         """User + system CPU time of the processes running in the host now (so far in their lives)."""
-        total = 0
+        total = 0.0
         for pid in _pids(self.hosts[name].namespace):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue  # it has just ended
-            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-        return total / os.sysconf("SC_CLK_TCK")
+            with suppress(OSError, IndexError):  # it has just ended
+                total += cpu_seconds(int(pid))
+        return total
 
     def cut(self, name: str) -> None:
         """The host's link goes down: its packets are dropped at the switch, nobody is told."""

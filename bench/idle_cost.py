@@ -23,11 +23,10 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
+from bench.procfs import cpu_seconds, status_field, task_dir
 from bench.small_job import local_pipeline
 from jobs.launch.runner import ensure_model
 from schemas.model_config import default_repository
-
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -39,17 +38,12 @@ class ThreadSample:
 
 def threads_of(pid: int) -> dict[int, ThreadSample]:
     out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for tid in map(int, os.listdir(f"/proc/{pid}/task")):
         try:
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            name = (task_dir(pid, tid) / "comm").read_text().strip()
+            out[tid] = ThreadSample(name, cpu_seconds(pid, tid), status_field(pid, "voluntary_ctxt_switches", tid))
         except OSError:  # the thread ended between listing and reading
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        wakeups = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
-        out[int(tid)] = ThreadSample(
-            stat[stat.index("(") + 1 : stat.rindex(")")], (int(fields[11]) + int(fields[12])) / TICKS, wakeups
-        )
     return out
 
 

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bench.decoupling import EXAMPLE, machine
+from bench.procfs import status_field
 from jobs.launch.local import start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model, watch_job
 from jobs.submit import JobInput, submit
@@ -26,10 +27,7 @@ from schemas.model_config import default_repository
 
 
 def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return status_field(pid, "VmHWM") / 1024
 
 
 def run(records: int, repository: Path, seconds: float, max_lag: int, workdir: Path) -> dict[str, float]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
+from bench.procfs import cpu_seconds
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower
@@ -31,11 +32,6 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topic
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 NAMESPACE = "preprocess-cost"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def step_seconds(port: int) -> float:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
+from bench.procfs import status_field
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.engine import OnnxRuntimeEngine
 from jobs.launch.runner import ensure_model
@@ -61,9 +62,8 @@ def run_to_end(argv: list[str], env: dict[str, str], log: Path, timeout_s: float
             if time.monotonic() > deadline:
                 proc.kill()
                 raise TimeoutError(f"{' '.join(argv)} ran past {timeout_s:.0f} s; see {log}")
-            with suppress(OSError, IndexError, ValueError):  # it may exit between poll and read
-                status = Path(f"/proc/{proc.pid}/status").read_text()
-                peak = max(peak, int(status.split("VmHWM:")[1].split()[0]))
+            with suppress(OSError):  # it may exit between poll and read
+                peak = max(peak, status_field(proc.pid, "VmHWM"))
             time.sleep(0.05)
     if proc.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited with {proc.returncode}: {log.read_text()[-2000:]}")
