@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,11 @@ from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from preprocess_app.image import preprocess_images
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
+from preprocess_app.sole import take_every_partition
 from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
 
@@ -98,6 +99,7 @@ def create_app(
     max_tensor_lag: int | None = None,
     session_timeout_s: float = 6.0,
     metrics: PreprocessMetrics | None = None,
+    sole_partitions: Mapping[str, Sequence[int]] | None = None,  # preprocess_app/sole.py
 ) -> faust.App:
     prompt_fetches()
     metrics = metrics or PreprocessMetrics()
@@ -123,6 +125,8 @@ def create_app(
         broker_credentials=credentials,
         datadir=str(datadir),
     )
+    if sole_partitions is not None:
+        take_every_partition(app, sole_partitions)
     models = Models(repository)
     cancellations = Cancellations(settings, topics).start()
     # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
@@ -219,8 +223,12 @@ def run_worker(
     max_tensor_lag: int | None = None,
     session_timeout_s: float = 6.0,
     metrics_port: int | None = None,
+    sole_consumer: bool = False,
 ) -> None:
-    """Run the preprocess worker until SIGTERM/SIGINT; with `metrics_port`, serve Prometheus metrics there."""
+    """Run the preprocess worker until SIGTERM/SIGINT; with `metrics_port`, serve Prometheus metrics there.
+
+    `sole_consumer` takes every partition without a group join (preprocess_app/sole.py): only for
+    a worker known to be its group's one member, the embedded `nearline run`'s."""
     credentials = faust_credentials(settings.extra)  # settings faust cannot apply: refused before connecting
     metrics = preprocess_metrics(metrics_port)
     check_reachable(settings)
@@ -228,6 +236,7 @@ def run_worker(
         settings,
         [*(TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)), jobs_topic(topics)],
     )
+    sole = {t: partitions_of(settings, t) for t in (topics.raw_text, topics.raw_image)} if sole_consumer else None
     # faust keeps table state in its data folder; this worker has no tables, so the folder is
     # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
@@ -242,6 +251,7 @@ def run_worker(
             max_tensor_lag=max_tensor_lag,
             session_timeout_s=session_timeout_s,
             metrics=metrics,
+            sole_partitions=sole,
         )
         worker = faust.Worker(app, loglevel="WARNING", quiet=True)
         worker.execute_from_commandline()

@@ -49,7 +49,13 @@ def worker() -> None:
     show_envvar=True,
     help="Consumer-group session (seconds): a dead worker's partitions move after about this long, and "
     "Tansu holds a join for half of it. Kafka refuses less than its group.min.session.timeout.ms (6 s by "
-    "default); nearline run gives its lone embedded worker 2.",
+    "default).",
+)
+@click.option(
+    "--sole-consumer",
+    is_flag=True,
+    hidden=True,  # for `nearline run`'s embedded pipeline: the one member of its group, no join
+    help="Take every partition without joining the group (only for a worker that is alone).",
 )
 @metrics_option
 @cluster_options
@@ -59,6 +65,7 @@ def worker_preprocess(
     max_linger_ms: float,
     max_tensor_lag: int | None,
     session_timeout: float,
+    sole_consumer: bool,
     metrics_port: int | None,
     bootstrap_servers: str,
     namespace: str,
@@ -76,6 +83,7 @@ def worker_preprocess(
         max_tensor_lag=max_tensor_lag,
         session_timeout_s=session_timeout,
         metrics_port=metrics_port,
+        sole_consumer=sole_consumer,
     )
 
 

@@ -230,11 +230,10 @@ def run_job(
                 namespace=namespace,
                 repository=repository,
                 logs=workdir,
-                # the embedded broker is ours: this GPU worker is alone, so it skips the group join,
-                # and the preprocess worker, alone in its group too, joins in ~1 s instead of ~3 s
-                # (Tansu holds a join for half the session timeout)
+                # the embedded broker is ours and each worker is alone in its group: both take
+                # their partitions without a join (Tansu holds a join for a second or more)
                 gpu_args=("--sole-consumer", *worker_args),
-                preprocess_args=("--session-timeout", "2"),
+                preprocess_args=("--sole-consumer",),
                 # their scratch (faust's data folder) goes with workdir, killed or not
                 extra_env={"TMPDIR": str(workdir)},
             )
