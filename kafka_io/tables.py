@@ -19,7 +19,10 @@ from schemas.serde import R
 def put_row(settings: KafkaSettings, table: TopicSpec, key: str, value: bytes | None) -> None:
     """Write one row and wait until the broker has it; value None deletes the key."""
     ensure_topics(settings, [table])
-    producer = make_producer(settings.with_client_id(f"table-{table.name}"))
+    # Not idempotent: a fresh idempotent producer sends nothing for 0.5-1 s (kafka_io/clients.py),
+    # which was most of `nearline submit`'s time. Its one record is the only one in flight, so a
+    # retry can only write the same row twice, and readers keep the last value per key.
+    producer = make_producer(settings.with_client_id(f"table-{table.name}"), idempotent=False)
     produce_all(producer, [OutRecord(table.name, value, key.encode())])
 
 
