@@ -127,6 +127,15 @@ class EmbeddedBroker:
         if child is not None:
             child.wait()
 
+    def kill(self) -> None:
+        """SIGKILL, for a broker whose memory-only contents are no longer wanted: a graceful stop
+        takes Tansu ~0.3 s."""
+        if _is_tansu(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+        child = _CHILDREN.pop(self.pid, None)
+        if child is not None:
+            child.wait()
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(self)), encoding="utf-8")

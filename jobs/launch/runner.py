@@ -263,12 +263,14 @@ def run_job(
             spill.close()
             raise
         if not bootstrap_servers:
-            # Every result is read, and the memory-only broker is discarded next with all it holds:
-            # a graceful stop (faust leaving its group, final commits) would only cost seconds.
+            # Every result is read, and the memory-only broker is discarded with all it holds: a
+            # graceful stop (faust leaving its group, final commits, Tansu's shutdown) would only
+            # cost time.
             for w in workers:
                 w.process.kill()
             for w in workers:
                 with suppress(subprocess.TimeoutExpired):  # the stop_all callback deals with it
                     w.process.wait(10)
+            broker.kill()
             shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed
     return RunResult(report, spill, summarize(spill, seconds))

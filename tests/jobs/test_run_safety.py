@@ -168,6 +168,22 @@ def test_a_sigterm_mid_job_still_writes_the_results_so_far(
     assert 0 < len(lines) < total and f"wrote {len(lines)} lines" in stderr
 
 
+def test_a_finished_run_has_ended_its_broker_and_workers_when_it_exits(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", 50)), "--model", "tiny", "-o", str(out),
+                      repository=model_repository)  # fmt: skip
+    run.wait_for("embedded broker on")
+    children = descendants(run.process.pid)
+    reaper |= children
+    code, stderr = run.finish(timeout_s=120)
+    assert code == 0, stderr
+    assert len(out.read_text().splitlines()) == 50
+    # killed once every result is in (nothing they hold is wanted any more), and reaped before the exit
+    assert_all_gone(children, timeout_s=0)
+
+
 def test_the_broker_and_workers_die_with_a_sigkilled_run(
     tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
 ) -> None:
