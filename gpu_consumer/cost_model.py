@@ -31,8 +31,12 @@ class CostModel:
         return self.per_token_s * rows * (new_width - width) <= self.per_call_s
 
 
-# (rows, width) shapes timed at warm-up: they separate the three terms and stay cheap on a CPU.
-PROBES = ((1, 8), (8, 8), (8, 32), (16, 32))
+# (rows, width) shapes timed at warm-up: two row counts by two widths, so each term has a contrast
+# of its own, and the per-token one is 192 tokens at 8 rows: start-up contention drowned a 32-token
+# contrast, fitting no per-token cost (every batch then widened). Cheap on a CPU, where the probes
+# are real compute beside the preprocess worker's: 0.4 s for MiniLM on two cores, where
+# (1,8), (8,8), (8,32), (16,32) took 0.8-1.0 s and, under bursty load, once fitted no per-call cost.
+PROBES = ((1, 8), (1, 32), (8, 8), (8, 32))
 
 
 def fit(samples: Sequence[tuple[int, int, float]]) -> CostModel:
