@@ -257,20 +257,20 @@ def run_job(
                 watchdog=watchdog,
                 timeout_s=timeout_s,
             )
+            if not bootstrap_servers:
+                # Every result is read, and the memory-only broker is discarded with all it holds:
+                # a graceful stop (faust leaving its group, final commits, Tansu's shutdown) would
+                # only cost time.
+                for w in workers:
+                    w.process.kill()
+                for w in workers:
+                    with suppress(subprocess.TimeoutExpired):  # the stop_all callback deals with it
+                        w.process.wait(10)
+                broker.kill()
+                shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed
         except JobWaitError as exc:
             return RunResult(report, spill, summarize(spill, time.monotonic() - started), exc)
-        except BaseException:
+        except BaseException:  # Ctrl-C included, even after the wait: the spill is not left on disk
             spill.close()
             raise
-        if not bootstrap_servers:
-            # Every result is read, and the memory-only broker is discarded with all it holds: a
-            # graceful stop (faust leaving its group, final commits, Tansu's shutdown) would only
-            # cost time.
-            for w in workers:
-                w.process.kill()
-            for w in workers:
-                with suppress(subprocess.TimeoutExpired):  # the stop_all callback deals with it
-                    w.process.wait(10)
-            broker.kill()
-            shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed
     return RunResult(report, spill, summarize(spill, seconds))

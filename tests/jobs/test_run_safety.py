@@ -9,12 +9,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from jobs.launch.runner import run_job
+from jobs.submit import JobInput
+from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from tests.jobs.pipeline import Pipeline, run_embedded
@@ -182,6 +186,25 @@ def test_a_finished_run_has_ended_its_broker_and_workers_when_it_exits(
     assert len(out.read_text().splitlines()) == 50
     # killed once every result is in (nothing they hold is wanted any more), and reaped before the exit
     assert_all_gone(children, timeout_s=0)
+
+
+def test_a_ctrl_c_after_the_last_result_leaves_no_results_spill_on_disk(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spill can be gigabytes: an interrupt while `run` stops its broker must remove it too."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    def interrupted(self: EmbeddedBroker) -> None:
+        self.stop()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EmbeddedBroker, "kill", interrupted)
+    source = JobInput(many_lines(tmp_path / "in.jsonl", 5), "text")
+    with pytest.raises(KeyboardInterrupt):
+        run_job(source, "tiny", repository=model_repository, log=lambda _: None, timeout_s=120)
+    assert not list(scratch.glob("nearline-results-*"))
 
 
 def test_the_broker_and_workers_die_with_a_sigkilled_run(
