@@ -9,7 +9,6 @@ the operator.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -49,22 +48,20 @@ def fit(samples: Sequence[tuple[int, int, float]]) -> CostModel:
 
 
 def measure(
-    run: Callable[[int, int], object],
+    timed: Callable[[int, int], float],
     rounds: int = 5,
     probes: Sequence[tuple[int, int]] = PROBES,
-    clock: Callable[[], float] = time.perf_counter,
 ) -> CostModel:
-    """Time run(rows, width) at each probe shape, best of `rounds` (noise only adds), and fit.
+    """Seconds of timed(rows, width) at each probe shape, best of `rounds` (noise only adds), fitted.
 
     The probes are taken in rounds, each shape once a round, so a burst of contention (at start-up
     the preprocess worker and the broker start on the same cores) spoils one round of every shape
     rather than every try of one. Every try of the smallest probe spoiled inflates the per-call
     term, and with it the padding the planner accepts: a 50-text job on the CPU ran as batches of
-    46 and 4 (300-330 ms) instead of 21, 23, 5 and 1 (240-290 ms)."""
+    46 and 4 (300-330 ms) instead of 21, 23, 5 and 1 (240-290 ms). (On the CPU the engine times
+    its probes in CPU time, which contention hardly touches: Engine.time_batch.)"""
     best = [float("inf")] * len(probes)
     for _ in range(rounds):
         for k, (rows, width) in enumerate(probes):
-            start = clock()
-            run(rows, width)
-            best[k] = min(best[k], clock() - start)
+            best[k] = min(best[k], timed(rows, width))
     return fit([(rows, width, seconds) for (rows, width), seconds in zip(probes, best, strict=True)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -40,6 +41,13 @@ class Engine(Protocol):
         computes (torch on CUDA, TensorRT) override this; the rest run one batch after another."""
         for inputs in batches:
             yield self.infer(inputs)
+
+    def time_batch(self, inputs: dict[str, np.ndarray]) -> float:
+        """Seconds one batch costs this engine, as the planner should count them (the cost model's
+        probes): the wall time of `infer` here, which is what a GPU's batches cost."""
+        start = time.perf_counter()
+        self.infer(inputs)
+        return time.perf_counter() - start
 
 
 class EngineLoadError(RuntimeError):
@@ -124,6 +132,19 @@ class OnnxRuntimeEngine(Engine):
     def _lane_run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return dict(zip(self._outputs, self._lane_session.run(self._outputs, inputs), strict=True))
 
+    def time_batch(self, inputs: dict[str, np.ndarray]) -> float:
+        if self.providers != ["CPUExecutionProvider"]:
+            return super().time_batch(inputs)
+        # On the CPU a window's batches run in the lanes, one core each, so a batch costs what it
+        # costs one lane. A one-thread session computes on the calling thread, so that thread's
+        # CPU time is the batch's compute, which the preprocess worker and the broker starting on
+        # the same cores cannot inflate as they inflated wall-clock probes: those fitted 0-27
+        # tokens' worth of a call from run to run, and the batch sizes with them.
+        session = self._lane_session if self.lanes > 1 else self._session
+        start = time.thread_time()
+        session.run(self._outputs, inputs)
+        return time.thread_time() - start
+
 
 def balanced(batches: list[dict[str, np.ndarray]], lanes: int) -> bool:
     """Whether `lanes` one-core runs can share these batches evenly: none is more than its share
@@ -161,10 +182,10 @@ def measure_cost(engine: Engine, config: ModelConfig) -> CostModel | None:
         return None
     token = config.tokenizer.pad_id + 1
 
-    def run(rows: int, width: int) -> None:
-        engine.infer(pad_batch(config, [np.full(width, token, dtype=np.int64)] * rows).inputs)
+    def timed(rows: int, width: int) -> float:
+        return engine.time_batch(pad_batch(config, [np.full(width, token, dtype=np.int64)] * rows).inputs)
 
-    model = measure(run)
+    model = measure(timed)
     log.info("%s batch cost: %s", engine.name, model)
     return model
 

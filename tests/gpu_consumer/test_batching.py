@@ -119,14 +119,14 @@ def test_a_burst_of_contention_at_start_up_spoils_no_probe_shape() -> None:
     from gpu_consumer.cost_model import PROBES, CostModel, measure
 
     truth = CostModel(per_call_s=5e-4, per_row_s=2e-5, per_token_s=3e-7)
-    now, calls = [0.0], [0]
+    calls = [0]
 
-    def run(rows: int, width: int) -> None:
+    def timed(rows: int, width: int) -> float:
         calls[0] += 1
         # the first 4 calls run 10x slow, as while another process starts on the same cores
-        now[0] += truth.seconds(rows, width) * (10 if calls[0] <= len(PROBES) else 1)
+        return truth.seconds(rows, width) * (10 if calls[0] <= len(PROBES) else 1)
 
-    model = measure(run, clock=lambda: now[0])
+    model = measure(timed)
     assert calls[0] == 5 * len(PROBES)
     assert abs(model.per_call_s - truth.per_call_s) <= 1e-9
     assert abs(model.per_token_s - truth.per_token_s) <= 1e-12

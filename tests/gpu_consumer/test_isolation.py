@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,28 @@ def test_batches_run_side_by_side_on_the_cpu_give_the_results_of_one_at_a_time(t
             np.testing.assert_allclose(r.arrays()["embedding"], tiny.expected(ids), atol=1e-6)
     assert got["two"] == got["one"]
     assert len(got["two"][0]) == 11 and got["two"][1] == ["r11"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cpu_cost_probes_count_a_batch_s_compute_not_time_off_the_core(tiny: TinyModel, threads: int) -> None:
+    """The cost model's probes on the CPU time the one-core session that runs the lanes' batches
+    in the probing thread's CPU time: a probe held off its core (the preprocess worker and the
+    broker start beside the GPU worker in `nearline run`) is not a dearer batch."""
+    engine = OnnxRuntimeEngine(tiny.config, threads=threads)
+    attribute = "_lane_session" if threads > 1 else "_session"
+    session = getattr(engine, attribute)
+    runs = []
+
+    class HeldOff:
+        def run(self, names: list[str], inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+            runs.append(len(next(iter(inputs.values()))))
+            time.sleep(0.3)  # as a core taken by another process for 300 ms
+            return session.run(names, inputs)
+
+    setattr(engine, attribute, HeldOff())
+    seconds = engine.time_batch(pad_batch(tiny.config, [np.array([101, 7, 8, 102])] * 3).inputs)
+    assert runs == [3]
+    assert 0 < seconds < 0.3
 
 
 def test_a_window_one_batch_dominates_runs_on_every_core_not_in_lanes(tiny: TinyModel) -> None:
