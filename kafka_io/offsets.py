@@ -14,6 +14,7 @@ from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, Kafk
 
 from kafka_io.clients import make_admin, make_consumer
 from kafka_io.errors import BrokerUnavailableError, KafkaIOError
+from kafka_io.events import consume_ready
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
 
@@ -31,7 +32,7 @@ def end_offsets(settings: KafkaSettings, topic: str, timeout_s: float = 15.0) ->
         pending = set(parts)
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=1000, timeout=0.2):
+            for msg in consume_ready(consumer, 1000, 0.2):
                 err = msg.error()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition() or 0)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
-from kafka_io.events import TP, take
+from kafka_io.events import TP, consume_ready, take
 from kafka_io.records import ConsumedRecord
 
 log = logging.getLogger(__name__)
@@ -137,13 +137,8 @@ def windows(
                 first = consumer.poll(min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
                 polled = [first] if first is not None else []
         else:
-            # consume() waits for num_messages or its timeout, so an idle wait with it would hold a
-            # small job's first records for the whole idle_poll_s: take what is queued, else
-            # wait with poll(), which returns on the first record.
-            polled = consumer.consume(num_messages=limits.max_records, timeout=0)
-            if not polled:
-                first = consumer.poll(idle_poll_s)
-                polled = [first] if first is not None else []
+            # consume(n, timeout) would hold a small job's first records for the whole idle_poll_s
+            polled = consume_ready(consumer, limits.max_records, idle_poll_s)
         for msg in polled:
             record = take(msg, assignment.at_eof)
             if record is None:

@@ -10,7 +10,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from kafka_io.clients import make_consumer
 from kafka_io.errors import BrokerUnavailableError
-from kafka_io.events import TP, take
+from kafka_io.events import TP, consume_ready, take
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
@@ -36,7 +36,7 @@ class TopicFollower:
 
     def poll(self, timeout_s: float, max_records: int = 1000) -> list[ConsumedRecord]:
         out = []
-        for msg in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
+        for msg in consume_ready(self._consumer, max_records, timeout_s):
             record = take(msg, self.at_eof)
             if record is not None:
                 self._next[(record.topic, record.partition)] = record.offset + 1
@@ -118,7 +118,7 @@ def read_range(
         at_eof: set[TP] = set()
         last_record = time.monotonic()
         while active:
-            messages = consumer.consume(num_messages=1000, timeout=0.5)
+            messages = consume_ready(consumer, 1000, 0.5)
             if messages:
                 last_record = time.monotonic()
             elif time.monotonic() - last_record > idle_timeout_s:

@@ -14,8 +14,8 @@ from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
 from kafka_io.polling import WindowLimits, assign_all, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
-from kafka_io.reading import read_topics
-from kafka_io.records import OutRecord
+from kafka_io.reading import TopicFollower, read_topics
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
 
@@ -86,6 +86,26 @@ def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the
     came = list(got)  # before close(), which waits for a consume() in progress
     consumer.close()
     assert came == [3], "the window did not come within 30 s of its records"
+
+
+def test_a_follower_hands_over_a_record_when_it_comes_not_when_its_poll_times_out(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """`nearline run` and `submit --wait` follow a job's results with TopicFollower.poll: one that
+    waited for a full batch (consume()'s num_messages) would see the last results only at the end
+    of its timeout, here 60 s."""
+    ensure_topics(settings, [TopicSpec(topics.results, 1)])
+    with TopicFollower(settings, [topics.results]) as follower:
+        while not follower.caught_up():  # the empty topic's end
+            follower.poll(1.0)
+        threading.Timer(0.2, fill, (settings, topics.results, 1, 1)).start()
+        started = time.monotonic()
+        got: list[ConsumedRecord] = []
+        while not got and time.monotonic() - started < 60:
+            got = follower.poll(60)
+        waited = time.monotonic() - started
+    assert [r.value for r in got] == [b"v0"]
+    assert waited < 30, f"the record came {waited:.0f} s after it was produced"
 
 
 def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_it_is_idle(
