@@ -288,7 +288,7 @@ def serve(
     signal.signal(signal.SIGINT, stop)
     cancellations = Cancellations(settings, topics).start()
     if sole_consumer:
-        assignment = assign_all(consumer, tensors, partitions_of(settings, tensors))
+        assignment = assign_all(consumer, tensors, partitions_of(settings, tensors, consumer=consumer))
     else:
         assignment = subscribe(consumer, [tensors])
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)

@@ -15,15 +15,17 @@ from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, Kafk
 from kafka_io.clients import make_admin, make_consumer
 from kafka_io.errors import BrokerUnavailableError, KafkaIOError
 from kafka_io.events import consume_ready
+from kafka_io.reading import READ_TO_END_FETCH_WAIT_MS
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
 
 
 def end_offsets(settings: KafkaSettings, topic: str, timeout_s: float = 15.0) -> dict[int, int]:
     """The high watermark of each partition, read from a fetch response."""
-    consumer = make_consumer(settings, group_id=f"nearline-offsets-{uuid.uuid4().hex[:12]}")
+    group = f"nearline-offsets-{uuid.uuid4().hex[:12]}"
+    consumer = make_consumer(settings, group, **{"fetch.wait.max.ms": READ_TO_END_FETCH_WAIT_MS})
     try:
-        parts = partitions_of(settings, topic)
+        parts = partitions_of(settings, topic, consumer=consumer)
         starts = []
         for p in parts:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
@@ -50,7 +52,7 @@ def offsets_for_time(settings: KafkaSettings, topic: str, timestamp_ms: int, tim
     so callers also filter records by timestamp (kafka_io.reading.read_range does)."""
     consumer = make_consumer(settings, group_id=f"nearline-offsets-{uuid.uuid4().hex[:12]}")
     try:
-        query = [TopicPartition(topic, p, timestamp_ms) for p in partitions_of(settings, topic)]
+        query = [TopicPartition(topic, p, timestamp_ms) for p in partitions_of(settings, topic, consumer=consumer)]
         return {tp.partition: tp.offset for tp in consumer.offsets_for_times(query, timeout=timeout_s)}
     finally:
         consumer.close()

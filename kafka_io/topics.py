@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
 from kafka_io.clients import make_admin
@@ -113,17 +113,25 @@ def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[
         )
 
 
-def partitions_of(settings: KafkaSettings, topic: str, timeout_s: float = 10.0) -> list[int]:
-    meta = _metadata(settings, make_admin(settings), topic, timeout_s)
+def partitions_of(
+    settings: KafkaSettings, topic: str, timeout_s: float = 10.0, *, consumer: Consumer | None = None
+) -> list[int]:
+    """`consumer`: ask through the consumer that will read them, so it knows each partition's
+    leader before it assigns them. One that assigns a logical offset (the beginning, the group's
+    committed offset) before it has seen the topic's metadata retries the offset lookup on
+    librdkafka's fixed 500 ms timer: every table read, and every follower, started half a second late."""
+    meta = _metadata(settings, consumer or make_admin(settings), topic, timeout_s)
     t = meta.topics.get(topic)
     if t is None or t.error is not None:
         return []
     return sorted(t.partitions)
 
 
-def _metadata(settings: KafkaSettings, admin: AdminClient, topic: str | None, timeout_s: float) -> ClusterMetadata:
+def _metadata(
+    settings: KafkaSettings, client: AdminClient | Consumer, topic: str | None, timeout_s: float
+) -> ClusterMetadata:
     try:
-        return admin.list_topics(topic, timeout=timeout_s)
+        return client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
         raise BrokerUnavailableError(
             f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"

@@ -108,6 +108,21 @@ def test_a_follower_hands_over_a_record_when_it_comes_not_when_its_poll_times_ou
     assert waited < 30, f"the record came {waited:.0f} s after it was produced"
 
 
+def test_reading_a_small_topic_to_its_end_does_not_wait_out_librdkafka_s_offset_timer(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """Every table read (the job registry behind status, jobs list, results) assigns its consumer
+    at the beginning. One that has not seen the topic's metadata yet looks that offset up again
+    only after librdkafka's fixed 500 ms, so no read could take less: the best of three must."""
+    fill(settings, topics.jobs, 10, partitions=4)
+    took = []
+    for _ in range(3):
+        started = time.monotonic()
+        assert len(list(read_topics(settings, [topics.jobs]))) == 10
+        took.append(time.monotonic() - started)
+    assert min(took) < 0.45, f"reads took {', '.join(f'{t:.2f}' for t in took)} s"
+
+
 def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_it_is_idle(
     settings: KafkaSettings, topics: Topics
 ) -> None:
