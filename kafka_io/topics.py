@@ -116,14 +116,19 @@ def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[
 def partitions_of(
     settings: KafkaSettings, topic: str, timeout_s: float = 10.0, *, consumer: Consumer | None = None
 ) -> list[int]:
-    """`consumer`: ask through the consumer that will read them, so it knows each partition's
-    leader before it assigns them. One that assigns a logical offset (the beginning, the group's
-    committed offset) before it has seen the topic's metadata retries the offset lookup on
-    librdkafka's fixed 500 ms timer: every table read, and every follower, started half a second late."""
-    meta = _metadata(settings, consumer or make_admin(settings), topic, timeout_s)
+    """`consumer`: the consumer that will read them is told the topic's metadata too, so it knows
+    each partition's leader before it assigns them. One that assigns a logical offset (the
+    beginning, the group's committed offset) before it has seen that metadata retries the offset
+    lookup on librdkafka's fixed 500 ms timer: every table read, and every follower, started half a
+    second late. The partitions themselves still come from an admin client, whose metadata request
+    lets a broker that auto-creates topics create a missing one (Tansu does, with 4 partitions):
+    a consumer's does not, and a job watched before its workers made `results` found no topic."""
+    meta = _metadata(settings, make_admin(settings), topic, timeout_s)
     t = meta.topics.get(topic)
     if t is None or t.error is not None:
         return []
+    if consumer is not None:
+        _metadata(settings, consumer, topic, timeout_s)
     return sorted(t.partitions)
 
 
