@@ -52,7 +52,7 @@ def offsets_for_time(settings: KafkaSettings, topic: str, timestamp_ms: int, tim
     so callers also filter records by timestamp (kafka_io.reading.read_range does)."""
     consumer = make_consumer(settings, group_id=f"nearline-offsets-{uuid.uuid4().hex[:12]}")
     try:
-        query = [TopicPartition(topic, p, timestamp_ms) for p in partitions_of(settings, topic, consumer=consumer)]
+        query = [TopicPartition(topic, p, timestamp_ms) for p in partitions_of(settings, topic)]
         return {tp.partition: tp.offset for tp in consumer.offsets_for_times(query, timeout=timeout_s)}
     finally:
         consumer.close()
