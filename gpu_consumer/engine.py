@@ -28,6 +28,10 @@ class Engine(Protocol):
     # The model's postprocess steps (mean_pooling, l2_normalize...) this engine already ran on
     # its device, so it returns [B, H] and the worker does not copy back [B, L, H] to pool.
     postprocessed: tuple[str, ...]
+    # Rounds of the cost model's probes (cost_model.measure: best of each shape): wall-clock
+    # probes need several, as start-up contention spoils some; an engine whose probes are timed
+    # in CPU time needs fewer.
+    probe_rounds: int = 5
 
     def warmup(self) -> None:
         """Run once at the largest shape, so a bad engine fails at start-up, not mid-poll."""
@@ -80,6 +84,11 @@ class OnnxRuntimeEngine(Engine):
         # slowest core, so a core taken by the tokenizer or the broker for a few ms stalls the
         # others too. A lone batch still gets every core.
         self.lanes = cpus if self.providers == ["CPUExecutionProvider"] else 1
+        if self.providers == ["CPUExecutionProvider"]:
+            # time_batch counts CPU time here: two rounds fit as steadily as five (7.1-8.1 tokens
+            # per call against 7.0-7.7, quiet or beside two CPU burners) for 0.19 s of a core
+            # instead of 0.48 s, at the start of every worker, when `nearline run` has none to spare.
+            self.probe_rounds = 2
         self._lane_pool: ThreadPoolExecutor | None = None
         if self.lanes > 1:
             self._lane_session = self._load(1)
@@ -190,7 +199,7 @@ def measure_cost(engine: Engine, config: ModelConfig) -> CostModel | None:
     def timed(rows: int, width: int) -> float:
         return engine.time_batch(pad_batch(config, [np.full(width, token, dtype=np.int64)] * rows).inputs)
 
-    model = measure(timed)
+    model = measure(timed, engine.probe_rounds)
     log.info("%s batch cost: %s", engine.name, model)
     return model
 
