@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 
 import numpy as np
 import PIL
 import pytest
+from PIL import Image
 
 from preprocess_app.image import (
+    RESAMPLE,
     CorruptImageError,
     EmptyImageError,
     ImageTooLargeError,
@@ -14,7 +18,7 @@ from preprocess_app.image import (
     decode_image,
 )
 from schemas.model_config import ImageSpec
-from tests.image_corpus import bad_and_odd_images, real_photos
+from tests.image_corpus import bad_and_odd_images, encode, real_photos
 
 SPEC = ImageSpec()
 
@@ -78,3 +82,41 @@ def test_real_photos_give_model_sized_uint8_crops() -> None:
         crop = decode_image(path.read_bytes(), SPEC)
         assert crop.shape == (3, 224, 224) and crop.dtype == np.uint8, path
         assert crop.std() > 1, path  # an actual picture, not a blank
+
+
+def test_the_crop_is_the_resized_image_s_centre() -> None:
+    """Resizing only the cropped region gives what resizing the whole image and cropping gives,
+    within a level of rounding, for photos and for odd shapes."""
+    for path in real_photos()[:6]:
+        photo = Image.open(path).convert("RGB")
+        for size in (photo.size, (photo.width // 3, photo.height), (1000, 7), (7, 900), (225, 300), (100, 100)):
+            image = photo.resize(size)
+            scale = SPEC.resize / min(size)
+            whole = image.resize(
+                (max(224, round(size[0] * scale)), max(224, round(size[1] * scale))), RESAMPLE["bicubic"]
+            )
+            left, top = (whole.width - 224) // 2, (whole.height - 224) // 2
+            expected = np.asarray(whole.crop((left, top, left + 224, top + 224))).transpose(2, 0, 1).astype(int)
+            got = decode_image(encode(image, "PNG"), SPEC).astype(int)
+            assert np.abs(got - expected).max() <= 2, (path.name, size)
+            assert np.mean(got != expected) < 0.02, (path.name, size)
+
+
+@pytest.mark.parametrize("size", [(100_000, 1), (1, 100_000)])
+def test_a_one_pixel_strip_is_cropped_in_bounded_memory(size: tuple[int, int]) -> None:
+    """A 100000x1 PNG is a few hundred bytes and far under the pixel cap, but its shorter side
+    resized to 256 is 25,600,000 x 256 pixels (20 GB): that killed a preprocess worker on every
+    redelivery. In a process limited to 3 GiB of address space it must decode to a crop."""
+    strip = encode(Image.new("RGB", size, (10, 200, 30)), "PNG")
+    assert len(strip) < 2000
+    script = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        "from preprocess_app.image import decode_image\n"
+        "from schemas.model_config import ImageSpec\n"
+        "crop = decode_image(sys.stdin.buffer.read(), ImageSpec())\n"
+        "print(crop.shape, crop.reshape(3, -1).mean(axis=1).round().tolist())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], input=strip, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().split() == ["(3,", "224,", "224)", "[10.0,", "200.0,", "30.0]"]
