@@ -62,6 +62,12 @@ def check_output_path(path: Path) -> None:
         raise OutputPathError(f"cannot create files in folder {folder}")
 
 
+def partial_path(path: Path) -> Path:
+    """Where a run that failed writes the results it has: beside path, never over it, so a failed
+    rerun leaves a previous complete file as it was (out.jsonl -> out.partial.jsonl)."""
+    return path.with_name(f"{path.stem}.partial{path.suffix}")
+
+
 def _umask() -> int:
     current = os.umask(0)
     os.umask(current)

@@ -25,7 +25,7 @@ from jobs.cli.options import (
     wait_options,
 )
 from jobs.exit_codes import ExitCode
-from jobs.output import OutputFormat
+from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
 from jobs.submit import JobInput, SubmitReport, submit
 from kafka_io.settings import Topics
 
@@ -94,6 +94,8 @@ def run(
     from jobs.results import write_items
 
     out_format = checked_output(output, output_format)
+    if output is not None and output.exists() and Path(input_path).exists() and output.samefile(input_path):
+        raise click.BadParameter(f"{output} is the input: the results would replace it", param_hint="'--output' / '-o'")
     worker_args = batch_args(
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
@@ -126,17 +128,33 @@ def run(
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
     with result.results as spill:
-        try:
-            written = write_items(spill.ordered(), spill.example(), output, sys.stdout, out_format)
-        except ColumnarShapeError as exc:
-            # the embedded broker is gone with the run: these results exist nowhere else
-            assert output is not None  # a columnar format needs -o
-            output, out_format = output.with_name(output.name + ".jsonl"), OutputFormat.JSONL
-            written = write_items(spill.ordered(), None, output, sys.stdout)
-            click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
-            format_failed = True
+        nowhere = False  # a failed run's results have no file to go to
+        if result.failure is not None and output is not None:
+            # what came back from a failed run goes beside -o, never over it: a complete file
+            # from an earlier run stays as it was, and nothing is mistaken for a finished job
+            output = partial_path(output) if spill.done else None
+            if output is None:
+                click.echo("no results came back; -o was left as it was", err=True)
+            else:
+                try:
+                    check_output_path(output)
+                except OutputPathError as exc:
+                    click.echo(f"error: cannot write the results so far: {exc}", err=True)
+                    output = None
+            nowhere = output is None
+        format_failed = False
+        if nowhere:
+            written = 0
         else:
-            format_failed = False
+            try:
+                written = write_items(spill.ordered(), spill.example(), output, sys.stdout, out_format)
+            except ColumnarShapeError as exc:
+                # the embedded broker is gone with the run: these results exist nowhere else
+                assert output is not None  # a columnar format needs -o
+                output, out_format = output.with_name(output.name + ".jsonl"), OutputFormat.JSONL
+                written = write_items(spill.ordered(), None, output, sys.stdout)
+                click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
+                format_failed = True
     click.echo(result.summary.line(), err=True)
     if output:
         click.echo(f"wrote {written} {'lines' if out_format is OutputFormat.JSONL else 'rows'} to {output}", err=True)

@@ -136,6 +136,36 @@ def test_a_missing_output_folder_is_a_usage_error_before_any_work(
     assert time.monotonic() - started < 15
 
 
+def test_a_run_that_gets_no_result_leaves_an_earlier_output_as_it_was(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("a complete file from an earlier run\n")
+    # given up 0.05 s after the submit (noticed at the follower's first 0.2 s poll): the workers,
+    # started just before the submit, take longer than that to import Python
+    run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", 200)), "--model", "tiny", "-o", str(out),
+                      "--timeout", "0.05", repository=model_repository)  # fmt: skip
+    run.wait_for("embedded broker on")
+    reaper |= descendants(run.process.pid)
+    code, stderr = run.finish(timeout_s=60)
+    assert code == 7, stderr
+    assert "no results came back; -o was left as it was" in stderr and "Traceback" not in stderr
+    assert out.read_text() == "a complete file from an earlier run\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
+
+
+def test_an_output_that_is_the_input_is_a_usage_error(tiny: TinyModel, model_repository: Path, tmp_path: Path) -> None:
+    source = many_lines(tmp_path / "in.jsonl", 10)
+    before = source.read_bytes()
+    link = tmp_path / "same.jsonl"
+    link.symlink_to(source)
+    for output in (source, link):
+        done = run_embedded(str(source), "--model", "tiny", "-o", str(output), repository=model_repository)
+        assert done.returncode == 2, done.stderr
+        assert "is the input" in done.stderr
+    assert source.read_bytes() == before
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_or_sighup_stops_the_broker_and_workers_like_ctrl_c(
     sig: signal.Signals, tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
@@ -153,10 +183,11 @@ def test_sigterm_or_sighup_stops_the_broker_and_workers_like_ctrl_c(
     assert_all_gone(children, timeout_s=5)
 
 
-def test_a_sigterm_mid_job_still_writes_the_results_so_far(
+def test_a_sigterm_mid_job_writes_the_results_so_far_beside_the_output_not_over_it(
     tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
 ) -> None:
     out, total = tmp_path / "out.jsonl", 20_000
+    out.write_text("a complete file from an earlier run\n")
     run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", total)), "--model", "tiny", "-o", str(out),
                       repository=model_repository)  # fmt: skip
     run.wait_for("embedded broker on")
@@ -168,8 +199,10 @@ def test_a_sigterm_mid_job_still_writes_the_results_so_far(
     code, stderr = run.finish(timeout_s=45)
     assert code == 128 + signal.SIGTERM, stderr
     assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
-    lines = out.read_text().splitlines()
-    assert 0 < len(lines) < total and f"wrote {len(lines)} lines" in stderr
+    assert out.read_text() == "a complete file from an earlier run\n"
+    partial = tmp_path / "out.partial.jsonl"
+    lines = partial.read_text().splitlines()
+    assert 0 < len(lines) < total and f"wrote {len(lines)} lines to {partial}" in stderr
 
 
 def test_a_finished_run_has_ended_its_broker_and_workers_when_it_exits(
@@ -241,7 +274,8 @@ def test_a_dead_embedded_broker_is_named_at_once_and_the_results_so_far_are_writ
     assert code == 6, stderr
     assert time.monotonic() - killed < 20, stderr
     assert "embedded broker exited" in stderr and "Traceback" not in stderr
-    lines = out.read_text().splitlines()
+    assert not out.exists()
+    lines = (tmp_path / "out.partial.jsonl").read_text().splitlines()
     assert 0 < len(lines) < total
     assert f"wrote {len(lines)} lines" in stderr
     assert_all_gone(children, timeout_s=5)
