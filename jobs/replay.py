@@ -11,7 +11,6 @@ from kafka_io.offsets import end_offsets, offsets_at_time
 from kafka_io.reading import read_range
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
-from kafka_io.topics import partitions_of
 from schemas import SerdeError
 from schemas.serde import decode_any
 
@@ -81,12 +80,18 @@ def replay_messages(
         raise ReplaySpecError("give exactly one of --from-offset and --from-time")
     from_ms = parse_time_ms(from_time) if from_time else None
     to_ms = parse_time_ms(to_time) if to_time else None
-    partitions = [partition] if partition is not None else partitions_of(settings, topic)
+    ends = end_offsets(settings, topic)
+    if partition is not None and partition not in ends:
+        raise ReplaySpecError(f"{topic} has no partition {partition}: its partitions are 0-{len(ends) - 1}")
+    partitions = [partition] if partition is not None else sorted(ends)
     if from_ms is not None:
         at = offsets_at_time(settings, topic, from_ms)
         start = {p: at[p] for p in partitions}
     else:
-        start = {p: from_offset or 0 for p in partitions}
+        start = dict.fromkeys(partitions, from_offset or 0)
+    # A partition is read only if it has a record in the range: a consumer assigned past a
+    # partition's end gets no end-of-partition event, and the read would wait out its idle timeout.
+    start = {p: o for p, o in start.items() if o < ends[p] and (to_offset is None or o < to_offset)}
     return read_range(
         settings,
         topic,

@@ -53,10 +53,10 @@ def reprocess_cmd(
 
 @click.command(name="replay")
 @click.option("--topic", required=True)
-@click.option("--partition", type=int, default=None, help="One partition [default: all].")
-@click.option("--from-offset", type=int, default=None)
+@click.option("--partition", type=click.IntRange(min=0), default=None, help="One partition [default: all].")
+@click.option("--from-offset", type=click.IntRange(min=0), default=None)
 @click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
-@click.option("--to-offset", type=int, default=None, help="Stop before this offset.")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None, help="Stop before this offset.")
 @click.option("--to-time", default=None, help="Stop after the last record at or before this time.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @cluster_options
@@ -128,7 +128,7 @@ def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str)
 @click.option("--topic", required=True)
 @click.option("--to-earliest", "to", flag_value="earliest")
 @click.option("--to-latest", "to", flag_value="latest")
-@click.option("--to-offset", type=int, default=None)
+@click.option("--to-offset", type=click.IntRange(min=0), default=None)
 @click.option("--to-time", default=None, help="ISO 8601.")
 @click.option("--dry-run", is_flag=True, help="Print the new offsets; change nothing.")
 @cluster_options

@@ -46,6 +46,21 @@ def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Pi
     assert len(everything) == 20
 
 
+def test_a_replay_with_nothing_in_its_range_ends_at_once_with_no_record(pipeline: Pipeline, tmp_path: Path) -> None:
+    """A consumer assigned past a partition's end hears of no end: such a replay waited out its
+    60 s idle timeout and then blamed the broker."""
+    topic = pipeline.topics.raw_text
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(20)])
+    for args in (
+        ("--from-offset", "500"),
+        ("--from-offset", "15", "--to-offset", "5"),
+        ("--from-offset", "3", "--to-offset", "3"),
+    ):
+        assert replay(pipeline, tmp_path, "--topic", topic, *args) == [], args  # exit 0, not 3 after 60 s
+    produce_texts(pipeline, "nothing-yet-" + topic, [])
+    assert replay(pipeline, tmp_path, "--topic", "nothing-yet-" + topic, "--from-offset", "0") == []
+
+
 def test_replay_from_a_time_returns_only_later_records(pipeline: Pipeline, tmp_path: Path) -> None:
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, [f"before {i}" for i in range(5)])
@@ -92,6 +107,17 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
         ("offsets", "reset", *group, "--to-time", "noon"): "'noon' is not an ISO 8601 time",
         ("offsets", "reset", *group): "exactly one of --to-earliest, --to-latest, --to-offset, --to-time",
         ("offsets", "reset", *group, "--to-earliest", "--to-offset", "1"): "exactly one of",
+        ("replay", "--topic", topic, "--from-offset", "-5"): "-5 is not in the range x>=0",
+        (
+            "replay",
+            "--topic",
+            topic,
+            "--from-offset",
+            "0",
+            "--partition",
+            "9",
+        ): "has no partition 9: its partitions are 0-1",
+        ("offsets", "reset", *group, "--to-offset", "-1"): "-1 is not in the range x>=0",
     }
     for args, message in cases.items():
         done = pipeline.cli(*args)
