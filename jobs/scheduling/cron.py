@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from jobs.scheduling.errors import ScheduleSpecError
 
@@ -21,10 +21,16 @@ MISFIRE_POLICIES: tuple[Misfire, ...] = ("skip", "catch-up")
 
 
 def check_spec(cron: str, timezone: str, misfire: str) -> None:
-    if len(cron.split()) != 5 or not croniter.is_valid(cron):
+    if len(cron.split()) != 5:
         raise ScheduleSpecError(
             f"cron expression {cron!r} is not valid: five fields, minute hour day-of-month month day-of-week"
         )
+    if not croniter.is_valid(cron):
+        raise ScheduleSpecError(
+            f"cron expression {cron!r} is not valid: a field is out of its range or malformed "
+            "(minute 0-59, hour 0-23, day-of-month 1-31, month 1-12, day-of-week 0-6)"
+        )
+    next_tick(cron, "UTC", datetime(2000, 1, 1, tzinfo=UTC))  # one that never fires is refused now
     zone(timezone)
     if misfire not in MISFIRE_POLICIES:
         raise ScheduleSpecError(f"misfire policy {misfire!r}: use one of {', '.join(MISFIRE_POLICIES)}")
@@ -54,7 +60,12 @@ def ticks_after(cron: str, timezone: str, after: datetime) -> Iterator[datetime]
 
 
 def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
-    return next(ticks_after(cron, timezone, after))
+    try:
+        return next(ticks_after(cron, timezone, after))
+    except CroniterBadDateError:
+        raise ScheduleSpecError(
+            f"cron expression {cron!r} never fires: no date has its day-of-month and month"
+        ) from None
 
 
 @dataclass(frozen=True)

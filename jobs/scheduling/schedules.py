@@ -138,6 +138,15 @@ def describe(settings: KafkaSettings, topics: Topics, now: datetime) -> list[Sch
         if newest > s.created_at:
             last[s.name] = claims.first[(s.name, newest)]
     return [
-        ScheduleView(s, None if s.paused else next_tick(s.cron, s.timezone, now), last.get(s.name))
+        ScheduleView(s, None if s.paused else next_tick_or_none(s, now), last.get(s.name))
         for s in sorted(schedules.values(), key=lambda s: s.name)
     ]
+
+
+def next_tick_or_none(schedule: Schedule, now: datetime) -> datetime | None:
+    """None for a cron that never fires (February 31), which older versions let be stored: the
+    listing must still show every other schedule."""
+    try:
+        return next_tick(schedule.cron, schedule.timezone, now)
+    except ScheduleSpecError:
+        return None

@@ -69,7 +69,9 @@ def test_the_job_id_of_a_tick_is_the_same_wherever_it_is_computed() -> None:
 @pytest.mark.parametrize(
     ("cron", "tz", "misfire", "message"),
     [
-        ("61 * * * *", "UTC", "skip", "not valid"),
+        ("61 * * * *", "UTC", "skip", "out of its range or malformed"),
+        ("0 0 31 2 *", "UTC", "skip", "never fires"),
+        ("0 0 30 2 *", "UTC", "skip", "never fires"),
         ("* * * *", "UTC", "skip", "five fields"),
         ("* * * * * 5", "UTC", "skip", "five fields"),
         ("* * * * *", "Mars/Olympus", "skip", "unknown time zone 'Mars/Olympus'"),
@@ -79,3 +81,8 @@ def test_the_job_id_of_a_tick_is_the_same_wherever_it_is_computed() -> None:
 def test_bad_specs_are_refused_with_what_is_wrong(cron: str, tz: str, misfire: str, message: str) -> None:
     with pytest.raises(ScheduleSpecError, match=message):
         check_spec(cron, tz, misfire)
+
+
+def test_a_leap_day_schedule_is_not_one_that_never_fires() -> None:
+    check_spec("0 0 29 2 *", "UTC", "skip")
+    assert next_tick("0 0 29 2 *", "UTC", T0).date().isoformat() == "2028-02-29"

@@ -34,6 +34,8 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert again.returncode == 2 and "exists" in again.stderr
     bad = pipeline.cli("schedule", "add", "typo", "--cron", "* * *", "--input", "x", "--model", "tiny")
     assert bad.returncode == 2 and "five fields" in bad.stderr
+    never = pipeline.cli("schedule", "add", "feb31", "--cron", "0 0 31 2 *", "--input", "x", "--model", "tiny")
+    assert never.returncode == 2 and "never fires" in never.stderr and "Traceback" not in never.stderr
 
     [listed] = json.loads(pipeline.cli("schedule", "list", "--json").stdout)
     assert (listed["name"], listed["state"]) == ("every-minute", "active")
