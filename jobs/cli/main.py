@@ -200,7 +200,7 @@ def _submit(
 @click.option("--wait", is_flag=True, help="Return when the job completes: exit 0, or 4 if some records dead-lettered.")
 @click.option(
     "--max-backlog",
-    type=int,
+    type=click.IntRange(min=0),
     default=None,
     envvar="NEARLINE_MAX_BACKLOG",
     show_envvar=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import shutil
 import time
@@ -158,10 +159,23 @@ def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+class FiniteFloat(click.FloatRange):
+    """A FloatRange that refuses nan and inf: click lets nan through every bound (each comparison
+    with it is false), and a worker given a nan linger never closes a window."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--max-linger-ms",
-        type=float,
+        type=FiniteFloat(0, 60_000),
         default=20.0,
         show_default=True,
         show_envvar=True,
@@ -172,7 +186,7 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "--max-window",
         "--max-queue",  # its old name
         "max_window",
-        type=int,
+        type=click.IntRange(min=1),
         default=None,
         show_envvar=True,
         help="Records per poll window (what is consumed and committed together), sorted by length and cut "
@@ -180,14 +194,14 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
     f = click.option(
         "--max-batch-tokens",
-        type=int,
+        type=click.IntRange(min=1),
         default=None,
         show_envvar=True,
         help="Padded tokens per executed text batch [default: no limit beyond max-batch-size].",
     )(f)
     f = click.option(
         "--max-batch-size",
-        type=int,
+        type=click.IntRange(min=1),
         default=None,
         show_envvar=True,
         help="Records per executed batch [default: the model's max_batch_size].",
@@ -333,14 +347,14 @@ def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """--timeout and --worker-grace: how long waiting on a job may take, and on workers that are gone."""
     f = click.option(
         "--worker-grace",
-        type=click.FloatRange(min=0),
+        type=FiniteFloat(min=0),
         default=30.0,
         show_envvar=True,
         help="Give up (exit 6) once no worker has been alive, and no record done, for this many seconds.",
     )(f)
     return click.option(
         "--timeout",
-        type=click.FloatRange(min=0, min_open=True),
+        type=FiniteFloat(min=0, min_open=True),
         default=None,
         show_envvar=True,
         help="Give up (exit 7) if the job has not completed after this many seconds [default: no limit].",

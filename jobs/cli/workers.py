@@ -11,6 +11,7 @@ import click
 from gpu_consumer import ENGINES
 from jobs.cli.options import (
     HOME,
+    FiniteFloat,
     batch_options,
     cluster_options,
     metrics_option,
@@ -26,10 +27,10 @@ def worker() -> None:
 
 
 @worker.command(name="preprocess")
-@click.option("--batch-size", type=int, default=64, show_envvar=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_envvar=True)
 @click.option(
     "--max-linger-ms",
-    type=click.FloatRange(1.0, 10_000.0),
+    type=FiniteFloat(1.0, 10_000.0),
     default=20.0,
     show_default=True,
     show_envvar=True,
@@ -37,14 +38,14 @@ def worker() -> None:
 )
 @click.option(
     "--max-tensor-lag",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     show_envvar=True,
     help="Pause while a GPU group is this many records behind its tensor topic [default: never].",
 )
 @click.option(
     "--session-timeout",
-    type=click.FloatRange(1.0, 300.0),
+    type=FiniteFloat(1.0, 300.0),
     default=6.0,
     show_envvar=True,
     help="Consumer-group session (seconds): a dead worker's partitions move after about this long, and "
@@ -98,7 +99,7 @@ def worker_preprocess(
 )
 @click.option(
     "--threads",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_envvar=True,
     help=(
@@ -188,8 +189,20 @@ def worker_gpu(
     help="Stable name, unique per scheduler: a restart with the same name finishes a tick it had "
     "claimed but not submitted [default: the host name].",
 )
-@click.option("--grace-s", type=float, default=30.0, show_envvar=True, help="A tick this late is on time, not missed.")
-@click.option("--max-catch-up", type=int, default=100, show_envvar=True, help="Most missed ticks run under catch-up.")
+@click.option(
+    "--grace-s",
+    type=FiniteFloat(min=0),
+    default=30.0,
+    show_envvar=True,
+    help="A tick this late is on time, not missed.",
+)
+@click.option(
+    "--max-catch-up",
+    type=click.IntRange(min=0),
+    default=100,
+    show_envvar=True,
+    help="Most missed ticks run under catch-up.",
+)
 @metrics_option
 @cluster_options
 def worker_scheduler(
@@ -233,7 +246,7 @@ def broker() -> None:
 
 
 @broker.command(name="start")
-@click.option("--port", type=int, default=9092, show_envvar=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=9092, show_envvar=True)
 def broker_start(port: int) -> None:
     """Start the local broker in the background and print its address."""
     from kafka_io.broker import EmbeddedBroker

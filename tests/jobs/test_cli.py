@@ -40,6 +40,30 @@ def test_a_broker_that_is_down_is_named_with_exit_code_3(command: list[str], tmp
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-batch-size", "-5", "-5 is not in the range x>=1"),
+        ("--max-batch-size", "0", "0 is not in the range x>=1"),
+        ("--max-window", "0", "0 is not in the range x>=1"),
+        ("--max-linger-ms", "-10", "-10.0 is not in the range 0<=x<=60000"),
+        ("--max-linger-ms", "nan", "'nan' is not a finite number"),
+        ("--timeout", "nan", "'nan' is not a finite number"),
+        ("--timeout", "inf", "'inf' is not a finite number"),
+        ("--worker-grace", "nan", "'nan' is not a finite number"),
+    ],
+)
+def test_a_number_no_worker_could_use_is_a_usage_error_before_any_work(
+    option: str, value: str, message: str, tmp_path: Path
+) -> None:
+    """Not a submitted job whose worker then dies on the value, or a nan that passes every bound."""
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    done = nearline("run", str(good), "--model", "tiny", option, value)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "submitted" not in done.stderr
+
+
 def test_help_lists_the_env_var_of_every_shared_option() -> None:
     done = nearline("run", "--help")
     assert done.returncode == 0
