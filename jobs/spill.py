@@ -16,12 +16,12 @@ from types import TracebackType
 from typing import IO
 
 from jobs.output import OutputFormat
-from jobs.registry import load_jobs
+from jobs.registry import JobNotFoundError, load_jobs
 from jobs.results import dead_seq, dead_submission, version_key, write_items
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
-from schemas import DeadLetter, InferenceResult, SerdeError, decode
+from schemas import DeadLetter, InferenceResult, Job, SerdeError, decode
 
 _COMMIT_EVERY = 10_000  # rows per transaction: fewer fsync-free commits, bounded journal
 
@@ -164,13 +164,16 @@ def write_results(
     *,
     model_version: str | None = None,
     directory: Path | None = None,
-) -> ResultSpill:
+) -> tuple[ResultSpill, Job | None]:
     """Read the job's results and dead letters through a spill, then write them in input order to
-    path, or to out (see write_items); returns the (closed) spill for its counts. A job id submitted
-    again writes its latest submission's records; an unregistered job id, every record of that id."""
+    path, or to out (see write_items); returns the (closed) spill for its counts, and the job. A job
+    id submitted again writes its latest submission's records; an unregistered job id, every record
+    of that id, and JobNotFoundError (nothing written) when there is none."""
     job = load_jobs(settings, topics).get(job_id)
     submission = job.submission if job is not None else None
     with ResultSpill(job_id, model_version, submission, directory) as spill:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
+        if job is None and not spill.done:
+            raise JobNotFoundError(f"no job {job_id} in {topics.jobs}, and no result or dead letter of it")
         write_items(spill.ordered(), spill.example(), path, out, fmt)
-    return spill
+    return spill, job

@@ -365,12 +365,21 @@ def results(
 
     out_format = checked_output(output, output_format)
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    spill = write_results(settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version)
+    spill, job = write_results(settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version)
     click.echo(
         f"{spill.results} results, {spill.dead} dead letters"
         + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),
         err=True,
     )
+    if job is not None and model_version is None and spill.done < job.total:
+        ended = "was cancelled" if job.cancelled_at is not None else "failed" if job.error else "is not complete"
+        click.echo(
+            f"{'' if ended == 'was cancelled' else 'error: '}job {job_id} {ended}: {spill.done} of its "
+            f"{job.total} records have a result or a dead letter (nearline status {job_id})",
+            err=True,
+        )
+        if ended == "is not complete":
+            raise SystemExit(ExitCode.FAILED)
     if spill.done == 0:
         raise SystemExit(ExitCode.FAILED)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.registry import JobStatus
+from jobs.registry import JobStatus, register
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -169,3 +169,26 @@ def test_nearline_runs_wait_folds_the_job_into_the_disk_spill_once_per_record(
         summary = summarize(spill, 1.0)
         assert (summary.records, summary.dead_lettered, summary.batches, summary.mean_batch_size) == (n, 1, n // 8, 8)
         assert [item.record_id for item in spill.ordered()] == [f"r{i}" for i in range(n + 1)]
+
+
+def test_results_of_an_unknown_job_are_an_error_and_of_an_unfinished_one_say_so(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    register(settings, topics, Job("job-half", "tiny", "in.jsonl", "text", 10, 1))
+    produce_all(make_producer(settings), [result(topics.results, "job-half", i) for i in range(4)])
+    env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+
+    def results(job_id: str, out: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "jobs.cli", "results", job_id, "-o", str(out)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    unknown = results("job-nope", tmp_path / "nope.jsonl")
+    assert unknown.returncode == 1 and "no job job-nope in" in unknown.stderr, unknown.stderr
+    assert "Traceback" not in unknown.stderr and not (tmp_path / "nope.jsonl").exists()
+    half = results("job-half", tmp_path / "half.jsonl")
+    assert half.returncode == 1, half.stderr
+    assert "error: job job-half is not complete: 4 of its 10 records" in half.stderr
+    assert [json.loads(line)["id"] for line in (tmp_path / "half.jsonl").read_text().splitlines()] == [
+        f"r{i}" for i in range(4)
+    ]
