@@ -57,9 +57,14 @@ def check_output_path(path: Path) -> None:
             raise OutputPathError(f"{path} exists and is read-only")
     if not folder.is_dir():
         raise OutputPathError(f"folder {folder} does not exist")
-    # the results are renamed into place, so the folder itself must take a new file
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputPathError(f"cannot create files in folder {folder}")
+    # the results are renamed into place, so the folder itself must take a new file; trying is
+    # the only sure test (root passes every access check, and /proc or a read-only mount refuse)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OutputPathError(f"cannot create files in folder {folder}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def partial_path(path: Path) -> Path:

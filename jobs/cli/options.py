@@ -3,11 +3,14 @@ environment variables, and progress output."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import math
 import os
 import shutil
+import sqlite3
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +112,18 @@ class NearlineGroup(click.Group):
         except ColumnarShapeError as exc:  # `results`: the job's results are still on the broker
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.FAILED)
+        except sqlite3.Error as exc:  # the results spill (jobs/spill.py), under $TMPDIR
+            click.echo(
+                f"error: the results spill under {tempfile.gettempdir()} failed: {exc} "
+                "(a full disk? $TMPDIR names another folder)",
+                err=True,
+            )
+            ctx.exit(ExitCode.FAILED)
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            click.echo(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}", err=True)
+            ctx.exit(ExitCode.FAILED)
 
 
 def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -157,6 +172,10 @@ def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Path(file_okay=False, path_type=Path),
         help="Folder of <name>/<version>/ model folders; one per user by default, found from any folder.",
     )(f)
+
+
+# A file the command writes failed for want of room or rights: said in a line, not a traceback.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
 
 
 class FiniteFloat(click.FloatRange):

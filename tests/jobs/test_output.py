@@ -17,6 +17,7 @@ from jobs.output import OutputPathError, check_output_path, write_atomically
         ("missing/out.jsonl", "does not exist"),
         ("a-folder", "is a folder"),
         ("/dev/null", "not a regular file"),
+        ("/proc/version", "cannot create files in folder /proc"),  # a regular file, in a folder that takes none
     ],
 )
 def test_an_output_path_that_cannot_take_a_file_is_refused(tmp_path: Path, name: str, reason: str) -> None:
@@ -39,6 +40,7 @@ def test_a_new_or_existing_file_in_a_writable_folder_is_accepted(tmp_path: Path)
     check_output_path(tmp_path / "new.jsonl")
     (tmp_path / "old.jsonl").write_text("x\n")
     check_output_path(tmp_path / "old.jsonl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.jsonl"]  # the probe file is gone
 
 
 def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temporary_file(tmp_path: Path) -> None:

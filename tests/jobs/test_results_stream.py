@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import time
@@ -192,3 +193,27 @@ def test_results_of_an_unknown_job_are_an_error_and_of_an_unfinished_one_say_so(
     assert [json.loads(line)["id"] for line in (tmp_path / "half.jsonl").read_text().splitlines()] == [
         f"r{i}" for i in range(4)
     ]
+
+
+def test_a_spill_that_runs_out_of_room_is_an_error_in_a_line_not_a_traceback(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    produce_all(make_producer(settings), [result(topics.results, "job-big", i) for i in range(2000)])
+    env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+    env["TMPDIR"] = str(tmp_path)
+
+    def small_files() -> None:  # files of at most 64 KiB, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "results", "job-big", "-o", str(tmp_path / "out.jsonl")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_files,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"error: the results spill under {tmp_path} failed" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out.jsonl").exists()
