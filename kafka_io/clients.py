@@ -56,6 +56,30 @@ CONSUMER_FIXED: dict[str, Any] = {
 }
 
 
+class _OncePerMinute(logging.Filter):
+    """librdkafka repeats a failing connection's line at every reconnect: 292 lines in the 15 s a
+    command waits on a broker that is down, before its one-line error. Each distinct line passes
+    once a minute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[object, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, record.getMessage())
+        last = self._last.get(key)
+        if last is not None and record.created - last < 60:
+            return False
+        self._last[key] = record.created
+        return True
+
+
+# librdkafka's own log lines (it wrote them to stderr), through Python logging: its informational
+# lines (a consumer closing with events unserved) stay below the CLI's WARNING level
+_librdkafka = logging.getLogger("kafka_io.librdkafka")
+_librdkafka.addFilter(_OncePerMinute())
+
+
 def _log_error(err: KafkaError) -> None:
     # librdkafka retries transport errors by itself; these are worth a line, not an exception.
     log.warning("kafka: %s", err)
@@ -68,6 +92,7 @@ def _base(settings: KafkaSettings) -> dict[str, Any]:
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": settings.client_id,
         "error_cb": _log_error,
+        "logger": _librdkafka,
         **settings.extra,
     }
 
