@@ -132,7 +132,7 @@ def preprocess_images(
             raw = decode(src.value, RawImage)
             cfg = models(raw.model).config
             if cfg.image is None:
-                raise ModelNotFoundError(f"model {raw.model!r} is a {cfg.task} model, not an image model")
+                raise ModelNotFoundError(f"model {raw.model!r} is for {cfg.task}, not for images")
         except (SerdeError, ModelError) as exc:
             out.append(dead_out(exc, src, topics, raw))
             continue

@@ -49,7 +49,7 @@ def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, top
         try:
             model = models(name)
             if model.tokenizer is None:
-                raise ModelNotFoundError(f"model {name!r} is a {model.config.task} model, not a text model")
+                raise ModelNotFoundError(f"model {name!r} is for {model.config.task}, not for text")
         except ModelError as exc:  # a bad or unknown name, or a model that cannot be loaded
             out.extend(dead_out(exc, src, topics, raw) for src, raw in items)
             continue

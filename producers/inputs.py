@@ -32,8 +32,11 @@ class InputError:
         return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
 
 
-def decode_line(raw: bytes) -> str:
-    """A line of the file as text, or ValueError naming the offending byte."""
+def decode_line(raw: bytes, number: int = 0) -> str:
+    """Line `number` of the file as text, or ValueError naming the offending byte. The first line
+    loses a UTF-8 byte-order mark (Windows editors write one), which JSON would refuse."""
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

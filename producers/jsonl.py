@@ -17,7 +17,7 @@ def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRec
     with source:
         for number, raw in enumerate(source, start=1):
             try:
-                line = decode_line(raw).rstrip("\r\n")
+                line = decode_line(raw, number).rstrip("\r\n")
                 if not line.strip():
                     continue
                 record = _parse(line, number)

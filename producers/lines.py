@@ -14,7 +14,7 @@ def read_lines(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRec
     with source:
         for number, raw in enumerate(source, start=1):
             try:
-                text = decode_line(raw).rstrip("\r\n")
+                text = decode_line(raw, number).rstrip("\r\n")
             except ValueError as exc:
                 yield InputError(str(path), number, str(exc))
                 continue

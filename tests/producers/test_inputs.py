@@ -48,6 +48,14 @@ def test_jsonl_problems_are_pinned_to_file_and_line(tmp_path: Path) -> None:
     ]
 
 
+def test_a_byte_order_mark_opening_a_file_is_not_part_of_its_first_record(tmp_path: Path) -> None:
+    bom = b"\xef\xbb\xbf"
+    jsonl = write(tmp_path, "in.jsonl", bom + b'{"text": "first"}\r\n{"text": "\xef\xbb\xbfsecond"}\n')
+    assert list(read_text_input(jsonl)) == [InputRecord("1", "first", 1), InputRecord("2", "\ufeffsecond", 2)]
+    lines = write(tmp_path, "in.txt", bom + b"first\n")
+    assert list(read_text_input(lines)) == [InputRecord("1", "first", 1)]
+
+
 def test_plain_text_is_one_record_per_non_blank_line(tmp_path: Path) -> None:
     path = write(tmp_path, "in.txt", b"alpha\r\n\nbeta\n\xff\xfe\n")
     items = list(read_text_input(path))
