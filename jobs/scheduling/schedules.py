@@ -38,6 +38,8 @@ def new_schedule(
         raise ScheduleSpecError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
     check_spec(cron, timezone, misfire)
     check_model_name(model)
+    if not input_pattern.strip():  # it would be stored as the folder the command ran in
+        raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
     return Schedule(name, cron, absolute_input(input_pattern), model, timezone, misfire, False, now, now)
 

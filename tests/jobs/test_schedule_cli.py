@@ -36,6 +36,8 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert bad.returncode == 2 and "five fields" in bad.stderr
     never = pipeline.cli("schedule", "add", "feb31", "--cron", "0 0 31 2 *", "--input", "x", "--model", "tiny")
     assert never.returncode == 2 and "never fires" in never.stderr and "Traceback" not in never.stderr
+    empty = pipeline.cli("schedule", "add", "nothing", "--cron", "* * * * *", "--input", " ", "--model", "tiny")
+    assert empty.returncode == 2 and "input is empty" in empty.stderr
 
     [listed] = json.loads(pipeline.cli("schedule", "list", "--json").stdout)
     assert (listed["name"], listed["state"]) == ("every-minute", "active")
