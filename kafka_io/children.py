@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
@@ -28,3 +29,34 @@ def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] 
             os.kill(os.getpid(), sig)
 
     return preexec
+
+
+# Set by jobs.launch.local.spawn_worker to its own PID: the worker exits once that process is gone.
+ENV_STOP_WITH_PARENT = "NEARLINE_STOP_WITH_PARENT"
+
+
+def stop_with_parent(grace_s: float = 10.0) -> None:
+    """In a worker that spawn_worker started: once the process that started it has died, exit at
+    most grace_s later, stopped or not.
+
+    Its death sends the worker SIGTERM (die_with_parent), but a worker whose broker died with the
+    same parent (`nearline run`'s memory-only one) cannot finish a graceful stop: faust retried its
+    commit for good, and both workers outlived a run SIGKILLed mid-job. Nothing is lost by the hard
+    exit: offsets are committed only for confirmed outputs, so what was in flight is redelivered."""
+    parent = os.environ.pop(ENV_STOP_WITH_PARENT, "")
+    if not parent.isdigit():
+        return
+    parent_pid = int(parent)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        time.sleep(grace_s)
+        sys.stderr.write(
+            f"the process that started this worker ({parent_pid}) is gone, and it did not stop "
+            f"within {grace_s:g} s: exiting\n"
+        )
+        sys.stderr.flush()
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="stop-with-parent").start()

@@ -4,6 +4,7 @@ profile, report, produce. Every option is also an environment variable (shown in
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -124,6 +125,10 @@ def run(
         display.close()
         click.echo(f"stopped by {exc}; the broker and workers it started were stopped", err=True)
         raise SystemExit(128 + exc.signum) from None
+    except KeyboardInterrupt:  # Ctrl-C before the job was submitted (after it: result.failure)
+        display.close()
+        click.echo("stopped by SIGINT; the broker and workers it started were stopped", err=True)
+        raise SystemExit(128 + signal.SIGINT) from None
     display.close()
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)

@@ -24,6 +24,9 @@ from kafka_io.settings import ENV_BOOTSTRAP, Topics
 @click.group()
 def worker() -> None:
     """Long-running worker processes."""
+    from kafka_io.children import stop_with_parent
+
+    stop_with_parent()
 
 
 @worker.command(name="preprocess")

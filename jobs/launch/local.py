@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_io.children import die_with_parent
+from kafka_io.children import ENV_STOP_WITH_PARENT, die_with_parent
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS_PORT, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY
 
@@ -86,6 +86,7 @@ def spawn_worker(
         ENV_BOOTSTRAP: bootstrap_servers,
         ENV_NAMESPACE: namespace,
         ENV_MODEL_REPOSITORY: str(repository.resolve()),
+        ENV_STOP_WITH_PARENT: str(os.getpid()),
         **(extra_env or {}),
     }
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -254,6 +254,24 @@ def test_the_broker_and_workers_die_with_a_sigkilled_run(
     assert_all_gone(children, timeout_s=30)
 
 
+def test_the_workers_of_a_run_sigkilled_mid_job_are_gone_within_seconds(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
+) -> None:
+    """They get SIGTERM as their parent dies, but the broker died with it, so a graceful stop
+    cannot finish: the preprocess worker retried its commit for good."""
+    run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", 20_000)), "--model", "tiny",
+                      repository=model_repository)  # fmt: skip
+    run.wait_for("embedded broker on")
+    children = descendants(run.process.pid)
+    reaper |= children
+    run.wait_for("submitted")
+    while run.wait_for("records (").startswith("0/"):  # progress lines: kill once some results are in
+        pass
+    run.process.kill()
+    run.finish(timeout_s=10)
+    assert_all_gone(children, timeout_s=40)  # the workers' grace is 10 s once their parent is gone
+
+
 def test_a_dead_embedded_broker_is_named_at_once_and_the_results_so_far_are_written(
     tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
 ) -> None:
