@@ -23,7 +23,15 @@ from pathlib import Path
 from jobs.launch.local import PREPROCESS_ENV
 
 ROOT = Path(__file__).parents[1]
-PLAIN_PILLOW = ["pillow==13.0.0", "numpy==2.4.6", "fastavro==1.13.1", "confluent-kafka==2.16.1", "tokenizers==0.22.2"]
+# what importing preprocess_app.image needs, pinned as in pyproject.toml, with plain Pillow
+PLAIN_PILLOW = [
+    "pillow==13.0.0",
+    "numpy==2.4.6",
+    "fastavro==1.13.1",
+    "confluent-kafka==2.16.1",
+    "tokenizers==0.22.2",
+    "prometheus-client==0.26.0",
+]
 REPS = {"4K": 15, "1080p": 30, "small": 80}
 
 
@@ -84,7 +92,8 @@ def plain_pillow_python(venv: Path) -> str:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PLAIN_PILLOW], check=True)
+    # every time: a venv made before the list grew lacks what was added (a second when satisfied)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *PLAIN_PILLOW], check=True)
     return str(python)
 
 
