@@ -44,6 +44,9 @@ class Pipeline:
             namespace=self.topics.namespace,
             repository=self.repository,
             log_path=self.logs / f"{name}-{len(self.workers)}.log",
+            # scratch (faust's data folder) beside the logs: a worker a test SIGKILLs leaves it
+            # in the test's folder, not in /tmp
+            extra_env={"TMPDIR": str(self.logs)},
         )
         self.workers.append(worker)
         return worker
