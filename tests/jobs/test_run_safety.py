@@ -325,3 +325,13 @@ def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: Pipeline, tmp_
     assert done.returncode == 7, done.stderr
     assert "0 of 5 records done" in done.stderr and "Traceback" not in done.stderr
     assert seconds < 30
+
+
+def test_an_input_with_no_record_is_said_to_be_empty(tiny: TinyModel, model_repository: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")  # blank lines are no records
+    out = tmp_path / "out.jsonl"
+    done = run_embedded(str(empty), "--model", "tiny", "-o", str(out), repository=model_repository)
+    assert done.returncode == 0, done.stderr
+    assert f"warning: {empty} holds no records" in done.stderr
+    assert out.read_text() == ""
