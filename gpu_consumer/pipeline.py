@@ -178,7 +178,12 @@ class Pipeline:
     def _emit_loop(self) -> None:
         executed = 0
         while True:
-            serve_deliveries(self._producer)
+            generation, producer = self._generation, self._producer
+            try:
+                serve_deliveries(producer)
+            except DeliveryError as exc:  # a fatal producer: the main thread replaces it
+                if generation == self._generation:
+                    self.ledger.fail(str(exc))
             # Reports are served every 2 ms while some are due, so windows confirm (and commit)
             # promptly; with none due the thread sleeps until the engine hands it work, instead of
             # waking 500 times a second beside the engine's threads.

@@ -26,8 +26,14 @@ def produce_one(
 
 
 def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
-    """Run the delivery callbacks of the reports that have arrived (waiting up to timeout_s for one)."""
-    producer.poll(timeout_s)
+    """Run the delivery callbacks of the reports that have arrived (waiting up to timeout_s for one).
+
+    A producer that turned fatal raises DeliveryError (make a new one): librdkafka's fatal error
+    comes out of whichever call serves it, this one as often as a produce."""
+    try:
+        producer.poll(timeout_s)
+    except KafkaException as exc:
+        raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
 
 
 def awaiting_delivery(producer: Producer) -> int:
