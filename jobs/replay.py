@@ -85,7 +85,7 @@ def replay_messages(
         raise ReplaySpecError(f"{topic} has no partition {partition}: its partitions are 0-{len(ends) - 1}")
     partitions = [partition] if partition is not None else sorted(ends)
     if from_ms is not None:
-        at = offsets_at_time(settings, topic, from_ms)
+        at = offsets_at_time(settings, topic, from_ms, ends)
         start = {p: at[p] for p in partitions}
     else:
         start = dict.fromkeys(partitions, from_offset or 0)
@@ -123,4 +123,4 @@ def reset_targets(
     if to_offset is not None:
         return {p: min(to_offset, end) for p, end in ends.items()}
     assert at_ms is not None
-    return offsets_at_time(settings, topic, at_ms)
+    return offsets_at_time(settings, topic, at_ms, ends)

@@ -58,10 +58,14 @@ def offsets_for_time(settings: KafkaSettings, topic: str, timestamp_ms: int, tim
         consumer.close()
 
 
-def offsets_at_time(settings: KafkaSettings, topic: str, timestamp_ms: int) -> dict[int, int]:
-    """Per partition, the first offset at or after `timestamp_ms`, or its end where none is yet."""
+def offsets_at_time(
+    settings: KafkaSettings, topic: str, timestamp_ms: int, ends: dict[int, int] | None = None
+) -> dict[int, int]:
+    """Per partition, the first offset at or after `timestamp_ms`, or its end where none is yet;
+    `ends`: the partitions' end offsets where the caller has read them already."""
     found = offsets_for_time(settings, topic, timestamp_ms)
-    return {p: found[p] if found.get(p, -1) >= 0 else end for p, end in end_offsets(settings, topic).items()}
+    ends = ends if ends is not None else end_offsets(settings, topic)
+    return {p: found[p] if found.get(p, -1) >= 0 else end for p, end in ends.items()}
 
 
 @dataclass(frozen=True)
