@@ -70,6 +70,8 @@ class _OncePerMinute(logging.Filter):
         last = self._last.get(key)
         if last is not None and record.created - last < 60:
             return False
+        if len(self._last) >= 1000:  # a worker runs for months: forget lines older than the minute
+            self._last = {k: t for k, t in self._last.items() if record.created - t < 60}
         self._last[key] = record.created
         return True
 
