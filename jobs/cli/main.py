@@ -135,17 +135,7 @@ def run(
     with result.results as spill:
         nowhere = False  # a failed run's results have no file to go to
         if result.failure is not None and output is not None:
-            # what came back from a failed run goes beside -o, never over it: a complete file
-            # from an earlier run stays as it was, and nothing is mistaken for a finished job
-            output = partial_path(output) if spill.done else None
-            if output is None:
-                click.echo("no results came back; -o was left as it was", err=True)
-            else:
-                try:
-                    check_output_path(output)
-                except OutputPathError as exc:
-                    click.echo(f"error: cannot write the results so far: {exc}", err=True)
-                    output = None
+            output = partial_output(output, spill.done)
             nowhere = output is None
         format_failed = False
         if nowhere:
@@ -172,6 +162,21 @@ def run(
         raise SystemExit(ExitCode.FAILED)
     if result.summary.dead_lettered:
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
+
+
+def partial_output(output: Path, results: int) -> Path | None:
+    """Where a failed run writes what came back: beside -o, never over it, so a complete file from
+    an earlier run stays as it was and nothing is mistaken for a finished job; None: nowhere."""
+    if not results:
+        click.echo("no results came back; -o was left as it was", err=True)
+        return None
+    partial = partial_path(output)
+    try:
+        check_output_path(partial)
+    except OutputPathError as exc:
+        click.echo(f"error: cannot write the results so far: {exc}", err=True)
+        return None
+    return partial
 
 
 def _submit(
@@ -379,13 +384,13 @@ def results(
         err=True,
     )
     if job is not None and model_version is None and spill.done < job.total:
-        ended = "was cancelled" if job.cancelled_at is not None else "failed" if job.error else "is not complete"
-        click.echo(
-            f"{'' if ended == 'was cancelled' else 'error: '}job {job_id} {ended}: {spill.done} of its "
-            f"{job.total} records have a result or a dead letter (nearline status {job_id})",
-            err=True,
-        )
-        if ended == "is not complete":
+        counts = f"{spill.done} of its {job.total} records have a result or a dead letter (nearline status {job_id})"
+        if job.cancelled_at is not None:
+            click.echo(f"job {job_id} was cancelled: {counts}", err=True)
+        elif job.error:
+            click.echo(f"error: job {job_id} failed: {counts}", err=True)
+        else:  # what is written is not the job's output yet
+            click.echo(f"error: job {job_id} is not complete: {counts}", err=True)
             raise SystemExit(ExitCode.FAILED)
     if spill.done == 0:
         raise SystemExit(ExitCode.FAILED)
