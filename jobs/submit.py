@@ -29,6 +29,7 @@ from producers.images import (
     ImageRecord,
     file_kind,
     is_image_path,
+    left_out_files,
     read_image_file,
     read_image_folder,
     read_image_jsonl,
@@ -144,6 +145,14 @@ class JobInput:
             prefix = part.relative_to(common).as_posix()
             for item in replace(self, path=part, parts=()).read():
                 yield item if isinstance(item, InputError) else replace(item, record_id=f"{prefix}:{item.record_id}")
+
+    def left_out(self) -> list[Path]:
+        """Files in an image folder that are not images by name, so not part of the job: worth a
+        note, since a folder of .heic photos would otherwise run as an empty job."""
+        if self.kind != "image":
+            return []
+        folders = [p for p in (self.parts or (self.path,)) if p.is_dir()]
+        return [f for folder in folders for f in left_out_files(folder, follow_symlinks=self.follow_symlinks)]
 
     def validate(self) -> tuple[int, list[InputError]]:
         """(valid records, problems) without keeping the records in memory."""

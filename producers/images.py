@@ -110,9 +110,30 @@ def read_image_folder(
             return
         yield _checked(ImageRecord(folder.name, folder, 0), str(folder), 0, max_bytes)
         return
+    walk = _walk_folder(folder, follow_symlinks)
+    yield from walk.refused
+    for path in walk.images:
+        yield _checked(ImageRecord(path.relative_to(folder).as_posix(), path, 0), str(path), 0, max_bytes)
+
+
+def left_out_files(folder: Path, *, follow_symlinks: bool = False) -> list[Path]:
+    """The files under `folder` that read_image_folder leaves out because their names are not
+    images' (.heic, .txt, ...), in path order; hidden files (.DS_Store) are not counted."""
+    if not folder.is_dir():
+        return []
+    return _walk_folder(folder, follow_symlinks).others
+
+
+@dataclass
+class _FolderWalk:
+    images: list[Path] = field(default_factory=list)
+    refused: list[InputError] = field(default_factory=list)
+    others: list[Path] = field(default_factory=list)  # not images by name
+
+
+def _walk_folder(folder: Path, follow_symlinks: bool) -> _FolderWalk:
     root = folder.resolve()
-    found: list[Path] = []
-    refused: list[InputError] = []
+    walk = _FolderWalk()
     seen_dirs: set[tuple[int, int]] = set()  # followed links can make cycles
     for top, dirs, files in os.walk(folder, followlinks=follow_symlinks):
         here = Path(top)
@@ -124,18 +145,19 @@ def read_image_folder(
         for name in dirs:
             sub = here / name
             if not follow_symlinks and sub.is_symlink() and _outside(sub, root):
-                refused.append(_link_out(sub, folder))
+                walk.refused.append(_link_out(sub, folder))
         for name in files:
             path = here / name
             if not is_image_path(path):
-                continue
-            if not follow_symlinks and path.is_symlink() and _outside(path, root):
-                refused.append(_link_out(path, folder))
+                if not name.startswith("."):
+                    walk.others.append(path)
+            elif not follow_symlinks and path.is_symlink() and _outside(path, root):
+                walk.refused.append(_link_out(path, folder))
             else:
-                found.append(path)
-    yield from refused
-    for path in sorted(found):
-        yield _checked(ImageRecord(path.relative_to(folder).as_posix(), path, 0), str(path), 0, max_bytes)
+                walk.images.append(path)
+    walk.images.sort()
+    walk.others.sort()
+    return walk
 
 
 def _link_out(path: Path, folder: Path) -> InputError:

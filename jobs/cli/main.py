@@ -20,6 +20,7 @@ from jobs.cli.options import (
     checked_output,
     cluster_options,
     format_option,
+    opened_input,
     output_options,
     repository_option,
     require_servers,
@@ -27,7 +28,7 @@ from jobs.cli.options import (
 )
 from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
-from jobs.submit import JobInput, SubmitReport, submit
+from jobs.submit import SubmitReport, submit
 from kafka_io.settings import Topics
 
 
@@ -108,7 +109,7 @@ def run(
         # SIGTERM/SIGHUP (a closed terminal, a CI timeout) stop the broker and workers as Ctrl-C does
         with terminate_like_interrupt():
             result = run_job(
-                JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks),  # type: ignore[arg-type]
+                opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks),
                 model,
                 repository=model_repository,
                 bootstrap_servers=bootstrap_servers,
@@ -196,7 +197,7 @@ def _submit(
     report = submit(
         require_servers(bootstrap_servers),
         Topics(namespace),
-        JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks),  # type: ignore[arg-type]
+        opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks),
         model,
         job_id=job_id,
         skip_invalid=skip_invalid,

@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,11 @@ import click
 from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat, OutputPathError, check_output_path, output_format
 from jobs.progress import Progress
-from jobs.submit import BacklogRefusedError, InvalidInputError
+from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS_PORT, ENV_NAMESPACE, KafkaSettings
-from producers.images import MAX_IMAGE_BYTES
+from producers.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas.model_config import (
     ENV_MODEL_REPOSITORY,
@@ -300,6 +301,22 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
     except OutputPathError as exc:
         raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
     return fmt
+
+
+def opened_input(input_path: str, fmt: str, kind: str, max_image_bytes: int, follow_symlinks: bool) -> JobInput:
+    """INPUT as a job's input, with a note on stderr about files of an image folder that the job
+    leaves out because their names are not images'."""
+    job_input = JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks)  # type: ignore[arg-type]
+    left_out = job_input.left_out()
+    if left_out:
+        suffixes = Counter(f.suffix.lower() or "no suffix" for f in left_out)
+        counts = ", ".join(f"{n} {suffix}" for suffix, n in suffixes.most_common())
+        click.echo(
+            f"note: left out {len(left_out)} file{'s' if len(left_out) > 1 else ''} of {input_path} that are not "
+            f"images by name ({counts}; first {left_out[0]}); images are {' '.join(sorted(IMAGE_SUFFIXES))}",
+            err=True,
+        )
+    return job_input
 
 
 def require_servers(bootstrap_servers: str) -> KafkaSettings:

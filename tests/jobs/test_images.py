@@ -43,11 +43,15 @@ def test_run_classifies_real_photos_like_torch_on_the_same_decoded_image(tmp_pat
     photos.mkdir()
     for p in real_photos():
         shutil.copy2(p, photos / f"{p.parent.name}-{p.name}")
+    paths = sorted(photos.iterdir())
+    # what is not an image by name is left out, and said so; a hidden file is not worth a word
+    for name in ("notes.txt", "IMG_1.HEIC", "IMG_2.heic", ".DS_Store"):
+        (photos / name).write_bytes(b"not read")
     out = tmp_path / "out.jsonl"
     done = run_embedded(str(photos), "--model", "efficientnet-lite0", "-o", str(out), repository=tmp_path / "models")
     assert done.returncode == 0, done.stderr
+    assert f"note: left out 3 files of {photos} that are not images by name (2 .heic, 1 .txt; first" in done.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    paths = sorted(photos.iterdir())
     assert [line["id"] for line in lines] == [p.name for p in paths]
     for line, (indices, scores) in zip(lines, torch_top5(paths), strict=True):
         got = line["labels"]

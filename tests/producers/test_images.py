@@ -8,7 +8,14 @@ import pytest
 
 from jobs.submit import JobInput, detect_kind
 from producers import InputError
-from producers.images import ImageFileError, ImageRecord, read_image_file, read_image_folder, read_image_jsonl
+from producers.images import (
+    ImageFileError,
+    ImageRecord,
+    left_out_files,
+    read_image_file,
+    read_image_folder,
+    read_image_jsonl,
+)
 
 
 def test_a_folder_is_read_recursively_by_extension_with_relative_ids(tmp_path: Path) -> None:
@@ -18,6 +25,18 @@ def test_a_folder_is_read_recursively_by_extension_with_relative_ids(tmp_path: P
     items = list(read_image_folder(tmp_path))
     assert [i.record_id for i in items if isinstance(i, ImageRecord)] == ["a.PNG", "b.jpg", "sub/c.gif"]
     assert detect_kind(tmp_path) == "image"
+    assert JobInput.open(str(tmp_path)).left_out() == [tmp_path / "notes.txt"]
+
+
+def test_what_a_folder_leaves_out_by_name_is_listed_but_hidden_files_are_not(tmp_path: Path) -> None:
+    (tmp_path / "raw").mkdir()
+    for name in ("a.jpg", "raw/b.HEIC", "raw/c.avif", "README", ".DS_Store", "raw/.thumb.db"):
+        (tmp_path / name).write_bytes(b"x")
+    assert left_out_files(tmp_path) == [tmp_path / "README", tmp_path / "raw/b.HEIC", tmp_path / "raw/c.avif"]
+    assert left_out_files(tmp_path / "a.jpg") == []  # a single image leaves nothing out
+    text = tmp_path / "lines.txt"
+    text.write_text("hello\n")
+    assert JobInput.open(str(text)).left_out() == []  # only image folders leave files out
 
 
 def test_an_image_over_the_record_limit_is_refused_naming_its_path(tmp_path: Path) -> None:
