@@ -30,10 +30,54 @@ def check_spec(cron: str, timezone: str, misfire: str) -> None:
             f"cron expression {cron!r} is not valid: a field is out of its range or malformed "
             "(minute 0-59, hour 0-23, day-of-month 1-31, month 1-12, day-of-week 0-6)"
         )
+    backwards = backwards_range(cron)
+    if backwards:
+        raise ScheduleSpecError(f"cron expression {cron!r}: {backwards}")
     next_tick(cron, "UTC", datetime(2000, 1, 1, tzinfo=UTC))  # one that never fires is refused now
     zone(timezone)
     if misfire not in MISFIRE_POLICIES:
         raise ScheduleSpecError(f"misfire policy {misfire!r}: use one of {', '.join(MISFIRE_POLICIES)}")
+
+
+# (field, lowest, highest, names): what a range in each of the five fields may hold
+_FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day-of-month", 1, 31, ()),
+    ("month", 1, 12, ("", "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    ("day-of-week", 0, 6, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+
+
+def backwards_range(cron: str) -> str | None:
+    """What is wrong with a range whose start is past its end ("5-1", "22-2", "FRI-MON"), or None.
+
+    croniter wraps such a range round the field's end, standard cron refuses it, and a slip of
+    the keys ("5-1" for "1-5") would otherwise run 57 minutes of every hour without a word.
+    Day-of-week ranges may end on Sunday as 0 or SUN ("SAT-SUN")."""
+    for (name, lowest, highest, names), text in zip(_FIELDS, cron.split(), strict=False):
+        for part in text.split(","):
+            span = part.split("/")[0]
+            if span.count("-") != 1:
+                continue
+            start_text, end_text = span.split("-")
+            start, end = (_field_value(t, names) for t in (start_text, end_text))
+            if start is None or end is None:
+                continue  # not a plain range; croniter has judged it
+            if name == "day-of-week" and end == 0:
+                end = 7
+            if start > end:
+                return (
+                    f"the {name} range {span} runs backwards; to wrap round the end, write two ranges: "
+                    f"{start_text}-{highest},{lowest}-{end_text}"
+                )
+    return None
+
+
+def _field_value(text: str, names: tuple[str, ...]) -> int | None:
+    if text.isdigit():
+        return int(text)
+    return names.index(text.lower()) if text and text.lower() in names else None
 
 
 def zone(name: str) -> ZoneInfo:

@@ -76,11 +76,21 @@ def test_the_job_id_of_a_tick_is_the_same_wherever_it_is_computed() -> None:
         ("* * * * * 5", "UTC", "skip", "five fields"),
         ("* * * * *", "Mars/Olympus", "skip", "unknown time zone 'Mars/Olympus'"),
         ("* * * * *", "UTC", "later", "misfire policy 'later'"),
+        ("5-1 * * * *", "UTC", "skip", "the minute range 5-1 runs backwards; .* write two ranges: 5-59,0-1"),
+        ("0 22-2 * * *", "UTC", "skip", "the hour range 22-2 runs backwards; .*: 22-23,0-2"),
+        ("0 0 * * FRI-MON", "UTC", "skip", "the day-of-week range FRI-MON runs backwards; .*: FRI-6,0-MON"),
+        ("0 0 * DEC-FEB *", "UTC", "skip", "the month range DEC-FEB runs backwards"),
+        ("0 0 20-10/2 * *", "UTC", "skip", "the day-of-month range 20-10 runs backwards"),
     ],
 )
 def test_bad_specs_are_refused_with_what_is_wrong(cron: str, tz: str, misfire: str, message: str) -> None:
     with pytest.raises(ScheduleSpecError, match=message):
         check_spec(cron, tz, misfire)
+
+
+@pytest.mark.parametrize("cron", ["1-5 * * * *", "0 0 * * SAT-SUN", "0 0 * * 6-0", "0 0 * * 5-7", "0 0 L * *"])
+def test_forward_ranges_and_sunday_as_a_ranges_end_are_accepted(cron: str) -> None:
+    check_spec(cron, "UTC", "skip")
 
 
 def test_a_leap_day_schedule_is_not_one_that_never_fires() -> None:
