@@ -29,3 +29,15 @@ def live_groups(settings: KafkaSettings, groups: list[str], timeout_s: float = 5
         except (KafkaException, TimeoutError):
             continue
     return live
+
+
+def group_names(settings: KafkaSettings, prefix: str = "", timeout_s: float = 5.0) -> list[str]:
+    """The consumer groups the cluster knows whose names start with prefix, sorted; none if it
+    does not answer (a hint's source, never a decision's). Tansu lists only groups that have
+    committed offsets, Kafka every group."""
+    admin = make_admin(settings)  # held until the future resolves, as in live_groups
+    try:
+        listing = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
+    except (KafkaException, TimeoutError):
+        return []
+    return sorted(g.group_id for g in listing.valid if g.group_id.startswith(prefix))

@@ -19,6 +19,7 @@ from jobs.scheduling.schedules import (
     new_schedule,
     remove_schedule,
     set_paused,
+    unserved_model,
 )
 from kafka_io.settings import KafkaSettings, Topics
 
@@ -61,6 +62,9 @@ def schedule_add(
     add_schedule(settings, topics, created, replace_existing)
     first = next_tick(created.cron, created.timezone, datetime.now(UTC))
     click.echo(f"schedule {name} added; next tick {first:%Y-%m-%d %H:%M %Z}", err=True)
+    unserved = unserved_model(settings, topics, model)
+    if unserved:
+        click.echo(f"note: {unserved}", err=True)
 
 
 @schedule.command(name="list")

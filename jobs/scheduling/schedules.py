@@ -6,12 +6,14 @@ follows the same topics. Nothing lives on a local disk, so a schedule survives a
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from jobs.scheduling.cron import Misfire, check_spec, from_us, next_tick
 from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
+from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
@@ -42,6 +44,21 @@ def new_schedule(
         raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
     return Schedule(name, cron, absolute_input(input_pattern), model, timezone, misfire, False, now, now)
+
+
+def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:
+    """Why `model`'s jobs would wait, if no GPU worker serves it on the cluster now, else None.
+
+    A note, not a refusal: the workers may start later, or only at the tick's hour. It is there
+    for the typo that would otherwise submit a job each tick that nothing ever runs."""
+    group = topics.gpu_group(model)
+    if live_groups(settings, [group]):
+        return None
+    prefix = topics.gpu_group("")
+    known = [g.removeprefix(prefix) for g in group_names(settings, prefix)]
+    close = difflib.get_close_matches(model, [m for m in known if m != model], n=1)
+    waits = f"no GPU worker serves {model} on this cluster now (consumer group {group} has no member)"
+    return f"{waits}, so its jobs will wait for one" + (f"; did you mean {close[0]}?" if close else "")
 
 
 def load_schedules(settings: KafkaSettings, topics: Topics) -> dict[str, Schedule]:

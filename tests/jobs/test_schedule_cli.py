@@ -11,8 +11,9 @@ import pytest
 
 from jobs.registry import load_jobs
 from jobs.scheduling.cron import tick_job_id
+from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
-from tests.jobs.pipeline import Pipeline
+from tests.jobs.pipeline import Pipeline, feed_tensors
 from tests.jobs.test_pipeline import example_lines, write_jsonl
 
 
@@ -30,6 +31,7 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     )
     assert added.returncode == 0, added.stderr
     assert "next tick" in added.stderr
+    assert "note: no GPU worker serves tiny on this cluster now" in added.stderr  # none was started
     again = pipeline.cli("schedule", "add", "every-minute", "--cron", "* * * * *", "--input", "x", "--model", "tiny")
     assert again.returncode == 2 and "exists" in again.stderr
     bad = pipeline.cli("schedule", "add", "typo", "--cron", "* * *", "--input", "x", "--model", "tiny")
@@ -77,3 +79,25 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert pipeline.cli("schedule", "list").stdout == ""
     missing = pipeline.cli("schedule", "pause", "every-minute")
     assert missing.returncode == 1 and "no schedule every-minute" in missing.stderr
+
+
+def test_schedule_add_notes_a_model_no_gpu_worker_serves_and_the_name_one_does(pipeline: Pipeline) -> None:
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    feed_tensors(pipeline.settings, pipeline.topics, "served-once", 3)
+    group = pipeline.topics.gpu_group("tiny")
+    # live, and known by name: Tansu lists only groups that have committed offsets
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        live_groups(pipeline.settings, [group]) and group in group_names(pipeline.settings)
+    ):
+        pipeline.check_workers()
+        time.sleep(0.5)
+    served = pipeline.cli("schedule", "add", "served", "--cron", "0 3 * * *", "--input", "x", "--model", "tiny")
+    assert served.returncode == 0, served.stderr
+    assert "note:" not in served.stderr
+    typo = pipeline.cli("schedule", "add", "typo", "--cron", "0 3 * * *", "--input", "x", "--model", "tinny")
+    assert typo.returncode == 0, typo.stderr  # workers may come later: a note, not a refusal
+    assert (
+        f"note: no GPU worker serves tinny on this cluster now (consumer group {pipeline.topics.gpu_group('tinny')} "
+        "has no member), so its jobs will wait for one; did you mean tiny?"
+    ) in typo.stderr
