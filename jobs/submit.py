@@ -17,6 +17,7 @@ from typing import Literal
 
 from jobs.registry import register
 from kafka_io.clients import make_producer
+from kafka_io.errors import BrokerUnavailableError, DeliveryError
 from kafka_io.offsets import group_lag
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord, job_record
@@ -38,6 +39,10 @@ from schemas import Job, RawImage, RawText, encode, now_us
 from schemas.model_config import check_model_name
 
 InputKind = Literal["auto", "text", "image"]
+
+
+class SubmitInterruptedError(BrokerUnavailableError):
+    """Kafka stopped confirming records part way through a submit: the message says how many it stored."""
 
 
 class BacklogRefusedError(RuntimeError):
@@ -279,7 +284,14 @@ def submit(
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"), idempotent=False)
     late: list[InputError] = []
     submitted_at = now_us()
-    count = produce_all(producer, source.out_records(job_id, model, topic, late, submitted_at))
+    try:
+        count = produce_all(producer, source.out_records(job_id, model, topic, late, submitted_at))
+    except DeliveryError as exc:
+        raise SubmitInterruptedError(
+            f"job {job_id}: Kafka at {settings.bootstrap_servers} stopped taking records mid-submit ({exc}). "
+            f"It confirmed {exc.confirmed} of {valid} records; the job was not registered, so nothing waits for "
+            f"them. Submit it again once Kafka is back; with --job-id {job_id}, only the new submission counts."
+        ) from None
     # Registered once every record is stored, so a registered job's total is what was submitted.
     register(
         settings,

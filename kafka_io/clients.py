@@ -16,9 +16,6 @@ from kafka_io.errors import BrokerUnavailableError
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings
 
-log = logging.getLogger(__name__)
-
-
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 5,
     "batch.size": 1_000_000,
@@ -83,8 +80,10 @@ _librdkafka.addFilter(_OncePerMinute())
 
 
 def _log_error(err: KafkaError) -> None:
-    # librdkafka retries transport errors by itself; these are worth a line, not an exception.
-    log.warning("kafka: %s", err)
+    # librdkafka retries transport errors by itself; these are worth a line, not an exception,
+    # and like its log lines they repeat at every reconnect: the same filter lets each through
+    # once a minute.
+    _librdkafka.warning("kafka: %s", err)
 
 
 def _base(settings: KafkaSettings) -> dict[str, Any]:

@@ -12,7 +12,12 @@ class BrokerUnavailableError(KafkaIOError):
 
 
 class DeliveryError(KafkaIOError):
-    """A produced record was not confirmed by the broker; its inputs must not be committed."""
+    """A produced record was not confirmed by the broker; its inputs must not be committed.
+    `confirmed`: how many records of the same call the broker did confirm."""
+
+    def __init__(self, message: str, confirmed: int = 0) -> None:
+        super().__init__(message)
+        self.confirmed = confirmed
 
 
 class SecuritySettingsError(KafkaIOError):

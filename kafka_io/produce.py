@@ -16,13 +16,20 @@ def produce_one(
     producer: Producer, record: OutRecord, on_delivery: Callable[[KafkaError | None, Message], None] | None = None
 ) -> None:
     """producer.produce, waiting (while serving delivery reports) when its local queue is full."""
+    while not _try_produce(producer, record, on_delivery):
+        producer.poll(0.1)  # local queue full: let deliveries drain, then retry
+
+
+def _try_produce(
+    producer: Producer, record: OutRecord, on_delivery: Callable[[KafkaError | None, Message], None] | None
+) -> bool:
+    """producer.produce; False if its local queue is full."""
     headers: list[tuple[str, str | bytes | None]] | None = list(record.headers) or None
-    while True:
-        try:
-            producer.produce(record.topic, value=record.value, key=record.key, headers=headers, on_delivery=on_delivery)
-            return
-        except BufferError:  # local queue full: let deliveries drain, then retry
-            producer.poll(0.1)
+    try:
+        producer.produce(record.topic, value=record.value, key=record.key, headers=headers, on_delivery=on_delivery)
+    except BufferError:
+        return False
+    return True
 
 
 def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
@@ -82,35 +89,66 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
     turned fatal (an idempotent producer whose sequence numbers a restarted broker no longer
     knows) raises from produce, poll or flush instead; that too is a DeliveryError, and the
     producer is unusable: the caller makes a new one.
+
+    The first failure ends the call: no further record is produced, what is still queued is
+    dropped, and DeliveryError.confirmed says how many the broker did store. The broker taking
+    nothing for timeout_s, with the queue full or at the end, is a failure too.
     """
+    counts = _Deliveries()
     try:
-        return _produce_and_confirm(producer, records, timeout_s)
+        return _produce_and_confirm(producer, records, timeout_s, counts)
     except KafkaException as exc:
-        raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
+        raise DeliveryError(f"producer failed: {exc.args[0]}", counts.confirmed) from exc
+    except DeliveryError as exc:
+        discard(producer)
+        with contextlib.suppress(KafkaException):
+            producer.poll(0)  # the purged records' reports, to this call's counts: the producer is left empty
+        raise DeliveryError(str(exc), counts.confirmed) from None
 
 
-def _produce_and_confirm(producer: Producer, records: Iterable[OutRecord], timeout_s: float) -> int:
-    failures: list[str] = []
-    confirmed = 0
+class _Deliveries:
+    """produce_all's delivery callback: what came back, and when last."""
 
-    def on_delivery(err: KafkaError | None, msg: Message) -> None:
-        nonlocal confirmed
+    def __init__(self) -> None:
+        self.confirmed = 0
+        self.failures: list[str] = []
+        self.last_report = time.monotonic()
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        self.last_report = time.monotonic()
         if err is not None:
-            failures.append(f"{msg.topic()}: {err.str()}")
+            self.failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
         else:
-            confirmed += 1
+            self.confirmed += 1
 
+    def check_stall(self, producer: Producer, stall_s: float) -> None:
+        """DeliveryError once no report has come for stall_s while records wait in a full queue.
+
+        A broker gone mid-stream holds every record until librdkafka's own delivery timeout (5
+        minutes), and a full queue would hold the caller as long, or longer."""
+        if time.monotonic() - self.last_report >= stall_s:
+            raise DeliveryError(f"the broker confirmed no record for {stall_s:.0f} s while {len(producer)} waited")
+
+
+def _produce_and_confirm(
+    producer: Producer, records: Iterable[OutRecord], timeout_s: float, counts: _Deliveries
+) -> int:
     sent = 0
     for record in records:
-        produce_one(producer, record, on_delivery)
+        if counts.failures:
+            break
+        while not _try_produce(producer, record, counts):
+            producer.poll(0.1)
+            counts.check_stall(producer, timeout_s)
         sent += 1
         producer.poll(0)
 
     deadline = time.monotonic() + timeout_s
-    while confirmed + len(failures) < sent and time.monotonic() < deadline:
+    while counts.confirmed + len(counts.failures) < sent and not counts.failures and time.monotonic() < deadline:
         producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
-    if failures:
-        raise DeliveryError(f"{len(failures)} of {sent} records not delivered, first: {failures[0]}")
-    if confirmed < sent:
-        raise DeliveryError(f"{sent - confirmed} of {sent} records unconfirmed after {timeout_s:.0f} s")
-    return confirmed
+    if counts.failures:
+        more = len(counts.failures) - 1
+        raise DeliveryError(counts.failures[0] + (f" (and {more} more records)" if more else ""))
+    if counts.confirmed < sent:
+        raise DeliveryError(f"{sent - counts.confirmed} of {sent} records unconfirmed after {timeout_s:.0f} s")
+    return counts.confirmed

@@ -1,7 +1,12 @@
-"""A GPU worker keeps working across a restart of the embedded broker, which loses all its data."""
+"""Broker failures: a GPU worker keeps working across a restart of the embedded broker, which
+loses all its data, and a submit cut off by a broker that died says what was stored."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +15,8 @@ from jobs.launch.local import start_pipeline_workers, stop_all
 from jobs.launch.runner import watch_job
 from jobs.submit import JobInput, submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.offsets import end_offsets
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings, Topics
 from tests.jobs.pipeline import feed_tensors
 from tests.tiny_model import TinyModel
 
@@ -53,3 +59,36 @@ def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
     finally:
         stop_all([gpu, pre])
         broker.stop()
+
+
+def test_a_submit_cut_off_by_the_broker_says_how_much_was_stored_and_exits_3(tmp_path: Path) -> None:
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    source = tmp_path / "in.txt"
+    source.write_text("".join(f"line {i} of a job too big to submit in an instant\n" for i in range(200_000)))
+    env = {
+        **os.environ,
+        ENV_BOOTSTRAP: broker.bootstrap_servers,
+        # librdkafka's own delivery timeout, as a deployment may set it: queued records fail after
+        # 3 s instead of 5 minutes
+        "NEARLINE_KAFKA_MESSAGE_TIMEOUT_MS": "3000",
+    }
+    submit_cmd = [sys.executable, "-m", "jobs.cli", "submit", str(source), "--model", "tiny", "--job-id", "cut"]
+    started = time.monotonic()
+    process = subprocess.Popen(submit_cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        settings = KafkaSettings(broker.bootstrap_servers)
+        while time.monotonic() - started < 60 and sum(end_offsets(settings, Topics().raw_text).values()) < 1000:
+            time.sleep(0.05)  # mid-submit: some records are stored, most are not
+        broker.kill()
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+        broker.stop()
+    assert process.returncode == 3, err
+    assert "error: job cut: Kafka at" in err and "stopped taking records mid-submit" in err
+    stored = int(err.split("It confirmed ")[1].split(" of 200000 records;")[0])
+    assert 1000 <= stored < 200_000
+    assert "the job was not registered" in err and "--job-id cut" in err
+    assert "Traceback" not in err
+    assert out == ""  # no job id printed: there is no job
+    assert time.monotonic() - started < 60  # not librdkafka's 5-minute delivery timeout

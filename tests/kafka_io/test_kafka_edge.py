@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,30 @@ def test_a_producer_that_outlived_a_broker_restart_fails_as_a_delivery_error(tmp
             produce_all(producer, records, timeout_s=5)
     finally:
         broker.stop()
+
+
+def test_a_broker_gone_mid_stream_ends_produce_all_with_what_was_stored(tmp_path: Path) -> None:
+    """The broker dies after 500 records were confirmed; 5,000 more cannot go anywhere. librdkafka
+    would hold them for its 5-minute delivery timeout, and a full queue would hold produce_all as
+    long: the call ends timeout_s after the last delivery report instead, saying how many were stored."""
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    settings = KafkaSettings(broker.bootstrap_servers)
+    ensure_topics(settings, [TopicSpec("gone", 2)])
+
+    def records() -> Iterator[OutRecord]:
+        for i in range(5500):
+            if i == 500:
+                time.sleep(2)  # the first 500 are confirmed meanwhile
+                broker.kill()
+            yield OutRecord("gone", f"v{i}".encode(), key=f"k{i}".encode())
+
+    producer = make_producer(settings, idempotent=False, **{"queue.buffering.max.messages": 1000})
+    started = time.monotonic()
+    try:
+        with pytest.raises(DeliveryError, match="confirmed no record for 3 s") as raised:
+            produce_all(producer, records(), timeout_s=3)
+    finally:
+        broker.stop()
+    assert raised.value.confirmed == 500
+    assert time.monotonic() - started < 30
+    assert len(producer) == 0  # what never left is dropped, not sent if the broker comes back
