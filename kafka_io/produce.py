@@ -99,6 +99,11 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
         return _produce_and_confirm(producer, records, timeout_s, counts)
     except KafkaException as exc:
         raise DeliveryError(f"producer failed: {exc.args[0]}", counts.confirmed) from exc
+    except SystemError as exc:
+        # a fatal error still pending when Python code ran, reported as the SystemError's cause
+        if not isinstance(exc.__cause__, KafkaException):
+            raise
+        raise DeliveryError(f"producer failed: {exc.__cause__.args[0]}", counts.confirmed) from exc
     except DeliveryError as exc:
         discard(producer)
         with contextlib.suppress(KafkaException):
@@ -107,15 +112,17 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
 
 
 class _Deliveries:
-    """produce_all's delivery callback: what came back, and when last."""
+    """produce_all's delivery callback: what came back. The callback itself stays as small as
+    it was: librdkafka may run it while a fatal error is pending, where any further C call
+    (time.monotonic() was one) turns that error into a SystemError."""
 
     def __init__(self) -> None:
         self.confirmed = 0
         self.failures: list[str] = []
-        self.last_report = time.monotonic()
+        self._reports_seen = 0
+        self._since = time.monotonic()
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        self.last_report = time.monotonic()
         if err is not None:
             self.failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
         else:
@@ -126,7 +133,11 @@ class _Deliveries:
 
         A broker gone mid-stream holds every record until librdkafka's own delivery timeout (5
         minutes), and a full queue would hold the caller as long, or longer."""
-        if time.monotonic() - self.last_report >= stall_s:
+        now = time.monotonic()
+        reports = self.confirmed + len(self.failures)
+        if reports != self._reports_seen:
+            self._reports_seen, self._since = reports, now
+        elif now - self._since >= stall_s:
             raise DeliveryError(f"the broker confirmed no record for {stall_s:.0f} s while {len(producer)} waited")
 
 
