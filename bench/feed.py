@@ -49,7 +49,7 @@ from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import WindowLimits, assign_all
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
 from schemas.model_config import ModelConfig, default_repository, load_model_config
 
 
@@ -219,7 +219,7 @@ def drain(
         drain=True,
         engine=engine,
         exactly_once=exactly_once,
-        metrics_port=metrics_port,
+        metrics=MetricsEndpoint(metrics_port) if metrics_port else None,
     )
     if not engine.sizes:
         raise RuntimeError(f"the worker drained {stats.records} records of {tensors} without one inference")

@@ -16,9 +16,18 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from gpu_consumer.handler import Executed
 from kafka_io.clients import Consumer
-from kafka_io.metrics import BATCH_SECONDS_BUCKETS, BulkHistogram, Every, RecentSums, Traffic, build_info, serve_metrics
+from kafka_io.metrics import (
+    BATCH_SECONDS_BUCKETS,
+    BulkHistogram,
+    Every,
+    RecentSums,
+    Traffic,
+    build_info,
+    serve_metrics,
+)
 from kafka_io.polling import Assignment, consumer_lag
 from kafka_io.records import OutRecord
+from kafka_io.settings import MetricsEndpoint
 from schemas import now_us
 
 WORKER = "gpu"
@@ -147,10 +156,10 @@ class PrometheusGpuMetrics(GpuMetrics):
         return 1.0 - real / padded if padded else 0.0
 
 
-def start_endpoint(port: int) -> None:
+def start_endpoint(endpoint: MetricsEndpoint) -> None:
     """Serve /metrics before the engine is built: a port that cannot be bound fails the worker at
     once, and the worker is seen (up, with its build info) while an engine builds for minutes."""
-    serve_metrics(port, WORKER)
+    serve_metrics(endpoint, WORKER)
 
 
 def model_metrics(model: str, model_version: str, engine: str) -> PrometheusGpuMetrics:

@@ -44,7 +44,7 @@ from kafka_io.polling import (
     windows,
 )
 from kafka_io.records import Headers
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from kafka_io.transactions import OpenTransaction, TransactionAbortedError, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
@@ -238,16 +238,16 @@ def serve(
     engine: Engine | None = None,
     pipeline: PipelineConfig | None = None,
     sole_consumer: bool = False,
-    metrics_port: int | None = None,
+    metrics: MetricsEndpoint | None = None,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
     `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator).
     `sole_consumer` takes every partition without a group join: only for a worker known to be the
     group's one member (the embedded `nearline run`); two such workers would both read everything.
-    `metrics_port`: serve Prometheus metrics there (gpu_consumer/metrics.py)."""
-    if metrics_port is not None:
-        start_endpoint(metrics_port)
+    `metrics`: serve Prometheus metrics there (gpu_consumer/metrics.py)."""
+    if metrics is not None:
+        start_endpoint(metrics)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
@@ -261,7 +261,7 @@ def serve(
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
-    metrics = model_metrics(config.name, config.version, engine.name) if metrics_port is not None else GpuMetrics()
+    reports = model_metrics(config.name, config.version, engine.name) if metrics is not None else GpuMetrics()
     tensors = topics.tensors(model)
     ensure_topics(
         settings,
@@ -308,7 +308,7 @@ def serve(
             transactional=exactly_once,
             skip=cancellations.skips,
             pipeline=pipeline,
-            metrics=metrics,
+            metrics=reports,
         )
     finally:
         cancellations.close()

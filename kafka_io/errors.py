@@ -34,5 +34,6 @@ KAFKA_FAULTS: tuple[type[Exception], ...] = (KafkaIOError, KafkaException)
 
 
 class MetricsPortError(OSError):
-    """The --metrics-port cannot be bound (taken, or privileged): a usage error, not a Kafka one,
-    kept here so the CLI maps it without importing the metrics."""
+    """The --metrics-port cannot be bound (taken, or privileged), or its TLS files cannot be
+    loaded: a usage error, not a Kafka one, kept here so the CLI maps it without importing the
+    metrics."""

@@ -2,7 +2,8 @@
 
 A worker started with --metrics-port serves prometheus_client's default registry (which also
 holds the process collector: CPU seconds, resident memory, open files) at
-http://0.0.0.0:PORT/metrics. Here: that endpoint, build info, records consumed and produced per
+http://0.0.0.0:PORT/metrics, or https with --metrics-tls-cert (and mutual TLS with
+--metrics-client-ca). Here: that endpoint, build info, records consumed and produced per
 topic, consumer lag per partition, dead letters by stage and reason; and two helpers for metrics
 updated once per executed batch rather than once per record: a histogram observed a numpy array
 at a time (BulkHistogram) and sums over the last minute, read only when scraped (RecentSums).
@@ -13,6 +14,7 @@ preprocess_app/metrics.py, jobs/scheduling/metrics.py.
 from __future__ import annotations
 
 import importlib.metadata
+import ssl
 import threading
 import time
 from collections import deque
@@ -27,6 +29,7 @@ from prometheus_client.utils import floatToGoString
 
 from kafka_io.errors import MetricsPortError
 from kafka_io.records import OutRecord
+from kafka_io.settings import MetricsEndpoint
 
 TP = tuple[str, int]
 
@@ -61,7 +64,7 @@ BATCH_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 class _Serving:
     """The one endpoint of this process, and the worker kind its metrics are labelled with."""
 
-    port: int | None = None
+    endpoint: MetricsEndpoint | None = None
     worker: str | None = None  # None while metrics are off: nothing is counted
 
 
@@ -76,21 +79,45 @@ def version() -> str:
         return "unknown"
 
 
-def serve_metrics(port: int, worker: str, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on `port` in a daemon thread, label this process's metrics `worker` and set
-    its build info (a GPU worker adds its model and engine once they are loaded).
+def serve_metrics(endpoint: MetricsEndpoint, worker: str) -> None:
+    """Serve /metrics at `endpoint` in a daemon thread, label this process's metrics `worker` and
+    set its build info (a GPU worker adds its model and engine once they are loaded).
 
     Once per process: a second call (bench.feed serves several drains in one process) only
     relabels."""
     with _lock:
-        if _SERVING.port != port:
-            try:
-                start_http_server(port, addr)
-            except OSError as exc:
-                raise MetricsPortError(f"--metrics-port {port}: {exc.strerror or exc}") from None
-            _SERVING.port = port
+        if _SERVING.endpoint != endpoint:
+            _start(endpoint)
+            _SERVING.endpoint = endpoint
         _SERVING.worker = worker
     build_info(worker)
+
+
+def _start(endpoint: MetricsEndpoint) -> None:
+    for option, path in (
+        ("--metrics-tls-cert", endpoint.tls_cert),
+        ("--metrics-tls-key", endpoint.tls_key),
+        ("--metrics-client-ca", endpoint.client_ca),
+    ):
+        if path is not None and not path.is_file():
+            raise MetricsPortError(f"{option} {path}: {'not a file' if path.exists() else 'no such file'}")
+    try:
+        start_http_server(
+            endpoint.port,
+            endpoint.addr,
+            certfile=str(endpoint.tls_cert) if endpoint.tls_cert else None,
+            # prometheus_client serves plain HTTP unless given both: a certificate file that
+            # holds its key is given twice
+            keyfile=str(endpoint.tls_key or endpoint.tls_cert) if endpoint.tls_cert else None,
+            client_cafile=str(endpoint.client_ca) if endpoint.client_ca else None,
+            client_auth_required=endpoint.client_ca is not None,
+        )
+    except ssl.SSLError as exc:  # an OSError too: before the port's case
+        # prometheus_client's own message (it names both files) is the first argument
+        reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        raise MetricsPortError(f"--metrics-tls-cert {endpoint.tls_cert}: {reason}") from None
+    except OSError as exc:
+        raise MetricsPortError(f"--metrics-port {endpoint.port}: {exc.strerror or exc}") from None
 
 
 def serving_worker() -> str | None:

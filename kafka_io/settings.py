@@ -1,18 +1,26 @@
-"""Where the cluster is and how names are spelled: one frozen dataclass each, read from the environment."""
+"""Where the cluster is, how names are spelled and where metrics are served: one frozen dataclass each."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
+
+from kafka_io.errors import MetricsPortError
 
 ENV_BOOTSTRAP = "NEARLINE_BOOTSTRAP_SERVERS"
 ENV_NAMESPACE = "NEARLINE_NAMESPACE"
 # librdkafka properties for every client, e.g. NEARLINE_KAFKA_SECURITY_PROTOCOL=SASL_SSL
 # becomes security.protocol; this is how production adds TLS/SASL without code changes.
 ENV_KAFKA_PREFIX = "NEARLINE_KAFKA_"
-# The metrics port every worker reads (--metrics-port), which deployments set once per pod.
+# The metrics port every worker reads (--metrics-port), which deployments set once per pod, and
+# the TLS files it serves them with (--metrics-tls-cert, --metrics-tls-key, --metrics-client-ca).
 ENV_METRICS_PORT = "NEARLINE_METRICS_PORT"
+ENV_METRICS_TLS_CERT = "NEARLINE_METRICS_TLS_CERT"
+ENV_METRICS_TLS_KEY = "NEARLINE_METRICS_TLS_KEY"
+ENV_METRICS_CLIENT_CA = "NEARLINE_METRICS_CLIENT_CA"
+ENV_METRICS = (ENV_METRICS_PORT, ENV_METRICS_TLS_CERT, ENV_METRICS_TLS_KEY, ENV_METRICS_CLIENT_CA)
 
 
 @dataclass(frozen=True)
@@ -86,3 +94,27 @@ class Topics:
     @property
     def preprocess_app_id(self) -> str:
         return self._name("preprocess")
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """Where and how a worker serves /metrics: plain HTTP, or TLS when `tls_cert` is set.
+
+    `tls_key` may be left out when the certificate file holds the key too. With `client_ca`,
+    only scrapers presenting a certificate that CA signed are answered (mutual TLS): the
+    endpoint names topics, models and hosts, which a shared network need not see."""
+
+    port: int
+    addr: str = "0.0.0.0"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.tls_cert is None and (self.tls_key is not None or self.client_ca is not None):
+            raise MetricsPortError("--metrics-tls-key and --metrics-client-ca need --metrics-tls-cert")
+
+    @property
+    def url(self) -> str:
+        host = "localhost" if self.addr in ("0.0.0.0", "::") else self.addr
+        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}/metrics"

@@ -28,7 +28,7 @@ from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from preprocess_app.image import preprocess_images
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
@@ -222,15 +222,15 @@ def run_worker(
     max_linger_s: float = 0.02,
     max_tensor_lag: int | None = None,
     session_timeout_s: float = 6.0,
-    metrics_port: int | None = None,
+    metrics: MetricsEndpoint | None = None,
     sole_consumer: bool = False,
 ) -> None:
-    """Run the preprocess worker until SIGTERM/SIGINT; with `metrics_port`, serve Prometheus metrics there.
+    """Run the preprocess worker until SIGTERM/SIGINT; with `metrics`, serve Prometheus metrics there.
 
     `sole_consumer` takes every partition without a group join (preprocess_app/sole.py): only for
     a worker known to be its group's one member, the embedded `nearline run`'s."""
     credentials = faust_credentials(settings.extra)  # settings faust cannot apply: refused before connecting
-    metrics = preprocess_metrics(metrics_port)
+    reports = preprocess_metrics(metrics)
     check_reachable(settings)
     ensure_topics(
         settings,
@@ -250,7 +250,7 @@ def run_worker(
             batch_within_s=max_linger_s,
             max_tensor_lag=max_tensor_lag,
             session_timeout_s=session_timeout_s,
-            metrics=metrics,
+            metrics=reports,
             sole_partitions=sole,
         )
         worker = faust.Worker(app, loglevel="WARNING", quiet=True)

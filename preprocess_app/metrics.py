@@ -15,6 +15,7 @@ from prometheus_client import Gauge, Histogram
 
 from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, serve_metrics
 from kafka_io.records import OutRecord
+from kafka_io.settings import MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,9 @@ class PrometheusPreprocessMetrics(PreprocessMetrics):
         self.traffic.lag(lags)
 
 
-def preprocess_metrics(port: int | None) -> PreprocessMetrics:
-    """Serve /metrics on `port`, or report nothing when None."""
-    if port is None:
+def preprocess_metrics(endpoint: MetricsEndpoint | None) -> PreprocessMetrics:
+    """Serve /metrics at `endpoint`, or report nothing when None."""
+    if endpoint is None:
         return PreprocessMetrics()
-    serve_metrics(port, WORKER)
+    serve_metrics(endpoint, WORKER)
     return PrometheusPreprocessMetrics()

@@ -25,7 +25,16 @@ from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS_PORT, ENV_NAMESPACE, KafkaSettings
+from kafka_io.settings import (
+    ENV_BOOTSTRAP,
+    ENV_METRICS_CLIENT_CA,
+    ENV_METRICS_PORT,
+    ENV_METRICS_TLS_CERT,
+    ENV_METRICS_TLS_KEY,
+    ENV_NAMESPACE,
+    KafkaSettings,
+    MetricsEndpoint,
+)
 from producers.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas.model_config import (
@@ -152,15 +161,58 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def metrics_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--metrics-port, the same env var for every worker (deployments set it once per pod)."""
-    return click.option(
+    """--metrics-port and its TLS files, the same env vars for every worker (deployments set them
+    once per pod); the command gets them as one `metrics: MetricsEndpoint | None`."""
+    tls_file = click.Path(dir_okay=False, path_type=Path)
+
+    @click.option(
         "--metrics-port",
         type=click.IntRange(1, 65535),
         default=None,
         envvar=ENV_METRICS_PORT,
         show_envvar=True,
         help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics [default: off].",
-    )(f)
+    )
+    @click.option(
+        "--metrics-tls-cert",
+        type=tls_file,
+        default=None,
+        envvar=ENV_METRICS_TLS_CERT,
+        show_envvar=True,
+        help="Serve them over HTTPS with this PEM certificate (chain), which may hold the key too.",
+    )
+    @click.option(
+        "--metrics-tls-key",
+        type=tls_file,
+        default=None,
+        envvar=ENV_METRICS_TLS_KEY,
+        show_envvar=True,
+        help="Its PEM private key.",
+    )
+    @click.option(
+        "--metrics-client-ca",
+        type=tls_file,
+        default=None,
+        envvar=ENV_METRICS_CLIENT_CA,
+        show_envvar=True,
+        help="Answer only scrapers whose client certificate this PEM CA signed (mutual TLS).",
+    )
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any,
+        metrics_port: int | None,
+        metrics_tls_cert: Path | None,
+        metrics_tls_key: Path | None,
+        metrics_client_ca: Path | None,
+        **kwargs: Any,
+    ) -> Any:
+        tls = (metrics_tls_cert, metrics_tls_key, metrics_client_ca)
+        if metrics_port is None and any(tls):
+            raise click.UsageError("the --metrics-tls-* and --metrics-client-ca options need --metrics-port")
+        metrics = None if metrics_port is None else MetricsEndpoint(metrics_port, "0.0.0.0", *tls)
+        return f(*args, metrics=metrics, **kwargs)
+
+    return wrapper
 
 
 def repository_option(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ from jobs.cli.options import (
     repository_option,
     require_servers,
 )
-from kafka_io.settings import ENV_BOOTSTRAP, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, MetricsEndpoint, Topics
 
 
 @click.group()
@@ -70,7 +70,7 @@ def worker_preprocess(
     max_tensor_lag: int | None,
     session_timeout: float,
     sole_consumer: bool,
-    metrics_port: int | None,
+    metrics: MetricsEndpoint | None,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
@@ -86,7 +86,7 @@ def worker_preprocess(
         max_linger_s=max_linger_ms / 1000.0,
         max_tensor_lag=max_tensor_lag,
         session_timeout_s=session_timeout,
-        metrics_port=metrics_port,
+        metrics=metrics,
         sole_consumer=sole_consumer,
     )
 
@@ -154,7 +154,7 @@ def worker_gpu(
     max_batch_tokens: int | None,
     max_window: int | None,
     max_linger_ms: float,
-    metrics_port: int | None,
+    metrics: MetricsEndpoint | None,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
@@ -179,7 +179,7 @@ def worker_gpu(
         instance_id=instance_id,
         pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
         sole_consumer=sole_consumer,
-        metrics_port=metrics_port,
+        metrics=metrics,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 
@@ -212,7 +212,7 @@ def worker_scheduler(
     instance_id: str | None,
     grace_s: float,
     max_catch_up: int,
-    metrics_port: int | None,
+    metrics: MetricsEndpoint | None,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
@@ -227,7 +227,7 @@ def worker_scheduler(
     from kafka_io.clients import check_reachable
 
     settings = require_servers(bootstrap_servers)
-    metrics = scheduler_metrics(metrics_port)
+    reports = scheduler_metrics(metrics)
     check_reachable(settings)
     config = SchedulerConfig(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
     stop = threading.Event()
@@ -236,7 +236,7 @@ def worker_scheduler(
     def say(line: str) -> None:
         click.echo(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} {line}", err=True)
 
-    with Scheduler(settings, Topics(namespace), config, on_event=say, metrics=metrics) as scheduler:
+    with Scheduler(settings, Topics(namespace), config, on_event=say, metrics=reports) as scheduler:
         say(f"scheduler {config.instance_id} running: {len(scheduler.schedules)} schedule(s)")
         with contextlib.suppress(KeyboardInterrupt):
             scheduler.run(stop)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_io.children import ENV_STOP_WITH_PARENT, die_with_parent
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS_PORT, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY
 
 # glibc and Pillow settings for the image decoder: large buffers are reused instead of being
@@ -80,9 +80,9 @@ def spawn_worker(
     `prefix` runs it under a command that execs it, such as `ip netns exec NAME` (another host's
     network): the process, its PID and its death signal stay the worker's. It serves metrics only
     when `args` say --metrics-port: inherited, a deployment's NEARLINE_METRICS_PORT would have
-    every worker started here bind the same port."""
+    every worker started here bind the same port (and its TLS files are for that port)."""
     env = {
-        **{k: v for k, v in os.environ.items() if k != ENV_METRICS_PORT},
+        **{k: v for k, v in os.environ.items() if k not in ENV_METRICS},
         ENV_BOOTSTRAP: bootstrap_servers,
         ENV_NAMESPACE: namespace,
         ENV_MODEL_REPOSITORY: str(repository.resolve()),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from prometheus_client import Counter
 
 from kafka_io.metrics import serve_metrics
+from kafka_io.settings import MetricsEndpoint
 
 WORKER = "scheduler"
 
@@ -53,9 +54,9 @@ class PrometheusSchedulerMetrics(SchedulerMetrics):
         JOBS_FAILED.inc()
 
 
-def scheduler_metrics(port: int | None) -> SchedulerMetrics:
-    """Serve /metrics on `port`, or report nothing when None."""
-    if port is None:
+def scheduler_metrics(endpoint: MetricsEndpoint | None) -> SchedulerMetrics:
+    """Serve /metrics at `endpoint`, or report nothing when None."""
+    if endpoint is None:
         return SchedulerMetrics()
-    serve_metrics(port, WORKER)
+    serve_metrics(endpoint, WORKER)
     return PrometheusSchedulerMetrics()

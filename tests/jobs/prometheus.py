@@ -42,8 +42,11 @@ class Prometheus:
     log_path: Path
 
     @classmethod
-    def start(cls, workdir: Path, targets: dict[str, int], rules: Path) -> Prometheus:
-        """Scrape each job's one target on 127.0.0.1 every second, evaluate rules every second."""
+    def start(
+        cls, workdir: Path, targets: dict[str, int], rules: Path, tls: dict[str, str] | None = None
+    ) -> Prometheus:
+        """Scrape each job's one target on 127.0.0.1 every second, evaluate rules every second;
+        over HTTPS with `tls` as every job's tls_config (ca_file, cert_file, key_file)."""
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.fail("prometheus not found: `apt-get install prometheus` (.ci/setup --tests does)")
@@ -51,7 +54,11 @@ class Prometheus:
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(rules)],
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+                {
+                    "job_name": job,
+                    "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+                    **({"scheme": "https", "tls_config": tls} if tls else {}),
+                }
                 for job, port in targets.items()
             ],
         }
