@@ -163,7 +163,10 @@ def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def metrics_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """--metrics-port and its TLS files, the same env vars for every worker (deployments set them
     once per pod); the command gets them as one `metrics: MetricsEndpoint | None`."""
-    tls_file = click.Path(dir_okay=False, path_type=Path)
+
+    def tls_file(name: str, envvar: str, text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        kind = click.Path(dir_okay=False, path_type=Path)
+        return click.option(name, type=kind, default=None, envvar=envvar, show_envvar=True, help=text)
 
     @click.option(
         "--metrics-port",
@@ -173,30 +176,11 @@ def metrics_option(f: Callable[..., Any]) -> Callable[..., Any]:
         show_envvar=True,
         help="Serve Prometheus metrics at http://0.0.0.0:PORT/metrics [default: off].",
     )
-    @click.option(
-        "--metrics-tls-cert",
-        type=tls_file,
-        default=None,
-        envvar=ENV_METRICS_TLS_CERT,
-        show_envvar=True,
-        help="Serve them over HTTPS with this PEM certificate (chain), which may hold the key too.",
-    )
-    @click.option(
-        "--metrics-tls-key",
-        type=tls_file,
-        default=None,
-        envvar=ENV_METRICS_TLS_KEY,
-        show_envvar=True,
-        help="Its PEM private key.",
-    )
-    @click.option(
-        "--metrics-client-ca",
-        type=tls_file,
-        default=None,
-        envvar=ENV_METRICS_CLIENT_CA,
-        show_envvar=True,
-        help="Answer only scrapers whose client certificate this PEM CA signed (mutual TLS).",
-    )
+    @tls_file("--metrics-tls-cert", ENV_METRICS_TLS_CERT, "Serve them over HTTPS with this PEM certificate (chain), "
+              "which may hold the key too.")  # fmt: skip
+    @tls_file("--metrics-tls-key", ENV_METRICS_TLS_KEY, "Its PEM private key.")
+    @tls_file("--metrics-client-ca", ENV_METRICS_CLIENT_CA, "Answer only scrapers whose client certificate this "
+              "PEM CA signed (mutual TLS).")  # fmt: skip
     @functools.wraps(f)
     def wrapper(
         *args: Any,
