@@ -32,6 +32,19 @@ def _try_produce(
     return True
 
 
+def fatal_error(exc: BaseException) -> KafkaException | None:
+    """The producer's fatal error that `exc` is, or carries; None for any other exception.
+
+    librdkafka's fatal error comes out of whichever call serves it, as a KafkaException; when a
+    delivery callback ran while it was pending, Python reports it as the cause of a SystemError
+    ("... returned a result with an exception set") raised by the callback's first C call."""
+    if isinstance(exc, KafkaException):
+        return exc
+    if isinstance(exc, SystemError) and isinstance(exc.__cause__, KafkaException):
+        return exc.__cause__
+    return None
+
+
 def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
     """Run the delivery callbacks of the reports that have arrived (waiting up to timeout_s for one).
 
@@ -39,8 +52,10 @@ def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
     comes out of whichever call serves it, this one as often as a produce."""
     try:
         producer.poll(timeout_s)
-    except KafkaException as exc:
-        raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
+    except (KafkaException, SystemError) as exc:
+        if (fatal := fatal_error(exc)) is None:
+            raise
+        raise DeliveryError(f"producer failed: {fatal.args[0]}") from exc
 
 
 def awaiting_delivery(producer: Producer) -> int:
@@ -77,8 +92,10 @@ def send(
         for record in records:
             produce_one(producer, record, on_delivery)
         producer.poll(0)
-    except KafkaException as exc:
-        raise DeliveryError(f"producer failed: {exc.args[0]}") from exc
+    except (KafkaException, SystemError) as exc:
+        if (fatal := fatal_error(exc)) is None:
+            raise
+        raise DeliveryError(f"producer failed: {fatal.args[0]}") from exc
 
 
 def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: float = 60.0) -> int:
@@ -97,13 +114,10 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
     counts = _Deliveries()
     try:
         return _produce_and_confirm(producer, records, timeout_s, counts)
-    except KafkaException as exc:
-        raise DeliveryError(f"producer failed: {exc.args[0]}", counts.confirmed) from exc
-    except SystemError as exc:
-        # a fatal error still pending when Python code ran, reported as the SystemError's cause
-        if not isinstance(exc.__cause__, KafkaException):
+    except (KafkaException, SystemError) as exc:
+        if (fatal := fatal_error(exc)) is None:
             raise
-        raise DeliveryError(f"producer failed: {exc.__cause__.args[0]}", counts.confirmed) from exc
+        raise DeliveryError(f"producer failed: {fatal.args[0]}", counts.confirmed) from exc
     except DeliveryError as exc:
         discard(producer)
         with contextlib.suppress(KafkaException):
@@ -112,9 +126,9 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
 
 
 class _Deliveries:
-    """produce_all's delivery callback: what came back. The callback itself stays as small as
-    it was: librdkafka may run it while a fatal error is pending, where any further C call
-    (time.monotonic() was one) turns that error into a SystemError."""
+    """produce_all's delivery callback: what came back. The callback makes as few C calls as it
+    can: librdkafka may run it while a fatal error is pending (fatal_error), and a run of the
+    broker-restart test once died on the time.monotonic() it made."""
 
     def __init__(self) -> None:
         self.confirmed = 0

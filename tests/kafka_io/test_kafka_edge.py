@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
 from kafka_io.polling import WindowLimits, assign_all, commit_window, subscribe, windows
-from kafka_io.produce import produce_all
+from kafka_io.produce import fatal_error, produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
@@ -290,3 +290,13 @@ def test_a_broker_gone_mid_stream_ends_produce_all_with_what_was_stored(tmp_path
     assert raised.value.confirmed == 500
     assert time.monotonic() - started < 30
     assert len(producer) == 0  # what never left is dropped, not sent if the broker comes back
+
+
+def test_a_fatal_error_is_known_also_as_the_cause_of_a_callbacks_system_error() -> None:
+    fatal = KafkaException(KafkaError(KafkaError._FATAL, "out of order sequence", fatal=True))
+    in_callback = SystemError("<built-in function monotonic> returned a result with an exception set")
+    in_callback.__cause__ = fatal
+    assert fatal_error(fatal) is fatal
+    assert fatal_error(in_callback) is fatal
+    assert fatal_error(SystemError("something else")) is None
+    assert fatal_error(ValueError("x")) is None
