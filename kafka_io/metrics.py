@@ -14,7 +14,6 @@ preprocess_app/metrics.py, jobs/scheduling/metrics.py.
 from __future__ import annotations
 
 import importlib.metadata
-import ssl
 import threading
 import time
 from collections import deque
@@ -22,12 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from kafka_io.errors import MetricsPortError
+from kafka_io.metrics_http import start_server
 from kafka_io.records import OutRecord
 from kafka_io.settings import MetricsEndpoint
 
@@ -87,37 +86,10 @@ def serve_metrics(endpoint: MetricsEndpoint, worker: str) -> None:
     relabels."""
     with _lock:
         if _SERVING.endpoint != endpoint:
-            _start(endpoint)
+            start_server(endpoint)
             _SERVING.endpoint = endpoint
         _SERVING.worker = worker
     build_info(worker)
-
-
-def _start(endpoint: MetricsEndpoint) -> None:
-    for option, path in (
-        ("--metrics-tls-cert", endpoint.tls_cert),
-        ("--metrics-tls-key", endpoint.tls_key),
-        ("--metrics-client-ca", endpoint.client_ca),
-    ):
-        if path is not None and not path.is_file():
-            raise MetricsPortError(f"{option} {path}: {'not a file' if path.exists() else 'no such file'}")
-    try:
-        start_http_server(
-            endpoint.port,
-            endpoint.addr,
-            certfile=str(endpoint.tls_cert) if endpoint.tls_cert else None,
-            # prometheus_client serves plain HTTP unless given both: a certificate file that
-            # holds its key is given twice
-            keyfile=str(endpoint.tls_key or endpoint.tls_cert) if endpoint.tls_cert else None,
-            client_cafile=str(endpoint.client_ca) if endpoint.client_ca else None,
-            client_auth_required=endpoint.client_ca is not None,
-        )
-    except ssl.SSLError as exc:  # an OSError too: before the port's case
-        # prometheus_client's own message (it names both files) is the first argument
-        reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-        raise MetricsPortError(f"--metrics-tls-cert {endpoint.tls_cert}: {reason}") from None
-    except OSError as exc:
-        raise MetricsPortError(f"--metrics-port {endpoint.port}: {exc.strerror or exc}") from None
 
 
 def serving_worker() -> str | None:

@@ -192,7 +192,10 @@ def metrics_option(f: Callable[..., Any]) -> Callable[..., Any]:
     ) -> Any:
         tls = (metrics_tls_cert, metrics_tls_key, metrics_client_ca)
         if metrics_port is None and any(tls):
-            raise click.UsageError("the --metrics-tls-* and --metrics-client-ca options need --metrics-port")
+            raise click.UsageError(
+                f"--metrics-tls-cert, --metrics-tls-key and --metrics-client-ca ({ENV_METRICS_TLS_CERT}, "
+                f"{ENV_METRICS_TLS_KEY}, {ENV_METRICS_CLIENT_CA}) need --metrics-port ({ENV_METRICS_PORT})"
+            )
         metrics = None if metrics_port is None else MetricsEndpoint(metrics_port, "0.0.0.0", *tls)
         return f(*args, metrics=metrics, **kwargs)
 

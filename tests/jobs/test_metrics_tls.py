@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -93,6 +94,15 @@ def test_with_a_client_ca_only_scrapers_with_a_signed_certificate_are_answered(
 
     body = wait_serving(pipeline, url, with_cert)
     assert "nearline_build_info{" in body and 'worker="scheduler"' in body
+    # peers that connect and send nothing (a port scan, a TCP health check) hold no other scrape
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        started = time.monotonic()
+        assert "nearline_build_info{" in scrape(url, with_cert)
+        assert time.monotonic() - started < 5
+    finally:
+        for connection in idle:
+            connection.close()
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
         scrape(url, trusted)  # no client certificate: the handshake is refused
     with pytest.raises((urllib.error.URLError, ConnectionResetError, ssl.SSLError)):
@@ -117,6 +127,7 @@ def metrics_worker(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jobs.cli", "worker", "scheduler", *args],
         env=env,
+        stdin=subprocess.DEVNULL,  # an encrypted key must not ask for its pass phrase
         capture_output=True,
         text=True,
         timeout=60,
@@ -128,28 +139,31 @@ def test_tls_files_that_do_not_load_are_named_with_exit_code_2(pki: Pki, tmp_pat
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
     missing = tmp_path / "missing.pem"
+    encrypted = tmp_path / "encrypted.key"
+    _openssl(
+        "pkey", "-in", str(pki.server_key), "-aes256", "-passout", "pass:secret", "-out", str(encrypted), cwd=tmp_path
+    )
+    cert, key = str(pki.server_cert), str(pki.server_key)
     cases = [
         (["--metrics-tls-cert", str(missing)], f"--metrics-tls-cert {missing}: no such file"),
-        (["--metrics-tls-cert", str(garbage)], f"--metrics-tls-cert {garbage}: Cannot load server certificate"),
+        (["--metrics-tls-cert", str(garbage)], f"--metrics-tls-cert {garbage}: no certificate with its private key"),
         # a certificate without its key (none given, and none in the file), or with another's key
-        (["--metrics-tls-cert", str(pki.server_cert)], "Cannot load server certificate"),
-        (["--metrics-tls-cert", str(pki.server_cert), "--metrics-tls-key", str(pki.client_key)], "Cannot load"),
+        (["--metrics-tls-cert", cert], f"--metrics-tls-cert {cert}: no certificate with its private key loads"),
+        (["--metrics-tls-cert", cert, "--metrics-tls-key", str(pki.client_key)], "KEY_VALUES_MISMATCH"),
+        (["--metrics-tls-cert", cert, "--metrics-tls-key", str(encrypted)], f"{encrypted}: the key is encrypted"),
         (
-            [
-                "--metrics-tls-cert",
-                str(pki.server_cert),
-                "--metrics-tls-key",
-                str(pki.server_key),
-                "--metrics-client-ca",
-                str(garbage),
-            ],
-            "Cannot load",
+            ["--metrics-tls-cert", cert, "--metrics-tls-key", key, "--metrics-client-ca", str(garbage)],
+            f"--metrics-client-ca {garbage}: no CA certificate loads",
         ),
-        (["--metrics-tls-key", str(pki.server_key)], "need --metrics-tls-cert"),
+        (
+            ["--metrics-tls-cert", cert, "--metrics-tls-key", key, "--metrics-client-ca", key],
+            f"--metrics-client-ca {key}: no CA certificate loads",
+        ),
+        (["--metrics-tls-key", key], "need --metrics-tls-cert"),
     ]
     for args, message in cases:
         done = metrics_worker("--metrics-port", port, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
-    without_port = metrics_worker("--metrics-tls-cert", str(pki.server_cert), "--metrics-tls-key", str(pki.server_key))
+    without_port = metrics_worker("--metrics-tls-cert", cert, "--metrics-tls-key", key)
     assert without_port.returncode == 2 and "need --metrics-port" in without_port.stderr
