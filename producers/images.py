@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from producers.inputs import InputError, check_attributes, decode_line
+from producers.inputs import InputError, check_attributes, decode_line, lone_surrogate, record_id_of
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
 # Kafka clusters commonly cap records near 1-10 MB; an image over the cap is refused at submit,
@@ -102,8 +102,11 @@ def read_image_folder(
 ) -> Iterator[ImageRecord | InputError]:
     """Every image file under `folder`, in path order; ids are paths relative to it.
 
-    A symlink that leads out of the folder is reported, not followed, unless follow_symlinks:
-    a folder handed over as input should not read files from elsewhere by accident."""
+    Hidden files and folders (".DS_Store", "._IMG_1.jpg", ".thumbnails/") are not part of it,
+    as a shell's `*` leaves them out. A symlink that leads out of the folder is reported, not
+    followed, unless follow_symlinks: a folder handed over as input should not read files from
+    elsewhere by accident. A subfolder that cannot be read, and a file name that is not UTF-8
+    (an id must be text), are reported: either would leave images out without a word."""
     if not folder.is_dir():
         if not folder.exists():
             yield InputError(str(folder), 0, "no such file or folder")
@@ -113,15 +116,26 @@ def read_image_folder(
     walk = _walk_folder(folder, follow_symlinks)
     yield from walk.refused
     for path in walk.images:
-        yield _checked(ImageRecord(path.relative_to(folder).as_posix(), path, 0), str(path), 0, max_bytes)
+        record_id = path.relative_to(folder).as_posix()
+        if lone_surrogate(record_id):
+            name = os.fsencode(path.name)
+            yield InputError(printable(path), 0, f"the file name {name!r} is not UTF-8: rename the file")
+            continue
+        yield _checked(ImageRecord(record_id, path, 0), str(path), 0, max_bytes)
 
 
 def left_out_files(folder: Path, *, follow_symlinks: bool = False) -> list[Path]:
     """The files under `folder` that read_image_folder leaves out because their names are not
-    images' (.heic, .txt, ...), in path order; hidden files (.DS_Store) are not counted."""
+    images' (.heic, .txt, ...), in path order; hidden files are not counted."""
     if not folder.is_dir():
         return []
     return _walk_folder(folder, follow_symlinks).others
+
+
+def printable(path: Path | str) -> str:
+    """A path for a message: control characters, and bytes that are not UTF-8, escaped, so a
+    file name cannot break a line or reach the terminal as a control sequence."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(path))
 
 
 @dataclass
@@ -134,23 +148,30 @@ class _FolderWalk:
 def _walk_folder(folder: Path, follow_symlinks: bool) -> _FolderWalk:
     root = folder.resolve()
     walk = _FolderWalk()
+
+    def unreadable(exc: OSError) -> None:
+        where = printable(exc.filename or folder)
+        walk.refused.append(InputError(where, 0, f"cannot read this folder: {exc.strerror}"))
+
     seen_dirs: set[tuple[int, int]] = set()  # followed links can make cycles
-    for top, dirs, files in os.walk(folder, followlinks=follow_symlinks):
+    for top, dirs, files in os.walk(folder, onerror=unreadable, followlinks=follow_symlinks):
         here = Path(top)
         info = here.stat()
         if (info.st_dev, info.st_ino) in seen_dirs:
             dirs.clear()
             continue
         seen_dirs.add((info.st_dev, info.st_ino))
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
         for name in dirs:
             sub = here / name
             if not follow_symlinks and sub.is_symlink() and _outside(sub, root):
                 walk.refused.append(_link_out(sub, folder))
         for name in files:
             path = here / name
+            if name.startswith("."):
+                continue
             if not is_image_path(path):
-                if not name.startswith("."):
-                    walk.others.append(path)
+                walk.others.append(path)
             elif not follow_symlinks and path.is_symlink() and _outside(path, root):
                 walk.refused.append(_link_out(path, folder))
             else:
@@ -162,9 +183,10 @@ def _walk_folder(folder: Path, follow_symlinks: bool) -> _FolderWalk:
 
 def _link_out(path: Path, folder: Path) -> InputError:
     return InputError(
-        str(path),
+        printable(path),
         0,
-        f"symlink to {os.readlink(path)}, outside {folder}: not followed (pass --follow-symlinks to read it)",
+        f"symlink to {printable(os.readlink(path))}, outside {printable(folder)}: not followed "
+        "(pass --follow-symlinks to read it)",
     )
 
 
@@ -175,12 +197,16 @@ def read_image_jsonl(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> Iterator[I
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, start=1):
             try:
-                line = decode_line(raw).strip()
+                line = decode_line(raw, number).strip()
                 if not line:
                     continue
                 obj = json.loads(line)
                 if not isinstance(obj, dict) or not isinstance(obj.get("image"), str) or not obj["image"]:
                     raise ValueError('expected {"image": "<path>"}')
+                surrogate = lone_surrogate(obj["image"])
+                if surrogate:
+                    raise ValueError(f'"image" holds a lone surrogate ({surrogate}), which is not valid Unicode')
+                record_id = record_id_of(obj, number)
                 attributes = check_attributes(obj)
             except json.JSONDecodeError as exc:
                 yield InputError(str(path), number, f"invalid JSON: {exc.msg} (column {exc.colno})")
@@ -188,7 +214,6 @@ def read_image_jsonl(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> Iterator[I
             except ValueError as exc:
                 yield InputError(str(path), number, str(exc))
                 continue
-            record_id = str(obj.get("id", number))
             if record_id in seen:
                 yield InputError(str(path), number, f"duplicate id {record_id!r} (first on line {seen[record_id]})")
                 continue

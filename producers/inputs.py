@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,10 +44,23 @@ def decode_line(raw: bytes, number: int = 0) -> str:
         raise ValueError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
 
 
+def lone_surrogate(value: str) -> str | None:
+    """Where `value` holds a lone surrogate, which no UTF-8 encoder takes (a JSON escape such as
+    \\ud800 makes one), as "U+D800 at position 3"; None when it has none."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"U+{ord(value[exc.start]):04X} at position {exc.start + 1}"
+    return None
+
+
 def check_text(text: str) -> str | None:
     """Why a text cannot be submitted, or None when it can."""
     if not text.strip():
         return "text is empty"
+    surrogate = lone_surrogate(text)
+    if surrogate:
+        return f"text holds a lone surrogate ({surrogate}), which is not valid Unicode"
     size = len(text.encode("utf-8"))
     if size > MAX_TEXT_BYTES:
         return f"text is {size} bytes, over the limit of {MAX_TEXT_BYTES}"
@@ -59,10 +73,28 @@ def check_attributes(obj: dict[str, Any]) -> dict[str, str]:
     if not isinstance(attributes, dict):
         raise ValueError(f'"attributes" must be an object, got {json_type(attributes)}')
     strings = {str(k): str(v) for k, v in attributes.items()}
+    for string in (*strings, *strings.values()):
+        surrogate = lone_surrogate(string)
+        if surrogate:
+            raise ValueError(
+                f'"attributes" hold a lone surrogate ({surrogate} of {string!r}), which is not valid Unicode'
+            )
     size = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in strings.items())
     if size > MAX_ATTRIBUTES_BYTES:
         raise ValueError(f'"attributes" hold {size:,} bytes, over the limit of {MAX_ATTRIBUTES_BYTES:,}')
     return strings
+
+
+def record_id_of(obj: dict[str, Any], number: int) -> str:
+    """A JSON line's "id" as text (its line number when absent), or ValueError saying why not."""
+    record_id = obj.get("id", number)
+    if isinstance(record_id, bool) or not isinstance(record_id, str | int) or record_id == "":
+        raise ValueError(f'"id" must be a non-empty string or an integer, got {json.dumps(record_id)}')
+    text = str(record_id)
+    surrogate = lone_surrogate(text)
+    if surrogate:
+        raise ValueError(f'"id" holds a lone surrogate ({surrogate}), which is not valid Unicode')
+    return text
 
 
 def json_type(value: Any) -> str:

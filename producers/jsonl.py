@@ -7,7 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from producers.inputs import InputError, InputRecord, check_attributes, check_text, decode_line, json_type
+from producers.inputs import (
+    InputError,
+    InputRecord,
+    check_attributes,
+    check_text,
+    decode_line,
+    json_type,
+    record_id_of,
+)
 
 
 def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRecord | InputError]:
@@ -50,7 +58,4 @@ def _parse(line: str, number: int) -> InputRecord:
     problem = check_text(text)
     if problem:
         raise ValueError(problem)
-    record_id = obj.get("id", number)
-    if isinstance(record_id, bool) or not isinstance(record_id, str | int) or record_id == "":
-        raise ValueError(f'"id" must be a non-empty string or an integer, got {json.dumps(record_id)}')
-    return InputRecord(str(record_id), text, number, check_attributes(obj))
+    return InputRecord(record_id_of(obj, number), text, number, check_attributes(obj))

@@ -256,7 +256,7 @@ def submit_cmd(
         max_backlog=max_backlog,
         follow_symlinks=follow_symlinks,
     )
-    click.echo(f"submitted {report.submitted} records", err=True)
+    click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
     if wait:
         from jobs.launch.runner import watch_job, worker_liveness

@@ -35,7 +35,7 @@ from kafka_io.settings import (
     KafkaSettings,
     MetricsEndpoint,
 )
-from producers.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES
+from producers.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES, printable
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas.model_config import (
     ENV_MODEL_REPOSITORY,
@@ -348,11 +348,15 @@ def opened_input(input_path: str, fmt: str, kind: str, max_image_bytes: int, fol
     job_input = JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks)  # type: ignore[arg-type]
     left_out = job_input.left_out()
     if left_out:
-        suffixes = Counter(f.suffix.lower() or "no suffix" for f in left_out)
-        counts = ", ".join(f"{n} {suffix}" for suffix, n in suffixes.most_common())
+        suffixes = Counter(printable(f.suffix.lower()) or "no suffix" for f in left_out).most_common()
+        counts = ", ".join(f"{n} {suffix}" for suffix, n in suffixes[:5])
+        if len(suffixes) > 5:
+            counts += f" and {sum(n for _, n in suffixes[5:])} more of {len(suffixes) - 5} other suffixes"
+        files = f"{len(left_out)} file{'s' if len(left_out) > 1 else ''}"
+        are = "are not images" if len(left_out) > 1 else "is not an image"
         click.echo(
-            f"note: left out {len(left_out)} file{'s' if len(left_out) > 1 else ''} of {input_path} that are not "
-            f"images by name ({counts}; first {left_out[0]}); images are {' '.join(sorted(IMAGE_SUFFIXES))}",
+            f"note: left out {files} of {printable(input_path)} that {are} by name ({counts}; first "
+            f"{printable(left_out[0])}); images are {' '.join(sorted(IMAGE_SUFFIXES))}",
             err=True,
         )
     return job_input

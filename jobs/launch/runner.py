@@ -243,7 +243,7 @@ def run_job(
             watchdog = embedded_liveness(broker, workers)
 
         report = submit(settings, topics, source, model, job_id=job_id, skip_invalid=skip_invalid, validated=validated)
-        log(f"submitted {report.submitted} records as job {report.job_id}")
+        log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")
         started = time.monotonic()
         # on disk, not in memory: a job of millions of embeddings is gigabytes of results
         spill = ResultSpill(report.job_id, submission=report.submission)

@@ -44,7 +44,7 @@ def test_submit_refuses_devices_folders_and_fifos_in_an_image_listing_and_produc
 
     skipped = pipeline.cli("submit", str(listing), "--model", "tiny", "--skip-invalid", "--job-id", "job-ok")
     assert skipped.returncode == 0, skipped.stderr
-    assert "submitted 1 records" in skipped.stderr
+    assert "submitted 1 record\n" in skipped.stderr
     assert raw_image_keys(pipeline) == [b"job-ok/ok"]
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.cli.options import opened_input
 from jobs.submit import JobInput
 from producers import InputRecord
 
@@ -32,3 +33,26 @@ def test_a_glob_that_matches_nothing_or_mixes_kinds_is_refused(tmp_path: Path) -
     (tmp_path / "b.jpg").write_bytes(b"\xff\xd8\xff")
     with pytest.raises(ValueError, match="both text and image"):
         JobInput.matching(str(tmp_path / "*"))
+
+
+def test_the_note_on_files_an_image_folder_leaves_out_is_one_bounded_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    for i in range(40):
+        (tmp_path / f"frame{i}.dat").write_bytes(b"x")
+    for suffix in ("heic", "txt", "csv", "json", "md", "raw", "cr2"):
+        (tmp_path / f"x.{suffix}").write_bytes(b"x")
+    (tmp_path / "A\nforged: line.txt").write_bytes(b"x")
+    opened_input(str(tmp_path), "auto", "auto", 1000, False)
+    [line] = capsys.readouterr().err.splitlines()  # one line, whatever the names hold
+    assert line.startswith(f"note: left out 48 files of {tmp_path} that are not images by name (40 .dat, 2 .txt, ")
+    assert "and 3 more of 3 other suffixes; first " + str(tmp_path / "A\\nforged: line.txt") in line
+
+
+def test_one_file_left_out_is_said_in_the_singular(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    (tmp_path / "IMG_1.HEIC").write_bytes(b"x")
+    opened_input(str(tmp_path), "auto", "auto", 1000, False)
+    err = capsys.readouterr().err
+    assert f"left out 1 file of {tmp_path} that is not an image by name (1 .heic; first " in err

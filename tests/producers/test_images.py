@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from producers.images import (
     ImageFileError,
     ImageRecord,
     left_out_files,
+    printable,
     read_image_file,
     read_image_folder,
     read_image_jsonl,
@@ -172,3 +175,63 @@ def test_jsonl_attributes_that_are_not_an_object_are_a_per_line_error(tmp_path: 
         f'{listing}:2: "attributes" must be an object, got string',
     ]
     assert items[2] == ImageRecord("c", tmp_path / "cat.jpg", 3, {"k": "1"})
+
+
+def test_hidden_files_and_folders_are_not_part_of_a_folder_input(tmp_path: Path) -> None:
+    (tmp_path / ".thumbnails").mkdir()
+    for name in ("a.jpg", "._a.jpg", ".thumbnails/t.jpg", ".thumbnails/notes.txt", ".DS_Store"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [i.record_id for i in read_image_folder(tmp_path) if isinstance(i, ImageRecord)] == ["a.jpg"]
+    assert left_out_files(tmp_path) == []
+
+
+def test_a_file_name_that_is_not_utf8_is_refused_by_name_not_crashed_on(tmp_path: Path) -> None:
+    (tmp_path / "ok.jpg").write_bytes(b"x")
+    bad = os.fsencode(tmp_path) + b"/img\xffbad.jpg"
+    with open(bad, "wb") as f:
+        f.write(b"x")
+    items = list(read_image_folder(tmp_path))
+    assert [i.record_id for i in items if isinstance(i, ImageRecord)] == ["ok.jpg"]
+    [error] = [str(i) for i in items if isinstance(i, InputError)]
+    assert error == f"{tmp_path}/img\\udcffbad.jpg: the file name b'img\\xffbad.jpg' is not UTF-8: rename the file"
+
+
+UNREADABLE = """
+import sys
+from pathlib import Path
+from producers.images import read_image_folder
+for item in read_image_folder(Path(sys.argv[1])):
+    print(item)
+"""
+
+
+def test_a_subfolder_that_cannot_be_read_is_reported_not_skipped(tmp_path: Path) -> None:
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "a.jpg").write_bytes(b"x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "b.jpg").write_bytes(b"x")
+    locked.chmod(0)
+    # root reads any folder: drop the capabilities that let it, as an ordinary user runs
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    try:
+        done = subprocess.run(
+            [*prefix, sys.executable, "-c", UNREADABLE, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).parents[2],
+        )
+    finally:
+        locked.chmod(0o755)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"{locked}: cannot read this folder: Permission denied" in lines
+    assert any("ok/a.jpg" in line for line in lines)
+
+
+def test_a_path_for_a_message_keeps_its_text_and_escapes_what_would_break_a_line() -> None:
+    assert printable("photos/été 1.jpg") == "photos/été 1.jpg"
+    assert printable("a\nforged: line.txt") == "a\\nforged: line.txt"
+    assert printable("\x1b[31mred.txt") == "\\x1b[31mred.txt"
+    assert printable("img\udcffbad.jpg") == "img\\udcffbad.jpg"

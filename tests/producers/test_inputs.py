@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from producers import InputError, InputRecord, read_text_input
+from producers.images import ImageRecord, read_image_jsonl
 
 
 def write(tmp_path: Path, name: str, content: bytes) -> Path:
@@ -67,3 +68,44 @@ def test_oversized_text_is_refused_with_its_size(tmp_path: Path) -> None:
     path = write(tmp_path, "big.txt", b"x" * 1_000_001 + b"\n")
     (error,) = list(read_text_input(path))
     assert str(error) == f"{path}:1: text is 1000001 bytes, over the limit of 1000000"
+
+
+def test_lone_surrogates_from_json_escapes_are_refused_where_they_stand(tmp_path: Path) -> None:
+    """JSON may escape half a surrogate pair, which no UTF-8 encoder takes: left in, the record
+    would pass validation and stop the submit half way, with a traceback."""
+    path = write(
+        tmp_path,
+        "in.jsonl",
+        b'{"id": "ok", "text": "fine"}\n'
+        b'{"id": "b\\ud800", "text": "x"}\n'
+        b'{"id": "c", "text": "bad \\udc80 text"}\n'
+        b'{"id": "d", "text": "t", "attributes": {"k": "\\ud800"}}\n'
+        b'{"id": "e", "text": "a pair \\ud83d\\ude00 is fine"}\n',
+    )
+    items = list(read_text_input(path))
+    assert [i.record_id for i in items if isinstance(i, InputRecord)] == ["ok", "e"]
+    assert [str(i) for i in items if isinstance(i, InputError)] == [
+        f'{path}:2: "id" holds a lone surrogate (U+D800 at position 2), which is not valid Unicode',
+        f"{path}:3: text holds a lone surrogate (U+DC80 at position 5), which is not valid Unicode",
+        f"""{path}:4: "attributes" hold a lone surrogate (U+D800 at position 1 of '\\ud800'), """
+        "which is not valid Unicode",
+    ]
+
+
+def test_image_lines_take_ids_by_the_same_rule_as_text_lines(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    path = write(
+        tmp_path,
+        "images.jsonl",
+        b'{"id": {"nested": 1}, "image": "a.jpg"}\n'
+        b'{"id": "", "image": "a.jpg"}\n'
+        b'{"id": "x", "image": "a\\ud800.jpg"}\n'
+        b'{"id": 7, "image": "a.jpg"}\n',
+    )
+    items = list(read_image_jsonl(path))
+    assert [str(i) for i in items if isinstance(i, InputError)] == [
+        f'{path}:1: "id" must be a non-empty string or an integer, got {{"nested": 1}}',
+        f'{path}:2: "id" must be a non-empty string or an integer, got ""',
+        f'{path}:3: "image" holds a lone surrogate (U+D800 at position 2), which is not valid Unicode',
+    ]
+    assert [i.record_id for i in items if isinstance(i, ImageRecord)] == ["7"]
