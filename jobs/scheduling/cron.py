@@ -30,9 +30,9 @@ def check_spec(cron: str, timezone: str, misfire: str) -> None:
             f"cron expression {cron!r} is not valid: a field is out of its range or malformed "
             "(minute 0-59, hour 0-23, day-of-month 1-31, month 1-12, day-of-week 0-6)"
         )
-    backwards = backwards_range(cron)
-    if backwards:
-        raise ScheduleSpecError(f"cron expression {cron!r}: {backwards}")
+    problem = range_problem(cron)
+    if problem:
+        raise ScheduleSpecError(f"cron expression {cron!r}: {problem}")
     next_tick(cron, "UTC", datetime(2000, 1, 1, tzinfo=UTC))  # one that never fires is refused now
     zone(timezone)
     if misfire not in MISFIRE_POLICIES:
@@ -49,13 +49,18 @@ _FIELDS: tuple[tuple[str, int, int, tuple[str, ...]], ...] = (
 )
 
 
-def backwards_range(cron: str) -> str | None:
-    """What is wrong with a range whose start is past its end ("5-1", "22-2", "FRI-MON"), or None.
+def range_problem(cron: str) -> str | None:
+    """What is wrong with a range that croniter takes but reads otherwise than cron does, or None.
 
-    croniter wraps such a range round the field's end, standard cron refuses it, and a slip of
-    the keys ("5-1" for "1-5") would otherwise run 57 minutes of every hour without a word.
-    Day-of-week ranges may end on Sunday as 0 or SUN ("SAT-SUN")."""
+    - Backwards ("5-1", "22-2", "FRI-MON"): croniter wraps it round the field's end, standard
+      cron refuses it, and a slip of the keys ("5-1" for "1-5") would run 57 minutes of every
+      hour without a word.
+    - Both ends the same ("5-5", "TUE-TUE", "SUN-0"): croniter reads it as the whole field, so
+      "5-5" would run every minute instead of at :05.
+    - An end outside the field ("JAN-0").
+    Day-of-week ranges may end on Sunday as 0, 7 or SUN ("SAT-SUN"), and start on it as 7."""
     for (name, lowest, highest, names), text in zip(_FIELDS, cron.split(), strict=False):
+        top = 7 if name == "day-of-week" else highest  # 7 is Sunday too
         for part in text.split(","):
             span = part.split("/")[0]
             if span.count("-") != 1:
@@ -64,8 +69,16 @@ def backwards_range(cron: str) -> str | None:
             start, end = (_field_value(t, names) for t in (start_text, end_text))
             if start is None or end is None:
                 continue  # not a plain range; croniter has judged it
-            if name == "day-of-week" and end == 0:
-                end = 7
+            outside = [v for v in (start, end) if not lowest <= v <= top]
+            if outside:
+                return f"the {name} range {span} goes outside {lowest}-{highest}"
+            if name == "day-of-week":
+                if {start, end} <= {0, 7} and (start, end) != (0, 7):  # 0-7 is the whole week
+                    end = start  # Sunday to Sunday, however written: one day
+                else:
+                    start, end = start % 7, end or 7  # Sunday starts a range as 0 and ends it as 7
+            if start == end:
+                return f"the {name} range {span} is one value, which croniter reads as every one: write {start_text}"
             if start > end:
                 return (
                     f"the {name} range {span} runs backwards; to wrap round the end, write two ranges: "

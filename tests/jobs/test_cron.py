@@ -81,6 +81,13 @@ def test_the_job_id_of_a_tick_is_the_same_wherever_it_is_computed() -> None:
         ("0 0 * * FRI-MON", "UTC", "skip", "the day-of-week range FRI-MON runs backwards; .*: FRI-6,0-MON"),
         ("0 0 * DEC-FEB *", "UTC", "skip", "the month range DEC-FEB runs backwards"),
         ("0 0 20-10/2 * *", "UTC", "skip", "the day-of-month range 20-10 runs backwards"),
+        ("5-5 * * * *", "UTC", "skip", "the minute range 5-5 is one value, .*: write 5"),
+        ("5-5/10 * * * *", "UTC", "skip", "the minute range 5-5 is one value"),
+        ("0 3-3 * * *", "UTC", "skip", "the hour range 3-3 is one value"),
+        ("0 0 * * TUE-TUE", "UTC", "skip", "the day-of-week range TUE-TUE is one value, .*: write TUE"),
+        ("0 0 * * SUN-0", "UTC", "skip", "the day-of-week range SUN-0 is one value"),
+        ("0 0 * * 7-0", "UTC", "skip", "the day-of-week range 7-0 is one value"),
+        ("0 0 * JAN-0 *", "UTC", "skip", "the month range JAN-0 goes outside 1-12"),
     ],
 )
 def test_bad_specs_are_refused_with_what_is_wrong(cron: str, tz: str, misfire: str, message: str) -> None:
@@ -88,7 +95,9 @@ def test_bad_specs_are_refused_with_what_is_wrong(cron: str, tz: str, misfire: s
         check_spec(cron, tz, misfire)
 
 
-@pytest.mark.parametrize("cron", ["1-5 * * * *", "0 0 * * SAT-SUN", "0 0 * * 6-0", "0 0 * * 5-7", "0 0 L * *"])
+@pytest.mark.parametrize(
+    "cron", ["1-5 * * * *", "0 0 * * SAT-SUN", "0 0 * * 6-0", "0 0 * * 5-7", "0 0 * * 0-7", "0 0 * * 7-1", "0 0 L * *"]
+)
 def test_forward_ranges_and_sunday_as_a_ranges_end_are_accepted(cron: str) -> None:
     check_spec(cron, "UTC", "skip")
 
