@@ -32,16 +32,19 @@ def _try_produce(
     return True
 
 
-def fatal_error(exc: BaseException) -> KafkaException | None:
-    """The producer's fatal error that `exc` is, or carries; None for any other exception.
+def fatal_error(exc: BaseException) -> str | None:
+    """Why the producer is unusable, when `exc` says it is; None for any other exception.
 
-    librdkafka's fatal error comes out of whichever call serves it, as a KafkaException; when a
-    delivery callback ran while it was pending, Python reports it as the cause of a SystemError
-    ("... returned a result with an exception set") raised by the callback's first C call."""
+    librdkafka's fatal error comes out of whichever call serves it, as a KafkaException. When
+    delivery callbacks run while it is pending, confluent-kafka's callback machinery breaks: a
+    SystemError comes out of the call instead, carrying the error as its cause ("... returned a
+    result with an exception set") or nothing at all ("... returned NULL without setting an
+    exception"). Either way the producer is given up."""
     if isinstance(exc, KafkaException):
-        return exc
-    if isinstance(exc, SystemError) and isinstance(exc.__cause__, KafkaException):
-        return exc.__cause__
+        return str(exc.args[0])
+    if isinstance(exc, SystemError):
+        cause = exc.__cause__
+        return str(cause.args[0]) if isinstance(cause, KafkaException) else f"client error: {exc}"
     return None
 
 
@@ -55,7 +58,7 @@ def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
     except (KafkaException, SystemError) as exc:
         if (fatal := fatal_error(exc)) is None:
             raise
-        raise DeliveryError(f"producer failed: {fatal.args[0]}") from exc
+        raise DeliveryError(f"producer failed: {fatal}") from exc
 
 
 def awaiting_delivery(producer: Producer) -> int:
@@ -95,7 +98,7 @@ def send(
     except (KafkaException, SystemError) as exc:
         if (fatal := fatal_error(exc)) is None:
             raise
-        raise DeliveryError(f"producer failed: {fatal.args[0]}") from exc
+        raise DeliveryError(f"producer failed: {fatal}") from exc
 
 
 def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: float = 60.0) -> int:
@@ -117,7 +120,7 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
     except (KafkaException, SystemError) as exc:
         if (fatal := fatal_error(exc)) is None:
             raise
-        raise DeliveryError(f"producer failed: {fatal.args[0]}", counts.confirmed) from exc
+        raise DeliveryError(f"producer failed: {fatal}", counts.confirmed) from exc
     except DeliveryError as exc:
         discard(producer)
         with contextlib.suppress(KafkaException):
@@ -126,9 +129,9 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
 
 
 class _Deliveries:
-    """produce_all's delivery callback: what came back. The callback makes as few C calls as it
-    can: librdkafka may run it while a fatal error is pending (fatal_error), and a run of the
-    broker-restart test once died on the time.monotonic() it made."""
+    """What produce_all's delivery reports said. Counted by a plain closure (on_delivery), as
+    before this class: how confluent-kafka calls a callback while a fatal error is pending is
+    fragile, and a callable object there once gave a SystemError of another kind."""
 
     def __init__(self) -> None:
         self.confirmed = 0
@@ -136,11 +139,16 @@ class _Deliveries:
         self._reports_seen = 0
         self._since = time.monotonic()
 
-    def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
-        else:
-            self.confirmed += 1
+    def on_delivery(self) -> Callable[[KafkaError | None, Message], None]:
+        failures = self.failures
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
+            else:
+                self.confirmed += 1
+
+        return on_delivery
 
     def check_stall(self, producer: Producer, stall_s: float) -> None:
         """DeliveryError once no report has come for stall_s while records wait in a full queue.
@@ -158,11 +166,12 @@ class _Deliveries:
 def _produce_and_confirm(
     producer: Producer, records: Iterable[OutRecord], timeout_s: float, counts: _Deliveries
 ) -> int:
+    on_delivery = counts.on_delivery()
     sent = 0
     for record in records:
         if counts.failures:
             break
-        while not _try_produce(producer, record, counts):
+        while not _try_produce(producer, record, on_delivery):
             producer.poll(0.1)
             counts.check_stall(producer, timeout_s)
         sent += 1

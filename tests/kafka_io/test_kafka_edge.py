@@ -292,11 +292,11 @@ def test_a_broker_gone_mid_stream_ends_produce_all_with_what_was_stored(tmp_path
     assert len(producer) == 0  # what never left is dropped, not sent if the broker comes back
 
 
-def test_a_fatal_error_is_known_also_as_the_cause_of_a_callbacks_system_error() -> None:
+def test_a_fatal_error_is_known_also_as_a_system_error_out_of_the_callbacks() -> None:
     fatal = KafkaException(KafkaError(KafkaError._FATAL, "out of order sequence", fatal=True))
-    in_callback = SystemError("<built-in function monotonic> returned a result with an exception set")
-    in_callback.__cause__ = fatal
-    assert fatal_error(fatal) is fatal
-    assert fatal_error(in_callback) is fatal
-    assert fatal_error(SystemError("something else")) is None
+    with_cause = SystemError("<built-in function monotonic> returned a result with an exception set")
+    with_cause.__cause__ = fatal
+    without = SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL without setting an exception")
+    assert fatal_error(fatal) == fatal_error(with_cause) == str(fatal.args[0])
+    assert fatal_error(without) == f"client error: {without}"
     assert fatal_error(ValueError("x")) is None
