@@ -48,6 +48,15 @@ def fatal_error(exc: BaseException) -> str | None:
     return None
 
 
+def _raise_if_fatal(exc: BaseException, confirmed: int = 0) -> None:
+    """DeliveryError (make a new producer) from a producer call's exception when it says the
+    producer turned fatal (fatal_error), with how many records the broker had confirmed; a plain
+    try/except at each call, as serve_deliveries runs every few milliseconds on the emit thread."""
+    fatal = fatal_error(exc)
+    if fatal is not None:
+        raise DeliveryError(f"producer failed: {fatal}", confirmed) from exc
+
+
 def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
     """Run the delivery callbacks of the reports that have arrived (waiting up to timeout_s for one).
 
@@ -56,9 +65,8 @@ def serve_deliveries(producer: Producer, timeout_s: float = 0.0) -> None:
     try:
         producer.poll(timeout_s)
     except (KafkaException, SystemError) as exc:
-        if (fatal := fatal_error(exc)) is None:
-            raise
-        raise DeliveryError(f"producer failed: {fatal}") from exc
+        _raise_if_fatal(exc)
+        raise
 
 
 def awaiting_delivery(producer: Producer) -> int:
@@ -96,9 +104,8 @@ def send(
             produce_one(producer, record, on_delivery)
         producer.poll(0)
     except (KafkaException, SystemError) as exc:
-        if (fatal := fatal_error(exc)) is None:
-            raise
-        raise DeliveryError(f"producer failed: {fatal}") from exc
+        _raise_if_fatal(exc)
+        raise
 
 
 def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: float = 60.0) -> int:
@@ -118,9 +125,8 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
     try:
         return _produce_and_confirm(producer, records, timeout_s, counts)
     except (KafkaException, SystemError) as exc:
-        if (fatal := fatal_error(exc)) is None:
-            raise
-        raise DeliveryError(f"producer failed: {fatal}", counts.confirmed) from exc
+        _raise_if_fatal(exc, counts.confirmed)
+        raise
     except DeliveryError as exc:
         discard(producer)
         with contextlib.suppress(KafkaException):

@@ -113,8 +113,3 @@ class MetricsEndpoint:
     def __post_init__(self) -> None:
         if self.tls_cert is None and (self.tls_key is not None or self.client_ca is not None):
             raise MetricsPortError("--metrics-tls-key and --metrics-client-ca need --metrics-tls-cert")
-
-    @property
-    def url(self) -> str:
-        host = "localhost" if self.addr in ("0.0.0.0", "::") else self.addr
-        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}/metrics"

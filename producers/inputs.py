@@ -58,10 +58,10 @@ def check_text(text: str) -> str | None:
     """Why a text cannot be submitted, or None when it can."""
     if not text.strip():
         return "text is empty"
-    surrogate = lone_surrogate(text)
-    if surrogate:
-        return f"text holds a lone surrogate ({surrogate}), which is not valid Unicode"
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"text holds a lone surrogate ({lone_surrogate(text)}), which is not valid Unicode"
     if size > MAX_TEXT_BYTES:
         return f"text is {size} bytes, over the limit of {MAX_TEXT_BYTES}"
     return None
@@ -73,13 +73,13 @@ def check_attributes(obj: dict[str, Any]) -> dict[str, str]:
     if not isinstance(attributes, dict):
         raise ValueError(f'"attributes" must be an object, got {json_type(attributes)}')
     strings = {str(k): str(v) for k, v in attributes.items()}
+    size = 0
     for string in (*strings, *strings.values()):
-        surrogate = lone_surrogate(string)
-        if surrogate:
-            raise ValueError(
-                f'"attributes" hold a lone surrogate ({surrogate} of {string!r}), which is not valid Unicode'
-            )
-    size = sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) for k, v in strings.items())
+        try:
+            size += len(string.encode("utf-8"))
+        except UnicodeEncodeError:
+            where = f"{lone_surrogate(string)} of {string!r}"
+            raise ValueError(f'"attributes" hold a lone surrogate ({where}), which is not valid Unicode') from None
     if size > MAX_ATTRIBUTES_BYTES:
         raise ValueError(f'"attributes" hold {size:,} bytes, over the limit of {MAX_ATTRIBUTES_BYTES:,}')
     return strings
