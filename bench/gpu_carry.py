@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.gpu_carry text|images [--texts N]
 
 .device/ is git-ignored, so the device tool sends it only when a run names it in `carry`
-(README, "On a GPU machine"). The tool carries at most 64 MiB with the tracked files, so each
+(docs/benchmarks.md, "On a GPU machine"). The tool carries at most 64 MiB with the tracked files, so each
 part travels alone, and this script refuses a carry that would not fit. text = the wheels the
 GPU image lacks for Python 3.12 (our Kafka client, serde and faust with what they import), the
 Tansu binary, MiniLM as its FP16 TorchScript and reference embeddings from ONNX Runtime here;

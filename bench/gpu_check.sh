@@ -4,7 +4,7 @@
 #       FP16 parity (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH) and the
 #       feed benchmark (FEED_RECORDS: simulated accelerators and the real torch engine)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
-# The device tool sends .device/ only when the run names it in `carry` (README, "On a GPU machine").
+# The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine").
 # Installs the carried wheels and unpacks the carried models and broker into a scratch folder
 # (never into .device/, which must stay the size it was carried at), and writes everything it
 # prints to $OUT/gpu_check_PART.txt. Exits non-zero if any step failed. Its limits add up to

@@ -4,7 +4,7 @@
 # untracked-not-ignored files, plus .device/) to a scratch checkout, and run bench/gpu_check.sh
 # there under Python 3.12 with only the GPU image's packages (bench/gpu_image.txt) and the carried
 # wheels, with no nvidia-smi. It shows the carry is complete and fits, FP16 parity holds (on the
-# CPU) and all four benchmark configurations run. What only a GPU shows: README, "On a GPU machine".
+# CPU) and all four benchmark configurations run. What only a GPU shows: docs/benchmarks.md, "On a GPU machine".
 #   bash bench/gpu_dryrun.sh [text|images ...]     # both parts by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
