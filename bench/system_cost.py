@@ -1,0 +1,202 @@
+"""Benchmark: the CPU the whole platform spends per text, against the one step it must do (tokenize).
+
+    .venv/bin/python -m bench.system_cost [--records 30000] [--texts short paragraphs]
+
+For each kind of text (short: the shipped example's sentences, the hard case where fixed per-record
+costs dominate; paragraphs: the shipped example itself), on the embedded broker:
+- a real preprocess worker and a GPU worker whose engine answers at once (a zero-cost simulated
+  accelerator in the real worker loop, topics and serde: everything measured is CPU-side work),
+  warmed with a 50-record job;
+- `nearline submit INPUT --wait` of --records texts, then `nearline results JOB -o out.jsonl`;
+- the CPU each process used meanwhile (workers and broker from /proc, submit and results from
+  their own rusage), per record, and the worker threads that used most;
+- in the same run, the limit: the model's own tokenizer on the same texts (`encode_batch`, 64 at
+  a time, one thread, ids to bytes), per record.
+Prints each stage's CPU per record, its ratio to the tokenizer's, and end-to-end records/s (from
+the submit's start to the job's completion). Figures, never assertions: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
+from bench.feed import short_texts
+from bench.procfs import cpu_seconds
+from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
+from jobs.launch.runner import ensure_model
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
+
+MODEL = "minilm"
+NAMESPACE = "system-cost"
+
+
+def texts_of(kind: str, n: int) -> list[str]:
+    if kind == "short":
+        return short_texts(n)
+    paragraphs = [json.loads(line)["text"] for line in EXAMPLE.read_text(encoding="utf-8").splitlines()]
+    return [paragraphs[i % len(paragraphs)] for i in range(n)]
+
+
+def tokenizer_us(repository: Path, texts: list[str]) -> float:
+    """The model's tokenizer alone, one thread, 64 texts a call, ids to bytes: microseconds a text."""
+    os.environ["RAYON_NUM_THREADS"] = "1"  # read when the tokenizers thread pool starts: before first use
+    from preprocess_app.models import load_tokenizer
+
+    config = ensure_model(repository, MODEL, lambda line: None)
+    assert config.tokenizer is not None
+    tokenizer = load_tokenizer(config.tokenizer_path, config.tokenizer.max_length)
+    started = time.process_time()
+    for i in range(0, len(texts), 64):
+        for encoding in tokenizer.encode_batch(texts[i : i + 64]):
+            np.asarray(encoding.ids, dtype=np.uint16).tobytes()
+    return (time.process_time() - started) / len(texts) * 1e6
+
+
+@dataclass(frozen=True)
+class Command:
+    wall_s: float
+    cpu_s: float
+    stdout: str
+
+
+def timed_command(argv: list[str], env: dict[str, str]) -> Command:
+    """Run argv to its end; its wall time and the CPU it (and its children) used, from wait4."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[2:5])} exited {proc.returncode}:\n{stderr[-2000:]}")
+    return Command(wall, usage.ru_utime + usage.ru_stime, stdout)
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of a process so far (threads of one name summed)."""
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            totals[name] = totals.get(name, 0.0) + cpu_seconds(pid, int(task.name))
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return totals
+
+
+def top_threads(before: dict[str, float], after: dict[str, float], records: int, n: int = 4) -> str:
+    used = sorted(((after[k] - before.get(k, 0.0), k) for k in after), reverse=True)[:n]
+    return ", ".join(f"{name} {cpu / records * 1e6:.0f}" for cpu, name in used if cpu > 0)
+
+
+def gpu_worker_main(repository: Path) -> None:
+    """The GPU worker with a zero-cost engine, in its own process: `serve`, until SIGTERM."""
+    from bench.feed import SimulatedAccelerator
+    from gpu_consumer.worker import serve
+    from kafka_io.settings import KafkaSettings, Topics
+    from schemas.model_config import load_model_config
+
+    exit_on_sigterm()
+    engine = SimulatedAccelerator(load_model_config(repository, MODEL), rate=0.0, per_call_s=0.0)
+    serve(KafkaSettings(os.environ[ENV_BOOTSTRAP]), Topics(NAMESPACE), repository, MODEL, engine=engine)
+
+
+def measure(kind: str, records: int, repository: Path, work: Path) -> dict[str, float]:
+    broker = EmbeddedBroker.start(work / f"broker-{kind}.log")
+    env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
+    env[ENV_MODEL_REPOSITORY] = str(repository)
+    workers: list[WorkerProcess] = []
+    try:
+        workers.append(
+            spawn_worker(
+                "preprocess",
+                ["preprocess"],
+                bootstrap_servers=broker.bootstrap_servers,
+                namespace=NAMESPACE,
+                repository=repository,
+                log_path=work / "pre.log",
+                extra_env=PREPROCESS_ENV,
+            )
+        )
+        gpu = subprocess.Popen(
+            [sys.executable, "-m", "bench.system_cost", "--gpu-worker"],
+            env=env,
+            stdout=(work / "gpu.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        workers.append(WorkerProcess("gpu", gpu, work / "gpu.log"))
+        submit = [sys.executable, "-m", "jobs.cli", "submit", "--model", MODEL, "--wait"]
+        warm = work / "warm.jsonl"
+        warm.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts_of(kind, 50)), encoding="utf-8")
+        timed_command([*submit, str(warm), "--job-id", f"warm-{kind}"], env)
+
+        texts = texts_of(kind, records)
+        source = work / f"{kind}.jsonl"
+        source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+        pids = {"preprocess worker": workers[0].process.pid, "GPU worker (engine free)": gpu.pid, "broker": broker.pid}
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if name != "broker"}
+        job = f"measured-{kind}"
+        submitted = timed_command([*submit, str(source), "--job-id", job], env)
+        cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+        threads = {name: top_threads(threads0[name], thread_cpu(pids[name]), records) for name in threads0}
+        out = work / f"{kind}-results.jsonl"
+        results = timed_command([sys.executable, "-m", "jobs.cli", "results", job, "-o", str(out)], env)
+        lines = sum(1 for _ in out.open("rb"))
+        if lines != records:
+            raise RuntimeError(f"{out} has {lines} results of {records}")
+        cpu["nearline submit --wait"] = submitted.cpu_s
+        cpu["nearline results (JSON Lines)"] = results.cpu_s
+    finally:
+        stop_all(workers)
+        broker.stop()
+    limit = tokenizer_us(repository, texts)
+    per_record = {name: seconds / records * 1e6 for name, seconds in cpu.items()}
+    total = sum(per_record.values())
+    print(f"\n{records:,} {kind} texts ({np.mean([len(t) for t in texts]):.0f} characters on average):")
+    print(f"  {'stage':32} {'CPU us/record':>14} {'x tokenizer':>12}")
+    for name, us in [*per_record.items(), ("all of it", total), ("the tokenizer alone (the limit)", limit)]:
+        print(f"  {name:32} {us:14.0f} {us / limit:12.1f}")
+    for name, line in threads.items():
+        print(f"  {name} by thread, us/record: {line}")
+    print(f"  end to end: {records / submitted.wall_s:,.0f} records/s (submit --wait, {submitted.wall_s:.1f} s)")
+    return {"total_us": total, "tokenizer_us": limit, "records_per_s": records / submitted.wall_s}
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=30000)
+    parser.add_argument("--texts", nargs="+", choices=["short", "paragraphs"], default=["short", "paragraphs"])
+    parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    repository = default_repository()
+    if args.gpu_worker:
+        gpu_worker_main(repository)
+        return
+    ensure_model(repository, MODEL, print)
+    with tempfile.TemporaryDirectory(prefix="nearline-system-cost-") as tmp:
+        for kind in args.texts:
+            measure(kind, args.records, repository, Path(tmp))
+    print(f"\nmachine: {machine()}")
+
+
+if __name__ == "__main__":
+    main()
