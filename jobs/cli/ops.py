@@ -113,9 +113,12 @@ def offsets() -> None:
 @cluster_options
 def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
     """Committed offset, end and lag per partition."""
+    from jobs.replay import require_topic
     from kafka_io.offsets import group_offsets
 
-    rows = group_offsets(require_servers(bootstrap_servers), group, topic)
+    settings = require_servers(bootstrap_servers)
+    require_topic(settings, topic)
+    rows = group_offsets(settings, group, topic)
     click.echo("partition\tcommitted\tend\tlag")
     for r in rows:
         committed = r.committed if r.committed >= 0 else "-"

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kafka_io.clients import make_consumer, make_producer
+from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -123,3 +123,26 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
         done = pipeline.cli(*args)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and not done.stdout, args
+
+
+def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not_created(pipeline: Pipeline) -> None:
+    """Reading a missing topic created it (Tansu auto-creates on metadata), and a typo then read as "0 records"."""
+    topic = pipeline.topics.raw_text
+    produce_texts(pipeline, topic, ["a", "b"])
+    typo = topic + "x"
+    group = ("--group", "g-untouched", "--topic", typo)
+    for args in (
+        ("replay", "--topic", typo, "--from-offset", "0"),
+        ("replay", "--topic", typo, "--from-time", "2026-11-29T18:00:00Z"),
+        ("offsets", "show", *group),
+        ("offsets", "reset", *group, "--to-earliest"),
+        ("offsets", "reset", *group, "--to-latest", "--dry-run"),
+    ):
+        done = pipeline.cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert f"no topic '{typo}'" in done.stderr and "nothing was read or created" in done.stderr, args
+        assert f"its topics, closest first: {topic}," in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and not done.stdout, args
+    admin = make_admin(pipeline.settings)
+    assert typo not in admin.list_topics(timeout=10).topics
+
