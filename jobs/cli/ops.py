@@ -148,15 +148,22 @@ def offsets_reset(
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
     from jobs.replay import reset_targets
     from kafka_io.errors import KafkaIOError
-    from kafka_io.offsets import group_offsets, reset_group_offsets
+    from kafka_io.groups import live_groups
+    from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
     settings = require_servers(bootstrap_servers)
     target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
+    # Asked before the moves are printed: Kafka refuses them all while the group has members, and
+    # a list of moves followed by that refusal reads as if they had been made.
+    live = bool(live_groups(settings, [group]))
+    if live and not dry_run:
+        click.echo(f"error: {active_members_error(group)}", err=True)
+        raise SystemExit(ExitCode.FAILED)
     current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
     for p in sorted(target):
         click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")
     if dry_run:
-        click.echo("dry run: nothing changed", err=True)
+        click.echo("dry run: nothing changed" + (f"; {active_members_error(group)}" if live else ""), err=True)
         return
     try:
         reset_group_offsets(settings, group, {(topic, p): o for p, o in target.items()})

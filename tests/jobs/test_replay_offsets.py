@@ -146,3 +146,23 @@ def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not
     admin = make_admin(pipeline.settings)
     assert typo not in admin.list_topics(timeout=10).topics
 
+
+def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(pipeline: Pipeline) -> None:
+    """The moves were printed as if made, then a raw KafkaError{code=UNKNOWN_MEMBER_ID...} followed."""
+    topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("live")
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
+    consumer = make_consumer(pipeline.settings, group)
+    try:
+        first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+        commit_window(consumer, first)  # a member now, and it stays one until closed
+        refused = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-earliest")
+        assert refused.returncode == 1, refused.stderr
+        assert f"group {group} has active members: stop its workers, then reset" in refused.stderr
+        assert "KafkaError" not in refused.stderr and not refused.stdout
+        dry = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-earliest", "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert f"{topic}/0: 5 -> 0" in dry.stdout and "has active members" in dry.stderr
+    finally:
+        consumer.close()
+    shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
+    assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"  # nothing moved
