@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from jobs.results import dead_submission
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
-from schemas import DeadLetter, SerdeError, decode
+from schemas import DeadLetter, InferenceResult, SerdeError, decode
+
+OUTSTANDING = "outstanding"  # the latest dead letter of a record that has no result
+SUPERSEDED = "superseded"  # the record has a later dead letter
+RESOLVED = "resolved"  # the record has a result
 
 
 @dataclass(frozen=True)
@@ -22,15 +28,27 @@ class Entry:
     partition: int
     offset: int
     letter: DeadLetter
+    status: str = OUTSTANDING
+    latest: str | None = None  # the id of its record's latest dead letter, where that is another
 
     @property
     def id(self) -> str:
         return f"{self.partition}:{self.offset}"
 
+    @property
+    def record(self) -> tuple[str, str, str]:
+        """What failed: the job's record, or where a letter names none (its payload could not be
+        decoded), the topic and payload it failed on, so a copy that fails again is the same."""
+        d = self.letter
+        if d.job_id is not None and d.record_id is not None:
+            return ("record", d.job_id, d.record_id)
+        return ("payload", d.source_topic, d.payload_sha256 or hashlib.sha256(d.payload).hexdigest())
+
     def summary(self) -> dict[str, Any]:
         d = self.letter
         return {
             "id": self.id,
+            "status": self.status,
             "stage": d.stage,
             "error_type": d.error_type,
             "error": d.error,
@@ -50,7 +68,8 @@ class Entry:
         }
 
 
-def entries(settings: KafkaSettings, topics: Topics) -> Iterator[Entry]:
+def letters(settings: KafkaSettings, topics: Topics) -> Iterator[Entry]:
+    """The dead-letter topic as it is read, each letter unmarked."""
     for msg in read_topics(settings, [topics.dead_letters]):
         try:
             letter = decode(msg.value, DeadLetter)
@@ -59,9 +78,67 @@ def entries(settings: KafkaSettings, topics: Topics) -> Iterator[Entry]:
         yield Entry(msg.partition, msg.offset, letter)
 
 
+def entries(settings: KafkaSettings, topics: Topics, *, job_id: str | None = None) -> list[Entry]:
+    """Every dead letter (of one job), marked: outstanding, superseded or resolved.
+
+    A replayed record that fails again gets a new dead letter: only the latest of each record is
+    outstanding. A record with a result (of the same submission) is resolved, whichever came
+    first, as every results reader has it (jobs.results.JobOutcome)."""
+    found = [e for e in letters(settings, topics) if job_id is None or e.letter.job_id == job_id]
+    latest: dict[tuple[str, str, str], Entry] = {}
+    for e in found:
+        kept = latest.get(e.record)
+        if kept is None or (e.letter.failed_at, e.partition, e.offset) > (
+            kept.letter.failed_at,
+            kept.partition,
+            kept.offset,
+        ):
+            latest[e.record] = e
+    resolved = _with_results(settings, topics, [e for e in latest.values() if e.record[0] == "record"])
+    marked = []
+    for e in found:
+        newest = latest[e.record]
+        if e.record in resolved:
+            marked.append(replace(e, status=RESOLVED))
+        elif newest is not e:
+            marked.append(replace(e, status=SUPERSEDED, latest=newest.id))
+        else:
+            marked.append(e)
+    return marked
+
+
+def _with_results(settings: KafkaSettings, topics: Topics, dead: list[Entry]) -> set[tuple[str, str, str]]:
+    """The records among `dead` that have a result of the submission they failed in. Results are
+    keyed job/record, so only those of dead records are decoded."""
+    wanted = {f"{e.letter.job_id}/{e.letter.record_id}": e for e in dead}
+    if not wanted:
+        return set()
+    done = set()
+    for msg in read_topics(settings, [topics.results]):
+        e = wanted.get(msg.key_text)
+        if e is None or e.record in done:
+            continue
+        try:
+            result = decode(msg.value, InferenceResult)
+        except SerdeError:
+            continue
+        # a job id submitted again: a result of the other submission does not settle this one
+        failed_in, succeeded_in = dead_submission(e.letter), result.timestamps.get("submitted")
+        same_record = (result.job_id, result.record_id) == e.record[1:]
+        if same_record and (failed_in is None or succeeded_in is None or failed_in == succeeded_in):
+            done.add(e.record)
+    return done
+
+
 def select(
-    items: Iterable[Entry], *, job_id: str | None = None, stage: str | None = None, ids: Iterable[str] = ()
+    items: Iterable[Entry],
+    *,
+    job_id: str | None = None,
+    stage: str | None = None,
+    ids: Iterable[str] = (),
+    status: str | None = OUTSTANDING,
 ) -> list[Entry]:
+    """The entries that match every filter given; status None: any status."""
     wanted = set(ids)
     return [
         e
@@ -69,6 +146,7 @@ def select(
         if (job_id is None or e.letter.job_id == job_id)
         and (stage is None or e.letter.stage == stage)
         and (not wanted or e.id in wanted)
+        and (status is None or e.status == status)
     ]
 
 

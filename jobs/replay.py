@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import difflib
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -11,6 +12,7 @@ from kafka_io.offsets import end_offsets, offsets_at_time
 from kafka_io.reading import read_range
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
+from kafka_io.topics import topic_names
 from schemas import SerdeError
 from schemas.serde import decode_any
 
@@ -18,6 +20,26 @@ from schemas.serde import decode_any
 class ReplaySpecError(ValueError):
     """A replay or offset reset that names no start (or two), or a time that is not one: a usage
     error, said before anything is read or moved."""
+
+
+class UnknownTopicError(ReplaySpecError):
+    """A command that only reads or moves offsets named a topic the cluster does not have."""
+
+
+def require_topic(settings: KafkaSettings, topic: str, shown: int = 20) -> None:
+    """UnknownTopicError, naming the topics that exist (the closest names first), unless `topic`
+    exists. Asked before any read: reading a missing topic would create it where the broker
+    auto-creates topics, and a typo would leave an empty topic behind and report "0 records"."""
+    names = [n for n in topic_names(settings) if not n.startswith("__")]  # Kafka's internal topics
+    if topic in names:
+        return
+    close = difflib.get_close_matches(topic, names, n=5, cutoff=0.6)
+    listed = [*close, *(n for n in names if n not in close)]
+    more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
+    there = f"its topics, closest first: {', '.join(listed[:shown])}{more}" if listed else "it has no topics"
+    raise UnknownTopicError(
+        f"no topic {topic!r} at {settings.bootstrap_servers} (nothing was read or created); {there}"
+    )
 
 
 def parse_time_ms(text: str) -> int:
@@ -80,6 +102,7 @@ def replay_messages(
         raise ReplaySpecError("give exactly one of --from-offset and --from-time")
     from_ms = parse_time_ms(from_time) if from_time else None
     to_ms = parse_time_ms(to_time) if to_time else None
+    require_topic(settings, topic)
     ends = end_offsets(settings, topic)
     if partition is not None and partition not in ends:
         raise ReplaySpecError(f"{topic} has no partition {partition}: its partitions are 0-{len(ends) - 1}")
@@ -115,6 +138,7 @@ def reset_targets(
     if sum(x is not None for x in (to, to_offset, to_time)) != 1:
         raise ReplaySpecError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
     at_ms = parse_time_ms(str(to_time)) if to_time is not None else None
+    require_topic(settings, topic)
     ends = end_offsets(settings, topic)
     if to == "earliest":
         return dict.fromkeys(ends, 0)

@@ -270,6 +270,11 @@ def submit(
     job_id = job_id or new_job_id()
     topic = topic or source.raw_topic(topics)
     ensure_topics(settings, [*pipeline_topics(topics, model), TopicSpec(topic)])
+    if max_backlog is not None and valid > max_backlog:  # no wait and no worker would ever let it in
+        raise BacklogRefusedError(
+            f"refused: this job alone has {valid} records, over the maximum backlog of {max_backlog}: "
+            "split it into jobs of at most that many records, or raise --max-backlog"
+        )
     if max_backlog is not None:
         current = backlog(settings, topics, model, topic)
         if sum(current.values()) + valid > max_backlog:

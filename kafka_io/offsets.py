@@ -104,9 +104,19 @@ def reset_group_offsets(settings: KafkaSettings, group: str, offsets: dict[tuple
         result = future.result(timeout=60)
     except KafkaException as exc:
         err = exc.args[0]
-        if err.code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
-            raise KafkaIOError(f"group {group} has active members: stop its workers, then reset") from None
+        if err.code() in _MEMBERS_ACTIVE:
+            raise KafkaIOError(active_members_error(group)) from None
         raise KafkaIOError(f"resetting {group}: {err.str()}") from None
     failed = [tp for tp in result.topic_partitions if tp.error is not None]
+    # the same refusal may come per partition instead of for the whole request (Tansu does that)
+    if any(tp.error.code() in _MEMBERS_ACTIVE for tp in failed):
+        raise KafkaIOError(active_members_error(group))
     if failed:
-        raise KafkaIOError(f"resetting {group}: {failed[0].topic}/{failed[0].partition}: {failed[0].error}")
+        raise KafkaIOError(f"resetting {group}: {failed[0].topic}/{failed[0].partition}: {failed[0].error.str()}")
+
+
+_MEMBERS_ACTIVE = (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS)
+
+
+def active_members_error(group: str) -> str:
+    return f"group {group} has active members: stop its workers, then reset"

@@ -113,6 +113,12 @@ def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[
         )
 
 
+def topic_names(settings: KafkaSettings, timeout_s: float = 10.0) -> list[str]:
+    """Every topic the cluster holds, sorted. Asked for all topics at once: a metadata request
+    that names a missing topic lets a broker that auto-creates topics create it (Tansu does)."""
+    return sorted(_metadata(settings, make_admin(settings), None, timeout_s).topics)
+
+
 def partitions_of(
     settings: KafkaSettings, topic: str, timeout_s: float = 10.0, *, consumer: Consumer | None = None
 ) -> list[int]:

@@ -350,10 +350,22 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
 @click.argument("job_id")
 @cluster_options
 def cancel_cmd(job_id: str, bootstrap_servers: str, namespace: str) -> None:
-    """Cancel a job: workers skip its remaining records (counted as cancelled, not lost)."""
-    from jobs.registry import cancel
+    """Cancel a job: workers skip its remaining records (counted as cancelled, not lost).
 
-    cancel(require_servers(bootstrap_servers), Topics(namespace), job_id)
+    A job that has already ended is left as it is: exit 0 if it was cancelled, 1 if it completed
+    or failed (nothing was cancelled)."""
+    from jobs.registry import JobState, cancel, job_status
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    status = job_status(settings, topics, job_id)
+    if status.state is JobState.CANCELLED:
+        click.echo(f"job {job_id} was already cancelled: {status.line()}", err=True)
+        return
+    if status.state.ended:  # a cancellation would change nothing but say it had
+        ended = "completed" if status.state is JobState.COMPLETED_WITH_ERRORS else status.state.value
+        click.echo(f"error: job {job_id} had already {ended}, so nothing was cancelled: {status.line()}", err=True)
+        raise SystemExit(ExitCode.FAILED)
+    cancel(settings, topics, job_id)
     click.echo(f"cancelled {job_id}", err=True)
 
 

@@ -113,9 +113,12 @@ def offsets() -> None:
 @cluster_options
 def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
     """Committed offset, end and lag per partition."""
+    from jobs.replay import require_topic
     from kafka_io.offsets import group_offsets
 
-    rows = group_offsets(require_servers(bootstrap_servers), group, topic)
+    settings = require_servers(bootstrap_servers)
+    require_topic(settings, topic)
+    rows = group_offsets(settings, group, topic)
     click.echo("partition\tcommitted\tend\tlag")
     for r in rows:
         committed = r.committed if r.committed >= 0 else "-"
@@ -145,15 +148,22 @@ def offsets_reset(
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
     from jobs.replay import reset_targets
     from kafka_io.errors import KafkaIOError
-    from kafka_io.offsets import group_offsets, reset_group_offsets
+    from kafka_io.groups import live_groups
+    from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
     settings = require_servers(bootstrap_servers)
     target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
+    # Asked before the moves are printed: Kafka refuses them all while the group has members, and
+    # a list of moves followed by that refusal reads as if they had been made.
+    live = bool(live_groups(settings, [group]))
+    if live and not dry_run:
+        click.echo(f"error: {active_members_error(group)}", err=True)
+        raise SystemExit(ExitCode.FAILED)
     current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
     for p in sorted(target):
         click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")
     if dry_run:
-        click.echo("dry run: nothing changed", err=True)
+        click.echo("dry run: nothing changed" + (f"; {active_members_error(group)}" if live else ""), err=True)
         return
     try:
         reset_group_offsets(settings, group, {(topic, p): o for p, o in target.items()})
@@ -176,21 +186,35 @@ def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @dlq.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, an object per dead letter.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Every dead letter, with its status: outstanding, superseded (its record failed again later) "
+    "or resolved (its record has a result) [default: the outstanding ones only].",
+)
 @_dlq_filters
-def dlq_list(as_json: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str) -> None:
-    """One line per dead letter: id (PARTITION:OFFSET), stage, error, job and record."""
+def dlq_list(
+    as_json: bool, show_all: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
+) -> None:
+    """One line per outstanding dead letter: id (PARTITION:OFFSET), stage, error, job and record.
+
+    Outstanding: the latest dead letter of a record that has no result yet, what `dlq replay` takes."""
     import json
 
-    from jobs.dlq import entries, select
+    from jobs.dlq import OUTSTANDING, entries, select
 
-    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), job_id=job_id, stage=stage)
+    every = entries(require_servers(bootstrap_servers), Topics(namespace), job_id=job_id)
+    chosen = select(every, job_id=job_id, stage=stage, status=None if show_all else OUTSTANDING)
     if as_json:
         click.echo(json.dumps([e.summary() for e in chosen], indent=2))
     else:
         for e in chosen:
             d = e.letter
-            click.echo(f"{e.id}\t{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
-    click.echo(f"{len(chosen)} dead letters", err=True)
+            status = f"{e.status}\t" if show_all else ""
+            click.echo(f"{e.id}\t{status}{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
+    outstanding = sum(e.status == OUTSTANDING for e in chosen)
+    click.echo(f"{len(chosen)} dead letters" + (f", {outstanding} outstanding" if show_all else ""), err=True)
 
 
 @dlq.command(name="show")
@@ -201,9 +225,9 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
     per dead letter, so a large payload streams instead of being held in one array."""
     import json
 
-    from jobs.dlq import entries, select
+    from jobs.dlq import letters, select
 
-    chosen = select(entries(require_servers(bootstrap_servers), Topics(namespace)), ids=ids)
+    chosen = select(letters(require_servers(bootstrap_servers), Topics(namespace)), ids=ids, status=None)
     for e in chosen:
         click.echo(json.dumps(e.detail()))
     missing = set(ids) - {e.id for e in chosen}
@@ -218,13 +242,28 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
 def dlq_replay(
     ids: tuple[str, ...], job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
 ) -> None:
-    """Re-inject dead letters into the topic they failed on, after a fix (all that match the filters)."""
-    from jobs.dlq import entries, replay, select
+    """Re-inject outstanding dead letters into the topic they failed on, after a fix.
+
+    Each record that has no result yet is replayed once, from its latest dead letter; a record
+    that fails again gets a new one, which the next replay takes. A record replayed again before
+    its stage has taken it is taken twice: its results are kept once."""
+    from jobs.dlq import OUTSTANDING, RESOLVED, SUPERSEDED, entries, replay, select
 
     if not (ids or job_id or stage):
         raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
     settings = require_servers(bootstrap_servers)
-    chosen = select(entries(settings, Topics(namespace)), job_id=job_id, stage=stage, ids=ids)
+    every = entries(settings, Topics(namespace), job_id=job_id)
+    named = select(every, job_id=job_id, stage=stage, ids=ids, status=None)
+    missing = set(ids) - {e.id for e in named}
+    if missing:  # said before anything is replayed, as `dlq show` says it
+        click.echo(f"error: no dead letter at {', '.join(sorted(missing))} that matches", err=True)
+        raise SystemExit(ExitCode.FAILED)
+    for e in named if ids else ():  # one named that is not the one to replay: say why
+        if e.status == RESOLVED:
+            click.echo(f"not replayed: {e.id}: its record has a result", err=True)
+        elif e.status == SUPERSEDED:
+            click.echo(f"not replayed: {e.id}: its record failed again later, at {e.latest}", err=True)
+    chosen = [e for e in named if e.status == OUTSTANDING]
     cut = [e for e in chosen if e.letter.truncated]
     for e in cut:  # only the start of the record was kept: replaying it would send a corrupt record
         click.echo(

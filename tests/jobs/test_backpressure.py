@@ -25,6 +25,20 @@ def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: Pipe
     assert pipeline.cli("submit", str(second), "--model", "tiny", "--max-backlog", "150").returncode == 0
 
 
+def test_submit_refuses_a_job_larger_than_the_maximum_backlog_without_telling_to_retry(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """No wait and no extra worker can ever let such a job in: "retry later" would loop forever."""
+    rows = write_jsonl(tmp_path / "in.jsonl", example_lines(50))
+    refused = pipeline.cli("submit", str(rows), "--model", "tiny", "--max-backlog", "10")
+    assert refused.returncode == 5
+    assert "this job alone has 50 records, over the maximum backlog of 10" in refused.stderr
+    assert "split it" in refused.stderr and "Retry later" not in refused.stderr
+    assert pipeline.cli("submit", str(rows), "--model", "tiny", "--max-backlog", "49").returncode == 5
+    assert not list(read_topics(pipeline.settings, [pipeline.topics.raw_text]))  # nothing produced
+    assert pipeline.cli("submit", str(rows), "--model", "tiny", "--max-backlog", "50").returncode == 0
+
+
 def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catches_up(
     pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:

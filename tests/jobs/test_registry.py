@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from jobs.registry import find_job
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, write_jsonl
 from tests.tiny_model import TinyModel
@@ -164,3 +165,27 @@ def test_jobs_list_and_status_agree_on_a_job_that_is_preprocessed_but_not_inferr
     listed = json.loads(pipeline.cli("jobs", "list", "--json").stdout)
     assert status["state"] == "running"
     assert [j for j in listed if j["job_id"] == job_id] == [status]
+
+
+def test_cancel_says_a_job_had_already_ended_and_changes_nothing(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """Cancelling a completed job printed "cancelled" and exited 0 while nothing changed."""
+    source = str(write_jsonl(tmp_path / "in.jsonl", example_lines(5)))
+    waiting = pipeline.cli("submit", source, "--model", "tiny").stdout.strip()  # no worker yet
+    assert pipeline.cli("cancel", waiting).returncode == 0
+    again = pipeline.cli("cancel", waiting)
+    assert again.returncode == 0 and f"job {waiting} was already cancelled" in again.stderr, again.stderr
+
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    done = pipeline.cli("submit", source, "--model", "tiny", "--wait")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    late = pipeline.cli("cancel", job_id)
+    assert late.returncode == 1
+    assert f"error: job {job_id} had already completed, so nothing was cancelled" in late.stderr, late.stderr
+    assert f"cancelled {job_id}" not in late.stderr
+    status = json.loads(pipeline.cli("status", job_id, "--json").stdout)
+    assert status["state"] == "completed" and status["counts"]["cancelled"] == 0
+    assert find_job(pipeline.settings, pipeline.topics, job_id).cancelled_at is None  # the registry row is as it was

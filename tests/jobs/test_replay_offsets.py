@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kafka_io.clients import make_consumer, make_producer
+from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -123,3 +123,46 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
         done = pipeline.cli(*args)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and not done.stdout, args
+
+
+def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not_created(pipeline: Pipeline) -> None:
+    """Reading a missing topic created it (Tansu auto-creates on metadata), and a typo then read as "0 records"."""
+    topic = pipeline.topics.raw_text
+    produce_texts(pipeline, topic, ["a", "b"])
+    typo = topic + "x"
+    group = ("--group", "g-untouched", "--topic", typo)
+    for args in (
+        ("replay", "--topic", typo, "--from-offset", "0"),
+        ("replay", "--topic", typo, "--from-time", "2026-11-29T18:00:00Z"),
+        ("offsets", "show", *group),
+        ("offsets", "reset", *group, "--to-earliest"),
+        ("offsets", "reset", *group, "--to-latest", "--dry-run"),
+    ):
+        done = pipeline.cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert f"no topic '{typo}'" in done.stderr and "nothing was read or created" in done.stderr, args
+        assert f"its topics, closest first: {topic}," in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and not done.stdout, args
+    admin = make_admin(pipeline.settings)
+    assert typo not in admin.list_topics(timeout=10).topics
+
+
+def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(pipeline: Pipeline) -> None:
+    """The moves were printed as if made, then a raw KafkaError{code=UNKNOWN_MEMBER_ID...} followed."""
+    topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("live")
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
+    consumer = make_consumer(pipeline.settings, group)
+    try:
+        first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+        commit_window(consumer, first)  # a member now, and it stays one until closed
+        refused = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-earliest")
+        assert refused.returncode == 1, refused.stderr
+        assert f"group {group} has active members: stop its workers, then reset" in refused.stderr
+        assert "KafkaError" not in refused.stderr and not refused.stdout
+        dry = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-earliest", "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert f"{topic}/0: 5 -> 0" in dry.stdout and "has active members" in dry.stderr
+    finally:
+        consumer.close()
+    shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
+    assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"  # nothing moved
