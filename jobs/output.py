@@ -119,7 +119,9 @@ def write_atomically(path: Path, write: Callable[[IO[Any]], int], *, binary: boo
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            exc.filename = str(path)  # a full disk fails write(), which names no file: name the one wanted
         raise
     return count
