@@ -23,25 +23,52 @@ class OutputFormat(StrEnum):
 
 
 _SUFFIXES = {
+    ".jsonl": OutputFormat.JSONL,
+    ".ndjson": OutputFormat.JSONL,
+    ".jsonlines": OutputFormat.JSONL,
     ".parquet": OutputFormat.PARQUET,
     ".pq": OutputFormat.PARQUET,
     ".arrow": OutputFormat.ARROW,
     ".feather": OutputFormat.ARROW,
     ".ipc": OutputFormat.ARROW,
 }
-
-
-def output_format(path: Path | None, forced: str | None = None) -> OutputFormat:
-    """The format asked for, else the one the file name says (.parquet, .arrow, ...), else JSON Lines."""
-    if forced is not None:
-        return OutputFormat(forced)
-    if path is None:
-        return OutputFormat.JSONL
-    return _SUFFIXES.get(path.suffix.lower(), OutputFormat.JSONL)
+# Names that promise a format nearline does not write: JSON Lines under them would be read wrong
+# (a .csv opened as a table, a .json as one document, a .gz decompressed), so they are refused.
+_FOREIGN = {
+    **dict.fromkeys((".csv", ".tsv", ".json", ".xlsx", ".xls", ".xml", ".yaml", ".yml", ".html", ".htm"), "table"),
+    **dict.fromkeys((".avro", ".orc", ".pickle", ".pkl", ".npy", ".npz", ".h5", ".hdf5", ".sqlite", ".db"), "table"),
+    **dict.fromkeys((".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z", ".lz4", ".snappy"), "compressed"),
+}
 
 
 class OutputPathError(ValueError):
     """The output path cannot take a results file; said before the job starts, not after it ends."""
+
+
+class OutputFormatError(OutputPathError):
+    """The output's name promises a format nearline does not write."""
+
+
+def output_format(path: Path | None, forced: str | None = None) -> OutputFormat:
+    """The format asked for, else the one the file name says (.parquet, .arrow, ...), else JSON Lines;
+    OutputFormatError for a name that says another format (.csv, .json, .gz, ...)."""
+    if forced is not None:
+        return OutputFormat(forced)
+    if path is None:
+        return OutputFormat.JSONL
+    suffix = path.suffix.lower()
+    if suffix in _FOREIGN:
+        what = "compress its output" if _FOREIGN[suffix] == "compressed" else f"write {suffix[1:].upper()}"
+        raise OutputFormatError(
+            f"{path}: nearline does not {what}; name the file .jsonl (JSON Lines), .parquet or .arrow, "
+            "or pass --output-format jsonl to write JSON Lines under this name anyway"
+        )
+    return _SUFFIXES.get(suffix, OutputFormat.JSONL)
+
+
+def names_format(path: Path) -> bool:
+    """Whether path's suffix chooses its format (else it gets JSON Lines by default)."""
+    return path.suffix.lower() in _SUFFIXES
 
 
 def check_output_path(path: Path) -> None:
@@ -92,7 +119,9 @@ def write_atomically(path: Path, write: Callable[[IO[Any]], int], *, binary: boo
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:
+            exc.filename = str(path)  # a full disk fails write(), which names no file: name the one wanted
         raise
     return count

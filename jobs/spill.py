@@ -8,6 +8,8 @@ the records wait between reading the topics and writing them out.
 
 from __future__ import annotations
 
+import io
+import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -38,7 +40,8 @@ class ResultSpill:
     ) -> None:
         self.job_id, self.model_version, self.submission = job_id, model_version, submission
         self.results = self.dead = self.duplicates = 0
-        self._dir = tempfile.TemporaryDirectory(prefix="nearline-results-", dir=directory)
+        self.parent = Path(directory or tempfile.gettempdir())
+        self._dir = tempfile.TemporaryDirectory(prefix="nearline-results-", dir=self.parent)
         self._db = sqlite3.connect(Path(self._dir.name) / "spill.sqlite")
         # a scratch file: nothing to recover after a crash, so no journal and no fsync
         self._db.executescript(
@@ -152,6 +155,19 @@ class ResultSpill:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple[Path, int]:
+    """Write the spill's records to a new folder beside the spill itself, as a file named like wanted:
+    where a run's results go when wanted's filesystem cannot take them. That folder held them all
+    (in sqlite) during the run, so it most likely has room. (path, records); OSError if not."""
+    folder = Path(tempfile.mkdtemp(prefix="nearline-kept-", dir=spill.parent))
+    path = folder / wanted.name
+    try:
+        return path, write_items(spill.ordered(), spill.example(), path, io.StringIO(), fmt)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def write_results(

@@ -9,10 +9,12 @@ quarter of the bytes of float32.
 from __future__ import annotations
 
 import io
+import re
+import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps, TiffImagePlugin, UnidentifiedImageError
 
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
@@ -48,6 +50,71 @@ class CorruptImageError(ImageError):
     pass
 
 
+class UnsupportedImageError(ImageError):
+    """A valid image in a format or compression this build of Pillow cannot decode: not corrupt."""
+
+
+# Formats Pillow may lack a decoder for, by their signature: what the file is, said when it fails
+# to open, rather than "not an image".
+_SIGNATURES = (
+    (re.compile(rb"RIFF....WEBP", re.DOTALL), "WebP"),
+    (re.compile(rb"....ftyp(avif|avis)", re.DOTALL), "AVIF"),
+    (re.compile(rb"....ftyp(heic|heix|hevc|heim|heis|mif1|msf1)", re.DOTALL), "HEIC/HEIF"),
+    (re.compile(rb"\x00\x00\x00\x0cjP  \r\n\x87\n|\xff\x4f\xff\x51"), "JPEG 2000"),
+    (re.compile(rb"\xff\x0a|\x00\x00\x00\x0cJXL \r\n\x87\n"), "JPEG XL"),
+)
+_TIFF_COMPRESSIONS = {34712: "JPEG 2000", 34887: "LERC", 50002: "JPEG XL", 33003: "Aperio JPEG 2000"}
+_NO_DECODER = re.compile(r"decoder (\S+) not available")
+
+
+def tiff_compression(data: bytes) -> int | None:
+    """The Compression tag (259) of a classic TIFF's first image, from the bytes; None if unreadable."""
+    order = {b"II*\x00": "<", b"MM\x00*": ">"}.get(data[:4])
+    if order is None:
+        return None
+    try:
+        (ifd,) = struct.unpack_from(order + "I", data, 4)
+        (entries,) = struct.unpack_from(order + "H", data, ifd)
+        for entry in range(ifd + 2, ifd + 2 + 12 * entries, 12):
+            tag, kind = struct.unpack_from(order + "HH", data, entry)
+            if tag == 259:
+                return int(struct.unpack_from(order + ("H" if kind == 3 else "I"), data, entry + 8)[0])
+    except struct.error:
+        return None
+    return None
+
+
+def _tiff_name(compression: int) -> str:
+    name = TiffImagePlugin.COMPRESSION_INFO.get(compression) or _TIFF_COMPRESSIONS.get(compression, "unknown")
+    return f"{compression} ({name})"
+
+
+def _unopenable(data: bytes) -> ImageError:
+    """Why Pillow could not identify data: a format this build lacks, a corrupt TIFF, or not an image."""
+    compression = tiff_compression(data)
+    if compression is not None and compression not in TiffImagePlugin.COMPRESSION_INFO:
+        return UnsupportedImageError(f"TIFF with compression {_tiff_name(compression)} is not supported by this build")
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return CorruptImageError("corrupt TIFF header: Pillow could not read its first image directory")
+    for signature, name in _SIGNATURES:
+        if signature.match(data):
+            return UnsupportedImageError(f"{name} is not supported by this build of Pillow")
+    return NotAnImageError(f"not a recognised image format ({len(data)} bytes, starting {data[:8]!r})")
+
+
+def _undecodable(image: Image.Image, exc: Exception) -> ImageError:
+    """Why a recognised image failed to decode: a decoder this build lacks (Pillow without libtiff or
+    libwebp says "decoder libtiff not available"), else corruption."""
+    missing = _NO_DECODER.search(str(exc))
+    if image.format == "TIFF":
+        compression = str(image.info.get("compression", "raw"))
+        if missing:
+            return UnsupportedImageError(f"TIFF with compression {compression} is not supported by this build")
+    elif missing:
+        return UnsupportedImageError(f"{image.format} is not supported by this build ({missing[1]} decoder missing)")
+    return CorruptImageError(f"truncated or corrupt {image.format or 'image'}: {exc}")
+
+
 def open_checked(data: bytes, spec: ImageSpec) -> Image.Image:
     """Open from the header only, refusing what is empty, not an image, or too many pixels to decode."""
     if not data:
@@ -55,7 +122,7 @@ def open_checked(data: bytes, spec: ImageSpec) -> Image.Image:
     try:
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError:
-        raise NotAnImageError(f"not a recognised image format ({len(data)} bytes, starting {data[:8]!r})") from None
+        raise _unopenable(data) from None
     except (OSError, SyntaxError, ValueError) as exc:  # a header Pillow recognises but cannot parse
         raise CorruptImageError(f"corrupt image header: {exc}") from None
     width, height = image.size
@@ -97,7 +164,7 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
         image = ImageOps.exif_transpose(image)
         image = to_rgb(image, spec.background)
     except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise CorruptImageError(f"truncated or corrupt {image.format or 'image'}: {exc}") from None
+        raise _undecodable(image, exc) from None
     crop = image.resize((spec.crop, spec.crop), RESAMPLE[spec.resample], box=crop_box(image.size, spec))
     return np.ascontiguousarray(np.asarray(crop, dtype=np.uint8).transpose(2, 0, 1))
 

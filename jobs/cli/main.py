@@ -27,7 +27,7 @@ from jobs.cli.options import (
     wait_options,
 )
 from jobs.exit_codes import ExitCode
-from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
+from jobs.output import OutputFormat
 from jobs.submit import SubmitReport, submit
 from kafka_io.settings import Topics
 
@@ -90,10 +90,9 @@ def run(
     Example:
       nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
     """
-    from jobs.columnar import ColumnarShapeError
+    from jobs.cli.run_output import write_run_output
     from jobs.launch.runner import run_job
     from jobs.launch.signals import Terminated, terminate_like_interrupt
-    from jobs.results import write_items
 
     out_format = checked_output(output, output_format)
     if output is not None and output.exists() and Path(input_path).exists() and output.samefile(input_path):
@@ -134,50 +133,22 @@ def run(
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
     with result.results as spill:
-        nowhere = False  # a failed run's results have no file to go to
-        if result.failure is not None and output is not None:
-            output = partial_output(output, spill.done)
-            nowhere = output is None
-        format_failed = False
-        if nowhere:
-            written = 0
-        else:
-            try:
-                written = write_items(spill.ordered(), spill.example(), output, sys.stdout, out_format)
-            except ColumnarShapeError as exc:
-                # the embedded broker is gone with the run: these results exist nowhere else
-                assert output is not None  # a columnar format needs -o
-                output, out_format = output.with_name(output.name + ".jsonl"), OutputFormat.JSONL
-                written = write_items(spill.ordered(), None, output, sys.stdout)
-                click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
-                format_failed = True
+        written = write_run_output(
+            spill, output, out_format, run_failed=result.failure is not None, cluster=bool(bootstrap_servers)
+        )
     click.echo(result.summary.line(), err=True)
     if result.report.submitted == 0 and not result.report.skipped:
         click.echo(f"warning: {input_path} holds no records: there was nothing to run", err=True)
-    if output:
-        click.echo(f"wrote {written} {'lines' if out_format is OutputFormat.JSONL else 'rows'} to {output}", err=True)
+    if written.path is not None:
+        unit = "lines" if written.fmt is OutputFormat.JSONL else "rows"
+        click.echo(f"wrote {written.count} {unit} to {written.path}", err=True)
     if result.failure is not None:
         click.echo(f"error: {result.failure}", err=True)
         raise SystemExit(result.failure.exit_code)
-    if format_failed:
+    if written.failed:
         raise SystemExit(ExitCode.FAILED)
     if result.summary.dead_lettered:
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
-
-
-def partial_output(output: Path, results: int) -> Path | None:
-    """Where a failed run writes what came back: beside -o, never over it, so a complete file from
-    an earlier run stays as it was and nothing is mistaken for a finished job; None: nowhere."""
-    if not results:
-        click.echo("no results came back; -o was left as it was", err=True)
-        return None
-    partial = partial_path(output)
-    try:
-        check_output_path(partial)
-    except OutputPathError as exc:
-        click.echo(f"error: cannot write the results so far: {exc}", err=True)
-        return None
-    return partial
 
 
 def _submit(

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from jobs.exit_codes import ExitCode
-from jobs.output import OutputFormat, OutputPathError, check_output_path, output_format
+from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, output_format
 from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
@@ -330,15 +330,17 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def checked_output(output: Path | None, forced_format: str | None) -> OutputFormat:
     """The output's format, once -o is known to take it: a usage error said at once, not a traceback
     after the whole job has run."""
-    fmt = output_format(output, forced_format)
-    if output is None:
-        if fmt.binary:
-            raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
-        return fmt
     try:
+        fmt = output_format(output, forced_format)
+        if output is None:
+            if fmt.binary:
+                raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
+            return fmt
         check_output_path(output)
     except OutputPathError as exc:
         raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
+    if forced_format is None and not names_format(output):  # out.txt, results: not what the name says
+        click.echo(f"note: writing JSON Lines to {output} (.parquet or .arrow would choose another format)", err=True)
     return fmt
 
 

@@ -21,8 +21,33 @@ STAGES = (
 )
 STAMPS = tuple(dict.fromkeys(k for _, a, b in STAGES for k in (a, b)))  # in stage order
 MISSING = -1  # a stamp the result does not carry
-# A queue is long because the stage after it cannot keep up: blame that stage.
+# A queue is long because the stage after it cannot keep up: blame that stage, and say which queue
+# it is, or "bottleneck: inference (slowest stage: batching)" reads as a contradiction.
 BLAME = {"wait for preprocess": "preprocess", "wait for inference": "inference", "batching": "inference"}
+WAITING = {
+    "wait for preprocess": "submitted records wait in the raw topic for a preprocess worker to take them",
+    "wait for inference": "preprocessed records wait in the tensor topic for a GPU worker to poll them",
+    "batching": "decoded poll windows wait for the engine to finish the batches before them",
+}
+REMEDY = {
+    "preprocess": "more preprocess workers (nearline worker preprocess), or more CPUs for them",
+    "inference": "a faster engine or accelerator, larger executed batches (--max-batch-size), or more GPU workers",
+    "postprocess": "a GPU worker with more CPU to spare",
+}
+
+
+def bottleneck_reason(slowest: str, mean_ms: float) -> str:
+    """Why the bottleneck is the stage named: the slowest stage, or the one a slow queue waits on."""
+    blamed = BLAME.get(slowest, slowest)
+    if slowest == blamed:
+        why = f"the slowest stage itself, {mean_ms:.1f} ms a record on average"
+    else:
+        why = (
+            f"the slowest stage is {slowest!r} ({mean_ms:.1f} ms a record on average), a queue: "
+            f"{WAITING[slowest]}, so {blamed} is what cannot keep up"
+        )
+    remedy = REMEDY.get(blamed)
+    return why + (f"; to go faster: {remedy}" if remedy else "")
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,7 @@ class Profile:
     end_to_end: Latency
     slowest_stage: str
     bottleneck: str
+    bottleneck_reason: str
     engine_busy_fraction: float
     batches: int
     mean_batch_size: float
@@ -65,7 +91,7 @@ class Profile:
         ]
         for name, lat in [*self.stages.items(), ("end to end", self.end_to_end)]:
             out.append(f"{name:<22}{lat.p50_ms:>10.1f}{lat.p95_ms:>10.1f}{lat.p99_ms:>10.1f}{lat.mean_ms:>10.1f}")
-        out.append(f"bottleneck: {self.bottleneck} (slowest stage: {self.slowest_stage})")
+        out.append(f"bottleneck: {self.bottleneck}: {self.bottleneck_reason}")
         out.append(f"engine busy fraction: {self.engine_busy_fraction:.1%} of the job's wall time")
         if self.padding_waste:
             out.append(f"padding waste: {self.padding_waste:.1%} of the tokens the engine ran")
@@ -174,6 +200,7 @@ def profile(results: Timings | Iterable[InferenceResult]) -> Profile:
         end_to_end=Latency.of(samples["end to end"]),
         slowest_stage=slowest,
         bottleneck=BLAME.get(slowest, slowest),
+        bottleneck_reason=bottleneck_reason(slowest, stages[slowest].mean_ms),
         engine_busy_fraction=busy / wall_us if wall_us else 0.0,
         batches=len(last),
         mean_batch_size=records / len(last),

@@ -17,7 +17,7 @@ import pytest
 import jobs.columnar
 from jobs.columnar import ColumnarShapeError
 from jobs.launch.runner import watch_job
-from jobs.output import OutputFormat, output_format
+from jobs.output import OutputFormat, OutputFormatError, output_format
 from jobs.results import write_items
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -110,6 +110,10 @@ def test_the_format_comes_from_the_flag_else_the_suffix_else_json_lines() -> Non
     assert output_format(Path("r.txt")) is OutputFormat.JSONL
     assert output_format(None) is OutputFormat.JSONL
     assert output_format(Path("r.jsonl"), "parquet") is OutputFormat.PARQUET
+    assert output_format(Path("r.csv"), "jsonl") is OutputFormat.JSONL  # asked for by name: written
+    for name in ("r.csv", "r.TSV", "r.json", "r.jsonl.gz", "r.parquet.zst", "r.xlsx"):
+        with pytest.raises(OutputFormatError, match="--output-format jsonl"):
+            output_format(Path(name))
 
 
 def test_nearline_results_refuses_a_job_of_mixed_output_shapes_as_parquet_and_writes_it_as_json_lines(

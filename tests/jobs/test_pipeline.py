@@ -61,7 +61,9 @@ def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(
     shown = pipeline.cli("profile", job_id)
     assert shown.returncode == 0, shown.stderr
     assert "bottleneck: " in shown.stdout and "engine busy fraction" in shown.stdout
+    assert "to go faster: " in shown.stdout and "(slowest stage: " not in shown.stdout  # says why
     report = json.loads(pipeline.cli("profile", job_id, "--json").stdout)
+    assert "to go faster: " in report["bottleneck_reason"]
     assert report["records"] == len(rows)
     assert set(report["stages"]) == {
         "wait for preprocess",

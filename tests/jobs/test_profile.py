@@ -61,3 +61,26 @@ def test_timings_keep_one_row_per_record_and_profile_the_same_as_the_results() -
     # a record without every stamp is counted by nobody's latency, and does not break the others
     timings.put(InferenceResult("j", "d", 0, "m", "1", (), "b3", 1, {}, {"submitted": 0}, (), 1, 1))
     assert len(timings) == 4 and profile(timings).records == 3
+
+
+def test_a_bottleneck_other_than_the_slowest_stage_is_explained() -> None:
+    # formed windows wait 40 ms for the engine, which runs 10 ms: the queue "batching" is slowest,
+    # and it is a queue before the engine, so inference is the bottleneck; the line must say why
+    results = [
+        result("a", "b0", [0, 1000, 2000, 3000, 43_000, 53_000, 54_000]),
+        result("b", "b1", [0, 1000, 2000, 3000, 43_000, 53_000, 54_000]),
+    ]
+    p = profile(results)
+    assert (p.slowest_stage, p.bottleneck) == ("batching", "inference")
+    (line,) = [line for line in p.lines() if line.startswith("bottleneck:")]
+    assert line == (
+        "bottleneck: inference: the slowest stage is 'batching' (40.0 ms a record on average), a queue: "
+        "decoded poll windows wait for the engine to finish the batches before them, so inference is what "
+        "cannot keep up; to go faster: a faster engine or accelerator, larger executed batches "
+        "(--max-batch-size), or more GPU workers"
+    )
+    assert p.to_dict()["bottleneck_reason"] == line.removeprefix("bottleneck: inference: ")
+    # the slowest stage blamed on itself says so, not "(slowest stage: preprocess)"
+    own = profile([result("c", "b2", [0, 0, 90_000, 91_000, 91_000, 92_000, 93_000])])
+    assert own.bottleneck == "preprocess"
+    assert own.bottleneck_reason.startswith("the slowest stage itself, 90.0 ms a record on average; to go faster:")

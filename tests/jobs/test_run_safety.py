@@ -136,6 +136,34 @@ def test_a_missing_output_folder_is_a_usage_error_before_any_work(
     assert time.monotonic() - started < 15
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("out.csv", "does not write CSV"), ("out.JSON", "does not write JSON"), ("out.jsonl.gz", "does not compress")],
+)
+def test_an_output_named_for_a_format_not_written_is_a_usage_error_before_any_work(
+    name: str, said: str, tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    source = many_lines(tmp_path / "in.jsonl", 10)
+    done = run_embedded(str(source), "--model", "tiny", "-o", str(tmp_path / name), repository=model_repository)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and ".jsonl (JSON Lines), .parquet or .arrow" in done.stderr, done.stderr
+    assert "--output-format jsonl" in done.stderr and "Traceback" not in done.stderr
+    assert "embedded broker" not in done.stderr and sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_json_lines_under_another_name_are_written_when_asked_for_and_said_when_not(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    source = many_lines(tmp_path / "in.jsonl", 10)
+    for name, flags in (("out.csv", ("--output-format", "jsonl")), ("out.txt", ())):
+        out = tmp_path / name
+        done = run_embedded(str(source), "--model", "tiny", "-o", str(out), *flags, repository=model_repository)
+        assert done.returncode == 0, done.stderr
+        assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"r{i}" for i in range(10)]
+        noted = f"note: writing JSON Lines to {out}" in done.stderr
+        assert noted == (not flags), done.stderr
+
+
 def test_a_run_that_gets_no_result_leaves_an_earlier_output_as_it_was(
     tiny: TinyModel, model_repository: Path, tmp_path: Path, reaper: set[int]
 ) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from preprocess_app.image import (
     EmptyImageError,
     ImageTooLargeError,
     NotAnImageError,
+    UnsupportedImageError,
     decode_image,
 )
 from schemas.model_config import ImageSpec
@@ -120,3 +122,85 @@ def test_a_one_pixel_strip_is_cropped_in_bounded_memory(size: tuple[int, int]) -
     done = subprocess.run([sys.executable, "-c", script], input=strip, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert done.stdout.decode().split() == ["(3,", "224,", "224)", "[10.0,", "200.0,", "30.0]"]
+
+
+def test_this_pillow_decodes_webp_and_libtiff_compressions() -> None:
+    from PIL import features
+
+    assert features.check("webp") and features.check("libtiff")
+
+
+def alpha_photo(name: str) -> Image.Image:
+    """A real photo with a left-to-right alpha ramp (128 to 255): transparency must composite alike."""
+    photo = Image.open(next(p for p in real_photos() if p.name == name)).convert("RGB")
+    ramp = np.linspace(128, 255, photo.width, dtype=np.uint8)[None, :].repeat(photo.height, axis=0)
+    photo.putalpha(Image.fromarray(ramp))
+    return photo
+
+
+# coffee: a confident label (chelsea, a cat, sits between "tiger cat" and "Egyptian cat", and lossy
+# encodings flip it, as they would between two JPEG qualities)
+@pytest.mark.parametrize("photo", ["coffee.png"])
+def test_webp_and_compressed_tiff_decode_like_the_png_of_the_same_photo(photo: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.jobs.test_images import torch_top5
+
+    rgba = alpha_photo(photo)
+    rgb = rgba.convert("RGB")
+    files = {
+        "png-rgba.png": encode(rgba, "PNG"),
+        "png-rgb.png": encode(rgb, "PNG"),
+        "lossless-alpha.webp": encode(rgba, "WEBP", lossless=True),
+        "lossy-alpha.webp": encode(rgba, "WEBP", quality=90),
+        "lossy.webp": encode(rgb, "WEBP", quality=90),
+        "lzw.tiff": encode(rgb, "TIFF", compression="tiff_lzw"),
+        "deflate-alpha.tif": encode(rgba, "TIFF", compression="tiff_adobe_deflate"),
+        "jpeg.tiff": encode(rgb, "TIFF", compression="jpeg", quality=90),
+    }
+    crops = {name: decode_image(data, SPEC) for name, data in files.items()}
+    # lossless encodings give the PNG's pixels exactly, transparency composited alike
+    for name, png in (("lossless-alpha.webp", "png-rgba.png"), ("deflate-alpha.tif", "png-rgba.png"),
+                      ("lzw.tiff", "png-rgb.png")):  # fmt: skip
+        assert np.array_equal(crops[name], crops[png]), name
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    paths = [tmp_path / name for name in files]
+    top = {p.name: indices[0] for p, (indices, _) in zip(paths, torch_top5(paths), strict=True)}
+    for name in ("lossy-alpha.webp",):
+        assert top[name] == top["png-rgba.png"], (name, top)
+    for name in ("lossy.webp", "jpeg.tiff"):
+        assert top[name] == top["png-rgb.png"], (name, top)
+
+
+def with_tiff_compression(data: bytes, value: int) -> bytes:
+    """The TIFF with its first image's Compression tag (259) set to value, its pixels unchanged."""
+    import struct
+
+    ifd = struct.unpack_from("<I", data, 4)[0]
+    for entry in range(ifd + 2, ifd + 2 + 12 * struct.unpack_from("<H", data, ifd)[0], 12):
+        if struct.unpack_from("<H", data, entry)[0] == 259:
+            return data[: entry + 8] + struct.pack("<H", value) + data[entry + 10 :]
+    raise AssertionError("no compression tag")
+
+
+@pytest.mark.parametrize(
+    ("value", "said"), [(34712, "34712 (JPEG 2000)"), (50002, "50002 (JPEG XL)"), (9999, "9999 (unknown)")]
+)
+def test_a_tiff_compression_this_build_cannot_decode_is_unsupported_not_corrupt(value: int, said: str) -> None:
+    photo = Image.open(real_photos()[0]).convert("RGB")
+    data = with_tiff_compression(encode(photo, "TIFF", compression="tiff_lzw"), value)
+    with pytest.raises(
+        UnsupportedImageError,
+        match=rf"^TIFF with compression {re.escape(said)} is not supported by this build$",
+    ):
+        decode_image(data, SPEC)
+
+
+def test_an_unsupported_signature_is_named_and_a_cut_webp_is_still_corrupt() -> None:
+    heic = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 64
+    with pytest.raises(UnsupportedImageError, match=r"^HEIC/HEIF is not supported by this build of Pillow$"):
+        decode_image(heic, SPEC)
+    photo = Image.open(real_photos()[0]).convert("RGB")
+    for fmt, params in (("WEBP", {"quality": 90}),):
+        data = encode(photo, fmt, **params)
+        with pytest.raises(CorruptImageError, match="corrupt"):
+            decode_image(data[: len(data) // 2], SPEC)
