@@ -46,6 +46,15 @@ def png_bomb(width: int = 30000, height: int = 30000) -> bytes:
     )
 
 
+def with_tiff_compression(data: bytes, value: int) -> bytes:
+    """The TIFF with its first image's Compression tag (259) set to value, its pixels unchanged."""
+    ifd = struct.unpack_from("<I", data, 4)[0]
+    for entry in range(ifd + 2, ifd + 2 + 12 * struct.unpack_from("<H", data, ifd)[0], 12):
+        if struct.unpack_from("<H", data, entry)[0] == 259:
+            return data[: entry + 8] + struct.pack("<H", value) + data[entry + 10 :]
+    raise AssertionError("no compression tag")
+
+
 def halves(size: tuple[int, int] = (400, 300)) -> Image.Image:
     """Left half black, right half white: orientation shows in where the white ends up."""
     array = np.zeros((size[1], size[0], 3), dtype=np.uint8)
@@ -63,6 +72,9 @@ def bad_and_odd_images() -> dict[str, bytes]:
     frames = [Image.new("RGB", (300, 300), (255, 0, 0)), Image.new("RGB", (300, 300), (0, 0, 255))]
     gif = io.BytesIO()
     frames[0].save(gif, "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    with_alpha = photo.copy()
+    with_alpha.putalpha(200)
+    webp = encode(photo, "WEBP", quality=90)
     rotated = halves()
     exif = rotated.getexif()
     exif[0x0112] = 6  # "rotate 90 CW to display"
@@ -77,4 +89,13 @@ def bad_and_odd_images() -> dict[str, bytes]:
         "animated.gif": gif.getvalue(),
         "exif-rotated.jpg": encode(rotated, "JPEG", quality=95, exif=exif),
         "good.jpg": jpeg,
+        # formats README lists, which the build must decode (#30: WebP and compressed TIFF were
+        # dead-lettered), and what it cannot: said to be unsupported, not corrupt
+        "lossy.webp": webp,
+        "lossless-alpha.webp": encode(with_alpha, "WEBP", lossless=True),
+        "lzw.tiff": encode(photo, "TIFF", compression="tiff_lzw"),
+        "deflate-alpha.tif": encode(with_alpha, "TIFF", compression="tiff_adobe_deflate"),
+        "jpeg.tiff": encode(photo, "TIFF", compression="jpeg", quality=90),
+        "jpeg2000.tiff": with_tiff_compression(encode(photo, "TIFF", compression="tiff_lzw"), 34712),
+        "cut.webp": webp[: len(webp) // 2],
     }

@@ -80,13 +80,16 @@ def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_work
         pipeline.settings, pipeline.topics, job_id, total, check=pipeline.check_workers, timeout_s=180
     )
     dead = {rid: (d.error_type, d.error) for rid, d in outcome.dead.items()}
-    assert set(dead) == {"truncated.jpg", "zero.jpg", "text.jpg", "bomb.png"}
+    assert set(dead) == {"truncated.jpg", "zero.jpg", "text.jpg", "bomb.png", "jpeg2000.tiff", "cut.webp"}
     assert dead["truncated.jpg"][0] == "CorruptImageError"
     assert dead["zero.jpg"][0] == "EmptyImageError"
     assert dead["text.jpg"][0] == "NotAnImageError"
     assert dead["bomb.png"][0] == "ImageTooLargeError" and "30000x30000" in dead["bomb.png"][1]
     assert str(folder / "bomb.png") in dead["bomb.png"][1]  # the reason names the file
+    assert dead["jpeg2000.tiff"][0] == "UnsupportedImageError" and "34712 (JPEG 2000)" in dead["jpeg2000.tiff"][1]
+    assert dead["cut.webp"][0] == "CorruptImageError"
     good = {"cmyk.jpg", "grey16.png", "palette-transparent.png", "animated.gif", "exif-rotated.jpg", "good.jpg"}
+    good |= {"lossy.webp", "lossless-alpha.webp", "lzw.tiff", "deflate-alpha.tif", "jpeg.tiff"}
     assert set(outcome.results) == good | {p.name for p in real_photos()[:4]}
     for w in pipeline.workers:
         assert w.process.poll() is None

@@ -4,6 +4,7 @@ import importlib.metadata
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import PIL
@@ -20,7 +21,7 @@ from preprocess_app.image import (
     decode_image,
 )
 from schemas.model_config import ImageSpec
-from tests.image_corpus import bad_and_odd_images, encode, real_photos
+from tests.image_corpus import bad_and_odd_images, encode, real_photos, with_tiff_compression
 
 SPEC = ImageSpec()
 
@@ -45,6 +46,8 @@ def test_pil_in_this_environment_is_pillow_simd() -> None:
         ("zero.jpg", EmptyImageError, "zero-byte"),
         ("text.jpg", NotAnImageError, "not a recognised image format"),
         ("bomb.png", ImageTooLargeError, "30000x30000 PNG is 900 Mpx, over the 64 Mpx cap"),
+        ("jpeg2000.tiff", UnsupportedImageError, "TIFF with compression 34712 \\(JPEG 2000\\) is not supported"),
+        ("cut.webp", CorruptImageError, "corrupt"),
     ],
 )
 def test_bad_images_are_refused_with_a_specific_reason(
@@ -141,7 +144,7 @@ def alpha_photo(name: str) -> Image.Image:
 # coffee: a confident label (chelsea, a cat, sits between "tiger cat" and "Egyptian cat", and lossy
 # encodings flip it, as they would between two JPEG qualities)
 @pytest.mark.parametrize("photo", ["coffee.png"])
-def test_webp_and_compressed_tiff_decode_like_the_png_of_the_same_photo(photo: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_webp_and_compressed_tiff_decode_like_the_png_of_the_same_photo(photo: str, tmp_path: Path) -> None:
     from tests.jobs.test_images import torch_top5
 
     rgba = alpha_photo(photo)
@@ -169,17 +172,6 @@ def test_webp_and_compressed_tiff_decode_like_the_png_of_the_same_photo(photo: s
         assert top[name] == top["png-rgba.png"], (name, top)
     for name in ("lossy.webp", "jpeg.tiff"):
         assert top[name] == top["png-rgb.png"], (name, top)
-
-
-def with_tiff_compression(data: bytes, value: int) -> bytes:
-    """The TIFF with its first image's Compression tag (259) set to value, its pixels unchanged."""
-    import struct
-
-    ifd = struct.unpack_from("<I", data, 4)[0]
-    for entry in range(ifd + 2, ifd + 2 + 12 * struct.unpack_from("<H", data, ifd)[0], 12):
-        if struct.unpack_from("<H", data, entry)[0] == 259:
-            return data[: entry + 8] + struct.pack("<H", value) + data[entry + 10 :]
-    raise AssertionError("no compression tag")
 
 
 @pytest.mark.parametrize(
