@@ -6,6 +6,7 @@ import glob
 import io
 import json
 import os
+import re
 import secrets
 import stat
 import sys
@@ -225,6 +226,21 @@ class SubmitReport:
     submitted: int
     skipped: list[InputError]
     submission: int | None = None  # names this submission of the job id (its records' header)
+
+
+# A job id is part of every record's key (job_id/record_id), of file names (`nearline report` writes
+# JOB_ID.html) and of the tab-separated lines of `jobs list`: one path segment of printable
+# characters, as a model name is (schemas/model_config.py), upper case allowed.
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+JOB_ID_RULE = "use letters, digits, '.', '_' and '-' (starting with a letter or digit, no '..', at most 100 characters)"
+
+
+def job_id_problem(job_id: str) -> str | None:
+    """Why `job_id` cannot name a job given on the command line, or None when it can."""
+    if JOB_ID.fullmatch(job_id) is None or ".." in job_id:
+        shown = repr(job_id) if len(job_id) <= 60 else f"{job_id[:40]!r}... ({len(job_id):,} characters)"
+        return f"invalid job id {shown}: {JOB_ID_RULE}"
+    return None
 
 
 def new_job_id() -> str:

@@ -17,6 +17,7 @@ from jobs.cli.options import (
     ProgressDisplay,
     batch_args,
     batch_options,
+    checked_job_id,
     checked_output,
     cluster_options,
     format_option,
@@ -53,7 +54,7 @@ def cli(log_level: str) -> None:
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
 @output_options
-@click.option("--job-id", default=None, help="Job id [default: generated].")
+@click.option("--job-id", default=None, callback=checked_job_id, help="Job id [default: generated].")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
 @format_option
@@ -221,7 +222,9 @@ def _submit(
 )
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True)
-@click.option("--job-id", default=None, help="Job id [default: generated]; resubmitting reuses it.")
+@click.option(
+    "--job-id", default=None, callback=checked_job_id, help="Job id [default: generated]; resubmitting reuses it."
+)
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
 @format_option
@@ -446,7 +449,7 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
 @click.argument("topic")
 @click.argument("input_path", metavar="FILE|-")
 @click.option("--model", "-m", required=True, show_envvar=True, help="Model the records are addressed to.")
-@click.option("--job-id", default=None)
+@click.option("--job-id", default=None, callback=checked_job_id)
 @click.option("--skip-invalid", is_flag=True)
 @format_option
 @cluster_options
