@@ -195,10 +195,18 @@ def _submit(
     max_backlog: int | None = None,
     follow_symlinks: bool = False,
 ) -> SubmitReport:
+    source, topics = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks), Topics(namespace)
+    if topic is not None and topic != source.raw_topic(topics):
+        # any other topic took the records and registered a job that no worker would ever finish
+        raise click.BadParameter(
+            f"{topic!r}: {source.kind} records go to {source.raw_topic(topics)}, the topic the preprocess "
+            f"workers read them from (text to {topics.raw_text}, images to {topics.raw_image})",
+            param_hint="'TOPIC'",
+        )
     report = submit(
         require_servers(bootstrap_servers),
-        Topics(namespace),
-        opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks),
+        topics,
+        source,
         model,
         job_id=job_id,
         skip_invalid=skip_invalid,
@@ -466,7 +474,8 @@ def produce(
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
-    """Produce raw text or image records from a file, folder or stdin to TOPIC."""
+    """Produce raw text or image records from a file, folder or stdin to TOPIC, the raw topic of
+    their kind (raw.text or raw.image, with the namespace's prefix)."""
     report = _submit(
         input_path,
         fmt,
