@@ -36,6 +36,24 @@ class InputError:
         return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
 
 
+# What compressed input starts with: read as text it is a screen of "not valid UTF-8" lines.
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gzip -dk"),
+    (b"BZh", "bzip2", "bzip2 -dk"),  # then a digit and the block magic 1AY&SY, checked below
+    (b"\xfd7zXZ\x00", "xz", "xz -dk"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+
+
+def compression(head: bytes) -> tuple[str, str] | None:
+    """(format, command that decompresses it) for the first bytes of a compressed file, else None."""
+    for magic, name, command in COMPRESSED:
+        if head.startswith(magic) and (name != "bzip2" or head[4:10] == b"1AY&SY"):
+            return name, command
+    return None
+
+
 def decode_line(raw: bytes, number: int = 0) -> str:
     """Line `number` of the file as text, or ValueError naming the offending byte. The first line
     loses a UTF-8 byte-order mark (Windows editors write one), which JSON would refuse."""

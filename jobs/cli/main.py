@@ -153,8 +153,6 @@ def run(
                 click.echo(f"error: {exc}; wrote them as JSON Lines to {output} instead", err=True)
                 format_failed = True
     click.echo(result.summary.line(), err=True)
-    if result.report.submitted == 0 and not result.report.skipped:
-        click.echo(f"warning: {input_path} holds no records: there was nothing to run", err=True)
     if output:
         click.echo(f"wrote {written} {'lines' if out_format is OutputFormat.JSONL else 'rows'} to {output}", err=True)
     if result.failure is not None:

@@ -22,7 +22,7 @@ import click
 from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat, OutputPathError, check_output_path, output_format
 from jobs.progress import Progress
-from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, job_id_problem
+from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, UnusableInputError, job_id_problem
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
@@ -80,6 +80,11 @@ class NearlineGroup(click.Group):
 
         try:
             return super().invoke(ctx)
+        except UnusableInputError as exc:  # no --skip-invalid advice: it would not help
+            for error in exc.errors[:50]:
+                click.echo(f"error: {error}", err=True)
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.INVALID_INPUT)
         except InvalidInputError as exc:
             for error in exc.errors[:50]:
                 click.echo(f"error: {error}", err=True)
