@@ -5,7 +5,8 @@ One row per record, in input order, the same records and values as the JSON Line
 `id`, `job_id`, `model`, the model's outputs as typed columns (an embedding is a fixed-size list
 of float32; a classifier's `labels` a list of {label, index, score}), `model_version`, `error`
 ({stage, type, message} for a dead-lettered record, else null) and `attributes` (the input's
-attributes as a JSON object string, else null: jobs mix attribute keys, so no struct fits all).
+attributes as a JSON object string of the values they were, else null: jobs mix attribute keys, so
+no struct fits all).
 The output columns come from the job's first result; a result of another shape (a model version
 with other outputs) is refused with ColumnarShapeError, as no typed column can hold both.
 """
@@ -20,6 +21,7 @@ import numpy as np
 
 from jobs.output import OutputFormat
 from schemas import DeadLetter, InferenceResult
+from schemas.attributes import attribute_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -119,7 +121,8 @@ class ResultColumns:
         self.models.append(model)
         self.versions.append(version)
         self.errors.append(None)
-        self.attributes.append(json.dumps(attributes, ensure_ascii=False, sort_keys=True) if attributes else None)
+        values = attribute_values(attributes) if attributes else None
+        self.attributes.append(json.dumps(values, ensure_ascii=False, sort_keys=True) if values else None)
 
     @staticmethod
     def _describe(item: InferenceResult) -> str:

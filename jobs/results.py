@@ -17,6 +17,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
+from schemas.attributes import attribute_values
 
 
 class JobFold(Protocol):
@@ -186,8 +187,8 @@ def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
             # Left an array: json_line writes it without a Python float per element.
             line[name] = np.round(array.astype(np.float64), 8)
     line["model_version"] = item.model_version
-    if item.attributes:  # carried from the input line untouched, for joining results back
-        line["attributes"] = item.attributes
+    if item.attributes:  # the input line's, as the JSON values they were, for joining results back
+        line["attributes"] = attribute_values(item.attributes)
     return line
 
 

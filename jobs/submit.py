@@ -6,6 +6,7 @@ import glob
 import io
 import json
 import os
+import re
 import secrets
 import stat
 import sys
@@ -35,6 +36,7 @@ from producers.images import (
     read_image_folder,
     read_image_jsonl,
 )
+from producers.inputs import compression
 from schemas import Job, RawImage, RawText, encode, now_us
 from schemas.model_config import check_model_name
 
@@ -47,6 +49,15 @@ class SubmitInterruptedError(BrokerUnavailableError):
 
 class BacklogRefusedError(RuntimeError):
     """The job would push the pipeline's backlog past the configured maximum."""
+
+
+class UnusableInputError(ValueError):
+    """The input as a whole cannot be a job (not a regular file, compressed, no valid record):
+    nothing is submitted, with or without --skip-invalid. `errors`: the records' problems, if any."""
+
+    def __init__(self, message: str, errors: list[InputError] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
 
 
 class InvalidInputError(ValueError):
@@ -83,6 +94,42 @@ def unreadable_input(path: Path, folder_ok: bool) -> str | None:
     if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
         return None
     return f"is {file_kind(mode)}, not a regular file"
+
+
+def compressed_input(head: bytes, where: str) -> str | None:
+    """Why input starting with `head` is refused when it is compressed, else None. Refused, not
+    read: a job's input is read twice (to validate, then to send), and decompressing it first
+    costs the user one command."""
+    found = compression(head)
+    if found is None:
+        return None
+    name, command = found
+    return f"is {name}-compressed; nearline reads uncompressed input: decompress it first ({command} {where})"
+
+
+def check_input(source: JobInput, validated: tuple[int, list[InputError]], skip_invalid: bool) -> None:
+    """UnusableInputError when the input as a whole cannot be a job, InvalidInputError when some
+    record is invalid and skip_invalid is off; a job is only submitted past both."""
+    valid, errors = validated
+    wholes = {str(p) for p in (source.parts or (source.path,)) if not p.is_dir()}
+    whole = next((e for e in errors if e.line == 0 and e.path in wholes), None)
+    if whole is not None:
+        advice = ""
+        if "is a FIFO" in whole.reason:
+            advice = (
+                " (a job reads its input twice, to validate it and then to send it; "
+                "to send a stream, pipe it to stdin: - as INPUT)"
+            )
+        raise UnusableInputError(f"{whole}: nothing was submitted{advice}")
+    if errors and not skip_invalid:
+        raise InvalidInputError(errors)
+    if valid == 0:
+        what = "images" if source.kind == "image" and source.path.is_dir() else "records"
+        if errors:
+            raise UnusableInputError(
+                f"{source.path}: none of its {what} is valid ({len(errors)} invalid): nothing was submitted", errors
+            )
+        raise UnusableInputError(f"{source.path} holds no {what}: nothing was submitted")
 
 
 @dataclass(frozen=True)
@@ -135,8 +182,13 @@ class JobInput:
             return self._read_parts()
         if self._stdin is None:
             problem = unreadable_input(self.path, folder_ok=self.kind == "image")
-            if problem:
-                return iter([InputError(str(self.path), 0, problem)])
+            if problem is None and not (self.path.is_dir() or is_image_path(self.path)):
+                with self.path.open("rb") as f:
+                    problem = compressed_input(f.read(10), str(self.path))
+        else:
+            problem = compressed_input(self._stdin[:10], "FILE")
+        if problem:
+            return iter([InputError(str(self.path), 0, problem)])
         if self.kind == "image":
             if self.path.is_dir() or is_image_path(self.path):
                 return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
@@ -227,6 +279,21 @@ class SubmitReport:
     submission: int | None = None  # names this submission of the job id (its records' header)
 
 
+# A job id is part of every record's key (job_id/record_id), of file names (`nearline report` writes
+# JOB_ID.html) and of the tab-separated lines of `jobs list`: one path segment of printable
+# characters, as a model name is (schemas/model_config.py), upper case allowed.
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+JOB_ID_RULE = "use letters, digits, '.', '_' and '-' (starting with a letter or digit, no '..', at most 100 characters)"
+
+
+def job_id_problem(job_id: str) -> str | None:
+    """Why `job_id` cannot name a job given on the command line, or None when it can."""
+    if JOB_ID.fullmatch(job_id) is None or ".." in job_id:
+        shown = repr(job_id) if len(job_id) <= 60 else f"{job_id[:40]!r}... ({len(job_id):,} characters)"
+        return f"invalid job id {shown}: {JOB_ID_RULE}"
+    return None
+
+
 def new_job_id() -> str:
     return f"job-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
@@ -265,8 +332,7 @@ def submit(
     """
     check_model_name(model)
     valid, errors = validated or source.validate()
-    if errors and not skip_invalid:
-        raise InvalidInputError(errors)
+    check_input(source, (valid, errors), skip_invalid)
     job_id = job_id or new_job_id()
     topic = topic or source.raw_topic(topics)
     ensure_topics(settings, [*pipeline_topics(topics, model), TopicSpec(topic)])

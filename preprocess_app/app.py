@@ -167,7 +167,8 @@ def create_app(
             await wait_for_gpus()
             try:
                 sources = [
-                    ConsumedRecord(m.topic, m.partition, m.offset, m.value, m.key)
+                    # with the headers, which name the job even when the value cannot be decoded
+                    ConsumedRecord(m.topic, m.partition, m.offset, m.value, m.key, pairs(m.headers))
                     for m in (e.message for e in events)
                     if not cancellations.skips(m.headers)  # counted as cancelled
                 ]
@@ -205,6 +206,13 @@ def create_app(
         await run_batches(stream, images, image_batch, topics.raw_image)
 
     return app
+
+
+def pairs(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
+    """A faust message's headers (a mapping or a list of pairs) as ConsumedRecord keeps them."""
+    if not headers:
+        return ()
+    return tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers)
 
 
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:

@@ -21,6 +21,7 @@ from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from schemas import RawImage, SerdeError, Tensor, TensorRecord, decode, now_us
+from schemas.attributes import attribute_text
 from schemas.model_config import ImageSpec, ModelError, ModelNotFoundError
 
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
@@ -224,7 +225,7 @@ def preprocess_images(
             model=raw.model,
             model_version=version,
             tensors=(Tensor.from_array(input_name, result),),
-            attributes={**raw.attributes, "source": raw.source},
+            attributes={**raw.attributes, "source": attribute_text(raw.source)},
             timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": now_us()},
         )
         out.append(tensor_out(topics, record, src, raw))

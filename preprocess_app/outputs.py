@@ -22,6 +22,9 @@ def tensor_out(topics: Topics, record: TensorRecord, src: ConsumedRecord, raw: R
 
 
 def dead_out(error: Exception, src: ConsumedRecord, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:
-    if raw is None:
-        return dead_letter(STAGE, error, src, topics)
+    if raw is None:  # undecodable (not Avro, or the other kind): the headers and key still name it
+        job_id = src.job_id
+        prefix = f"{job_id}/"
+        record_id = src.key_text.removeprefix(prefix) if job_id and src.key_text.startswith(prefix) else None
+        return dead_letter(STAGE, error, src, topics, job_id=job_id, record_id=record_id)
     return dead_letter(STAGE, error, src, topics, job_id=raw.job_id, record_id=raw.record_id, model=raw.model)

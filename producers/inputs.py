@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from schemas.attributes import attribute_text
 
 # A text record larger than this is refused at submit: it cannot be meant as one input of a
 # 512-token model, and Kafka clusters commonly cap records at 1 MB.
@@ -19,7 +22,7 @@ class InputRecord:
     record_id: str
     text: str
     line: int
-    attributes: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, str] = field(default_factory=dict)  # values as JSON text
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,24 @@ class InputError:
     def __str__(self) -> str:
         # line 0: the problem is the file itself (an image in a folder), not a line of it
         return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
+
+
+# What compressed input starts with: read as text it is a screen of "not valid UTF-8" lines.
+COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "gzip -dk"),
+    (b"BZh", "bzip2", "bzip2 -dk"),  # then a digit and the block magic 1AY&SY, checked below
+    (b"\xfd7zXZ\x00", "xz", "xz -dk"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
+
+
+def compression(head: bytes) -> tuple[str, str] | None:
+    """(format, command that decompresses it) for the first bytes of a compressed file, else None."""
+    for magic, name, command in COMPRESSED:
+        if head.startswith(magic) and (name != "bzip2" or head[4:10] == b"1AY&SY"):
+            return name, command
+    return None
 
 
 def decode_line(raw: bytes, number: int = 0) -> str:
@@ -68,21 +89,48 @@ def check_text(text: str) -> str | None:
 
 
 def check_attributes(obj: dict[str, Any]) -> dict[str, str]:
-    """A JSON line's "attributes" as strings, or ValueError when it is there but not an object."""
+    """A JSON line's "attributes", each value as its JSON text (schemas/attributes.py), or
+    ValueError when they are there but not an object, or a value JSON cannot carry."""
     attributes = obj.get("attributes", {})
     if not isinstance(attributes, dict):
         raise ValueError(f'"attributes" must be an object, got {json_type(attributes)}')
-    strings = {str(k): str(v) for k, v in attributes.items()}
+    strings = {}
+    for key, value in attributes.items():
+        constant = non_finite(value)
+        if constant is not None:
+            is_ = "is" if constant is value else "holds"
+            raise ValueError(
+                f'attribute "{key}" {is_} {describe_non_finite(constant)}, which JSON cannot carry: '
+                "write it as a string or null"
+            )
+        strings[key] = attribute_text(value)
     size = 0
-    for string in (*strings, *strings.values()):
+    for string, raw in (*((k, k) for k in strings), *((strings[k], attributes[k]) for k in strings)):
         try:
             size += len(string.encode("utf-8"))
         except UnicodeEncodeError:
-            where = f"{lone_surrogate(string)} of {string!r}"
+            shown = raw if isinstance(raw, str) else string
+            where = f"{lone_surrogate(shown)} of {shown!r}"
             raise ValueError(f'"attributes" hold a lone surrogate ({where}), which is not valid Unicode') from None
     if size > MAX_ATTRIBUTES_BYTES:
         raise ValueError(f'"attributes" hold {size:,} bytes, over the limit of {MAX_ATTRIBUTES_BYTES:,}')
     return strings
+
+
+def non_finite(value: Any) -> float | None:
+    """The first NaN or infinity in a decoded JSON value (Python's json reads NaN, Infinity and
+    numbers beyond a double's range, such as 1e400, as floats), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((found for item in items if (found := non_finite(item)) is not None), None)
+
+
+def describe_non_finite(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    sign = "-" if value < 0 else ""
+    return f"{sign}Infinity (or a number too large for a double, such as {sign}1e400)"
 
 
 def record_id_of(obj: dict[str, Any], number: int) -> str:

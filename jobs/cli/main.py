@@ -17,6 +17,7 @@ from jobs.cli.options import (
     ProgressDisplay,
     batch_args,
     batch_options,
+    checked_job_id,
     checked_output,
     cluster_options,
     format_option,
@@ -53,7 +54,7 @@ def cli(log_level: str) -> None:
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
 @output_options
-@click.option("--job-id", default=None, help="Job id [default: generated].")
+@click.option("--job-id", default=None, callback=checked_job_id, help="Job id [default: generated].")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
 @format_option
@@ -137,8 +138,6 @@ def run(
             spill, output, out_format, run_failed=result.failure is not None, cluster=bool(bootstrap_servers)
         )
     click.echo(result.summary.line(), err=True)
-    if result.report.submitted == 0 and not result.report.skipped:
-        click.echo(f"warning: {input_path} holds no records: there was nothing to run", err=True)
     if written.path is not None:
         unit = "lines" if written.fmt is OutputFormat.JSONL else "rows"
         click.echo(f"wrote {written.count} {unit} to {written.path}", err=True)
@@ -165,10 +164,18 @@ def _submit(
     max_backlog: int | None = None,
     follow_symlinks: bool = False,
 ) -> SubmitReport:
+    source, topics = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks), Topics(namespace)
+    if topic is not None and topic != source.raw_topic(topics):
+        # any other topic took the records and registered a job that no worker would ever finish
+        raise click.BadParameter(
+            f"{topic!r}: {source.kind} records go to {source.raw_topic(topics)}, the topic the preprocess "
+            f"workers read them from (text to {topics.raw_text}, images to {topics.raw_image})",
+            param_hint="'TOPIC'",
+        )
     report = submit(
         require_servers(bootstrap_servers),
-        Topics(namespace),
-        opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks),
+        topics,
+        source,
         model,
         job_id=job_id,
         skip_invalid=skip_invalid,
@@ -192,7 +199,9 @@ def _submit(
 )
 @click.argument("input_path", metavar="INPUT")
 @click.option("--model", "-m", required=True, show_envvar=True)
-@click.option("--job-id", default=None, help="Job id [default: generated]; resubmitting reuses it.")
+@click.option(
+    "--job-id", default=None, callback=checked_job_id, help="Job id [default: generated]; resubmitting reuses it."
+)
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
 @format_option
@@ -429,7 +438,7 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
 @click.argument("topic")
 @click.argument("input_path", metavar="FILE|-")
 @click.option("--model", "-m", required=True, show_envvar=True, help="Model the records are addressed to.")
-@click.option("--job-id", default=None)
+@click.option("--job-id", default=None, callback=checked_job_id)
 @click.option("--skip-invalid", is_flag=True)
 @format_option
 @cluster_options
@@ -446,7 +455,8 @@ def produce(
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
-    """Produce raw text or image records from a file, folder or stdin to TOPIC."""
+    """Produce raw text or image records from a file, folder or stdin to TOPIC, the raw topic of
+    their kind (raw.text or raw.image, with the namespace's prefix)."""
     report = _submit(
         input_path,
         fmt,

@@ -22,7 +22,7 @@ import click
 from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, output_format
 from jobs.progress import Progress
-from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput
+from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, UnusableInputError, job_id_problem
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
@@ -80,6 +80,11 @@ class NearlineGroup(click.Group):
 
         try:
             return super().invoke(ctx)
+        except UnusableInputError as exc:  # no --skip-invalid advice: it would not help
+            for error in exc.errors[:50]:
+                click.echo(f"error: {error}", err=True)
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(ExitCode.INVALID_INPUT)
         except InvalidInputError as exc:
             for error in exc.errors[:50]:
                 click.echo(f"error: {error}", err=True)
@@ -325,6 +330,15 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         help="Write the results here, one per record in input order [default: stdout, JSON Lines].",
     )(f)
+
+
+def checked_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--job-id as given, or a usage error before anything is read or sent: a newline would break
+    `jobs list`, and '../x' would lead `nearline report` out of its folder."""
+    problem = None if value is None else job_id_problem(value)
+    if problem:
+        raise click.BadParameter(problem, ctx, param)
+    return value
 
 
 def checked_output(output: Path | None, forced_format: str | None) -> OutputFormat:

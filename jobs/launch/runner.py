@@ -18,7 +18,7 @@ from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Livenes
 from jobs.progress import Progress, Summary
 from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
-from jobs.submit import InvalidInputError, JobInput, SubmitReport, pipeline_topics, submit
+from jobs.submit import JobInput, SubmitReport, check_input, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from kafka_io.reading import TopicFollower
@@ -210,8 +210,7 @@ def run_job(
 
     A wait that ends early (timeout, workers or broker gone) returns the results so far with `failure` set."""
     validated = source.validate()
-    if validated[1] and not skip_invalid:
-        raise InvalidInputError(validated[1])
+    check_input(source, validated, skip_invalid)  # before any broker or worker starts
     topics = Topics(namespace)
     with ExitStack() as stack:
         if bootstrap_servers:

@@ -66,3 +66,83 @@ def test_a_folder_input_follows_symlinks_out_of_it_only_with_follow_symlinks(
     followed = pipeline.cli("submit", str(folder), "--model", "tiny", "--job-id", "job-yes", "--follow-symlinks")
     assert followed.returncode == 0, followed.stderr
     assert raw_image_keys(pipeline) == [b"job-yes/a.jpg", b"job-yes/b.jpg"]
+
+
+def hostile_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Inputs that cannot be a job as a whole, with the key words of their refusal."""
+    import bz2
+    import gzip
+
+    corpus: dict[str, tuple[Path, str]] = {}
+    gz = tmp_path / "in.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"text": "hello"}\n'))
+    corpus["gzip"] = (
+        gz,
+        f"{gz}: is gzip-compressed; nearline reads uncompressed input: decompress it first (gzip -dk {gz})",
+    )
+    bz = tmp_path / "in.txt.bz2"
+    bz.write_bytes(bz2.compress(b"hello\n"))
+    corpus["bzip2"] = (
+        bz,
+        f"{bz}: is bzip2-compressed; nearline reads uncompressed input: decompress it first (bzip2 -dk",
+    )
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    corpus["empty"] = empty, f"{empty} holds no records: nothing was submitted"
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n")
+    corpus["blank lines"] = blank, f"{blank} holds no records: nothing was submitted"
+    folder = tmp_path / "no-images"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("x")
+    corpus["folder without images"] = folder, f"{folder} holds no images: nothing was submitted"
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    corpus["fifo"] = fifo, f"{fifo}: is a FIFO, not a regular file: nothing was submitted (a job reads its input twice"
+    return corpus
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("command", ["submit", "produce", "run"])
+def test_an_input_that_cannot_be_a_job_is_refused_by_name_with_or_without_skip_invalid(
+    pipeline: Pipeline, tmp_path: Path, command: str
+) -> None:
+    """A .gz was a screen of 'not valid UTF-8' lines (and with --skip-invalid an empty 'completed
+    0/0' job), an empty input a 0-record job, and a FIFO was told to 'pass --skip-invalid'."""
+    from jobs.registry import load_jobs
+
+    for name, (path, message) in hostile_inputs(tmp_path).items():
+        for extra in ((), ("--skip-invalid",)):
+            topic = [pipeline.topics.raw_image if path.is_dir() else pipeline.topics.raw_text]
+            args = [command, *(topic if command == "produce" else []), str(path), "--model", "tiny", *extra]
+            done = pipeline.cli(*args, "--job-id", f"job-{command}-{name.replace(' ', '-')}")
+            assert done.returncode == 2, (name, done.stderr)
+            assert message in done.stderr, (name, done.stderr)
+            assert "--skip-invalid" not in done.stderr and "not valid UTF-8" not in done.stderr, done.stderr
+    assert not [j for j in load_jobs(pipeline.settings, pipeline.topics) if j.startswith(f"job-{command}-")]
+
+
+def test_compressed_stdin_and_an_input_of_only_invalid_records_are_refused_by_name(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    import gzip
+    import subprocess
+    import sys
+
+    piped = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "submit", "-", "--model", "tiny"],
+        env=pipeline.env(),
+        input=gzip.compress(b"hello\n"),  # bytes: Pipeline.cli takes text
+        capture_output=True,
+        timeout=120,
+    )
+    stderr = piped.stderr.decode()
+    assert piped.returncode == 2, stderr
+    assert "<stdin>: is gzip-compressed; nearline reads uncompressed input: decompress it first" in stderr
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n{"text": 5}\n')
+    done = pipeline.cli("submit", str(bad), "--model", "tiny", "--skip-invalid", "--job-id", "job-all-bad")
+    assert done.returncode == 2, done.stderr
+    assert f'error: {bad}:1: missing "text"' in done.stderr
+    assert f"error: {bad}: none of its records is valid (2 invalid): nothing was submitted" in done.stderr

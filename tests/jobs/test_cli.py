@@ -141,3 +141,34 @@ def test_the_broker_that_broker_start_started_outlives_the_command_until_broker_
         stopped = broker("stop")
     assert stopped.returncode == 0 and f"stopped broker pid {pid}" in stopped.stderr
     assert not Path(f"/proc/{pid}").exists() or ") Z " in Path(f"/proc/{pid}/stat").read_text()
+
+
+@pytest.mark.parametrize("command", ["run", "submit", "produce"])
+@pytest.mark.parametrize(
+    ("job_id", "shown"),
+    [
+        ("a\nb", "'a\\nb'"),  # broke the one-line rows of `jobs list` and `status`
+        ("", "''"),
+        ("   ", "'   '"),
+        ("x" * 5000, "... (5,000 characters)"),
+        ("../../etc", "'../../etc'"),  # `nearline report` writes JOB_ID.html
+        ("a/b", "'a/b'"),  # record keys are job_id/record_id
+        ("job..1", "'job..1'"),
+    ],
+)
+def test_a_job_id_that_is_not_a_name_is_a_usage_error_before_anything_is_sent(
+    command: str, job_id: str, shown: str, tmp_path: Path
+) -> None:
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    args = ["raw.text"] if command == "produce" else []
+    done = nearline(command, *args, str(good), "--model", "tiny", f"--job-id={job_id}")
+    assert done.returncode == 2, done.stderr
+    assert "Invalid value for '--job-id': invalid job id " in done.stderr and shown in done.stderr
+    assert "use letters, digits, '.', '_' and '-'" in done.stderr
+    assert "did not answer" not in done.stderr  # refused before the broker was asked
+
+
+def test_a_job_id_like_a_scheduled_ones_is_accepted() -> None:
+    done = nearline("submit", "/dev/null", "--model", "tiny", "--job-id", "Nightly.v2_run-20260101T0000Z")
+    assert "--job-id" not in done.stderr, done.stderr

@@ -355,11 +355,12 @@ def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: Pipeline, tmp_
     assert seconds < 30
 
 
-def test_an_input_with_no_record_is_said_to_be_empty(tiny: TinyModel, model_repository: Path, tmp_path: Path) -> None:
+def test_an_input_with_no_record_is_refused_by_name(tiny: TinyModel, model_repository: Path, tmp_path: Path) -> None:
+    """Refused (#30) as submit refuses it, before any broker or worker starts; once a warning."""
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")  # blank lines are no records
     out = tmp_path / "out.jsonl"
     done = run_embedded(str(empty), "--model", "tiny", "-o", str(out), repository=model_repository)
-    assert done.returncode == 0, done.stderr
-    assert f"warning: {empty} holds no records" in done.stderr
-    assert out.read_text() == ""
+    assert done.returncode == 2, done.stderr
+    assert f"error: {empty} holds no records: nothing was submitted" in done.stderr
+    assert "embedded broker" not in done.stderr and not out.exists()
