@@ -20,6 +20,7 @@ from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import InvalidInputError, JobInput, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
+from kafka_io.clients import check_not_refused
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups
 from kafka_io.reading import TopicFollower
@@ -247,6 +248,7 @@ def run_job(
     with ExitStack() as stack:
         if bootstrap_servers:
             settings = KafkaSettings.from_env(bootstrap_servers)
+            check_not_refused(settings)
             watchdog = worker_liveness(settings, topics, model, worker_grace_s)
         else:
             ensure_model(repository, model, log)
