@@ -7,6 +7,7 @@ opaque: held, passed to kafka_io functions and closed with them, never called di
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -128,6 +129,39 @@ def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
         raise BrokerUnavailableError(
             f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
         ) from None
+
+
+def refusal(settings: KafkaSettings, timeout_s: float = 1.0) -> str | None:
+    """Why no bootstrap server can be reached, when that is known at once: every address refused
+    the connection (nothing listens there) or names no host. librdkafka retries those until its
+    request times out (15 s before a command said so). None when any address takes the connection,
+    or one is only slow: a slow or cut network is for the client's own timeouts to judge."""
+    reasons = []
+    for server in settings.bootstrap_servers.split(","):
+        address = server.strip().rpartition("://")[2]  # SSL://host:9093 and host:9093 alike
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            return None  # a form this does not parse: leave it to the client
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return None
+        except ConnectionRefusedError:
+            reasons.append(f"{address} refused the connection")
+        except socket.gaierror:
+            reasons.append(f"{host} is not a known host name")
+        except OSError:
+            return None
+    return "; ".join(reasons) or None
+
+
+def check_not_refused(settings: KafkaSettings) -> None:
+    """BrokerUnavailableError at once when refusal() knows the servers cannot be reached."""
+    reason = refusal(settings)
+    if reason is not None:
+        raise BrokerUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} cannot be reached: {reason}. Start the broker there, or "
+            "name a running one (--bootstrap-servers / NEARLINE_BOOTSTRAP_SERVERS)"
+        )
 
 
 def close_consumer(consumer: Consumer) -> None:

@@ -19,23 +19,31 @@ _LIVE = {
 
 def live_groups(settings: KafkaSettings, groups: list[str], timeout_s: float = 5.0) -> set[str]:
     """The groups among `groups` that have at least one member now; an unanswered query counts as none."""
+    return answered_live_groups(settings, groups, timeout_s) or set()
+
+
+def answered_live_groups(settings: KafkaSettings, groups: list[str], timeout_s: float = 5.0) -> set[str] | None:
+    """live_groups, but None when the cluster answered for none of them (down, unreachable): a
+    watchdog must not read an outage as workers gone."""
     admin = make_admin(settings)  # held until the futures resolve: a collected client never answers them
     futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
-    live = set()
+    live, answered = set(), False
     for group, future in futures.items():
         try:
-            if future.result(timeout=timeout_s).state in _LIVE:
-                live.add(group)
+            state = future.result(timeout=timeout_s).state
         except (KafkaException, TimeoutError):
             continue
-    return live
+        answered = True
+        if state in _LIVE:
+            live.add(group)
+    return live if answered else None
 
 
 def group_names(settings: KafkaSettings, prefix: str = "", timeout_s: float = 5.0) -> list[str]:
     """The consumer groups the cluster knows whose names start with prefix, sorted; none if it
     does not answer (a hint's source, never a decision's). Tansu lists only groups that have
     committed offsets, Kafka every group."""
-    admin = make_admin(settings)  # held until the future resolves, as in live_groups
+    admin = make_admin(settings)  # held until the future resolves, as in answered_live_groups
     try:
         listing = admin.list_consumer_groups(request_timeout=timeout_s).result(timeout=timeout_s)
     except (KafkaException, TimeoutError):

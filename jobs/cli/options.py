@@ -23,6 +23,7 @@ from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, output_format
 from jobs.progress import Progress
 from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, UnusableInputError, job_id_problem
+from kafka_io.clients import check_not_refused
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
@@ -384,7 +385,9 @@ def require_servers(bootstrap_servers: str) -> KafkaSettings:
             f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
             "(`nearline broker start` runs a local one)"
         )
-    return KafkaSettings.from_env(bootstrap_servers)
+    settings = KafkaSettings.from_env(bootstrap_servers)
+    check_not_refused(settings)  # known at once: not after the client's 15 s request timeout
+    return settings
 
 
 class ProgressDisplay:

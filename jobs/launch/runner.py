@@ -20,7 +20,9 @@ from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import JobInput, SubmitReport, check_input, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.groups import live_groups
+from kafka_io.clients import check_not_refused
+from kafka_io.errors import KAFKA_FAULTS
+from kafka_io.groups import answered_live_groups
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics
@@ -145,13 +147,16 @@ def follow_job(
 def worker_liveness(
     settings: KafkaSettings, topics: Topics, model: str, grace_s: float, every_s: float = 2.0
 ) -> Callable[[JobFold], None]:
-    """A watch_job watchdog for workers we did not start: WorkersGoneError once the model's GPU
-    group has had no member, and no record completed, for grace_s.
+    """A watch_job watchdog for workers we did not start: WorkersGoneError once a stage the job
+    still needs has had no member in its consumer group, and no record completed, for grace_s.
 
-    Only GPU workers write results, so without one no job can finish. The preprocess app's group
-    is no signal on Tansu: it stayed STABLE for 24 s+ after its faust worker had stopped."""
-    groups = [topics.gpu_group(model)]
-    liveness = Liveness(grace_s, last_alive=time.monotonic())
+    Both stages count: with no preprocess worker, nothing reaches the GPU group, which stays live
+    and waits for ever. The preprocess app's group is a slow signal on Tansu (it stayed STABLE for
+    24 s+ after its faust worker had stopped), which only delays the verdict. A broker that does
+    not answer says nothing about the workers: an outage never counts against them."""
+    stages = {"GPU": topics.gpu_group(model), "preprocess": topics.preprocess_app_id}
+    started = time.monotonic()
+    liveness = {stage: Liveness(grace_s, last_alive=started) for stage in stages}
     last_asked = float("-inf")
 
     def check(outcome: JobFold) -> None:
@@ -159,16 +164,43 @@ def worker_liveness(
         now = time.monotonic()
         if now - last_asked >= every_s:
             last_asked = now
-            liveness.observe(now, bool(live_groups(settings, groups)), outcome.done)
-        silent = liveness.gone_for(now)
-        if silent is not None:
+            live = answered_live_groups(settings, list(stages.values()))
+            for stage, group in stages.items():
+                liveness[stage].observe(now, live is None or group in live, outcome.done)
+        for stage, group in stages.items():
+            silent = liveness[stage].gone_for(now)
+            if silent is None:
+                continue
+            if stage == "preprocess":
+                missing = _not_preprocessed(settings, topics, outcome.job_id)
+                if missing == 0:  # every record is past that stage: only the GPU one matters now
+                    liveness[stage].observe(now, True, outcome.done)
+                    continue
+                raise WorkersGoneError(
+                    f"no preprocess worker alive for {silent:.0f} s (consumer group {group} has no members) and "
+                    f"{'some' if missing is None else missing} record(s) of job {outcome.job_id} not preprocessed: "
+                    "start one (nearline worker preprocess) and wait again with "
+                    f"nearline status {outcome.job_id} --watch"
+                )
             raise WorkersGoneError(
-                f"no GPU worker for {model} alive for {silent:.0f} s (consumer group {groups[0]} has no members): "
+                f"no GPU worker for {model} alive for {silent:.0f} s (consumer group {group} has no members): "
                 "start workers (nearline worker preprocess / nearline worker gpu) and wait again with "
                 f"nearline status {outcome.job_id} --watch"
             )
 
     return check
+
+
+def _not_preprocessed(settings: KafkaSettings, topics: Topics, job_id: str) -> int | None:
+    """How many of the job's records no preprocess worker has handled; None if that cannot be read
+    now. Asked once a stage looks gone, not every poll: it reads the model's tensor topic."""
+    from jobs.registry import job_status
+
+    try:
+        counts = job_status(settings, topics, job_id).counts()
+    except KAFKA_FAULTS:
+        return None
+    return counts["submitted"] - counts["preprocessed"]
 
 
 def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> Callable[[JobFold], None]:
@@ -215,6 +247,7 @@ def run_job(
     with ExitStack() as stack:
         if bootstrap_servers:
             settings = KafkaSettings.from_env(bootstrap_servers)
+            check_not_refused(settings)
             watchdog = worker_liveness(settings, topics, model, worker_grace_s)
         else:
             ensure_model(repository, model, log)

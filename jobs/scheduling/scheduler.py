@@ -96,17 +96,16 @@ class Scheduler:
         self.catch_up()
         self._unfinished = self._own_unfinished_claims()
 
-    def _reopen(self) -> None:
-        """New clients and state read afresh: after a broker restart the old ones can be wedged
-        (shared/docs/tansu.md), and what was read before may be gone."""
+    def _drop_clients(self) -> None:
+        """Forget the clients and what they read: after a broker restart the old ones can be wedged
+        (shared/docs/tansu.md), and what was read before may be gone. The next step opens afresh."""
         if self._follower is not None:
             self._follower.close()
             self._follower = None
-        self._open()
+        self._producer = None
 
     def __exit__(self, *exc: object) -> None:
-        if self._follower is not None:
-            self._follower.close()
+        self._drop_clients()
 
     def catch_up(self) -> None:
         """Apply every schedule change and claim written so far."""
@@ -255,17 +254,31 @@ class Scheduler:
                 done.append(job_id)
         return done
 
-    def run(self, stop: threading.Event) -> None:
-        """Step about once a second until `stop` is set; a broker outage is waited out, not fatal."""
+    def run(self, stop: threading.Event, retry_s: float = 5.0) -> None:
+        """Step about once a second until `stop` is set. A broker outage, however long, is waited
+        out: every retry_s the clients are made afresh and the state read again, until it answers."""
+        down_since: float | None = None
+        last_said = 0.0
         while not stop.is_set():
             try:
+                if self._follower is None:  # the outage's first step, or a reopen that failed
+                    self._open()
                 self.step()
             except KAFKA_FAULTS as exc:
-                self.on_event(f"scheduler: Kafka unavailable, retrying in 5 s: {exc}")
-                if stop.wait(5.0):
-                    return
-                try:
-                    self._reopen()
-                except KAFKA_FAULTS:
-                    continue
+                self._drop_clients()
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = last_said = now
+                    self.on_event(f"scheduler: Kafka unavailable, retrying every {retry_s:g} s: {exc}")
+                elif now - last_said >= 60:  # one line a minute, not one per retry
+                    last_said = now
+                    self.on_event(f"scheduler: Kafka still unavailable after {now - down_since:.0f} s: {exc}")
+                stop.wait(retry_s)
+                continue
+            if down_since is not None:
+                self.on_event(
+                    f"scheduler: Kafka answers again after {time.monotonic() - down_since:.0f} s; "
+                    f"{len(self.schedules)} schedule(s) read afresh"
+                )
+                down_since = None
             stop.wait(self.config.poll_s)

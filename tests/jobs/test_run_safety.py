@@ -348,6 +348,15 @@ def test_submit_wait_gives_up_with_exit_6_once_the_workers_are_gone(pipeline: Pi
     assert seconds < 40
 
 
+def test_submit_wait_names_the_preprocess_stage_when_only_a_gpu_worker_runs(pipeline: Pipeline, tmp_path: Path) -> None:
+    pipeline.start("gpu", "gpu", "--model", "tiny")  # live, but nothing reaches it: it would wait for ever
+    done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "5")
+    assert done.returncode == 6, done.stderr
+    assert "no preprocess worker alive" in done.stderr and "5 record(s)" in done.stderr, done.stderr
+    assert "nearline worker preprocess" in done.stderr and "Traceback" not in done.stderr
+    assert seconds < 60
+
+
 def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: Pipeline, tmp_path: Path) -> None:
     done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--timeout", "3")
     assert done.returncode == 7, done.stderr
