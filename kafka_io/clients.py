@@ -121,7 +121,9 @@ def make_admin(settings: KafkaSettings) -> AdminClient:
 
 
 def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
-    """Fail fast, naming the servers, instead of letting a command wait on a dead cluster."""
+    """Fail fast, naming the servers, instead of letting a command wait on a dead cluster: at once
+    where nothing listens, else after timeout_s."""
+    check_not_refused(settings)
     admin = make_admin(settings)
     try:
         admin.list_topics(timeout=timeout_s)

@@ -379,14 +379,17 @@ def opened_input(input_path: str, fmt: str, kind: str, max_image_bytes: int, fol
     return job_input
 
 
-def require_servers(bootstrap_servers: str) -> KafkaSettings:
+def require_servers(bootstrap_servers: str, probe: bool = True) -> KafkaSettings:
+    """The settings of the named cluster; with `probe`, BrokerUnavailableError at once when nothing
+    listens there. Workers probe later (check_reachable), after the checks that are usage errors."""
     if not bootstrap_servers:
         raise BrokerUnavailableError(
             f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
             "(`nearline broker start` runs a local one)"
         )
     settings = KafkaSettings.from_env(bootstrap_servers)
-    check_not_refused(settings)  # known at once: not after the client's 15 s request timeout
+    if probe:
+        check_not_refused(settings)  # known at once: not after the client's 15 s request timeout
     return settings
 
 

@@ -79,7 +79,7 @@ def worker_preprocess(
     from preprocess_app.app import run_worker
 
     run_worker(
-        require_servers(bootstrap_servers),
+        require_servers(bootstrap_servers, probe=False),  # probed once its metrics port is bound
         Topics(namespace),
         model_repository,
         batch_size=batch_size,
@@ -164,7 +164,7 @@ def worker_gpu(
     from gpu_consumer.worker import serve
 
     stats = serve(
-        require_servers(bootstrap_servers),
+        require_servers(bootstrap_servers, probe=False),  # probed once its metrics port is bound
         Topics(namespace),
         model_repository,
         model,
@@ -226,7 +226,7 @@ def worker_scheduler(
     from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
     from kafka_io.clients import check_reachable
 
-    settings = require_servers(bootstrap_servers)
+    settings = require_servers(bootstrap_servers, probe=False)  # probed once its metrics port is bound
     reports = scheduler_metrics(metrics)
     check_reachable(settings)
     config = SchedulerConfig(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
