@@ -6,6 +6,7 @@ Tansu's describe_consumer_groups lists no members ever, but its STABLE/EMPTY sta
 from __future__ import annotations
 
 from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from kafka_io.clients import make_admin
 from kafka_io.settings import KafkaSettings
@@ -16,21 +17,37 @@ _LIVE = {
     ConsumerGroupState.COMPLETING_REBALANCING,
 }
 
+# past the request timeout, by which librdkafka fails the request itself
+_RESOLVE_MARGIN_S = 5.0
+
 
 def live_groups(settings: KafkaSettings, groups: list[str], timeout_s: float = 5.0) -> set[str]:
     """The groups among `groups` that have at least one member now; an unanswered query counts as none."""
     return answered_live_groups(settings, groups, timeout_s) or set()
 
 
-def answered_live_groups(settings: KafkaSettings, groups: list[str], timeout_s: float = 5.0) -> set[str] | None:
+def answered_live_groups(
+    settings: KafkaSettings, groups: list[str], timeout_s: float = 5.0, *, admin: AdminClient | None = None
+) -> set[str] | None:
     """live_groups, but None when the cluster answered for none of them (down, unreachable): a
-    watchdog must not read an outage as workers gone."""
-    admin = make_admin(settings)  # held until the futures resolve: a collected client never answers them
+    watchdog must not read an outage as workers gone.
+
+    `admin`: a client (make_admin) that a caller asking again and again holds for all its asks.
+    Each answer is awaited until librdkafka itself resolves it (at timeout_s), never given up on
+    first."""
+    admin = admin or make_admin(settings)  # held until the futures resolve: a collected client never answers them
+    try:
+        # Only a broker that answers now is asked about groups: describe_consumer_groups requests
+        # left unanswered by a frozen broker aborted the process (a librdkafka assertion,
+        # rd_kafka_enq_once_del_source_return) about a minute in; a metadata request just times out.
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        return None
     futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
     live, answered = set(), False
     for group, future in futures.items():
         try:
-            state = future.result(timeout=timeout_s).state
+            state = future.result(timeout=timeout_s + _RESOLVE_MARGIN_S).state
         except (KafkaException, TimeoutError):
             continue
         answered = True

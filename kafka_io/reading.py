@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from kafka_io.clients import make_consumer
+from kafka_io.clients import make_consumer, refusal
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.events import TP, consume_ready, take
 from kafka_io.records import ConsumedRecord
@@ -19,6 +19,40 @@ from kafka_io.topics import partitions_of
 # holds for the whole fetch.wait.max.ms: at the default 100 ms, a ten-row table took 0.16 s to
 # read, at 10 ms 0.02-0.07 s. It asks again that soon only while it is reading.
 READ_TO_END_FETCH_WAIT_MS = 10
+
+# A read that gets no record for this long asks whether the broker still takes connections: a
+# killed one is known at once (refused), where the idle timeout alone took 64 s to say it. A slow
+# or silent broker still takes them, and is left to the idle timeout.
+REFUSAL_CHECK_AFTER_S = 3.0
+
+
+class _Idle:
+    """The time a read has gone without a record, and the verdict on it: the broker refused (at
+    once, by refusal()), or nothing came for the whole idle timeout."""
+
+    def __init__(self, settings: KafkaSettings, what: str, idle_timeout_s: float) -> None:
+        self.settings, self.what, self.idle_timeout_s = settings, what, idle_timeout_s
+        self.record()
+
+    def record(self) -> None:
+        self.last = time.monotonic()
+        self.next_check = self.last + REFUSAL_CHECK_AFTER_S
+
+    def check(self) -> None:
+        """BrokerUnavailableError once the broker is known gone or the idle timeout is over."""
+        now = time.monotonic()
+        if now >= self.next_check:
+            self.next_check = now + REFUSAL_CHECK_AFTER_S
+            reason = refusal(self.settings)
+            if reason is not None:
+                raise BrokerUnavailableError(
+                    f"reading {self.what}: Kafka at {self.settings.bootstrap_servers} went away: {reason}"
+                )
+        if now - self.last > self.idle_timeout_s:
+            raise BrokerUnavailableError(
+                f"reading {self.what} at {self.settings.bootstrap_servers}: no record for "
+                f"{self.idle_timeout_s:.0f} s and not at the end"
+            )
 
 
 class TopicFollower:
@@ -88,19 +122,17 @@ class TopicFollower:
 def read_topics(settings: KafkaSettings, topics: list[str], idle_timeout_s: float = 60.0) -> Iterator[ConsumedRecord]:
     """Every record the topics hold now, then stop: the end is each partition's EOF. However long
     the topics are, this fails only when no record comes for `idle_timeout_s` before the end (the
-    time the caller spends on each record does not count: the clock restarts at every poll)."""
+    time the caller spends on each record does not count: the clock restarts at every poll), or
+    once the broker refuses connections, a few seconds into a wait."""
     with TopicFollower(settings, topics, fetch_wait_ms=READ_TO_END_FETCH_WAIT_MS) as follower:
-        last_record = time.monotonic()
+        idle = _Idle(settings, str(topics), idle_timeout_s)
         while not follower.caught_up():
             batch = follower.poll(0.5)
             if batch:
                 yield from batch
-                last_record = time.monotonic()
-            elif time.monotonic() - last_record > idle_timeout_s:
-                raise BrokerUnavailableError(
-                    f"reading {topics} at {settings.bootstrap_servers}: no record for {idle_timeout_s:.0f} s "
-                    "and not at the end"
-                )
+                idle.record()
+            else:
+                idle.check()
 
 
 def read_range(
@@ -115,22 +147,20 @@ def read_range(
 ) -> Iterator[ConsumedRecord]:
     """Records of `topic` from start[partition] until each partition's end, `stop_offset`
     (exclusive) or the first record after `to_ms`, skipping records before `from_ms`. Fails
-    only when no record comes for `idle_timeout_s` before the end, as read_topics does."""
+    when no record comes for `idle_timeout_s` before the end or the broker refuses, as read_topics does."""
     group = f"nearline-reader-{uuid.uuid4().hex[:12]}"
     consumer = make_consumer(settings, group, **{"fetch.wait.max.ms": READ_TO_END_FETCH_WAIT_MS})
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(start.items())])
         active = set(start)
         at_eof: set[TP] = set()
-        last_record = time.monotonic()
+        idle = _Idle(settings, topic, idle_timeout_s)
         while active:
             messages = consume_ready(consumer, 1000, 0.5)
             if messages:
-                last_record = time.monotonic()
-            elif time.monotonic() - last_record > idle_timeout_s:
-                raise BrokerUnavailableError(
-                    f"reading {topic}: no record for {idle_timeout_s:.0f} s and not at the end"
-                )
+                idle.record()
+            else:
+                idle.check()
             for msg in messages:
                 if (msg.partition() or 0) not in active:
                     continue

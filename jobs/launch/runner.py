@@ -20,7 +20,7 @@ from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import JobInput, SubmitReport, check_input, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.clients import check_not_refused
+from kafka_io.clients import check_not_refused, make_admin
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups
 from kafka_io.reading import TopicFollower
@@ -158,13 +158,14 @@ def worker_liveness(
     started = time.monotonic()
     liveness = {stage: Liveness(grace_s, last_alive=started) for stage in stages}
     last_asked = float("-inf")
+    admin = make_admin(settings)  # one for the whole watch (kafka_io.groups.answered_live_groups)
 
     def check(outcome: JobFold) -> None:
         nonlocal last_asked
         now = time.monotonic()
         if now - last_asked >= every_s:
             last_asked = now
-            live = answered_live_groups(settings, list(stages.values()))
+            live = answered_live_groups(settings, list(stages.values()), admin=admin)
             for stage, group in stages.items():
                 liveness[stage].observe(now, live is None or group in live, outcome.done)
         for stage, group in stages.items():
