@@ -34,10 +34,31 @@ class ImageRecord:
     path: Path
     line: int
     attributes: dict[str, str] = field(default_factory=dict)
+    data: bytes | None = None  # the image itself, from a table's binary column; else read from path
 
     @property
     def content_type(self) -> str:
+        if self.data is not None:
+            return sniffed_type(self.data)
         return mimetypes.guess_type(self.path.name)[0] or "application/octet-stream"
+
+
+# What image files start with, for bytes that come without a file name (a table's binary column)
+_MAGIC = (
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+)
+
+
+def sniffed_type(data: bytes) -> str:
+    """The MIME type image bytes' first bytes name, else application/octet-stream."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _MAGIC if data.startswith(magic)), "application/octet-stream")
 
 
 def is_image_path(path: Path) -> bool:

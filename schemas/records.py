@@ -277,6 +277,7 @@ class Job(AvroFields):
     error: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
     submission: int | None = None
+    columns: bytes | None = None  # kept input columns: an Arrow IPC schema (jobs/kept.py)
 
 
 @dataclass(frozen=True)
