@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -38,6 +38,19 @@ class Columns:
     keep: tuple[str, ...] = ()
     text_field: str = "text"  # JSON Lines: the key of the text
     id_field: str = "id"  # JSON Lines: the key of the id
+
+    def to_json(self) -> str | None:
+        """These columns as a JSON object (a schedule stores them so), None for the defaults."""
+        if self == DEFAULT_COLUMNS:
+            return None
+        return json.dumps({**asdict(self), "keep": list(self.keep)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Columns:
+        if not text:
+            return DEFAULT_COLUMNS
+        fields = json.loads(text)
+        return cls(**{**fields, "keep": tuple(fields.get("keep", ()))})
 
 
 DEFAULT_COLUMNS = Columns()

@@ -293,6 +293,7 @@ class Schedule(AvroFields):
     paused: bool
     active_since: int
     created_at: int
+    columns: str | None = None  # JSON of producers.table_rows.Columns; None: the defaults
 
 
 @dataclass(frozen=True)
