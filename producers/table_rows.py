@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from producers.images import MAX_IMAGE_BYTES, ImageRecord, _checked
+from producers.images import MAX_IMAGE_BYTES, ImageRecord, checked_image
 from producers.inputs import MAX_ATTRIBUTES_BYTES, InputError, InputRecord, check_text, lone_surrogate
 from producers.tables import BATCH_ROWS, IMAGE_BATCH_ROWS, Chunk, Table, TableError, TableFormat, table_format
 
@@ -228,7 +228,7 @@ def _image(
         return ImageRecord(record_id, Path(f"{where.path}:{where.unit} {where.row}"), where.row, attributes, value)
     folder = Path(where.path).parent
     record = ImageRecord(record_id, folder / value, where.row, attributes)
-    checked = _checked(record, where.path, where.row, max_bytes)
+    checked = checked_image(record, where.path, where.row, max_bytes)
     return where.error(checked.reason) if isinstance(checked, InputError) else checked
 
 

@@ -276,3 +276,18 @@ def test_a_kept_column_named_like_a_result_field_is_refused(tmp_path: Path) -> N
     pq.write_table(pa.table({"text": ["a"], "model": ["m"]}), tmp_path / "in.parquet")
     with pytest.raises(UnusableInputError, match="--keep-columns: model would shadow the result's own field"):
         JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=("model",)))
+
+
+def test_image_bytes_over_the_limit_or_null_are_named_by_row_and_hugging_face_images_are_read(tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20
+    pq.write_table(pa.table({"image": pa.array([png, b"x" * 101, None], pa.binary())}), tmp_path / "in.parquet")
+    source = JobInput.open(str(tmp_path / "in.parquet"), max_image_bytes=100)
+    assert source.kind == "image"
+    assert errors(source) == [
+        f"{tmp_path}/in.parquet:row 2: image is 101 bytes, over the record limit of 100",
+        f'{tmp_path}/in.parquet:row 3: "image" is null',
+    ]
+    hf = pa.array([{"bytes": png, "path": "a.png"}], pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    pq.write_table(pa.table({"image": hf}), tmp_path / "hf.parquet")
+    (record,) = items(JobInput.open(str(tmp_path / "hf.parquet")))
+    assert isinstance(record, ImageRecord) and record.data == png
