@@ -6,7 +6,7 @@ One row per record, in input order, the same records and values as the JSON Line
 of float32; a classifier's `labels` a list of {label, index, score}), `model_version`, `error`
 ({stage, type, message} for a dead-lettered record, else null) and `attributes` (the input's
 attributes as a JSON object string of the values they were, else null: jobs mix attribute keys, so
-no struct fits all).
+no struct fits all), then the kept input columns, each of its own type (jobs/kept.py).
 The output columns come from the job's first result; a result of another shape (a model version
 with other outputs) is refused with ColumnarShapeError, as no typed column can hold both.
 """
@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
+from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
@@ -59,9 +60,10 @@ def _list_type(dtype: np.dtype[Any], shape: tuple[int, ...]) -> pa.DataType:
 class ResultColumns:
     """The column layout a job's results share, and the rows of one row group on their way out."""
 
-    def __init__(self, example: InferenceResult | None) -> None:
+    def __init__(self, example: InferenceResult | None, kept: KeptColumns | None = None) -> None:
         import pyarrow as pa
 
+        self.kept = kept
         # (name, dtype, shape) of each tensor column; empty for a classifier (its labels) or no result
         self.tensors: list[tuple[str, np.dtype[Any], tuple[int, ...]]] = []
         self.classifier = example is not None and bool(example.labels)
@@ -72,6 +74,8 @@ class ResultColumns:
         if self.classifier:
             fields.append(("labels", _label_type()))
         fields += [("model_version", pa.string()), ("error", _error_type()), ("attributes", pa.string())]
+        if kept is not None:
+            fields += kept.fields(name for name, _ in fields)
         self.schema = pa.schema(fields)
         self._clear()
 
@@ -84,6 +88,7 @@ class ResultColumns:
         self.attributes: list[str | None] = []
         self.arrays: dict[str, list[np.ndarray | None]] = {name: [] for name, _, _ in self.tensors}
         self.labels: list[tuple[tuple[str, ...], np.ndarray, np.ndarray] | None] = []
+        self.kept_values: dict[str, list[Any]] = {name: [] for name in self.kept.names} if self.kept else {}
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -121,6 +126,10 @@ class ResultColumns:
         self.models.append(model)
         self.versions.append(version)
         self.errors.append(None)
+        if self.kept is not None:
+            kept, attributes = self.kept.split(attributes or {})
+            for name, value in kept.items():
+                self.kept_values[name].append(value)
         values = attribute_values(attributes) if attributes else None
         self.attributes.append(json.dumps(values, ensure_ascii=False, sort_keys=True) if values else None)
 
@@ -144,6 +153,8 @@ class ResultColumns:
         columns.append(pa.array(self.versions, pa.string()))
         columns.append(pa.array(self.errors, _error_type()))
         columns.append(pa.array(self.attributes, pa.string()))
+        if self.kept is not None:
+            columns += self.kept.arrays(self.kept_values)
         self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
@@ -184,14 +195,19 @@ def _label_column(rows: list[tuple[tuple[str, ...], np.ndarray, np.ndarray] | No
 
 
 def write_columnar(
-    items: Iterable[InferenceResult | DeadLetter], example: InferenceResult | None, out: IO[bytes], fmt: OutputFormat
+    items: Iterable[InferenceResult | DeadLetter],
+    example: InferenceResult | None,
+    out: IO[bytes],
+    fmt: OutputFormat,
+    kept: KeptColumns | None = None,
 ) -> int:
     """Every item to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time;
-    example (any result of the job, None if it has none) sets the columns. Returns the rows written."""
+    example (any result of the job, None if it has none) sets the columns, and kept adds the
+    input's kept columns. Returns the rows written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = ResultColumns(example)
+    columns = ResultColumns(example, kept)
     writer: pq.ParquetWriter | pa.ipc.RecordBatchFileWriter
     if fmt is OutputFormat.PARQUET:
         writer = pq.ParquetWriter(out, columns.schema, compression="zstd")

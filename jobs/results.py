@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -11,6 +11,7 @@ from typing import IO, Any, Protocol
 import numpy as np
 import orjson
 
+from jobs.kept import KeptColumns
 from jobs.output import OutputFormat, OutputPathError, write_atomically
 from jobs.reports.profile import Timings
 from kafka_io.reading import read_topics
@@ -165,15 +166,19 @@ def read_outcome(
     return outcome
 
 
-def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
-    """One output line: {"id", "job_id", "model", "<output>": [...]}, or an "error" object."""
+def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None) -> dict[str, Any]:
+    """One output line: {"id", "job_id", "model", "<output>": [...]}, or an "error" object; then
+    the kept input columns, each under its own key (jobs/kept.py)."""
     if isinstance(item, DeadLetter):
-        return {
+        dead: dict[str, Any] = {
             "id": item.record_id,
             "job_id": item.job_id,
             "model": item.model,
             "error": {"stage": item.stage, "type": item.error_type, "message": item.error},
         }
+        if kept is not None:  # a dead letter does not carry the record's attributes
+            dead.update(zip(kept.output_names(dead), [None] * len(kept.names), strict=True))
+        return dead
     line: dict[str, Any] = {"id": item.record_id, "job_id": item.job_id, "model": item.model}
     arrays = item.arrays()
     if item.labels:  # a classifier: its top classes, best first
@@ -187,17 +192,21 @@ def to_json(item: InferenceResult | DeadLetter) -> dict[str, Any]:
             # Left an array: json_line writes it without a Python float per element.
             line[name] = np.round(array.astype(np.float64), 8)
     line["model_version"] = item.model_version
-    if item.attributes:  # the input line's, as the JSON values they were, for joining results back
-        line["attributes"] = attribute_values(item.attributes)
+    attributes: Mapping[str, str] = item.attributes
+    if kept is not None:
+        values, attributes = kept.split(attributes)
+        line.update(zip(kept.output_names(line), values.values(), strict=True))
+    if attributes:  # the input line's, as the JSON values they were, for joining results back
+        line["attributes"] = attribute_values(attributes)
     return line
 
 
-def json_line(item: InferenceResult | DeadLetter) -> str:
+def json_line(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None) -> str:
     """to_json as one line. orjson writes a 384-float embedding ~6x faster than json (0.05 s
     against 0.33 s per 1,000 MiniLM results on the 2-core Xeon), which was most of writing a job's
     results; what it refuses (a lone surrogate in a string, an array type it lacks) json writes,
     escaped to ASCII so that any file takes the line."""
-    line = to_json(item)
+    line = to_json(item, kept)
     try:
         return orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE).decode()
     except orjson.JSONEncodeError:
@@ -210,10 +219,10 @@ def _listed(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[str]) -> int:
+def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[str], kept: KeptColumns | None = None) -> int:
     n = 0
     for item in items:
-        out.write(json_line(item))
+        out.write(json_line(item, kept))
         n += 1
     return n
 
@@ -224,16 +233,17 @@ def write_items(
     path: Path | None,
     out: IO[str],
     fmt: OutputFormat = OutputFormat.JSONL,
+    kept: KeptColumns | None = None,
 ) -> int:
     """Every item, in the order given, to path (through a temporary file renamed into place) or, as
-    JSON Lines only, to out; example is any result of the job (it sets columnar output's columns).
-    Returns the records written."""
+    JSON Lines only, to out; example is any result of the job (it sets columnar output's columns),
+    kept the input columns the job keeps. Returns the records written."""
     if fmt is OutputFormat.JSONL:
         if path is None:
-            return write_jsonl(items, out)
-        return write_atomically(path, lambda f: write_jsonl(items, f))
+            return write_jsonl(items, out, kept)
+        return write_atomically(path, lambda f: write_jsonl(items, f, kept))
     if path is None:
         raise OutputPathError(f"{fmt} output is a file: name it with -o")
     from jobs.columnar import write_columnar
 
-    return write_atomically(path, lambda f: write_columnar(items, example, f, fmt), binary=True)
+    return write_atomically(path, lambda f: write_columnar(items, example, f, fmt, kept), binary=True)

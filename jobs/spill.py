@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from jobs.registry import JobNotFoundError, load_jobs
 from jobs.results import dead_seq, dead_submission, version_key, write_items
@@ -37,8 +38,10 @@ class ResultSpill:
         model_version: str | None = None,
         submission: int | None = None,
         directory: Path | None = None,
+        kept: KeptColumns | None = None,
     ) -> None:
         self.job_id, self.model_version, self.submission = job_id, model_version, submission
+        self.kept = kept  # the input columns the job keeps, for its outputs
         self.results = self.dead = self.duplicates = 0
         self.parent = Path(directory or tempfile.gettempdir())
         self._dir = tempfile.TemporaryDirectory(prefix="nearline-results-", dir=self.parent)
@@ -164,7 +167,7 @@ def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple
     folder = Path(tempfile.mkdtemp(prefix="nearline-kept-", dir=spill.parent))
     path = folder / wanted.name
     try:
-        return path, write_items(spill.ordered(), spill.example(), path, io.StringIO(), fmt)
+        return path, write_items(spill.ordered(), spill.example(), path, io.StringIO(), fmt, spill.kept)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -187,9 +190,10 @@ def write_results(
     of that id, and JobNotFoundError (nothing written) when there is none."""
     job = load_jobs(settings, topics).get(job_id)
     submission = job.submission if job is not None else None
-    with ResultSpill(job_id, model_version, submission, directory) as spill:
+    kept = KeptColumns.of(job.columns) if job is not None else None
+    with ResultSpill(job_id, model_version, submission, directory, kept) as spill:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
         if job is None and not spill.done:
             raise JobNotFoundError(f"no job {job_id} in {topics.jobs}, and no result or dead letter of it")
-        write_items(spill.ordered(), spill.example(), path, out, fmt)
+        write_items(spill.ordered(), spill.example(), path, out, fmt, kept)
     return spill, job

@@ -37,6 +37,8 @@ from producers.images import (
     read_image_jsonl,
 )
 from producers.inputs import compression
+from producers.table_rows import DEFAULT_COLUMNS, RESERVED_NAMES, Columns, kept_schema, read_tables, table_kind
+from producers.tables import TableFormat, table_files, table_format
 from schemas import Job, RawImage, RawText, encode, now_us
 from schemas.model_config import check_model_name
 
@@ -58,6 +60,26 @@ class UnusableInputError(ValueError):
     def __init__(self, message: str, errors: list[InputError] | None = None) -> None:
         super().__init__(message)
         self.errors = errors or []
+
+
+def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
+    """The table files `path` names: itself (a .parquet, .csv, ... or any file with a table
+    --format), or a folder's table files when it holds no image; else ()."""
+    if fmt in ("jsonl", "lines"):
+        return ()
+    if path.is_dir():
+        files = table_files(path)
+        return tuple(files) if files and not any(is_image_path(p) for p in path.rglob("*")) else ()
+    return (path,) if fmt != "auto" or table_format(path) is not None else ()
+
+
+def kept_columns_problem(columns: Columns) -> str | None:
+    """Why --keep-columns cannot be kept as asked, before any file is read."""
+    clash = sorted(set(columns.keep) & RESERVED_NAMES)
+    if clash:
+        fields = "field" if len(clash) == 1 else "fields"
+        return f"--keep-columns: {', '.join(clash)} would shadow the result's own {fields} of that name"
+    return None
 
 
 class InvalidInputError(ValueError):
@@ -145,6 +167,10 @@ class JobInput:
     # prefixed with its file's path relative to the others, so ids stay unique across files.
     parts: tuple[Path, ...] = ()
     follow_symlinks: bool = False  # folder inputs: read symlinks that lead out of the folder
+    columns: Columns = DEFAULT_COLUMNS
+    # The input's table files (Parquet, CSV, Arrow) read as one table: row numbers and ids run
+    # across them, so a folder or glob of tables needs no file prefix on its ids.
+    tables: tuple[Path, ...] = ()
 
     @classmethod
     def open(
@@ -154,32 +180,67 @@ class JobInput:
         kind: InputKind = "auto",
         max_image_bytes: int = MAX_IMAGE_BYTES,
         follow_symlinks: bool = False,
+        columns: Columns = DEFAULT_COLUMNS,
     ) -> JobInput:
         if name == "-":
             return cls(
-                Path("<stdin>"), "text", "lines" if fmt == "auto" else fmt, max_image_bytes, sys.stdin.buffer.read()
+                Path("<stdin>"),
+                "text",
+                "lines" if fmt == "auto" else fmt,
+                max_image_bytes,
+                sys.stdin.buffer.read(),
+                columns=columns,
             )
+        problem = kept_columns_problem(columns)
+        if problem:
+            raise UnusableInputError(problem)
         path = Path(name)
+        if glob.has_magic(name) and not path.exists():  # a quoted glob: every file it matches, as one job
+            return cls.matching(name, fmt, kind, max_image_bytes, columns)
+        tables = table_parts(path, fmt)
+        if tables:
+            kind = table_kind(tables, columns, _table_fmt(fmt)) if kind == "auto" else kind
+            return cls(path, kind, fmt, max_image_bytes, columns=columns, tables=tables)
         kind = detect_kind(path) if kind == "auto" else kind
-        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks)
+        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks, columns=columns)
 
     @classmethod
-    def matching(cls, pattern: str) -> JobInput:
-        """What a glob (or plain path) names now, as one input; ValueError if nothing usable matches."""
+    def matching(
+        cls,
+        pattern: str,
+        fmt: InputFormat = "auto",
+        kind: InputKind = "auto",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
+        columns: Columns = DEFAULT_COLUMNS,
+    ) -> JobInput:
+        """What a glob (or plain path) names now, as one input; UnusableInputError (a ValueError)
+        if nothing usable matches."""
         paths = [Path(p) for p in sorted(glob.glob(pattern))] if glob.has_magic(pattern) else [Path(pattern)]
         paths = [p for p in paths if p.exists()]
         if not paths:
-            raise ValueError(f"{pattern}: matches no file" if glob.has_magic(pattern) else f"{pattern}: no such file")
+            missing = f"{pattern}: matches no file" if glob.has_magic(pattern) else f"{pattern}: no such file"
+            raise UnusableInputError(missing)
         if len(paths) == 1:
-            return cls.open(str(paths[0]))
+            return cls.open(str(paths[0]), fmt, kind, max_image_bytes, columns=columns)
+        tables = [table_parts(p, fmt) for p in paths]
+        if all(tables):
+            files = tuple(f for part in tables for f in part)
+            kind = table_kind(files, columns, _table_fmt(fmt)) if kind == "auto" else kind
+            return cls(Path(pattern), kind, fmt, max_image_bytes, columns=columns, tables=files)
+        if any(tables):
+            raise UnusableInputError(
+                f"{pattern}: matches both table files (Parquet, CSV, Arrow) and others; one job reads one kind"
+            )
         kinds = {detect_kind(p) for p in paths}
         if len(kinds) > 1:
             raise ValueError(f"{pattern}: matches both text and image inputs; one job holds one kind")
-        return cls(Path(pattern), kinds.pop(), parts=tuple(paths))
+        return cls(Path(pattern), kinds.pop(), parts=tuple(paths), columns=columns)
 
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         if self.parts:
             return self._read_parts()
+        if self.tables:
+            return self._read_tables()
         if self._stdin is None:
             problem = unreadable_input(self.path, folder_ok=self.kind == "image")
             if problem is None and not (self.path.is_dir() or is_image_path(self.path)):
@@ -194,7 +255,20 @@ class JobInput:
                 return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
             return read_image_jsonl(self.path, self.max_image_bytes)
         stream = io.BytesIO(self._stdin) if self._stdin is not None else None
-        return read_text_input(self.path, self.fmt, stream)
+        return read_text_input(self.path, self.fmt, stream, self.columns.text_field, self.columns.id_field)
+
+    def _read_tables(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        for part in self.tables:
+            problem = unreadable_input(part, folder_ok=False)
+            if problem:
+                return iter([InputError(str(part), 0, problem)])
+        return read_tables(self.tables, self.columns, self.kind, self.max_image_bytes, _table_fmt(self.fmt))
+
+    def kept_schema(self) -> bytes | None:
+        """The kept columns' Arrow schema (IPC bytes) for the job's registry row, from which its
+        outputs learn each kept column's type; None when no column is kept."""
+        schema = kept_schema(self.tables, self.columns, _table_fmt(self.fmt)) if self.tables else None
+        return None if schema is None else schema.serialize().to_pybytes()
 
     def _read_parts(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         common = Path(os.path.commonpath(self.parts))  # matching() makes parts only of two or more
@@ -206,7 +280,7 @@ class JobInput:
     def left_out(self) -> list[Path]:
         """Files in an image folder that are not images by name, so not part of the job: worth a
         note, since a folder of .heic photos would otherwise run as an empty job."""
-        if self.kind != "image":
+        if self.kind != "image" or self.tables:
             return []
         folders = [p for p in (self.parts or (self.path,)) if p.is_dir()]
         return [f for folder in folders for f in left_out_files(folder, follow_symlinks=self.follow_symlinks)]
@@ -246,7 +320,7 @@ class JobInput:
                 continue
             if isinstance(item, ImageRecord):
                 try:
-                    data = read_image_file(item.path, self.max_image_bytes)
+                    data = item.data if item.data is not None else read_image_file(item.path, self.max_image_bytes)
                 except ImageFileError as exc:
                     if late is not None:
                         late.append(InputError(str(self.path if item.line else item.path), item.line, str(exc)))
@@ -268,6 +342,10 @@ class JobInput:
                 value = encode(RawText(job_id, item.record_id, seq, model, item.text, submitted_at, item.attributes))
             yield job_record(topic, value, job_id, item.record_id, submitted_at)
             seq += 1
+
+
+def _table_fmt(fmt: InputFormat) -> TableFormat | None:
+    return None if fmt in ("auto", "jsonl", "lines") else fmt  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -377,6 +455,7 @@ def submit(
             schedule=schedule,
             attributes=attributes or {},
             submission=submitted_at,
+            columns=source.kept_schema(),
         ),
     )
     known = set(errors)

@@ -1,6 +1,6 @@
 """Input sources, one module each. Every source yields InputRecord or InputError, in file order.
 
-What belongs here: reading users' files (JSON Lines, plain lines, image folders) with bounds.
+What belongs here: reading users' files (JSON Lines, plain lines, tables, image folders) with bounds.
 What does not: producing to Kafka or registering jobs (jobs/submit.py), preprocessing
 (preprocess_app/).
 """
@@ -15,16 +15,16 @@ from producers.inputs import InputError, InputRecord
 from producers.jsonl import read_jsonl
 from producers.lines import read_lines
 
-InputFormat = Literal["auto", "jsonl", "lines"]
+InputFormat = Literal["auto", "jsonl", "lines", "parquet", "arrow", "csv", "tsv"]
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
 def read_text_input(
-    path: Path, fmt: InputFormat = "auto", stream: IO[bytes] | None = None
+    path: Path, fmt: InputFormat = "auto", stream: IO[bytes] | None = None, text_key: str = "text", id_key: str = "id"
 ) -> Iterator[InputRecord | InputError]:
     """JSON Lines for .jsonl/.ndjson (or fmt="jsonl"), one text per line otherwise."""
     if fmt == "jsonl" or (fmt == "auto" and path.suffix.lower() in JSONL_SUFFIXES):
-        return read_jsonl(path, stream)
+        return read_jsonl(path, stream, text_key, id_key)
     return read_lines(path, stream)
 
 

@@ -34,10 +34,31 @@ class ImageRecord:
     path: Path
     line: int
     attributes: dict[str, str] = field(default_factory=dict)
+    data: bytes | None = None  # the image itself, from a table's binary column; else read from path
 
     @property
     def content_type(self) -> str:
+        if self.data is not None:
+            return sniffed_type(self.data)
         return mimetypes.guess_type(self.path.name)[0] or "application/octet-stream"
+
+
+# What image files start with, for bytes that come without a file name (a table's binary column)
+_MAGIC = (
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+)
+
+
+def sniffed_type(data: bytes) -> str:
+    """The MIME type image bytes' first bytes name, else application/octet-stream."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _MAGIC if data.startswith(magic)), "application/octet-stream")
 
 
 def is_image_path(path: Path) -> bool:
@@ -85,7 +106,8 @@ def read_image_file(path: Path, max_bytes: int, *, content: bool = True) -> byte
     return data
 
 
-def _checked(record: ImageRecord, where: str, line: int, max_bytes: int) -> ImageRecord | InputError:
+def checked_image(record: ImageRecord, where: str, line: int, max_bytes: int) -> ImageRecord | InputError:
+    """record, or the problem of its path (not a regular file, over max_bytes) pinned to where:line."""
     try:
         read_image_file(record.path, max_bytes, content=False)
     except ImageFileError as exc:
@@ -111,7 +133,7 @@ def read_image_folder(
         if not folder.exists():
             yield InputError(str(folder), 0, "no such file or folder")
             return
-        yield _checked(ImageRecord(folder.name, folder, 0), str(folder), 0, max_bytes)
+        yield checked_image(ImageRecord(folder.name, folder, 0), str(folder), 0, max_bytes)
         return
     walk = _walk_folder(folder, follow_symlinks)
     yield from walk.refused
@@ -121,7 +143,7 @@ def read_image_folder(
             name = os.fsencode(path.name)
             yield InputError(printable(path), 0, f"the file name {name!r} is not UTF-8: rename the file")
             continue
-        yield _checked(ImageRecord(record_id, path, 0), str(path), 0, max_bytes)
+        yield checked_image(ImageRecord(record_id, path, 0), str(path), 0, max_bytes)
 
 
 def left_out_files(folder: Path, *, follow_symlinks: bool = False) -> list[Path]:
@@ -219,4 +241,4 @@ def read_image_jsonl(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> Iterator[I
                 continue
             seen[record_id] = number
             image = ImageRecord(record_id, path.parent / obj["image"], number, attributes)
-            yield _checked(image, str(path), number, max_bytes)
+            yield checked_image(image, str(path), number, max_bytes)

@@ -30,10 +30,13 @@ class InputError:
     path: str
     line: int
     reason: str
+    unit: str = ""  # what `line` counts where it is not a line of text: "row" of a table, "line" of a CSV
 
     def __str__(self) -> str:
         # line 0: the problem is the file itself (an image in a folder), not a line of it
-        return f"{self.path}:{self.line}: {self.reason}" if self.line else f"{self.path}: {self.reason}"
+        if not self.line:
+            return f"{self.path}: {self.reason}"
+        return f"{self.path}:{self.unit + ' ' if self.unit else ''}{self.line}: {self.reason}"
 
 
 # What compressed input starts with: read as text it is a screen of "not valid UTF-8" lines.
@@ -133,15 +136,15 @@ def describe_non_finite(value: float) -> str:
     return f"{sign}Infinity (or a number too large for a double, such as {sign}1e400)"
 
 
-def record_id_of(obj: dict[str, Any], number: int) -> str:
-    """A JSON line's "id" as text (its line number when absent), or ValueError saying why not."""
-    record_id = obj.get("id", number)
+def record_id_of(obj: dict[str, Any], number: int, key: str = "id") -> str:
+    """A JSON line's id (under `key`) as text (its line number when absent), or ValueError saying why not."""
+    record_id = obj.get(key, number)
     if isinstance(record_id, bool) or not isinstance(record_id, str | int) or record_id == "":
-        raise ValueError(f'"id" must be a non-empty string or an integer, got {json.dumps(record_id)}')
+        raise ValueError(f'"{key}" must be a non-empty string or an integer, got {json.dumps(record_id)}')
     text = str(record_id)
     surrogate = lone_surrogate(text)
     if surrogate:
-        raise ValueError(f'"id" holds a lone surrogate ({surrogate}), which is not valid Unicode')
+        raise ValueError(f'"{key}" holds a lone surrogate ({surrogate}), which is not valid Unicode')
     return text
 
 

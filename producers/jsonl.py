@@ -18,8 +18,11 @@ from producers.inputs import (
 )
 
 
-def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRecord | InputError]:
-    """Records in file order. `id` defaults to the line number; blank lines are skipped."""
+def read_jsonl(
+    path: Path, stream: IO[bytes] | None = None, text_key: str = "text", id_key: str = "id"
+) -> Iterator[InputRecord | InputError]:
+    """Records in file order, the text under text_key and the id under id_key (the line number
+    when absent); blank lines are skipped."""
     first_seen: dict[str, int] = {}
     source = stream if stream is not None else path.open("rb")
     with source:
@@ -28,7 +31,7 @@ def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRec
                 line = decode_line(raw, number).rstrip("\r\n")
                 if not line.strip():
                     continue
-                record = _parse(line, number)
+                record = _parse(line, number, text_key, id_key)
             except ValueError as exc:
                 yield InputError(str(path), number, str(exc))
                 continue
@@ -43,19 +46,19 @@ def read_jsonl(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRec
             yield record
 
 
-def _parse(line: str, number: int) -> InputRecord:
+def _parse(line: str, number: int, text_key: str, id_key: str) -> InputRecord:
     try:
         obj: Any = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    if "text" not in obj:
-        raise ValueError('missing "text"')
-    text = obj["text"]
+    if text_key not in obj:
+        raise ValueError(f'missing "{text_key}"' + (" (--text-field)" if text_key != "text" else ""))
+    text = obj[text_key]
     if not isinstance(text, str):
-        raise ValueError(f'"text" must be a string, got {json_type(text)}')
+        raise ValueError(f'"{text_key}" must be a string, got {json_type(text)}')
     problem = check_text(text)
     if problem:
         raise ValueError(problem)
-    return InputRecord(record_id_of(obj, number), text, number, check_attributes(obj))
+    return InputRecord(record_id_of(obj, number, id_key), text, number, check_attributes(obj))

@@ -277,6 +277,7 @@ class Job(AvroFields):
     error: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
     submission: int | None = None
+    columns: bytes | None = None  # kept input columns: an Arrow IPC schema (jobs/kept.py)
 
 
 @dataclass(frozen=True)
@@ -292,6 +293,7 @@ class Schedule(AvroFields):
     paused: bool
     active_since: int
     created_at: int
+    columns: str | None = None  # JSON of producers.table_rows.Columns; None: the defaults
 
 
 @dataclass(frozen=True)

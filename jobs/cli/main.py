@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from jobs.cli import ops, workers
+from jobs.cli.columns import column_options
 from jobs.cli.options import (
     NearlineGroup,
     ProgressDisplay,
@@ -31,6 +32,7 @@ from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat
 from jobs.submit import SubmitReport, submit
 from kafka_io.settings import Topics
+from producers.table_rows import DEFAULT_COLUMNS, Columns
 
 
 @click.group(
@@ -58,6 +60,7 @@ def cli(log_level: str) -> None:
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
 @format_option
+@column_options
 @batch_options
 @cluster_options
 @repository_option
@@ -74,6 +77,7 @@ def run(
     kind: str,
     max_image_bytes: int,
     follow_symlinks: bool,
+    columns: Columns,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_window: int | None,
@@ -90,6 +94,7 @@ def run(
     \b
     Example:
       nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
+      nearline run reviews.parquet --text-column body --keep-columns stars,date -m minilm -o out.parquet
     """
     from jobs.cli.run_output import write_run_output
     from jobs.launch.runner import run_job
@@ -109,7 +114,7 @@ def run(
         # SIGTERM/SIGHUP (a closed terminal, a CI timeout) stop the broker and workers as Ctrl-C does
         with terminate_like_interrupt():
             result = run_job(
-                opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks),
+                opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns),
                 model,
                 repository=model_repository,
                 bootstrap_servers=bootstrap_servers,
@@ -163,8 +168,10 @@ def _submit(
     topic: str | None = None,
     max_backlog: int | None = None,
     follow_symlinks: bool = False,
+    columns: Columns = DEFAULT_COLUMNS,
 ) -> SubmitReport:
-    source, topics = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks), Topics(namespace)
+    source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
+    topics = Topics(namespace)
     if topic is not None and topic != source.raw_topic(topics):
         # any other topic took the records and registered a job that no worker would ever finish
         raise click.BadParameter(
@@ -205,6 +212,7 @@ def _submit(
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
 @format_option
+@column_options
 @cluster_options
 def submit_cmd(
     wait: bool,
@@ -219,6 +227,7 @@ def submit_cmd(
     kind: str,
     max_image_bytes: int,
     follow_symlinks: bool,
+    columns: Columns,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
@@ -235,6 +244,7 @@ def submit_cmd(
         namespace,
         max_backlog=max_backlog,
         follow_symlinks=follow_symlinks,
+        columns=columns,
     )
     click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
@@ -441,6 +451,7 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
 @click.option("--job-id", default=None, callback=checked_job_id)
 @click.option("--skip-invalid", is_flag=True)
 @format_option
+@column_options
 @cluster_options
 def produce(
     topic: str,
@@ -452,6 +463,7 @@ def produce(
     kind: str,
     max_image_bytes: int,
     follow_symlinks: bool,
+    columns: Columns,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
@@ -469,6 +481,7 @@ def produce(
         namespace,
         topic,
         follow_symlinks=follow_symlinks,
+        columns=columns,
     )
     click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
 

@@ -38,6 +38,7 @@ from kafka_io.settings import (
 )
 from producers.images import IMAGE_SUFFIXES, MAX_IMAGE_BYTES, printable
 from producers.inputs import MAX_ATTRIBUTES_BYTES
+from producers.table_rows import DEFAULT_COLUMNS, Columns
 from schemas.model_config import (
     ENV_MODEL_REPOSITORY,
     InvalidModelNameError,
@@ -301,16 +302,18 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Choice(["auto", "text", "image"]),
         default="auto",
         show_envvar=True,
-        help='auto: a folder, an image file or a JSONL of {"image": path} is images; anything else is text.',
+        help='auto: a folder, an image file or a JSONL of {"image": path} is images, as is a table with '
+        "the image column and no text column; anything else is text.",
     )(f)
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["auto", "jsonl", "lines"]),
+        type=click.Choice(["auto", "jsonl", "lines", "parquet", "csv", "tsv", "arrow"]),
         default="auto",
         show_default=True,
         show_envvar=True,
-        help="Text input: JSON Lines for .jsonl/.ndjson (auto), or one text per line.",
+        help="auto: JSON Lines for .jsonl/.ndjson, a table for .parquet/.pq, .csv, .tsv, .arrow/.feather/.ipc "
+        "(and a folder or glob of them), else one text per line.",
     )(f)
 
 
@@ -359,10 +362,17 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
     return fmt
 
 
-def opened_input(input_path: str, fmt: str, kind: str, max_image_bytes: int, follow_symlinks: bool) -> JobInput:
+def opened_input(
+    input_path: str,
+    fmt: str,
+    kind: str,
+    max_image_bytes: int,
+    follow_symlinks: bool,
+    columns: Columns = DEFAULT_COLUMNS,
+) -> JobInput:
     """INPUT as a job's input, with a note on stderr about files of an image folder that the job
     leaves out because their names are not images'."""
-    job_input = JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks)  # type: ignore[arg-type]
+    job_input = JobInput.open(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)  # type: ignore[arg-type]
     left_out = job_input.left_out()
     if left_out:
         suffixes = Counter(printable(f.suffix.lower()) or "no suffix" for f in left_out).most_common()

@@ -38,13 +38,17 @@ def write_run_output(
         if output is None:
             return RunOutput(None, fmt, 0, False)
     try:
-        return RunOutput(output, fmt, write_items(spill.ordered(), spill.example(), output, sys.stdout, fmt), False)
+        return RunOutput(
+            output, fmt, write_items(spill.ordered(), spill.example(), output, sys.stdout, fmt, spill.kept), False
+        )
     except ColumnarShapeError as exc:
         assert output is not None  # a columnar format needs -o
         jsonl = output.with_name(output.name + ".jsonl")
         click.echo(f"error: {exc}; writing them as JSON Lines to {jsonl} instead", err=True)
         try:
-            return RunOutput(jsonl, OutputFormat.JSONL, write_items(spill.ordered(), None, jsonl, sys.stdout), True)
+            return RunOutput(
+                jsonl, OutputFormat.JSONL, write_items(spill.ordered(), None, jsonl, sys.stdout, kept=spill.kept), True
+            )
         except OSError as again:
             return _kept_elsewhere(spill, jsonl, OutputFormat.JSONL, again, cluster)
     except OSError as exc:

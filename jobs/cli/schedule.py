@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from jobs.cli.columns import column_options
 from jobs.cli.options import cluster_options, require_servers
 from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
 from jobs.scheduling.schedules import (
@@ -22,6 +23,7 @@ from jobs.scheduling.schedules import (
     unserved_model,
 )
 from kafka_io.settings import KafkaSettings, Topics
+from producers.table_rows import Columns
 
 T = TypeVar("T")
 
@@ -44,6 +46,7 @@ def schedule() -> None:
     help="Ticks missed while no scheduler ran: skip them, or run each late (catch-up).",
 )
 @click.option("--replace", "replace_existing", is_flag=True, help="Overwrite a schedule of the same name.")
+@column_options
 @cluster_options
 def schedule_add(
     name: str,
@@ -53,12 +56,13 @@ def schedule_add(
     timezone: str,
     misfire: str,
     replace_existing: bool,
+    columns: Columns,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
     """Add a schedule; it runs from its next tick on."""
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    created = new_schedule(name, cron, input_pattern, model, timezone, misfire)  # type: ignore[arg-type]
+    created = new_schedule(name, cron, input_pattern, model, timezone, misfire, columns=columns)  # type: ignore[arg-type]
     add_schedule(settings, topics, created, replace_existing)
     first = next_tick(created.cron, created.timezone, datetime.now(UTC))
     click.echo(f"schedule {name} added; next tick {first:%Y-%m-%d %H:%M %Z}", err=True)

@@ -13,6 +13,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.kept import KeptColumns
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
@@ -279,7 +280,7 @@ def run_job(
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")
         started = time.monotonic()
         # on disk, not in memory: a job of millions of embeddings is gigabytes of results
-        spill = ResultSpill(report.job_id, submission=report.submission)
+        spill = ResultSpill(report.job_id, submission=report.submission, kept=KeptColumns.of(source.kept_schema()))
         try:
             seconds = follow_job(
                 settings,

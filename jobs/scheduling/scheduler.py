@@ -32,6 +32,7 @@ from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, schedule_ticks_topic, schedules_topic
+from producers.table_rows import Columns
 from schemas import Job, Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ class Scheduler:
     def _submit(self, schedule: Schedule, tick: datetime) -> str | None:
         job_id = tick_job_id(schedule.name, tick)
         try:
-            source = JobInput.matching(schedule.input)
+            source = JobInput.matching(schedule.input, columns=Columns.from_json(schedule.columns))
             report = submit(
                 self.settings,
                 self.topics,

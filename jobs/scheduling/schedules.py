@@ -18,6 +18,7 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
+from producers.table_rows import DEFAULT_COLUMNS, Columns
 from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 from schemas.model_config import check_model_name
 
@@ -35,6 +36,7 @@ def new_schedule(
     timezone: str = "UTC",
     misfire: Misfire = "skip",
     at_us: int | None = None,
+    columns: Columns = DEFAULT_COLUMNS,
 ) -> Schedule:
     if not name or "/" in name or "@" in name or name != name.strip():
         raise ScheduleSpecError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
@@ -43,7 +45,8 @@ def new_schedule(
     if not input_pattern.strip():  # it would be stored as the folder the command ran in
         raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
-    return Schedule(name, cron, absolute_input(input_pattern), model, timezone, misfire, False, now, now)
+    pattern = absolute_input(input_pattern)
+    return Schedule(name, cron, pattern, model, timezone, misfire, False, now, now, columns.to_json())
 
 
 def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:

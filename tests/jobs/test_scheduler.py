@@ -304,3 +304,29 @@ def test_an_unexpected_error_in_one_schedule_fails_its_tick_and_never_stops_the_
     assert jobs_["broken-20261129T1001Z"].error == "internal error: TypeError: a bug met only on this input"
     assert jobs_["fine-20261129T1001Z"].total == 5
     assert any("broken" in e and "failed: internal error" in e for e in events)
+
+
+def test_a_glob_of_parquet_files_is_one_job_per_tick_read_with_the_schedules_columns(
+    settings: KafkaSettings, topics: Topics, clock: Clock, tmp_path: Path, schedulers: list[Scheduler]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.kept import KeptColumns
+    from producers.table_rows import Columns
+
+    a, _ = schedulers
+    (tmp_path / "drop").mkdir()
+    pq.write_table(pa.table({"body": ["a", "b"], "n": [1, 2]}), tmp_path / "drop" / "1.parquet")
+    pq.write_table(pa.table({"body": ["c"], "n": [3]}), tmp_path / "drop" / "2.parquet")
+    columns = Columns(text="body", keep=("n",))
+    pattern = str(tmp_path / "drop" / "*.parquet")
+    schedule = new_schedule("tables", "* * * * *", pattern, "tiny", at_us=to_us(T0), columns=columns)
+    add_schedule(settings, topics, schedule)
+    clock.at(1, 2)
+    assert a.step() == ["tables-20261129T1001Z"]
+    job = scheduled_jobs(settings, topics)["tables-20261129T1001Z"]
+    assert job.total == 3 and job.error is None
+    kept = KeptColumns.of(job.columns)
+    assert kept is not None and kept.schema.field("n").type == pa.int64()
+    assert raw_records_of(settings, topics, job.job_id) == 3
