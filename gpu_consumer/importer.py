@@ -60,7 +60,12 @@ def import_model(
     try:
         model = auto.from_pretrained(str(source.model_folder), attn_implementation="eager").eval()
     except Exception as exc:  # transformers raises OSError, ValueError, RuntimeError (size mismatch)...
-        raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {exc}") from None
+        reason = str(exc).strip()
+        if source.task != "text-embedding" and "size mismatch" in reason:
+            # the head's width comes from config.json's id2label: a label map edited apart from the weights
+            labels = json.loads((source.model_folder / "config.json").read_text(encoding="utf-8")).get("id2label", {})
+            reason = f"the label map (config.json id2label, {len(labels)} labels) does not match the weights: {reason}"
+        raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {reason}") from None
     provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {_digest(source)})"
     with tempfile.TemporaryDirectory() as extra:
         if source.task == "image-classification":

@@ -60,7 +60,9 @@ def save_sentence_transformer(folder: Path, pooling: str, normalize: bool, max_l
     return folder
 
 
-def save_classifier(folder: Path, multi_label: bool = False, labels: dict[int, str] = LABELS, seed: int = 0) -> Path:
+def save_classifier(
+    folder: Path, multi_label: bool = False, labels: dict[int, str] = LABELS, seed: int = 0, calibrated: bool = True
+) -> Path:
     """BertForSequenceClassification with named labels; its head is scaled up so a random model
     spreads its texts over several labels (calibrate)."""
     import torch
@@ -73,7 +75,8 @@ def save_classifier(folder: Path, multi_label: bool = False, labels: dict[int, s
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
     )
     model = BertForSequenceClassification(config).eval()
-    calibrate(model, folder)
+    if calibrated:
+        calibrate(model, folder)
     model.save_pretrained(str(folder))
     copy_tokenizer(folder)
     return folder
@@ -114,11 +117,31 @@ def save_vit(folder: Path, processor: dict[str, Any] | None = None, seed: int = 
         label2id={v: k for k, v in labels.items()},
     )
     model = ViTForImageClassification(config).eval()
-    with torch.no_grad():
-        model.classifier.weight.mul_(20.0)
+    calibrate_vit(model)
     model.save_pretrained(str(folder))
     (folder / "preprocessor_config.json").write_text(json.dumps(processor or VIT_PROCESSOR, indent=2))
     return folder
+
+
+def calibrate_vit(model: Any) -> None:
+    """As calibrate, on the real photos' pixels with the ViT processing done by hand (any
+    reasonable approximation spreads the labels; the test compares against transformers' own)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from tests.image_corpus import real_photos
+
+    pixels = [
+        np.asarray(Image.open(p).convert("RGB").resize((224, 224), Image.Resampling.BILINEAR), dtype=np.float32)
+        for p in real_photos()
+    ]
+    batch = torch.from_numpy((np.stack(pixels) / 255.0 - 0.5) / 0.5).permute(0, 3, 1, 2).float()
+    with torch.no_grad():
+        pooled = model.vit(pixel_values=batch).last_hidden_state[:, 0]
+        weight = model.classifier.weight / (pooled.std(0) + 1e-6) * 2.0
+        model.classifier.weight.copy_(weight)
+        model.classifier.bias.copy_(-(pooled.mean(0) @ weight.T))
 
 
 VIT_PROCESSOR = {

@@ -103,3 +103,48 @@ def test_an_imported_classifier_labels_texts_like_transformers(tmp_path: Path, m
         np.testing.assert_allclose([g["score"] for g in got], row[order], atol=0.01)
         tops.add(got[0]["label"])
     assert len(tops) >= 2  # a classifier that gives one label to everything would prove little
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_imported_image_classifier_uses_its_own_preprocessing_on_real_photos(tmp_path: Path) -> None:
+    """A ViT whose processor resizes exactly to 224x224 with mean/std 0.5 (not EfficientNet's
+    shorter side 256, centre crop 224, (x - 127) / 128), against transformers' own processor."""
+    import shutil
+
+    import torch
+    from PIL import Image
+    from transformers import AutoImageProcessor, ViTForImageClassification
+
+    from tests.byo_models import save_vit
+    from tests.image_corpus import real_photos
+
+    folder = save_vit(tmp_path / "vit")
+    repository = tmp_path / "models"
+    imported = models_import(repository, str(folder), "--name", "vit")
+    assert imported.returncode == 0, imported.stderr
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for p in real_photos():
+        shutil.copy2(p, photos / f"{p.parent.name}-{p.name}")
+    paths = sorted(photos.iterdir())
+    out = tmp_path / "out.jsonl"
+    done = run_embedded(str(photos), "--model", "vit", "-o", str(out), repository=repository, timeout_s=300)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["id"] for line in lines] == [p.name for p in paths]
+
+    processor = AutoImageProcessor.from_pretrained(str(folder))
+    model = ViTForImageClassification.from_pretrained(str(folder)).eval()
+    images = [Image.open(p).convert("RGB") for p in paths]
+    with torch.no_grad():
+        probs = torch.softmax(model(**processor(images=images, return_tensors="pt")).logits, dim=-1).numpy()
+    tops = set()
+    for line, row in zip(lines, probs, strict=True):
+        got = line["labels"]
+        assert len(got) == 5
+        assert got[0]["index"] == int(row.argmax()), line["id"]
+        assert got[0]["label"] == f"class-{int(row.argmax())}"
+        np.testing.assert_allclose([g["score"] for g in got], row[[g["index"] for g in got]], atol=0.05)
+        tops.add(got[0]["index"])
+    assert len(tops) >= 2
