@@ -171,13 +171,17 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
 
 
 def crop_box(size: tuple[int, int], spec: ImageSpec) -> tuple[float, float, float, float]:
-    """The region of a width x height image that becomes the crop once its shorter side is
-    resized to spec.resize: resizing only that region gives the resize-then-crop pixels (within one
-    level of rounding) without the whole resized image, which for a 100000x1 strip (a 372-byte PNG,
-    far under the pixel cap) would be 25,600,000 x 256 pixels: 20 GB."""
+    """The region of a width x height image that becomes the crop once its shorter side (both
+    sides, in "exact" mode) is resized to spec.resize: resizing only that region gives the
+    resize-then-crop pixels (within one level of rounding) without the whole resized image, which
+    for a 100000x1 strip (a 372-byte PNG, far under the pixel cap) would be 25,600,000 x 256
+    pixels: 20 GB."""
     width, height = size
-    scale = spec.resize / min(width, height)
-    resized = (max(spec.crop, round(width * scale)), max(spec.crop, round(height * scale)))
+    if spec.resize_mode == "exact":  # both sides to `resize`, the aspect ratio not kept
+        resized = (max(spec.crop, spec.resize), max(spec.crop, spec.resize))
+    else:
+        scale = spec.resize / min(width, height)
+        resized = (max(spec.crop, round(width * scale)), max(spec.crop, round(height * scale)))
     left, top = (resized[0] - spec.crop) // 2, (resized[1] - spec.crop) // 2
     sx, sy = width / resized[0], height / resized[1]
     return (left * sx, top * sy, (left + spec.crop) * sx, (top + spec.crop) * sy)

@@ -20,7 +20,10 @@ from typing import Any, Literal
 # How the batcher fills each graph input: token ids travel in the record; the mask and the
 # segment ids are derived from the lengths when the batch is padded.
 InputRole = Literal["token_ids", "attention_mask", "token_type_ids", "pixels"]
-Task = Literal["text-embedding", "image-classification"]
+Task = Literal["text-embedding", "text-classification", "image-classification"]
+TASKS: tuple[Task, ...] = ("text-embedding", "text-classification", "image-classification")
+# Tasks whose results are labels ({label, index, score}, best first) rather than a tensor
+CLASSIFIER_TASKS: tuple[Task, ...] = ("text-classification", "image-classification")
 CONFIG_FILE = "config.json"
 
 
@@ -69,6 +72,16 @@ def move_hint(repository: Path, name: str | None = None) -> str | None:
         f"move them with `mkdir -p {repository} && mv models/* {repository}/`, "
         "or keep using this folder with --model-repository models (NEARLINE_MODEL_REPOSITORY)"
     )
+
+
+# Pooling modes (sentence-transformers' names, less the prefix) and the postprocess step of each
+POOLING_STEPS: dict[str, str] = {
+    "mean": "mean_pooling",
+    "cls": "cls_pooling",
+    "max": "max_pooling",
+    "mean_sqrt_len": "mean_sqrt_len_pooling",
+    "last_token": "last_token_pooling",
+}
 
 
 class ModelError(Exception):
@@ -132,8 +145,11 @@ class TokenizerSpec:
 class ImageSpec:
     """How an encoded image becomes the model's uint8 CHW input."""
 
-    resize: int = 256  # shorter side, before the centre crop
+    resize: int = 256  # the shorter side ("shorter_side"), or both sides ("exact"), before the centre crop
     crop: int = 224
+    # "shorter_side" keeps the aspect ratio (EfficientNet, ConvNeXt's shortest_edge); "exact"
+    # stretches to resize x resize, as Hugging Face processors with size {height, width} do (ViT)
+    resize_mode: Literal["shorter_side", "exact"] = "shorter_side"
     resample: Literal["bicubic", "bilinear"] = "bicubic"
     background: tuple[int, int, int] = (255, 255, 255)  # transparent pixels are composited on this
     max_pixels: int = 64_000_000  # decompression-bomb cap, checked from the header before decoding
@@ -171,6 +187,16 @@ class ModelConfig:
             out.append(b)
             b *= 2
         return (*out, self.max_length)
+
+    @property
+    def is_classifier(self) -> bool:
+        return self.task in CLASSIFIER_TASKS
+
+    @property
+    def pooling(self) -> str | None:
+        """The pooling mode of a text embedder whose graph gives token vectors (None if none)."""
+        modes = {step: mode for mode, step in POOLING_STEPS.items()}
+        return next((modes[s] for s in self.postprocess if s in modes), None)
 
     @property
     def max_length(self) -> int:

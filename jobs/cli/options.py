@@ -73,6 +73,7 @@ class NearlineGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from gpu_consumer.engine import EngineLoadError
         from gpu_consumer.export import ExportUnavailableError
+        from gpu_consumer.import_source import ImportRefusedError
         from gpu_consumer.isolation import EngineFault
         from jobs.columnar import ColumnarShapeError
         from jobs.registry import JobNotFoundError
@@ -96,6 +97,10 @@ class NearlineGroup(click.Group):
                 f"nothing was submitted: {len(exc.errors)} invalid record(s); fix them or pass --skip-invalid",
                 err=True,
             )
+            ctx.exit(ExitCode.INVALID_INPUT)
+        except ImportRefusedError as exc:  # `models import`: a model folder that cannot work, said why
+            click.echo(f"error: {exc}", err=True)
+            click.echo("nothing was imported", err=True)
             ctx.exit(ExitCode.INVALID_INPUT)
         except (
             InvalidModelNameError,

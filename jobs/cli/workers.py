@@ -19,6 +19,7 @@ from jobs.cli.options import (
     require_servers,
 )
 from kafka_io.settings import ENV_BOOTSTRAP, MetricsEndpoint, Topics
+from schemas.model_config import ModelConfig
 
 
 @click.group()
@@ -297,6 +298,46 @@ def models_prepare(name: str, model_repository: Path) -> None:
     click.echo(f"prepared {config.name} version {config.version} in {config.directory}")
 
 
+@models.command(
+    name="import",
+    epilog="""\b
+Examples:
+  nearline models import ./my-bge --name bge            # a sentence-transformers folder
+  nearline models import ./sentiment --name sentiment   # save_pretrained *ForSequenceClassification
+  nearline models import ./vit --name vit               # *ForImageClassification + preprocessor_config.json
+  nearline models import ./encoder --name enc --pooling cls   # a bare encoder, CLS pooling""",
+)
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--name", required=True, help="The model's name in the repository (and in tensors.<name>).")
+@click.option("--version", "version", default="1", show_default=True)
+@click.option(
+    "--task",
+    type=click.Choice(["text-embedding", "text-classification", "image-classification"]),
+    help="What the model does, where the folder cannot say (a bare model.onnx).",
+)
+@click.option(
+    "--pooling",
+    type=click.Choice(["mean", "cls", "max", "mean_sqrt_len", "last_token"]),
+    help="Embedders: how token vectors become one [default: the folder's, else mean].",
+)
+@click.option("--max-batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@repository_option
+def models_import(
+    source: Path,
+    name: str,
+    version: str,
+    task: str | None,
+    pooling: str | None,
+    max_batch_size: int,
+    model_repository: Path,
+) -> None:
+    """Import a local model folder (sentence-transformers, transformers, ONNX) into the repository."""
+    from gpu_consumer.importer import import_model
+
+    config = import_model(model_repository, source, name, version, task, pooling, max_batch_size)
+    click.echo(f"imported {config.name} version {config.version} ({config.task}) in {config.directory}")
+
+
 @models.command(name="list")
 @repository_option
 def models_list(model_repository: Path) -> None:
@@ -314,4 +355,17 @@ def models_list(model_repository: Path) -> None:
         if isinstance(config, Exception):
             click.echo(f"{name}\t{version}\tunavailable\t{config}")
         else:
-            click.echo(f"{config.name}\t{config.version}\t{config.task}\t{config.source}")
+            click.echo(f"{config.name}\t{config.version}\t{config.task}\t{model_detail(config)}\t{config.source}")
+
+
+def model_detail(config: ModelConfig) -> str:
+    """What a model's results hold beyond its task: the pooling of an embedder, a classifier's labels."""
+    if config.is_classifier:
+        try:
+            names = (config.directory / (config.labels_file or "")).read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return "labels unreadable"
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        return f"{len(names)} labels: {shown}"
+    pooling = f"{config.pooling} pooling" if config.pooling else "pooled in the graph"
+    return pooling + (", normalized" if "l2_normalize" in config.postprocess else "")

@@ -1,0 +1,177 @@
+"""What a folder a user brings holds, read from its JSON files alone (no framework imported):
+its layout, task, pooling and where its weights are. `nearline models import` starts here, so a
+folder that cannot work is refused before anything is loaded or exported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from schemas.model_config import POOLING_STEPS, TASKS, Task
+
+Layout = Literal["sentence-transformers", "transformers", "onnx"]
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+# sentence-transformers' Pooling flags, in the order its Pooling module concatenates them
+ST_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+    "pooling_mode_weightedmean_tokens": "weighted_mean",
+    "pooling_mode_lasttoken": "last_token",
+}
+ARCHITECTURE_TASKS: tuple[tuple[str, Task], ...] = (
+    ("ForSequenceClassification", "text-classification"),
+    ("ForImageClassification", "image-classification"),
+    ("Model", "text-embedding"),  # a bare encoder: BertModel, XLMRobertaModel, ...
+)
+
+
+class ImportRefusedError(ValueError):
+    """A model `nearline models import` will not import; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ImportSource:
+    folder: Path  # what the user named
+    layout: Layout
+    model_folder: Path  # config.json, weights and tokenizer (a sentence-transformers module's path)
+    task: Task
+    architecture: str  # config.json's, or "ONNX graph"
+    pooling: str | None = None  # text-embedding: a POOLING_STEPS mode
+    normalize: bool = False
+    max_length: int | None = None  # sentence_bert_config.json's max_seq_length
+
+
+def read_source(folder: Path, task: str | None = None, pooling: str | None = None) -> ImportSource:
+    """The layout of `folder` and what it holds, or ImportRefusedError saying why it cannot be imported."""
+    if task is not None and task not in TASKS:
+        raise ImportRefusedError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+    if pooling is not None and pooling not in POOLING_STEPS:
+        raise ImportRefusedError(f"unknown pooling {pooling!r}: use one of {', '.join(POOLING_STEPS)}")
+    if not folder.is_dir():
+        raise ImportRefusedError(f"{folder} is not a folder: import takes a local model folder, never a hub id")
+    adapter = _json(folder / "adapter_config.json")
+    if adapter is not None:
+        raise ImportRefusedError(
+            f"{folder} holds a PEFT adapter for {adapter.get('base_model_name_or_path')!r}, not a model: merge it "
+            "into its base model (merge_and_unload), save_pretrained the result and import that folder"
+        )
+    if (folder / "modules.json").is_file():
+        return _sentence_transformers(folder, task, pooling)
+    if (folder / "model.onnx").is_file():
+        if task is None:
+            raise ImportRefusedError(f"{folder} holds model.onnx: say what it does with --task ({', '.join(TASKS)})")
+        return ImportSource(folder, "onnx", folder, task, "ONNX graph", _pooling(task, pooling))
+    if (folder / "config.json").is_file():
+        return _transformers(folder, task, pooling)
+    raise ImportRefusedError(
+        f"{folder} is not a model folder: it has no modules.json (sentence-transformers), "
+        "config.json (transformers save_pretrained) or model.onnx"
+    )
+
+
+def _sentence_transformers(folder: Path, task: str | None, pooling: str | None) -> ImportSource:
+    modules = _json(folder / "modules.json")
+    if not isinstance(modules, list):
+        raise ImportRefusedError(f"{folder / 'modules.json'} is not a list of modules")
+    if task not in (None, "text-embedding"):
+        raise ImportRefusedError(
+            f"{folder} is a sentence-transformers embedder: its task is text-embedding, not {task}"
+        )
+    transformer: Path | None = None
+    mode: str | None = None
+    normalize = False
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+        path = folder / module.get("path", "")
+        if kind == "Transformer" and transformer is None:
+            transformer = path
+        elif kind == "Pooling" and mode is None:
+            mode = _st_pooling(path / "config.json")
+        elif kind == "Normalize":
+            normalize = True
+        else:
+            raise ImportRefusedError(
+                f"{folder}: sentence-transformers module {module.get('type')!r} ({module.get('path')!r}) is not "
+                "supported: nearline imports Transformer, Pooling and Normalize"
+            )
+    if transformer is None:
+        raise ImportRefusedError(f"{folder}: modules.json lists no Transformer module")
+    inner = _transformers(transformer, None, None)
+    st_config = _json(transformer / "sentence_bert_config.json") or _json(folder / "sentence_bert_config.json") or {}
+    max_length = st_config.get("max_seq_length")
+    return ImportSource(
+        folder,
+        "sentence-transformers",
+        transformer,
+        "text-embedding",
+        inner.architecture,
+        pooling or mode or "mean",
+        normalize,
+        int(max_length) if max_length else None,
+    )
+
+
+def _st_pooling(path: Path) -> str:
+    config = _json(path)
+    if config is None:
+        raise ImportRefusedError(f"{path} is missing: the Pooling module's configuration")
+    modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
+    if len(modes) != 1:
+        raise ImportRefusedError(f"{path}: pooling modes {modes or 'none'}: nearline supports exactly one")
+    if modes[0] not in POOLING_STEPS:
+        raise ImportRefusedError(f"{path}: pooling mode {modes[0]!r} is not supported ({', '.join(POOLING_STEPS)})")
+    return modes[0]
+
+
+def _transformers(folder: Path, task: str | None, pooling: str | None) -> ImportSource:
+    config = _json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise ImportRefusedError(f"{folder / 'config.json'} is missing or not a JSON object")
+    if not any((folder / f).is_file() for f in WEIGHT_FILES):
+        named = str(config.get("_name_or_path", ""))
+        if named and not Path(named).exists():
+            raise ImportRefusedError(
+                f"{folder}: config.json names the hub model {named!r} but the folder holds no weights "
+                f"({' or '.join(WEIGHT_FILES[::2])}); nearline never downloads: save_pretrained the model "
+                "into a folder and import that"
+            )
+        raise ImportRefusedError(f"{folder} holds no weights: no {' or '.join(WEIGHT_FILES[::2])}")
+    architectures = config.get("architectures") or []
+    architecture = str(architectures[0]) if architectures else ""
+    found = next((t for suffix, t in ARCHITECTURE_TASKS if architecture.endswith(suffix)), None)
+    if found is None:
+        raise ImportRefusedError(
+            f"{folder}: architecture {architecture or 'none'!r} cannot be imported: nearline imports "
+            "*ForSequenceClassification, *ForImageClassification and bare encoders (*Model)"
+        )
+    if task is not None and task != found:
+        raise ImportRefusedError(f"{folder}: {architecture} is a {found} model, not {task}")
+    return ImportSource(folder, "transformers", folder, found, architecture, _pooling(found, pooling))
+
+
+def _pooling(task: Task, pooling: str | None) -> str | None:
+    if task != "text-embedding":
+        if pooling is not None:
+            raise ImportRefusedError(f"--pooling is for text-embedding models, not {task}")
+        return None
+    return pooling or "mean"
+
+
+def _json(path: Path) -> Any:
+    """The parsed file, None when it does not exist; a file that is not JSON is refused."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ImportRefusedError(f"{path} cannot be read as JSON: {exc}") from None

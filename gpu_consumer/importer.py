@@ -1,0 +1,280 @@
+"""`nearline models import`: a model folder a user brings (gpu_consumer/import_source.py) exported
+into the model repository as ONNX plus the FP32 and FP16 TorchScript the torch engine runs.
+
+Needs the `export` extra (torch, transformers). Everything is loaded from the folder with the hub
+offline; export.py's _install checks ONNX Runtime against torch before the version appears.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpu_consumer.export import ExportUnavailableError, _export, _install
+from gpu_consumer.image_processor import ImageProcessorError, PixelScaling, read_image_processor
+from gpu_consumer.import_source import ImportRefusedError, ImportSource, read_source
+from schemas.model_config import POOLING_STEPS, ModelConfig, TensorSpec, TokenizerSpec, check_model_name
+
+
+def import_model(
+    repository: Path,
+    folder: Path,
+    name: str,
+    version: str = "1",
+    task: str | None = None,
+    pooling: str | None = None,
+    max_batch_size: int = 64,
+) -> ModelConfig:
+    """The model in `folder` as `name`/`version` of the repository, or ImportRefusedError saying why not."""
+    check_model_name(name)
+    source = read_source(folder, task, pooling)
+    if source.layout == "onnx":
+        raise ImportRefusedError(
+            f"{folder}: importing a bare model.onnx is not supported yet; import the transformers or "
+            "sentence-transformers folder it was exported from"
+        )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the folder lacks is an error, never a download
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch
+        import transformers
+        from transformers.utils import logging as transformers_logging
+    except ImportError as exc:
+        raise ExportUnavailableError(
+            f"importing needs the export extra: pip install 'nearline[export]' ({exc.name})"
+        ) from None
+    transformers_logging.set_verbosity_error()
+    torch.manual_seed(0)
+    auto = {
+        "text-embedding": transformers.AutoModel,
+        "text-classification": transformers.AutoModelForSequenceClassification,
+        "image-classification": transformers.AutoModelForImageClassification,
+    }[source.task]
+    try:
+        model = auto.from_pretrained(str(source.model_folder), attn_implementation="eager").eval()
+    except Exception as exc:  # transformers raises OSError, ValueError, RuntimeError (size mismatch)...
+        reason = str(exc).strip()
+        if source.task != "text-embedding" and "size mismatch" in reason:
+            # the head's width comes from config.json's id2label: a label map edited apart from the weights
+            labels = json.loads((source.model_folder / "config.json").read_text(encoding="utf-8")).get("id2label", {})
+            reason = f"the label map (config.json id2label, {len(labels)} labels) does not match the weights: {reason}"
+        raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {reason}") from None
+    provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {_digest(source)})"
+    with tempfile.TemporaryDirectory() as extra:
+        if source.task == "image-classification":
+            return _import_image(repository, source, model, name, version, max_batch_size, provenance, Path(extra))
+        return _import_text(repository, source, model, name, version, max_batch_size, provenance, Path(extra))
+
+
+def _import_text(
+    repository: Path,
+    source: ImportSource,
+    model: Any,
+    name: str,
+    version: str,
+    max_batch_size: int,
+    provenance: str,
+    scratch: Path,
+) -> ModelConfig:
+    import torch
+
+    from gpu_consumer.text_source import read_tokenizer
+
+    hf = model.config
+    tok = read_tokenizer(source, hf, scratch)
+    names = ["input_ids", "attention_mask"]
+    roles = {"input_ids": "token_ids", "attention_mask": "attention_mask", "token_type_ids": "token_type_ids"}
+    if "token_type_ids" in inspect.signature(model.forward).parameters:
+        names.append("token_type_ids")
+    inputs = tuple(TensorSpec(n, "int64", ("batch", "sequence"), roles[n]) for n in names)  # type: ignore[arg-type]
+    classifier = source.task == "text-classification"
+
+    class TextGraph(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            out = self.inner(**dict(zip(names, args, strict=True)))
+            return out.logits if classifier else out.last_hidden_state
+
+    graph = TextGraph(model).eval()
+    rng = np.random.default_rng(0)
+    low, high = min(1000, tok.vocab_size // 2), tok.vocab_size
+    sample = [rng.integers(low, high, size=n, dtype=np.int64) for n in (5, min(17, tok.max_length), 3)]
+
+    def reference(batch: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.no_grad():
+            return graph(*[torch.from_numpy(batch[n]) for n in names]).numpy()
+
+    files = {"tokenizer.json": tok.path}
+    if classifier:
+        labels = _labels(hf, _width(reference, names, tok.pad_id), scratch)
+        files["labels.txt"] = labels
+        output = "logits"
+        problem = getattr(hf, "problem_type", None)
+        if problem == "regression":
+            raise ImportRefusedError(
+                f"{source.model_folder}: problem_type 'regression' is a regressor, not a classifier"
+            )
+        postprocess: tuple[str, ...] = ("sigmoid",) if problem == "multi_label_classification" else ("softmax",)
+        out_dims: tuple[str | int, ...] = ("batch", hf.num_labels)
+    else:
+        output = "token_embeddings"
+        assert source.pooling is not None
+        postprocess = (POOLING_STEPS[source.pooling],) + (("l2_normalize",) if source.normalize else ())
+        out_dims = ("batch", "sequence", int(hf.hidden_size))
+    config = ModelConfig(
+        name=name,
+        version=version,
+        task=source.task,
+        inputs=inputs,
+        outputs=(TensorSpec(output, "float32", out_dims),),
+        max_batch_size=max_batch_size,
+        postprocess=postprocess,
+        tokenizer=TokenizerSpec("tokenizer.json", tok.max_length, tok.pad_id),
+        labels_file="labels.txt" if classifier else None,
+        result_name="labels" if classifier else "embedding",
+        source=provenance,
+    )
+    fill = {"input_ids": low, "attention_mask": 1, "token_type_ids": 0}
+    example = tuple(torch.full((2, 16), fill[n], dtype=torch.int64) for n in names)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes[output] = {0: "batch"} if classifier else {0: "batch", 1: "sequence"}
+    return _install_checked(
+        repository, config, lambda d: _export(graph, example, d, names, output, axes), reference, sample, files
+    )
+
+
+def _import_image(
+    repository: Path,
+    source: ImportSource,
+    model: Any,
+    name: str,
+    version: str,
+    max_batch_size: int,
+    provenance: str,
+    scratch: Path,
+) -> ModelConfig:
+    import torch
+
+    processor = source.model_folder / "preprocessor_config.json"
+    if not processor.is_file():
+        raise ImportRefusedError(f"{source.model_folder} has no preprocessor_config.json: its image preprocessing")
+    try:
+        spec, scaling = read_image_processor(json.loads(processor.read_text(encoding="utf-8")))
+    except ImageProcessorError as exc:
+        raise ImportRefusedError(f"{source.model_folder}: {exc}") from None
+    except ValueError as exc:
+        raise ImportRefusedError(f"{processor} cannot be read as JSON: {exc}") from None
+    graph = ScaledImageClassifier.build(model, scaling)
+
+    def reference(batch: dict[str, np.ndarray]) -> np.ndarray:
+        with torch.no_grad():
+            return graph(torch.from_numpy(batch["pixels"])).numpy()
+
+    rng = np.random.default_rng(0)
+    sample = [rng.integers(0, 256, size=(3, spec.crop, spec.crop), dtype=np.uint8) for _ in range(3)]
+    try:
+        width = reference({"pixels": np.stack(sample[:1])}).shape[-1]
+    except Exception as exc:
+        raise ImportRefusedError(
+            f"{source.model_folder}: {source.architecture} fails on {spec.crop}x{spec.crop} images: {exc}"
+        ) from None
+    labels = _labels(model.config, width, scratch)
+    config = ModelConfig(
+        name=name,
+        version=version,
+        task="image-classification",
+        inputs=(TensorSpec("pixels", "uint8", ("batch", 3, spec.crop, spec.crop), "pixels"),),
+        outputs=(TensorSpec("logits", "float32", ("batch", width)),),
+        max_batch_size=max_batch_size,
+        postprocess=("softmax",),
+        image=spec,
+        labels_file="labels.txt",
+        result_name="labels",
+        source=provenance,
+    )
+    example = (torch.zeros(2, 3, spec.crop, spec.crop, dtype=torch.uint8),)
+    axes = {"pixels": {0: "batch"}, "logits": {0: "batch"}}
+    files = {"labels.txt": labels}
+    return _install_checked(
+        repository, config, lambda d: _export(graph, example, d, ["pixels"], "logits", axes), reference, sample, files
+    )
+
+
+class ScaledImageClassifier:
+    """Builds the graph that takes uint8 CHW pixels: x * (rescale / std) - mean / std, then the model."""
+
+    @staticmethod
+    def build(model: Any, scaling: PixelScaling) -> Any:
+        import torch
+
+        class Graph(torch.nn.Module):
+            scale: torch.Tensor
+            shift: torch.Tensor
+
+            def __init__(self, inner: torch.nn.Module) -> None:
+                super().__init__()
+                self.inner = inner
+                std = torch.tensor(scaling.std).view(1, 3, 1, 1)
+                # buffers, not constants: a traced FP16 copy follows the weights' dtype (export.py)
+                self.register_buffer("scale", scaling.rescale / std)
+                self.register_buffer("shift", torch.tensor(scaling.mean).view(1, 3, 1, 1) / std)
+
+            def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+                return self.inner(pixel_values=pixels.type_as(self.scale) * self.scale - self.shift).logits
+
+        return Graph(model).eval()
+
+
+def _width(reference: Any, names: list[str], pad_id: int) -> int:
+    probe = {n: np.ones((1, 4), dtype=np.int64) for n in names}
+    probe["input_ids"] = np.full((1, 4), pad_id + 1, dtype=np.int64)
+    if "token_type_ids" in probe:
+        probe["token_type_ids"][:] = 0
+    return int(reference(probe).shape[-1])
+
+
+def _labels(hf: Any, width: int, scratch: Path) -> Path:
+    """labels.txt from config.json's id2label, refused unless it names every output exactly once."""
+    id2label = {int(k): str(v) for k, v in (getattr(hf, "id2label", None) or {}).items()}
+    if sorted(id2label) != list(range(width)):
+        raise ImportRefusedError(
+            f"the label map (config.json id2label, {len(id2label)} labels: {sorted(id2label)[:8]}) does not "
+            f"match the model's {width} outputs"
+        )
+    path = scratch / "labels.txt"
+    path.write_text("".join(f"{id2label[i]}\n" for i in range(width)), encoding="utf-8")
+    return path
+
+
+def _install_checked(
+    repository: Path, config: ModelConfig, export: Any, reference: Any, sample: list[np.ndarray], files: dict[str, Path]
+) -> ModelConfig:
+    try:
+        return _install(repository, config, export, reference, sample, files)
+    except ImportRefusedError:
+        raise
+    except Exception as exc:  # the exporters raise anything; what matters is the model and the reason
+        raise ImportRefusedError(f"{config.name}: export refused, nothing was written: {exc}") from None
+
+
+def _digest(source: ImportSource) -> str:
+    """sha256 of the weights file, so two imports can be told apart from their configs."""
+    for candidate in ("model.safetensors", "pytorch_model.bin", "model.onnx"):
+        path = source.model_folder / candidate
+        if path.is_file():
+            h = hashlib.sha256()
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            return f"{candidate} sha256 {h.hexdigest()[:16]}"
+    return "sharded weights"
