@@ -7,15 +7,17 @@ record and dead letter it produced has been confirmed by the broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import faust
 from faust.tables import TableManager
@@ -23,7 +25,8 @@ from faust.types.auth import CredentialsT
 
 from jobs.cancellations import Cancellations
 from jobs.launch.cpus import usable_cpus
-from kafka_io.clients import check_reachable
+from kafka_io.clients import check_reachable, make_producer
+from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
@@ -47,6 +50,10 @@ Step = Callable[[Sequence[ConsumedRecord]], list[OutRecord]]
 # job's "wait for preprocess" went from ~1.3 s to ~1.05 s (the rest is not explained yet). At 100
 # an idle worker sends ten empty fetches a second.
 FETCH_MAX_WAIT_MS = 100
+
+# Batches of one agent whose outputs are sent and not yet confirmed: enough to keep tokenizing
+# while the producer lingers and the broker answers, few enough that their events stay few.
+BATCHES_IN_FLIGHT = 8
 
 
 def prompt_fetches() -> None:
@@ -141,6 +148,8 @@ def create_app(
     # fast tokenizer cannot overshoot the bound by a second's worth of records.
     lag: dict[str, int] = {}
 
+    producer = ServedProducer(make_producer(settings, idempotent=False))
+
     @app.timer(1.0)
     async def measure_lag() -> None:
         if max_tensor_lag is not None:
@@ -161,37 +170,66 @@ def create_app(
             await asyncio.sleep(0.2)
         metrics.paused(False)
 
+    def step_and_send(step: Step, sources: list[ConsumedRecord], topic: str, confirm: Confirm) -> list[OutRecord]:
+        """On an executor thread: preprocess a batch and hand its outputs to the producer."""
+        started = time.perf_counter()
+        out = step(sources)
+        metrics.batch(topic, len(sources), time.perf_counter() - started)
+        new = {r.topic for r in out} - known_topics
+        if new:
+            ensure_topics(settings, [TopicSpec(t) for t in new])
+            known_topics.update(new)
+        producer.send(out, confirm)
+        return out
+
     async def run_batches(stream: Any, step: Step, batch_size: int, topic: str) -> None:
         loop = asyncio.get_running_loop()
+        # Batches whose outputs the broker has yet to confirm; at the bound the agent stops taking
+        # events, so faust's buffer fills and it stops fetching.
+        in_flight = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+
+        held: set[asyncio.Future[None]] = set()
+
+        async def ack_once_confirmed(
+            confirmed: asyncio.Future[str | None], events: list[Any], out: list[OutRecord]
+        ) -> None:
+            failure = await confirmed
+            if failure is not None:
+                fail(f"{failure}; exiting so the batch is redelivered")
+            metrics.produced(out)
+            for event in events:
+                await stream.ack(event)
+            in_flight.release()
+
         async for events in tick_take(stream, batch_size, batch_within_s):
             await wait_for_gpus()
+            await in_flight.acquire()
+            confirmed: asyncio.Future[str | None] = loop.create_future()
+
+            def confirm(failure: str | None, confirmed: asyncio.Future[str | None] = confirmed) -> None:
+                # on the producer's thread; a closed loop is a worker stopping, and what it did
+                # not ack is redelivered
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(confirmed.set_result, failure)
+
             try:
                 sources = [
                     ConsumedRecord(m.topic, m.partition, m.offset, m.value, m.key)
                     for m in (e.message for e in events)
                     if not cancellations.skips(m.headers)  # counted as cancelled
                 ]
-                started = time.perf_counter()
-                out = await loop.run_in_executor(None, step, sources)
-                metrics.batch(topic, len(events), time.perf_counter() - started)
-                new = {r.topic for r in out} - known_topics
-                if new:
-                    await loop.run_in_executor(None, ensure_topics, settings, [TopicSpec(t) for t in new])
-                    known_topics.update(new)
-                pending = [await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out]
-                await asyncio.gather(*pending)
-                metrics.produced(out)
-                for r in out:
-                    if r.topic != topics.dead_letters:
-                        lag[r.topic] = lag.get(r.topic, 0) + 1
+                out = await loop.run_in_executor(None, step_and_send, step, sources, topic, confirm)
             except Exception:
                 # Not the records' fault (their errors are dead letters): the broker or the worker
                 # itself is broken. Exit without acking so Kafka redelivers to a healthy worker.
-                log.exception("preprocess worker failed; exiting so the batch is redelivered")
-                logging.shutdown()
-                os._exit(1)
-            for event in events:
-                await stream.ack(event)
+                fail("preprocess worker failed; exiting so the batch is redelivered")
+            for r in out:
+                if r.topic != topics.dead_letters:
+                    lag[r.topic] = lag.get(r.topic, 0) + 1
+            # acked only once the broker has every output: until then faust commits nothing past them
+            acking = asyncio.ensure_future(ack_once_confirmed(confirmed, events, out))
+            held.add(acking)  # the loop keeps only a weak reference to a task
+            acking.add_done_callback(held.discard)
 
     texts = functools.partial(preprocess_texts, models=models, topics=topics)
     images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
@@ -205,6 +243,13 @@ def create_app(
         await run_batches(stream, images, image_batch, topics.raw_image)
 
     return app
+
+
+def fail(reason: str) -> NoReturn:
+    """Exit at once, acking nothing more: Kafka redelivers what was not acked to a healthy worker."""
+    log.error("%s", reason, exc_info=sys.exc_info()[0] is not None)
+    logging.shutdown()
+    os._exit(1)
 
 
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:
