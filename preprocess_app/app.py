@@ -34,6 +34,7 @@ from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from preprocess_app.image import preprocess_images
+from preprocess_app.lean import drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
 from preprocess_app.sole import take_every_partition
@@ -134,6 +135,7 @@ def create_app(
     )
     if sole_partitions is not None:
         take_every_partition(app, sole_partitions)
+    drain_eagerly(app)
     models = Models(repository)
     cancellations = Cancellations(settings, topics).start()
     # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
