@@ -8,8 +8,9 @@ settings and measures the CPU the worker process used from its first event to it
 - bare: `async for event in stream`, faust's own acks: faust's consumer, conductor and stream;
 - take: the preprocess worker's grouping (preprocess_app/take.py) and an ack per event, with
   nothing done to the events: the preprocess worker without its step and its producer;
-- eager: take, with faust's message loop starting each callback at once (preprocess_app/lean.py),
-  as the preprocess worker runs it.
+- eager: take, with faust's message loop starting each callback at once (preprocess_app/lean.py);
+- quiet: eager, with faust's Monitor sensor keeping no per-event statistics (QuietMonitor), as
+  the preprocess worker runs it.
 Figures, never assertions: the machine is shared.
 """
 
@@ -33,7 +34,7 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 
 TOPIC = "floor.raw"
-AGENTS = ["bare", "take", "eager"]
+AGENTS = ["bare", "take", "eager", "quiet"]
 
 
 def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
@@ -41,11 +42,12 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
     import faust
 
     from preprocess_app.app import TablelessManager, prompt_fetches
-    from preprocess_app.lean import drain_eagerly
+    from preprocess_app.lean import QuietMonitor, drain_eagerly
     from preprocess_app.take import tick_take
 
     exit_on_sigterm()
     prompt_fetches()
+    quiet: dict[str, Any] = {"Monitor": QuietMonitor} if agent == "quiet" else {}
     with tempfile.TemporaryDirectory(prefix="nearline-floor-") as datadir:
         app = faust.App(
             f"floor-{agent}-{os.getpid()}",
@@ -60,8 +62,9 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
             web_enabled=False,
             TableManager=TablelessManager,
             datadir=datadir,
+            **quiet,
         )
-        if agent == "eager":
+        if agent in ("eager", "quiet"):
             drain_eagerly(app)
         seen = [0]
         started = [0.0]

@@ -34,7 +34,7 @@ from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from preprocess_app.image import preprocess_images
-from preprocess_app.lean import drain_eagerly
+from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
 from preprocess_app.sole import take_every_partition
@@ -129,6 +129,7 @@ def create_app(
         topic_disable_leader=True,
         web_enabled=False,
         TableManager=TablelessManager,
+        Monitor=QuietMonitor,
         # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets
         broker_credentials=credentials,
         datadir=str(datadir),

@@ -1,4 +1,4 @@
-"""faust's message loop without four tasks per message.
+"""faust's message loop without four tasks per message, and without per-event statistics nobody reads.
 
 faust's consumer hands each fetched message to its conductor as
 `await self.wait_first(callback(message), self.suspend_flow.wait())`: four tasks (the callback,
@@ -9,7 +9,11 @@ tasks were the largest share of the preprocess worker's CPU per record (bench/fa
 
 Here the callback is started at once, as a coroutine driven by hand: one that finishes without
 waiting (the common case) costs no task; one that waits goes on in a task, under faust's own
-wait_first, as before. Nothing else in faust changes.
+wait_first, as before.
+
+faust's Monitor sensor counts and times every message and event for faust's web views, which this
+worker does not serve (web_enabled=False; its metrics are preprocess_app/metrics.py): QuietMonitor
+keeps its other bookkeeping (commits, end offsets) and skips the per-event part.
 """
 
 from __future__ import annotations
@@ -19,7 +23,24 @@ from collections.abc import Coroutine
 from typing import Any
 
 import faust
+from faust.sensors.monitor import Monitor
 from mode.services import WaitArgT, WaitResults
+
+
+class QuietMonitor(Monitor):
+    """faust's Monitor without its per-message and per-event statistics."""
+
+    def on_message_in(self, tp: Any, offset: int, message: Any) -> None:
+        pass
+
+    def on_stream_event_in(self, tp: Any, offset: int, stream: Any, event: Any) -> dict[str, Any] | None:
+        return None
+
+    def on_stream_event_out(self, tp: Any, offset: int, stream: Any, event: Any, state: Any = None) -> None:
+        pass
+
+    def on_message_out(self, tp: Any, offset: int, message: Any) -> None:
+        pass
 
 
 async def _go_on(coro: Coroutine[Any, Any, Any], waiting: Any) -> Any:
