@@ -7,15 +7,17 @@ record and dead letter it produced has been confirmed by the broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import faust
 from faust.tables import TableManager
@@ -23,7 +25,8 @@ from faust.types.auth import CredentialsT
 
 from jobs.cancellations import Cancellations
 from jobs.launch.cpus import usable_cpus
-from kafka_io.clients import check_reachable
+from kafka_io.clients import check_reachable, make_producer
+from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
@@ -31,6 +34,7 @@ from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
 from preprocess_app.image import preprocess_images
+from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
 from preprocess_app.sole import take_every_partition
@@ -47,6 +51,10 @@ Step = Callable[[Sequence[ConsumedRecord]], list[OutRecord]]
 # job's "wait for preprocess" went from ~1.3 s to ~1.05 s (the rest is not explained yet). At 100
 # an idle worker sends ten empty fetches a second.
 FETCH_MAX_WAIT_MS = 100
+
+# Batches of one agent whose outputs are sent and not yet confirmed: enough to keep tokenizing
+# while the producer lingers and the broker answers, few enough that their events stay few.
+BATCHES_IN_FLIGHT = 8
 
 
 def prompt_fetches() -> None:
@@ -121,12 +129,14 @@ def create_app(
         topic_disable_leader=True,
         web_enabled=False,
         TableManager=TablelessManager,
+        Monitor=QuietMonitor,
         # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets
         broker_credentials=credentials,
         datadir=str(datadir),
     )
     if sole_partitions is not None:
         take_every_partition(app, sole_partitions)
+    drain_eagerly(app)
     models = Models(repository)
     cancellations = Cancellations(settings, topics).start()
     # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
@@ -140,6 +150,8 @@ def create_app(
     # measured every second and, in between, raised by what this worker itself produced, so a
     # fast tokenizer cannot overshoot the bound by a second's worth of records.
     lag: dict[str, int] = {}
+
+    producer = ServedProducer(make_producer(settings, idempotent=False))
 
     @app.timer(1.0)
     async def measure_lag() -> None:
@@ -161,10 +173,48 @@ def create_app(
             await asyncio.sleep(0.2)
         metrics.paused(False)
 
+    def step_and_send(step: Step, sources: list[ConsumedRecord], topic: str, confirm: Confirm) -> list[OutRecord]:
+        """On an executor thread: preprocess a batch and hand its outputs to the producer."""
+        started = time.perf_counter()
+        out = step(sources)
+        metrics.batch(topic, len(sources), time.perf_counter() - started)
+        new = {r.topic for r in out} - known_topics
+        if new:
+            ensure_topics(settings, [TopicSpec(t) for t in new])
+            known_topics.update(new)
+        producer.send(out, confirm)
+        return out
+
     async def run_batches(stream: Any, step: Step, batch_size: int, topic: str) -> None:
         loop = asyncio.get_running_loop()
+        # Batches whose outputs the broker has yet to confirm; at the bound the agent stops taking
+        # events, so faust's buffer fills and it stops fetching.
+        in_flight = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+
+        held: set[asyncio.Future[None]] = set()
+
+        async def ack_once_confirmed(
+            confirmed: asyncio.Future[str | None], events: list[Any], out: list[OutRecord]
+        ) -> None:
+            failure = await confirmed
+            if failure is not None:
+                fail(f"{failure}; exiting so the batch is redelivered")
+            metrics.produced(out)
+            for event in events:
+                await stream.ack(event)
+            in_flight.release()
+
         async for events in tick_take(stream, batch_size, batch_within_s):
             await wait_for_gpus()
+            await in_flight.acquire()
+            confirmed: asyncio.Future[str | None] = loop.create_future()
+
+            def confirm(failure: str | None, confirmed: asyncio.Future[str | None] = confirmed) -> None:
+                # on the producer's thread; a closed loop is a worker stopping, and what it did
+                # not ack is redelivered
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(confirmed.set_result, failure)
+
             try:
                 sources = [
                     # with the headers, which name the job even when the value cannot be decoded
@@ -172,27 +222,18 @@ def create_app(
                     for m in (e.message for e in events)
                     if not cancellations.skips(m.headers)  # counted as cancelled
                 ]
-                started = time.perf_counter()
-                out = await loop.run_in_executor(None, step, sources)
-                metrics.batch(topic, len(events), time.perf_counter() - started)
-                new = {r.topic for r in out} - known_topics
-                if new:
-                    await loop.run_in_executor(None, ensure_topics, settings, [TopicSpec(t) for t in new])
-                    known_topics.update(new)
-                pending = [await app.producer.send(r.topic, r.key, r.value, None, None, r.headers) for r in out]
-                await asyncio.gather(*pending)
-                metrics.produced(out)
-                for r in out:
-                    if r.topic != topics.dead_letters:
-                        lag[r.topic] = lag.get(r.topic, 0) + 1
+                out = await loop.run_in_executor(None, step_and_send, step, sources, topic, confirm)
             except Exception:
                 # Not the records' fault (their errors are dead letters): the broker or the worker
                 # itself is broken. Exit without acking so Kafka redelivers to a healthy worker.
-                log.exception("preprocess worker failed; exiting so the batch is redelivered")
-                logging.shutdown()
-                os._exit(1)
-            for event in events:
-                await stream.ack(event)
+                fail("preprocess worker failed; exiting so the batch is redelivered")
+            for r in out:
+                if r.topic != topics.dead_letters:
+                    lag[r.topic] = lag.get(r.topic, 0) + 1
+            # acked only once the broker has every output: until then faust commits nothing past them
+            acking = asyncio.ensure_future(ack_once_confirmed(confirmed, events, out))
+            held.add(acking)  # the loop keeps only a weak reference to a task
+            acking.add_done_callback(held.discard)
 
     texts = functools.partial(preprocess_texts, models=models, topics=topics)
     images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
@@ -213,6 +254,13 @@ def pairs(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
     if not headers:
         return ()
     return tuple(headers.items()) if isinstance(headers, Mapping) else tuple(headers)
+
+
+def fail(reason: str) -> NoReturn:
+    """Exit at once, acking nothing more: Kafka redelivers what was not acked to a healthy worker."""
+    log.error("%s", reason, exc_info=sys.exc_info()[0] is not None)
+    logging.shutdown()
+    os._exit(1)
 
 
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:

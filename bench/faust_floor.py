@@ -1,0 +1,142 @@
+"""Benchmark: what faust itself costs per event, the floor under the preprocess worker's CPU per record.
+
+    .venv/bin/python -m bench.faust_floor [--records 30000] [--agents bare take]
+
+Fills a topic of the embedded broker with --records records the size of a short text's raw record
+(key, job headers, 200 bytes), then for each agent runs a faust worker with the preprocess app's
+settings and measures the CPU the worker process used from its first event to its last:
+- bare: `async for event in stream`, faust's own acks: faust's consumer, conductor and stream;
+- take: the preprocess worker's grouping (preprocess_app/take.py) and an ack per event, with
+  nothing done to the events: the preprocess worker without its step and its producer;
+- eager: take, with faust's message loop starting each callback at once (preprocess_app/lean.py);
+- quiet: eager, with faust's Monitor sensor keeping no per-event statistics (QuietMonitor), as
+  the preprocess worker runs it.
+Figures, never assertions: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.decoupling import exit_on_sigterm, machine
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.records import job_record
+from kafka_io.settings import KafkaSettings
+from kafka_io.topics import TopicSpec, ensure_topics
+
+TOPIC = "floor.raw"
+AGENTS = ["bare", "take", "eager", "quiet"]
+
+
+def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
+    """A faust worker with the preprocess app's settings whose one agent does nothing per event."""
+    import faust
+
+    from preprocess_app.app import TablelessManager, prompt_fetches
+    from preprocess_app.lean import QuietMonitor, drain_eagerly
+    from preprocess_app.take import tick_take
+
+    exit_on_sigterm()
+    prompt_fetches()
+    quiet: dict[str, Any] = {"Monitor": QuietMonitor} if agent == "quiet" else {}
+    with tempfile.TemporaryDirectory(prefix="nearline-floor-") as datadir:
+        app = faust.App(
+            f"floor-{agent}-{os.getpid()}",
+            broker=f"kafka://{bootstrap}",
+            value_serializer="raw",
+            key_serializer="raw",
+            broker_session_timeout=6.0,
+            broker_heartbeat_interval=1.0,
+            consumer_auto_offset_reset="earliest",
+            topic_allow_declare=False,
+            topic_disable_leader=True,
+            web_enabled=False,
+            TableManager=TablelessManager,
+            datadir=datadir,
+            **quiet,
+        )
+        if agent in ("eager", "quiet"):
+            drain_eagerly(app)
+        seen = [0]
+        started = [0.0]
+
+        def count(n: int) -> None:
+            if not seen[0]:
+                started[0] = time.process_time()
+            seen[0] += n
+            if seen[0] >= records:
+                out.write_text(f"{time.process_time() - started[0]} {seen[0]}")
+                os._exit(0)
+
+        @app.agent(app.topic(TOPIC, value_serializer="raw", key_serializer="raw"))
+        async def floor(stream: Any) -> None:
+            if agent == "bare":
+                async for _ in stream:
+                    count(1)
+                return
+            async for events in tick_take(stream, 64, 0.02):
+                for event in events:
+                    await stream.ack(event)
+                count(len(events))
+
+        worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+        worker.spinner = None
+        worker.execute_from_commandline()
+
+
+def measure(broker: EmbeddedBroker, agent: str, records: int, work: Path) -> float:
+    out = work / f"{agent}.txt"
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.faust_floor",
+        "--worker",
+        broker.bootstrap_servers,
+        agent,
+        str(records),
+        str(out),
+    ]
+    subprocess.run(argv, check=True, timeout=600)
+    cpu_s, seen = out.read_text().split()
+    return float(cpu_s) / int(seen) * 1e6
+
+
+def main() -> None:
+    exit_on_sigterm()
+    if sys.argv[1:2] == ["--worker"]:
+        bootstrap, agent, records, out = sys.argv[2:6]
+        worker_main(bootstrap, agent, int(records), Path(out))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=30000)
+    parser.add_argument("--agents", nargs="+", choices=AGENTS, default=AGENTS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nearline-faust-floor-") as tmp:
+        broker = EmbeddedBroker.start(Path(tmp) / "broker.log")
+        try:
+            settings = KafkaSettings(broker.bootstrap_servers)
+            ensure_topics(settings, [TopicSpec(TOPIC)])
+            value = b"x" * 200
+            written = (
+                job_record(TOPIC, value, "floor-job", f"r{i}", 1_700_000_000_000_000) for i in range(args.records)
+            )
+            produce_all(make_producer(settings), written)
+            print(f"{args.records:,} records of {len(value)} bytes, faust worker CPU from its first event to its last:")
+            for agent in args.agents:
+                print(f"  {agent:6} {measure(broker, agent, args.records, Path(tmp)):6.0f} us/event")
+        finally:
+            broker.stop()
+    print(f"machine: {machine()}")
+
+
+if __name__ == "__main__":
+    main()
