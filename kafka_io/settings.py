@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kafka_io.errors import MetricsPortError
 
@@ -21,6 +21,14 @@ ENV_METRICS_TLS_CERT = "NEARLINE_METRICS_TLS_CERT"
 ENV_METRICS_TLS_KEY = "NEARLINE_METRICS_TLS_KEY"
 ENV_METRICS_CLIENT_CA = "NEARLINE_METRICS_CLIENT_CA"
 ENV_METRICS = (ENV_METRICS_PORT, ENV_METRICS_TLS_CERT, ENV_METRICS_TLS_KEY, ENV_METRICS_CLIENT_CA)
+
+# A job's priority lane (#35): live records are served before batch ones at every stage. Each
+# stage topic has one topic per lane (Topics.lane), so Kafka keeps the lanes apart and a worker
+# can pause one lane's partitions without touching the other's.
+Priority = Literal["live", "batch"]
+PRIORITIES: tuple[Priority, ...] = ("live", "batch")  # serving order
+DEFAULT_PRIORITY: Priority = "batch"
+LIVE_PREFIX = "live."
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,16 @@ class Topics:
 
     def tensors(self, model: str) -> str:
         return self._name(f"tensors.{model}")
+
+    def lane(self, topic: str, priority: Priority) -> str:
+        """The `priority` lane of a stage topic (raw_text, raw_image, tensors(model)): the batch lane
+        is the topic itself, the live lane its twin named `live.<topic>` inside the namespace (a
+        prefix, not a suffix: a model may be named `x.live`, no stage topic starts with `live.`)."""
+        if priority == "batch":
+            return topic
+        prefix = f"{self.namespace}." if self.namespace else ""
+        assert topic.startswith(prefix), f"{topic!r} is not a topic of namespace {self.namespace!r}"
+        return self._name(LIVE_PREFIX + topic[len(prefix) :])
 
     def gpu_group(self, model: str) -> str:
         return self._name(f"gpu.{model}")
