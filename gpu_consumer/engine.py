@@ -13,7 +13,7 @@ import numpy as np
 from gpu_consumer import ENGINES
 from gpu_consumer.batcher import edge_batches, pad_batch, warmup_batch
 from gpu_consumer.cost_model import CostModel, measure
-from jobs.launch.cpus import usable_cpus
+from kafka_io.cpus import usable_cpus
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
