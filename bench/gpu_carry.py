@@ -122,7 +122,7 @@ def image_part(repository: Path) -> None:
     from gpu_consumer.engine import OnnxRuntimeEngine
     from jobs.launch.runner import ensure_model
     from preprocess_app.image import decode_image
-    from tests.image_corpus import real_photos
+    from tests.support.image_corpus import real_photos
 
     config = ensure_model(repository, "efficientnet-lite0", print)
     assert config.image is not None

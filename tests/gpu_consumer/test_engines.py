@@ -23,7 +23,7 @@ from preprocess_app.image import decode_image
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
 from schemas.model_config import ModelConfig
-from tests.image_corpus import real_photos
+from tests.support.image_corpus import real_photos
 
 TEXTS = ["A man is eating food.", "Kafka keeps the records; the GPU batches them.", "short", "x " * 300]
 

@@ -8,7 +8,7 @@ from gpu_consumer.handler import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
-from tests.tiny_model import TinyModel
+from tests.support.tiny_model import TinyModel
 
 
 def tensor_record(seq: int, ids: np.ndarray, model: str = "tiny") -> bytes:

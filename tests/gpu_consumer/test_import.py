@@ -15,7 +15,7 @@ from gpu_consumer.batcher import make_batch
 from gpu_consumer.import_source import ImportRefusedError
 from gpu_consumer.importer import import_model
 from schemas.model_config import ModelConfig
-from tests.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
+from tests.support.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
 
 
 def refused(tmp_path: Path, folder: Path, **kwargs: str) -> str:
@@ -54,7 +54,7 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path: Path) -> No
     import torch
     from transformers import BertModel
 
-    from tests.byo_models import bert_config
+    from tests.support.byo_models import bert_config
 
     folder = tmp_path / "small-vocab"
     torch.manual_seed(0)

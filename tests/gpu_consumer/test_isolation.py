@@ -12,7 +12,7 @@ from gpu_consumer.isolation import EngineFault, bisect
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
-from tests.tiny_model import TinyModel
+from tests.support.tiny_model import TinyModel
 
 
 def test_bisection_pins_failures_to_single_rows() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
-from tests.jobs.pipeline import Pipeline, feed_tensors
-from tests.tiny_model import TinyModel
+from tests.support.pipeline import Pipeline, feed_tensors
+from tests.support.tiny_model import TinyModel
 
 # What only schedules (croniter, and the pytz it imports) and the preprocess stage (faust) use.
 # The GPU machine's image has none of them; the worker must not import them to serve.

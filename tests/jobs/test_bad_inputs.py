@@ -11,7 +11,7 @@ import pytest
 
 from kafka_io.reading import read_topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from tests.jobs.pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 
 def raw_image_keys(pipeline: Pipeline) -> list[bytes]:

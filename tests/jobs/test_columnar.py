@@ -26,11 +26,11 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topic
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.model_config import ModelConfig
-from tests.image_corpus import bad_and_odd_images, real_photos
-from tests.jobs.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
-from tests.tiny_model import TinyModel
+from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
+from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
+from tests.support.image_corpus import bad_and_odd_images, real_photos
+from tests.support.pipeline import Pipeline
+from tests.support.tiny_model import TinyModel
 
 
 def embedding(i: int, attributes: dict[str, str] | None = None, dim: int = 6) -> InferenceResult:

@@ -12,9 +12,9 @@ from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
 from kafka_io.reading import read_topics
 from schemas import DeadLetter, RawText, decode
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, write_jsonl
-from tests.tiny_model import TinyModel, build_tiny_model
+from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.pipeline import Pipeline
+from tests.support.tiny_model import TinyModel, build_tiny_model
 
 
 def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jobs.progress import Progress
 from schemas.model_config import ENV_MODEL_REPOSITORY
-from tests.tiny_model import TinyModel
+from tests.support.tiny_model import TinyModel
 
 ROOT = Path(__file__).parents[2]
 

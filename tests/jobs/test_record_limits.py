@@ -20,8 +20,8 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas import DeadLetter, RawText, Tensor, TensorRecord, decode, encode
 from schemas.records import DEAD_LETTER_PAYLOAD_BYTES
-from tests.jobs.pipeline import Pipeline
-from tests.tiny_model import TinyModel
+from tests.support.pipeline import Pipeline
+from tests.support.tiny_model import TinyModel
 
 
 @pytest.mark.parametrize("mode", [(), ("--exactly-once",)], ids=["at-least-once", "exactly-once"])

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from jobs.registry import find_job
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, write_jsonl
-from tests.tiny_model import TinyModel
+from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.pipeline import Pipeline
+from tests.support.tiny_model import TinyModel
 
 
 def test_a_job_is_listed_watched_and_waited_for(pipeline: Pipeline, tiny: TinyModel, tmp_path: Path) -> None:

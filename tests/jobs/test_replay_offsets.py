@@ -14,7 +14,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode
-from tests.jobs.pipeline import Pipeline
+from tests.support.pipeline import Pipeline
 
 
 def produce_texts(pipeline: Pipeline, topic: str, texts: list[str], partitions: int = 2) -> None:

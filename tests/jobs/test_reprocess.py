@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from jobs.launch.runner import watch_job
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
-from tests.tiny_model import build_tiny_model
+from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
+from tests.support.pipeline import Pipeline
+from tests.support.tiny_model import build_tiny_model
 
 
 def test_reprocess_runs_a_job_again_under_a_new_version_without_preprocessing(

