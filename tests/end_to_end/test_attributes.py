@@ -10,14 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.launch.runner import watch_job
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 TYPED = {"n": 5, "f": 0.1, "big": 10**30, "b": True, "nul": None, "l": ["a", "b"], "o": {"k": "v"}, "s": "5"}
 
 
 @pytest.mark.timeout(240)
-def test_attributes_come_back_as_the_json_values_they_were(pipeline: Pipeline, tiny: TinyModel, tmp_path: Path) -> None:
+def test_attributes_come_back_as_the_json_values_they_were(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
     source = tmp_path / "in.jsonl"
     rows = [
         {"id": "typed", "text": "one", "attributes": TYPED},
@@ -56,7 +58,7 @@ def test_attributes_come_back_as_the_json_values_they_were(pipeline: Pipeline, t
     ],
 )
 def test_an_attribute_json_cannot_carry_is_refused_by_name_and_nothing_is_sent(
-    pipeline: Pipeline, tmp_path: Path, attributes: str, reason: str
+    pipeline: RunningPipeline, tmp_path: Path, attributes: str, reason: str
 ) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text(f'{{"text": "fine"}}\n{{"text": "odd", "attributes": {attributes}}}\n')

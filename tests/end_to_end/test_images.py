@@ -15,7 +15,7 @@ from preprocess_app.image import decode_image
 from schemas.model_config import ImageSpec, ModelConfig
 from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
 from tests.support.image_corpus import bad_and_odd_images, real_photos
-from tests.support.pipeline import Pipeline, run_embedded
+from tests.support.pipeline import RunningPipeline, run_embedded
 from tests.support.tiny_model import TinyModel
 
 
@@ -64,7 +64,7 @@ def test_run_classifies_real_photos_like_torch_on_the_same_decoded_image(tmp_pat
 
 @pytest.mark.slow
 def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_worker_dies(
-    pipeline: Pipeline, efficientnet: ModelConfig, tmp_path: Path
+    pipeline: RunningPipeline, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:
     folder = tmp_path / "corpus"
     folder.mkdir()
@@ -97,7 +97,7 @@ def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_work
 
 @pytest.mark.slow
 def test_a_text_job_and_an_image_job_run_at_the_same_time_on_one_broker(
-    pipeline: Pipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu-text", "gpu", "--model", "tiny")

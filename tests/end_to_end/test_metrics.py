@@ -24,7 +24,7 @@ from kafka_io.records import OutRecord
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, Tensor, TensorRecord, decode, encode
 from tests.end_to_end.test_pipeline import example_lines, write_jsonl
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.prometheus import Prometheus, free_port, rules_without_waits
 from tests.support.promql import ALERTS, DASHBOARD, PROMETHEUS_SERIES, metric_names, promtool
 from tests.support.tiny_model import TinyModel
@@ -35,7 +35,7 @@ GPU, PREPROCESS, SCHEDULER = "nearline-gpu", "nearline-preprocess", "nearline-sc
 
 def eventually(
     prometheus: Prometheus,
-    pipeline: Pipeline,
+    pipeline: RunningPipeline,
     query: str | Callable[[], object],
     expected: object,
     timeout_s: float = 120,
@@ -61,7 +61,7 @@ def series(prometheus: Prometheus, expr: str, *labels: str) -> dict[tuple[str, .
     return {tuple(r["metric"].get(k, "") for k in labels): float(r["value"][1]) for r in prometheus.query(expr)}
 
 
-def poison(pipeline: Pipeline) -> None:
+def poison(pipeline: RunningPipeline) -> None:
     """Three raw records the preprocess stage dead-letters and two tensor records the GPU stage does."""
     topics = pipeline.topics
     tensors = topics.tensors("tiny")
@@ -97,7 +97,7 @@ def poison(pipeline: Pipeline) -> None:
     )
 
 
-def scheduled_job(pipeline: Pipeline, drop: Path) -> str:
+def scheduled_job(pipeline: RunningPipeline, drop: Path) -> str:
     """Schedule the drop folder every minute, wait for the first tick's job, then remove the
     schedule so that no second tick adds records."""
     added = pipeline.cli(
@@ -115,7 +115,7 @@ def scheduled_job(pipeline: Pipeline, drop: Path) -> str:
     pytest.fail("the scheduler submitted no job within 120 s of the schedule")
 
 
-def job_tokens(pipeline: Pipeline, job_id: str) -> int:
+def job_tokens(pipeline: RunningPipeline, job_id: str) -> int:
     """Tokens of the job's tensor records, as the preprocess worker wrote them (before padding)."""
     lengths = {}
     for m in read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")]):
@@ -133,7 +133,7 @@ def scrape(port: int) -> bytes:
 
 @pytest.mark.slow
 def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_absent_gpu_alert_fires(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     topics = pipeline.topics
     tensors = topics.tensors("tiny")

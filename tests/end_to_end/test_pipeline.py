@@ -17,7 +17,7 @@ from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import OutRecord
 from schemas import DeadLetter, RawText, Tensor, TensorRecord, decode, encode
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 EXAMPLE = Path(__file__).parents[2] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
@@ -33,14 +33,14 @@ def write_jsonl(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
-def submit(pipeline: Pipeline, path: Path, *extra: str, model: str = "tiny") -> str:
+def submit(pipeline: RunningPipeline, path: Path, *extra: str, model: str = "tiny") -> str:
     done = pipeline.cli("submit", str(path), "--model", model, *extra)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
 
 def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(
-    pipeline: Pipeline, tiny: TinyModel, reference_ids: Callable[[str], list[int]], tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, reference_ids: Callable[[str], list[int]], tmp_path: Path
 ) -> None:
     rows = example_lines(80)
     pipeline.start("preprocess", "preprocess")
@@ -78,7 +78,7 @@ def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(
 
 
 def test_a_malformed_file_is_rejected_with_file_and_line_and_nothing_is_produced(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b'{"id": "a", "text": "fine"}\n{"id": "b", "text": \n{"id": "c", "text": ""}\n')
@@ -96,7 +96,7 @@ def test_a_malformed_file_is_rejected_with_file_and_line_and_nothing_is_produced
 
 
 def test_poison_records_are_dead_lettered_while_the_rest_complete(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(30)
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--job-id", "job-poison")
@@ -158,7 +158,7 @@ def test_poison_records_are_dead_lettered_while_the_rest_complete(
 
 
 def test_a_gpu_worker_killed_mid_job_loses_no_record(
-    pipeline: Pipeline, tiny: TinyModel, reference_ids: Callable[[str], list[int]], tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, reference_ids: Callable[[str], list[int]], tmp_path: Path
 ) -> None:
     rows = example_lines(1200)
     pipeline.start("preprocess", "preprocess")

@@ -18,18 +18,18 @@ from schemas.model_config import ModelConfig
 from tests.end_to_end.test_pipeline import example_lines, write_jsonl
 from tests.support.columnar_check import jsonl_lines
 from tests.support.image_corpus import real_photos
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 
-def run(pipeline: Pipeline, *args: str) -> None:
+def run(pipeline: RunningPipeline, *args: str) -> None:
     done = pipeline.cli("run", *args)
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.timeout(300)
 def test_a_parquet_run_gives_the_json_lines_runs_embeddings_in_order_with_kept_columns_typed(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(12)
     table = pa.table(
@@ -67,7 +67,7 @@ def test_a_parquet_run_gives_the_json_lines_runs_embeddings_in_order_with_kept_c
     ]
 
 
-def test_a_bad_table_submits_nothing_and_exits_2_naming_file_and_row(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_a_bad_table_submits_nothing_and_exits_2_naming_file_and_row(pipeline: RunningPipeline, tmp_path: Path) -> None:
     pq.write_table(pa.table({"text": ["fine", None, "fine too"]}), tmp_path / "in.parquet")
     done = pipeline.cli("submit", str(tmp_path / "in.parquet"), "--model", "tiny")
     assert done.returncode == 2, done.stderr
@@ -84,7 +84,7 @@ def test_a_bad_table_submits_nothing_and_exits_2_naming_file_and_row(pipeline: P
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_an_image_table_of_paths_or_bytes_is_labelled_like_the_folder(
-    pipeline: Pipeline, efficientnet: ModelConfig, tmp_path: Path
+    pipeline: RunningPipeline, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:
     photos = tmp_path / "photos"
     photos.mkdir()

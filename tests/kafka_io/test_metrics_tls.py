@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.end_to_end.test_metrics import ALERTS
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.prometheus import Prometheus, free_port
 
 JOB = "nearline-scheduler"
@@ -66,7 +66,7 @@ def scrape(url: str, context: ssl.SSLContext | None = None) -> str:
         return str(answer.read().decode())
 
 
-def wait_serving(pipeline: Pipeline, url: str, context: ssl.SSLContext) -> str:
+def wait_serving(pipeline: RunningPipeline, url: str, context: ssl.SSLContext) -> str:
     deadline = time.monotonic() + 60
     while True:
         pipeline.check_workers()
@@ -80,7 +80,7 @@ def wait_serving(pipeline: Pipeline, url: str, context: ssl.SSLContext) -> str:
 
 @pytest.mark.slow
 def test_with_a_client_ca_only_scrapers_with_a_signed_certificate_are_answered(
-    pipeline: Pipeline, pki: Pki, tmp_path: Path
+    pipeline: RunningPipeline, pki: Pki, tmp_path: Path
 ) -> None:
     port = free_port()
     pipeline.start(

@@ -15,7 +15,7 @@ from kafka_io.records import job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, RawText, TensorRecord, decode, encode
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import broken_repository
 
 
@@ -33,7 +33,7 @@ def test_a_worker_dead_letters_path_names_and_broken_models_and_keeps_serving(
     settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:
     repository = broken_repository(tmp_path / "models")
-    pipeline = Pipeline(settings, topics, repository, tmp_path / "logs")
+    pipeline = RunningPipeline(settings, topics, repository, tmp_path / "logs")
     names = (topics.raw_text, topics.raw_image, topics.dead_letters, topics.tensors("tiny"))
     ensure_topics(settings, [TopicSpec(t) for t in names])
     try:
@@ -78,7 +78,7 @@ def test_a_worker_dead_letters_path_names_and_broken_models_and_keeps_serving(
     assert topic_names <= set(names)
 
 
-def test_submit_and_workers_refuse_a_model_name_that_is_a_path(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_submit_and_workers_refuse_a_model_name_that_is_a_path(pipeline: RunningPipeline, tmp_path: Path) -> None:
     good = tmp_path / "in.txt"
     good.write_text("one line\n")
     for command in (

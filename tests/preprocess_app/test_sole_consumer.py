@@ -13,16 +13,16 @@ from kafka_io.reading import read_topics
 from kafka_io.topics import partitions_of
 from schemas import TensorRecord, decode
 from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 
-def tensor_ids(pipeline: Pipeline) -> Counter[str]:
+def tensor_ids(pipeline: RunningPipeline) -> Counter[str]:
     records = read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")], idle_timeout_s=30)
     return Counter(decode(r.value or b"", TensorRecord).record_id for r in records)
 
 
-def wait_for(condition, what: str, pipeline: Pipeline, timeout_s: float = 90) -> None:  # type: ignore[no-untyped-def]
+def wait_for(condition, what: str, pipeline: RunningPipeline, timeout_s: float = 90) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while not condition():
         pipeline.check_workers()
@@ -31,7 +31,7 @@ def wait_for(condition, what: str, pipeline: Pipeline, timeout_s: float = 90) ->
 
 
 def test_a_sole_preprocess_worker_reads_every_partition_and_a_group_member_resumes_after_it(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     topics, settings = pipeline.topics, pipeline.settings
     first = example_lines(60)

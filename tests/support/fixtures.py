@@ -6,15 +6,15 @@ from pathlib import Path
 import pytest
 
 from kafka_io.settings import KafkaSettings, Topics
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 
 @pytest.fixture
 def pipeline(
     settings: KafkaSettings, topics: Topics, tiny: TinyModel, model_repository: Path, tmp_path: Path
-) -> Iterator[Pipeline]:
-    p = Pipeline(settings, topics, model_repository, tmp_path / "logs")
+) -> Iterator[RunningPipeline]:
+    p = RunningPipeline(settings, topics, model_repository, tmp_path / "logs")
     try:
         yield p
     finally:

@@ -21,7 +21,10 @@ from schemas.model_config import ENV_MODEL_REPOSITORY
 
 
 @dataclass
-class Pipeline:
+class RunningPipeline:
+    """Worker processes started for one test and the CLI run beside them. Not gpu_consumer's
+    Pipeline (the windows in flight inside one GPU worker): this is the whole set of processes."""
+
     settings: KafkaSettings
     topics: Topics
     repository: Path

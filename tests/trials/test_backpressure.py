@@ -9,11 +9,11 @@ from pathlib import Path
 from jobs.launch.runner import watch_job
 from kafka_io.reading import read_topics
 from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 
-def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: RunningPipeline, tmp_path: Path) -> None:
     first = write_jsonl(tmp_path / "a.jsonl", example_lines(100))
     submit(pipeline, first)  # no workers: all 100 wait
     second = write_jsonl(tmp_path / "b.jsonl", example_lines(50))
@@ -26,7 +26,7 @@ def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: Pipe
 
 
 def test_submit_refuses_a_job_larger_than_the_maximum_backlog_without_telling_to_retry(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     """No wait and no extra worker can ever let such a job in: "retry later" would loop forever."""
     rows = write_jsonl(tmp_path / "in.jsonl", example_lines(50))
@@ -40,7 +40,7 @@ def test_submit_refuses_a_job_larger_than_the_maximum_backlog_without_telling_to
 
 
 def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catches_up(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(600)
     pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")

@@ -26,7 +26,7 @@ from schemas import InferenceResult, Job, Tensor, encode
 from tests.end_to_end.test_pipeline import example_lines, write_jsonl
 from tests.jobs.scheduling.test_scheduler import T0, Clock, add, scheduled_jobs
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 from tests.trials.test_recovery import follow_until
 
@@ -133,7 +133,9 @@ def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
 ) -> None:
     # a broker of its own: the session's must not stop for a minute
     broker = EmbeddedBroker.start(tmp_path / "broker.log")
-    pipeline = Pipeline(KafkaSettings(broker.bootstrap_servers), Topics("frozen"), model_repository, tmp_path / "logs")
+    pipeline = RunningPipeline(
+        KafkaSettings(broker.bootstrap_servers), Topics("frozen"), model_repository, tmp_path / "logs"
+    )
     rows = example_lines(1200)
     submit_out, submit_err = (tmp_path / "submit.out").open("w"), (tmp_path / "submit.err").open("w")
     try:

@@ -26,13 +26,13 @@ from kafka_io.reading import TopicFollower, read_topics
 from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
 from tests.support.image_corpus import real_photos
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 RNG = random.Random(20261129)
 
 
-def follow_until(pipeline: Pipeline, topic: str, job_id: str, at_least: int, timeout_s: float = 120) -> int:
+def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: int, timeout_s: float = 120) -> int:
     """Block until `topic` holds at least `at_least` records of the job (results) or records (others)."""
     seen = JobOutcome(job_id)
     count = 0
@@ -51,7 +51,7 @@ def follow_until(pipeline: Pipeline, topic: str, job_id: str, at_least: int, tim
     raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")
 
 
-def finish_and_check(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
+def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
     """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
     `status` counts. Waiting on the latest submission matters after a resubmit: results of the
     killed submission's records would count as done before the resubmission's came in, while
@@ -73,7 +73,7 @@ def finish_and_check(pipeline: Pipeline, job_id: str, ids: list[str], tmp_path: 
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(3))
 def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path, trial: int
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
 ) -> None:
     rows = example_lines(1200)
     kill_at = RNG.randint(60, 900)
@@ -91,7 +91,7 @@ def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(2))
 def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
-    pipeline: Pipeline, efficientnet: object, tmp_path: Path, trial: int
+    pipeline: RunningPipeline, efficientnet: object, tmp_path: Path, trial: int
 ) -> None:
     photos = tmp_path / "photos"
     photos.mkdir()
@@ -116,7 +116,7 @@ def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
 @pytest.mark.slow
 @pytest.mark.parametrize("trial", range(2))
 def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path, trial: int
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
 ) -> None:
     rows = [{"id": f"{k}-{r['id']}", "text": r["text"]} for k in range(10) for r in example_lines(1200)]
     source = write_jsonl(tmp_path / "big.jsonl", rows)
@@ -138,7 +138,7 @@ def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing
 
 @pytest.mark.slow
 def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_dies(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     # long enough at batch 1 for the second worker's join (a few seconds) to land mid-job
     rows = [{"id": f"{k}-{r['id']}", "text": r["text"]} for k in range(5) for r in example_lines(1200)]
@@ -166,7 +166,7 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
 
 @pytest.mark.slow
 def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(1200)
     pipeline.start("preprocess", "preprocess")
@@ -190,7 +190,7 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
 
 @pytest.mark.slow
 def test_workers_ride_out_a_short_broker_outage(
-    pipeline: Pipeline, tiny: TinyModel, embedded_broker: EmbeddedBroker | None, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, embedded_broker: EmbeddedBroker | None, tmp_path: Path
 ) -> None:
     if embedded_broker is None:
         pytest.skip("needs the embedded broker, to freeze it")

@@ -21,7 +21,7 @@ from jobs.submit import JobInput
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
-from tests.support.pipeline import Pipeline, run_embedded
+from tests.support.pipeline import RunningPipeline, run_embedded
 from tests.support.tiny_model import TinyModel
 
 
@@ -327,13 +327,13 @@ def test_a_dead_embedded_broker_is_named_at_once_and_the_results_so_far_are_writ
     assert_all_gone(children, timeout_s=5)
 
 
-def submit_wait(pipeline: Pipeline, source: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def submit_wait(pipeline: RunningPipeline, source: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     done = pipeline.cli("submit", str(source), "--model", "tiny", "--wait", *extra)
     return done, time.monotonic() - started
 
 
-def test_submit_wait_gives_up_with_exit_6_once_the_workers_are_gone(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_submit_wait_gives_up_with_exit_6_once_the_workers_are_gone(pipeline: RunningPipeline, tmp_path: Path) -> None:
     source = many_lines(tmp_path / "in.jsonl", 20)
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
@@ -348,7 +348,9 @@ def test_submit_wait_gives_up_with_exit_6_once_the_workers_are_gone(pipeline: Pi
     assert seconds < 40
 
 
-def test_submit_wait_names_the_preprocess_stage_when_only_a_gpu_worker_runs(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_submit_wait_names_the_preprocess_stage_when_only_a_gpu_worker_runs(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
     pipeline.start("gpu", "gpu", "--model", "tiny")  # live, but nothing reaches it: it would wait for ever
     done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "5")
     assert done.returncode == 6, done.stderr
@@ -357,7 +359,7 @@ def test_submit_wait_names_the_preprocess_stage_when_only_a_gpu_worker_runs(pipe
     assert seconds < 60
 
 
-def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: RunningPipeline, tmp_path: Path) -> None:
     done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--timeout", "3")
     assert done.returncode == 7, done.stderr
     assert "0 of 5 records done" in done.stderr and "Traceback" not in done.stderr

@@ -14,12 +14,12 @@ from jobs.scheduling.cron import tick_job_id
 from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
 from tests.end_to_end.test_pipeline import example_lines, write_jsonl
-from tests.support.pipeline import Pipeline, feed_tensors
+from tests.support.pipeline import RunningPipeline, feed_tensors
 
 
 @pytest.mark.slow
 def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_running(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     schedulers = [pipeline.start(f"scheduler-{n}", "scheduler", "--instance-id", f"sched-{n}") for n in "ab"]
     drop = tmp_path / "drop"
@@ -81,7 +81,7 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert missing.returncode == 1 and "no schedule every-minute" in missing.stderr
 
 
-def test_schedule_add_notes_a_model_no_gpu_worker_serves_and_the_name_one_does(pipeline: Pipeline) -> None:
+def test_schedule_add_notes_a_model_no_gpu_worker_serves_and_the_name_one_does(pipeline: RunningPipeline) -> None:
     pipeline.start("gpu", "gpu", "--model", "tiny")
     feed_tensors(pipeline.settings, pipeline.topics, "served-once", 3)
     group = pipeline.topics.gpu_group("tiny")

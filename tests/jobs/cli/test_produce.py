@@ -15,13 +15,13 @@ from kafka_io.reading import read_topics
 from kafka_io.records import job_record
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode, now_us
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 
 @pytest.mark.timeout(180)
 def test_produce_refuses_a_topic_that_is_not_the_raw_topic_of_its_kind_and_sends_nothing(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     texts = tmp_path / "in.txt"
     texts.write_text("one\ntwo\n")
@@ -49,7 +49,7 @@ def test_produce_refuses_a_topic_that_is_not_the_raw_topic_of_its_kind_and_sends
 
 @pytest.mark.timeout(180)
 def test_a_record_the_preprocess_worker_cannot_decode_is_dead_lettered_as_part_of_its_job(
-    pipeline: Pipeline, tiny: TinyModel
+    pipeline: RunningPipeline, tiny: TinyModel
 ) -> None:
     """Another writer's records (a text in raw.image, bytes that are not Avro) once went to the
     dead-letter topic with job None: the job they belonged to never completed."""

@@ -12,7 +12,7 @@ from PIL import Image
 
 from jobs.reports.report import BATCH_COLOR, INFERRED_COLOR, LATENCY_COLOR, PREPROCESSED_COLOR
 from tests.end_to_end.test_pipeline import example_lines, write_jsonl
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
 
@@ -43,7 +43,7 @@ def pixels_of(image: np.ndarray, color: str) -> int:
 
 
 def test_the_report_is_one_self_contained_page_whose_plots_a_browser_draws(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "8", "--max-linger-ms", "20")
