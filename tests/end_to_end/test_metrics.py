@@ -23,7 +23,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, Tensor, TensorRecord, decode, encode
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.prometheus import Prometheus, free_port, rules_without_waits
 from tests.support.promql import ALERTS, DASHBOARD, PROMETHEUS_SERIES, metric_names, promtool

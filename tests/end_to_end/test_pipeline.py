@@ -17,26 +17,9 @@ from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import OutRecord
 from schemas import DeadLetter, RawText, Tensor, TensorRecord, decode, encode
-from tests.support.pipeline import RunningPipeline
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
-
-EXAMPLE = Path(__file__).parents[2] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
-
-
-def example_lines(n: int) -> list[dict[str, str]]:
-    with EXAMPLE.open(encoding="utf-8") as f:
-        return [json.loads(line) for _, line in zip(range(n), f, strict=False)]
-
-
-def write_jsonl(path: Path, rows: list[dict[str, str]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def submit(pipeline: RunningPipeline, path: Path, *extra: str, model: str = "tiny") -> str:
-    done = pipeline.cli("submit", str(path), "--model", model, *extra)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(

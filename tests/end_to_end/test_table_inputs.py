@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from schemas.model_config import ModelConfig
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
 from tests.support.columnar_check import jsonl_lines
 from tests.support.image_corpus import real_photos
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 

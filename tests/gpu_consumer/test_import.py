@@ -113,7 +113,7 @@ def test_the_packaged_minilm_imported_from_its_folder_embeds_like_models_prepare
 
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
-    from tests.gpu_consumer.test_engines import TEXTS, text_batch
+    from tests.support.references import TEXTS, text_batch
 
     imported = import_model(tmp_path / "models", Path(get_model_path()), "minilm-imported")
     assert imported.task == "text-embedding" and imported.postprocess == ("mean_pooling", "l2_normalize")
@@ -133,7 +133,7 @@ def test_the_torch_engine_pools_on_the_device_like_the_cpu_for_every_mode(tmp_pa
     """The device steps the GPU engines run (device_postprocess), on the CPU against postprocess."""
     from gpu_consumer.postprocess import postprocess
     from gpu_consumer.torch_engine import TorchEngine
-    from tests.gpu_consumer.test_engines import text_batch
+    from tests.support.references import text_batch
 
     config = import_model(tmp_path / "models", save_encoder(tmp_path / "enc"), "enc", pooling=pooling)
     assert config.pooling == pooling
@@ -158,7 +158,7 @@ def test_the_torch_engine_pools_on_the_device_like_the_cpu_for_every_mode(tmp_pa
 def test_an_imported_classifier_runs_on_the_torch_engine_in_fp32_and_fp16(tmp_path: Path) -> None:
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.torch_engine import TorchEngine
-    from tests.gpu_consumer.test_engines import text_batch
+    from tests.support.references import text_batch
 
     config = import_model(tmp_path / "models", save_classifier(tmp_path / "clf"), "clf")
     assert (config.task, config.postprocess, config.result_name) == ("text-classification", ("softmax",), "labels")

@@ -26,10 +26,10 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topic
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.model_config import ModelConfig
-from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
 from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
 from tests.support.image_corpus import bad_and_odd_images, real_photos
-from tests.support.pipeline import RunningPipeline
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
 
 

@@ -12,7 +12,7 @@ from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
 from kafka_io.reading import read_topics
 from schemas import DeadLetter, RawText, decode
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel, build_tiny_model
 

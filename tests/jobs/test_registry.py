@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.registry import find_job
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 

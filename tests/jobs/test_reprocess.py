@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from jobs.launch.runner import watch_job
-from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
-from tests.support.pipeline import RunningPipeline
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import build_tiny_model
 
 

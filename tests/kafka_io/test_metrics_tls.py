@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.end_to_end.test_metrics import ALERTS
 from tests.support.pipeline import RunningPipeline
 from tests.support.prometheus import Prometheus, free_port
+from tests.support.promql import ALERTS
 
 JOB = "nearline-scheduler"
 

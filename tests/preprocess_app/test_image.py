@@ -145,7 +145,7 @@ def alpha_photo(name: str) -> Image.Image:
 # encodings flip it, as they would between two JPEG qualities)
 @pytest.mark.parametrize("photo", ["coffee.png"])
 def test_webp_and_compressed_tiff_decode_like_the_png_of_the_same_photo(photo: str, tmp_path: Path) -> None:
-    from tests.end_to_end.test_images import torch_top5
+    from tests.support.references import torch_top5
 
     rgba = alpha_photo(photo)
     rgb = rgba.convert("RGB")

@@ -12,8 +12,8 @@ from kafka_io.offsets import group_lag
 from kafka_io.reading import read_topics
 from kafka_io.topics import partitions_of
 from schemas import TensorRecord, decode
-from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
-from tests.support.pipeline import RunningPipeline
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
 
 

@@ -1,3 +1,6 @@
+"""Fixtures for every folder of tests (a pytest plugin of tests/conftest.py): worker processes
+beside the CLI, transformers' own token ids, and the scheduler tests' injected clock and input."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -6,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from kafka_io.settings import KafkaSettings, Topics
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
+from tests.support.scheduling import T0, Clock
 from tests.support.tiny_model import TinyModel
 
 
@@ -33,3 +38,14 @@ def reference_ids():  # type: ignore[no-untyped-def]
         return list(tokenizer(text, truncation=True, max_length=64)["input_ids"])
 
     return ids
+
+
+# Shared by the scheduler tests and the outage trials, which set up the same schedule.
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(T0)
+
+
+@pytest.fixture
+def text_input(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "daily.jsonl", example_lines(5))

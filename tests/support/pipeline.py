@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
+from jobs.results import JobOutcome
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
+from kafka_io.reading import TopicFollower
 from kafka_io.records import OutRecord
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
@@ -93,3 +96,28 @@ def feed_tensors(settings: KafkaSettings, topics: Topics, job_id: str, n: int) -
             OutRecord(topics.tensors("tiny"), value, f"{job_id}/r{i}".encode(), [("job_id", job_id.encode())])
         )
     produce_all(make_producer(settings), records)
+
+
+def submit(pipeline: RunningPipeline, path: Path, *extra: str, model: str = "tiny") -> str:
+    done = pipeline.cli("submit", str(path), "--model", model, *extra)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: int, timeout_s: float = 120) -> int:
+    """Block until `topic` holds at least `at_least` records of the job (results) or records (others)."""
+    seen = JobOutcome(job_id)
+    count = 0
+    with TopicFollower(pipeline.settings, [topic]) as follower:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pipeline.check_workers()
+            messages = follower.poll(0.05)
+            if topic == pipeline.topics.results:
+                seen.add(messages, pipeline.topics)
+                count = len(seen.results)
+            else:
+                count += len(messages)
+            if count >= at_least:
+                return count
+    raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")

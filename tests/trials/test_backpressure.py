@@ -8,8 +8,8 @@ from pathlib import Path
 
 from jobs.launch.runner import watch_job
 from kafka_io.reading import read_topics
-from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
-from tests.support.pipeline import RunningPipeline
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from jobs.output import write_atomically
+from tests.support.inputs import many_lines
 from tests.support.pipeline import run_embedded
 from tests.support.tiny_model import TinyModel
-from tests.trials.test_run_safety import many_lines
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 

@@ -27,7 +27,7 @@ import pytest
 
 from bench.hosts import Layout, Topology
 from kafka_io.settings import Topics
-from tests.end_to_end.test_pipeline import example_lines
+from tests.support.inputs import example_lines
 from tests.support.multihost import Cluster, Event, Probe, assert_completed_exactly_once, cluster, submit
 from tests.support.tiny_model import TinyModel
 

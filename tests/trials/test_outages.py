@@ -23,24 +23,13 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from schemas import InferenceResult, Job, Tensor, encode
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
-from tests.jobs.scheduling.test_scheduler import T0, Clock, add, scheduled_jobs
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
-from tests.support.pipeline import RunningPipeline
+from tests.support.pipeline import RunningPipeline, follow_until
+from tests.support.scheduling import Clock, add, scheduled_jobs
 from tests.support.tiny_model import TinyModel
-from tests.trials.test_recovery import follow_until
 
 OUTAGE_S = 60
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0)
-
-
-@pytest.fixture
-def text_input(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "daily.jsonl", example_lines(5))
 
 
 @pytest.mark.slow

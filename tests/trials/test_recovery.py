@@ -20,35 +20,15 @@ import pytest
 
 from jobs.launch.runner import watch_job
 from jobs.registry import find_job
-from jobs.results import JobOutcome
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.reading import TopicFollower, read_topics
-from tests.end_to_end.test_pipeline import example_lines, submit, write_jsonl
+from kafka_io.reading import read_topics
 from tests.support.image_corpus import real_photos
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
-from tests.support.pipeline import RunningPipeline
+from tests.support.pipeline import RunningPipeline, follow_until, submit
 from tests.support.tiny_model import TinyModel
 
 RNG = random.Random(20261129)
-
-
-def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: int, timeout_s: float = 120) -> int:
-    """Block until `topic` holds at least `at_least` records of the job (results) or records (others)."""
-    seen = JobOutcome(job_id)
-    count = 0
-    with TopicFollower(pipeline.settings, [topic]) as follower:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            pipeline.check_workers()
-            messages = follower.poll(0.05)
-            if topic == pipeline.topics.results:
-                seen.add(messages, pipeline.topics)
-                count = len(seen.results)
-            else:
-                count += len(messages)
-            if count >= at_least:
-                return count
-    raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")
 
 
 def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:

@@ -21,15 +21,9 @@ from jobs.submit import JobInput
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from tests.support.inputs import many_lines
 from tests.support.pipeline import RunningPipeline, run_embedded
 from tests.support.tiny_model import TinyModel
-
-
-def many_lines(path: Path, n: int) -> Path:
-    with path.open("w", encoding="utf-8") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": f"r{i}", "text": f"line {i} of a run that is stopped before its end"}) + "\n")
-    return path
 
 
 def descendants(pid: int) -> set[int]:

@@ -13,7 +13,7 @@ from jobs.registry import load_jobs
 from jobs.scheduling.cron import tick_job_id
 from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, feed_tensors
 
 

@@ -9,7 +9,7 @@ from jobs.registry import JobStatus
 from jobs.reports.plots import Bar, bar_chart, histogram_bars, log_ticks, nice_step, ticks
 from jobs.reports.report import render, stage_latencies_ms, throughput
 from schemas import DeadLetter, Job
-from tests.jobs.reports.test_profile import result
+from tests.support.inputs import result
 
 
 @pytest.mark.parametrize(("span", "step"), [(10, 2), (7, 2), (1000, 200), (0.9, 0.2), (3, 1), (0, 1)])

@@ -4,21 +4,7 @@ import pytest
 
 from jobs.reports.profile import Timings, busy_time_us, profile
 from schemas import InferenceResult
-
-
-def result(rid: str, batch: str, ts: list[int], length: int = 10, padded: int = 10) -> InferenceResult:
-    keys = [
-        "submitted",
-        "preprocess_start",
-        "preprocess_end",
-        "batch_formed",
-        "inference_start",
-        "inference_end",
-        "result_produced",
-    ]
-    return InferenceResult(
-        "j", rid, 0, "m", "1", (), batch, 2, {}, dict(zip(keys, ts, strict=True)), (), length, padded
-    )
+from tests.support.inputs import result
 
 
 def test_busy_time_is_the_union_of_the_engine_intervals() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 
 from jobs.reports.report import BATCH_COLOR, INFERRED_COLOR, LATENCY_COLOR, PREPROCESSED_COLOR
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
+from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 

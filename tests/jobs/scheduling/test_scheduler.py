@@ -6,13 +6,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jobs.registry import JobStatus, load_jobs
+from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from jobs.scheduling.schedules import (
@@ -31,32 +30,9 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, schedule_ticks_topic
-from schemas import Job, ScheduleTick, encode
-from tests.end_to_end.test_pipeline import example_lines, write_jsonl
-
-T0 = datetime(2026, 11, 29, 10, 0, 20, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def at(self, minutes: int, seconds: int = 0) -> None:
-        """Move to 10:MM:SS on the test's day."""
-        self.now = T0.replace(minute=minutes, second=seconds)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock(T0)
-
-
-@pytest.fixture
-def text_input(tmp_path: Path) -> Path:
-    return write_jsonl(tmp_path / "daily.jsonl", example_lines(5))
+from schemas import ScheduleTick, encode
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.scheduling import T0, Clock, add, scheduled_jobs
 
 
 @pytest.fixture
@@ -68,21 +44,9 @@ def schedulers(settings: KafkaSettings, topics: Topics, clock: Clock) -> Iterato
         ]
 
 
-def scheduled_jobs(settings: KafkaSettings, topics: Topics) -> dict[str, Job]:
-    return {k: j for k, j in load_jobs(settings, topics).items() if j.schedule is not None}
-
-
 def raw_records_of(settings: KafkaSettings, topics: Topics, job_id: str) -> int:
     return sum(
         1 for m in read_topics(settings, [topics.raw_text]) if dict(m.headers or []).get("job_id") == job_id.encode()
-    )
-
-
-def add(settings: KafkaSettings, topics: Topics, text_input: Path, misfire: str = "skip", name: str = "hourly") -> None:
-    add_schedule(
-        settings,
-        topics,
-        new_schedule(name, "* * * * *", str(text_input), "tiny", misfire=misfire, at_us=to_us(T0)),  # type: ignore[arg-type]
     )
 
 
