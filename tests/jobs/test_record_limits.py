@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,7 +45,8 @@ def test_outputs_over_the_record_limit_are_capped_dead_letters_and_the_workers_g
         for i in range(10)
     ]
     header = [("job_id", job_id.encode())]
-    foreign = make_producer(pipeline.settings, **{"message.max.bytes": 3 * MAX_RECORD_BYTES})
+    oversized: dict[str, Any] = {"message.max.bytes": 3 * MAX_RECORD_BYTES}
+    foreign = make_producer(pipeline.settings, **oversized)
     produce_all(
         foreign,
         [

@@ -6,6 +6,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
@@ -15,6 +16,7 @@ from kafka_io.records import OutRecord
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode
 from tests.support.pipeline import RunningPipeline
+from tests.support.records import key
 
 
 def produce_texts(pipeline: RunningPipeline, topic: str, texts: list[str], partitions: int = 2) -> None:
@@ -25,7 +27,7 @@ def produce_texts(pipeline: RunningPipeline, topic: str, texts: list[str], parti
     produce_all(make_producer(pipeline.settings), records)
 
 
-def replay(pipeline: RunningPipeline, tmp_path: Path, *args: str) -> list[dict[str, object]]:
+def replay(pipeline: RunningPipeline, tmp_path: Path, *args: str) -> list[dict[str, Any]]:
     out = tmp_path / "replay.jsonl"
     done = pipeline.cli("replay", *args, "-o", str(out))
     assert done.returncode == 0, done.stderr
@@ -37,7 +39,7 @@ def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Ru
     produce_texts(pipeline, topic, [f"text {i}" for i in range(20)])
     by_partition: dict[int, list[str]] = {}
     for msg in read_topics(pipeline.settings, [topic]):
-        by_partition.setdefault(msg.partition, []).append(msg.key.decode())
+        by_partition.setdefault(msg.partition, []).append(key(msg))
     lines = replay(pipeline, tmp_path, "--topic", topic, "--partition", "1", "--from-offset", "1", "--to-offset", "3")
     assert [(line["partition"], line["offset"]) for line in lines] == [(1, 1), (1, 2)]
     assert [line["record"]["text"] for line in lines] == by_partition[1][1:3]

@@ -59,10 +59,13 @@ def assert_columnar_equals_jsonl(table_path: Path, jsonl_path: Path, outputs: li
         assert_row_matches_line({k: None if _is_missing(v) else v for k, v in record.items()}, line, outputs)
 
     if parquet:
-        ids = [r[0] for r in duckdb.sql(f"SELECT id FROM read_parquet('{table_path}')").fetchall()]
+        id_column = duckdb.sql(f"SELECT id FROM read_parquet('{table_path}')")
+        assert id_column is not None  # duckdb.sql returns None only for a statement without rows
+        ids = [r[0] for r in id_column.fetchall()]
         assert ids == [line["id"] for line in lines]
         columns = ", ".join(["id", "job_id", "model", *outputs, "model_version", "error", "attributes"])
         relation = duckdb.sql(f"SELECT {columns} FROM read_parquet('{table_path}')")
+        assert relation is not None
         names = relation.columns
         for values, line in zip(relation.fetchall(), lines, strict=True):
             assert_row_matches_line(dict(zip(names, values, strict=True)), line, outputs)

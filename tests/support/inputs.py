@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from schemas import InferenceResult
@@ -15,7 +16,7 @@ def example_lines(n: int) -> list[dict[str, str]]:
         return [json.loads(line) for _, line in zip(range(n), f, strict=False)]
 
 
-def write_jsonl(path: Path, rows: list[dict[str, str]]) -> Path:
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, object]]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 

@@ -13,6 +13,7 @@ from jobs.registry import load_jobs
 from jobs.scheduling.cron import tick_job_id
 from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
+from schemas import Job
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, feed_tensors
 
@@ -49,7 +50,7 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     expected_job = tick_job_id("every-minute", tick)
 
     deadline = tick + timedelta(seconds=45)
-    jobs = {}
+    jobs: dict[str, Job] = {}
     while datetime.now(UTC) < deadline and not jobs:
         pipeline.check_workers()
         time.sleep(1)

@@ -148,7 +148,7 @@ def test_a_missing_input_fails_the_ticks_job_with_the_reason_and_the_schedule_go
 ) -> None:
     a, _ = schedulers
     pattern = tmp_path / "drop" / "*.jsonl"
-    add(settings, topics, pattern)  # type: ignore[arg-type]
+    add(settings, topics, pattern)
     clock.at(1, 2)
     assert a.step() == []
     failed = scheduled_jobs(settings, topics)["hourly-20261129T1001Z"]
