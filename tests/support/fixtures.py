@@ -11,7 +11,7 @@ import pytest
 from kafka_io.settings import KafkaSettings, Topics
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
-from tests.support.scheduling import T0, Clock
+from tests.support.scheduling import T0, Clock, LoneScheduler, lone_scheduler
 from tests.support.tiny_model import TinyModel
 
 
@@ -49,3 +49,10 @@ def clock() -> Clock:
 @pytest.fixture
 def text_input(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "daily.jsonl", example_lines(5))
+
+
+@pytest.fixture
+def lone(clock: Clock, tmp_path: Path) -> Iterator[LoneScheduler]:
+    """A scheduler on a broker of its own, for the trials that take its broker down."""
+    with lone_scheduler(tmp_path, clock) as running:
+        yield running

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 
 from jobs.registry import register
-from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -26,7 +24,7 @@ from schemas import InferenceResult, Job, Tensor, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.pipeline import RunningPipeline, follow_until
-from tests.support.scheduling import Clock, add, scheduled_jobs
+from tests.support.scheduling import Clock, LoneScheduler
 from tests.support.tiny_model import TinyModel
 
 OUTAGE_S = 60
@@ -35,37 +33,18 @@ OUTAGE_S = 60
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_running_scheduler_waits_out_a_minute_without_a_broker_and_resumes(
-    clock: Clock, text_input: Path, tmp_path: Path
+    lone: LoneScheduler, clock: Clock, text_input: Path
 ) -> None:
-    broker = EmbeddedBroker.start(tmp_path / "broker.log")
-    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("outage")
-    events: list[str] = []
-    stop = threading.Event()
-    scheduler = Scheduler(settings, topics, SchedulerConfig("a", poll_s=0.2), clock=clock, on_event=events.append)
-    runner = threading.Thread(target=scheduler.run, args=(stop,))
-    try:
-        with scheduler:
-            runner.start()
-            broker.kill()  # connections refused for the whole minute
-            down = time.monotonic()
-            while time.monotonic() - down < OUTAGE_S:
-                assert runner.is_alive(), events  # the old scheduler died here, ~20 s in
-                time.sleep(1)
-            broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty, as after any restart
-            add(settings, topics, text_input)  # the schedule, written again to the new broker
-            clock.at(1, 2)
-            deadline = time.monotonic() + 60
-            while "hourly-20261129T1001Z" not in scheduled_jobs(settings, topics):
-                assert time.monotonic() < deadline and runner.is_alive(), events
-                time.sleep(1)
-            stop.set()
-            runner.join(30)
-    finally:
-        stop.set()
-        broker.kill()
-    assert not runner.is_alive()
-    assert any(e.startswith("scheduler: Kafka unavailable, retrying every 5 s") for e in events), events
-    assert any(e.startswith("scheduler: Kafka answers again after") for e in events), events
+    lone.broker.kill()  # connections refused for the whole minute
+    down = time.monotonic()
+    while time.monotonic() - down < OUTAGE_S:
+        assert lone.alive(), lone.events  # the old scheduler died here, ~20 s in
+        time.sleep(1)
+    lone.restart_broker()
+    lone.submits_the_next_tick(text_input, clock, time.monotonic() + 60)
+    assert not lone.alive()
+    assert any(e.startswith("scheduler: Kafka unavailable, retrying every 5 s") for e in lone.events), lone.events
+    assert any(e.startswith("scheduler: Kafka answers again after") for e in lone.events), lone.events
 
 
 def embedding(topic: str, job_id: str, i: int) -> OutRecord:

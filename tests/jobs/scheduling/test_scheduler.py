@@ -23,7 +23,6 @@ from jobs.scheduling.schedules import (
     remove_schedule,
     set_paused,
 )
-from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -32,7 +31,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, schedule_ticks_topic
 from schemas import ScheduleTick, encode
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.scheduling import T0, Clock, add, scheduled_jobs
+from tests.support.scheduling import T0, Clock, LoneScheduler, add, scheduled_jobs
 
 
 @pytest.fixture
@@ -185,33 +184,15 @@ def test_a_restarted_winner_finishes_a_tick_it_claimed_but_did_not_submit(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_running_scheduler_recovers_from_a_broker_restart_that_lost_everything(
-    clock: Clock, text_input: Path, tmp_path: Path
+    lone: LoneScheduler, clock: Clock, text_input: Path
 ) -> None:
-    broker = EmbeddedBroker.start(tmp_path / "broker.log")
-    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("restart")
-    events: list[str] = []
-    stop = threading.Event()
-    scheduler = Scheduler(settings, topics, SchedulerConfig("a", poll_s=0.2), clock=clock, on_event=events.append)
-    try:
-        with scheduler:
-            runner = threading.Thread(target=scheduler.run, args=(stop,))
-            runner.start()
-            broker.stop()
-            broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty
-            deadline = time.monotonic() + 120
-            while not any("Kafka unavailable" in e for e in events):
-                assert time.monotonic() < deadline, events
-                time.sleep(0.5)
-            add(settings, topics, text_input)  # the schedule, written again to the new broker
-            clock.at(1, 2)
-            while "hourly-20261129T1001Z" not in scheduled_jobs(settings, topics):
-                assert time.monotonic() < deadline and runner.is_alive(), events
-                time.sleep(1)
-            stop.set()
-            runner.join(30)
-    finally:
-        stop.set()
-        broker.stop()
+    lone.broker.stop()
+    lone.restart_broker()
+    deadline = time.monotonic() + 120
+    while not any("Kafka unavailable" in e for e in lone.events):
+        assert time.monotonic() < deadline, lone.events
+        time.sleep(0.5)
+    lone.submits_the_next_tick(text_input, clock, deadline)
 
 
 def test_a_schedule_whose_input_has_non_object_attributes_fails_its_tick_and_the_others_run(
