@@ -155,3 +155,49 @@ VIT_PROCESSOR = {
     "image_mean": [0.5, 0.5, 0.5],
     "image_std": [0.5, 0.5, 0.5],
 }
+
+
+def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
+    """A ready-ONNX folder as users bring one (an Optimum-style export): model.onnx exported here with
+    torch.onnx from a seeded save_pretrained model, tokenizer.json and config.json, no weights.
+    The save_pretrained folder the graph came from stays beside it, as `<folder>-source`."""
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    source = folder.parent / f"{folder.name}-source"
+    classify = task == "text-classification"
+    if classify:
+        save_classifier(source, **classifier)
+    else:
+        save_encoder(source)
+    auto = AutoModelForSequenceClassification if classify else AutoModel
+    model = auto.from_pretrained(str(source), attn_implementation="eager").eval()
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    output = "logits" if classify else "last_hidden_state"
+
+    class Graph(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            return getattr(self.inner(**dict(zip(names, args, strict=True))), output)
+
+    folder.mkdir(parents=True)
+    example = tuple(torch.full((2, 8), 1000 if n == "input_ids" else int(n == "attention_mask")) for n in names)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {
+        output: {0: "batch"} | ({} if classify else {1: "sequence"})
+    }
+    torch.onnx.export(
+        Graph(model).eval(),
+        example,
+        str(folder / "model.onnx"),
+        input_names=names,
+        output_names=[output],
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
+    )
+    shutil.copy2(source / "config.json", folder / "config.json")
+    copy_tokenizer(folder)
+    return folder
