@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -188,16 +189,18 @@ def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
     axes = {n: {0: "batch", 1: "sequence"} for n in names} | {
         output: {0: "batch"} | ({} if classify else {1: "sequence"})
     }
-    torch.onnx.export(
-        Graph(model).eval(),
-        example,
-        str(folder / "model.onnx"),
-        input_names=names,
-        output_names=[output],
-        dynamic_axes=axes,
-        opset_version=17,
-        dynamo=False,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation: the one users' exports still use
+        torch.onnx.export(
+            Graph(model).eval(),
+            example,
+            str(folder / "model.onnx"),
+            input_names=names,
+            output_names=[output],
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
     shutil.copy2(source / "config.json", folder / "config.json")
     copy_tokenizer(folder)
     return folder
