@@ -84,7 +84,8 @@ def import_onnx(repository: Path, source: ImportSource, name: str, version: str,
     """The checked graph, its tokenizer and labels as `name`/`version` of the repository."""
     import tempfile
 
-    from gpu_consumer.importer import _digest, _install_checked, _label_file
+    from gpu_consumer.export import _install
+    from gpu_consumer.importer import _digest, _label_file
     from gpu_consumer.text_source import read_tokenizer
 
     folder = source.model_folder
@@ -133,10 +134,20 @@ def import_onnx(repository: Path, source: ImportSource, name: str, version: str,
         )
         rng = np.random.default_rng(0)
         low = min(1000, tok.vocab_size // 2)
-        sample = [rng.integers(low, tok.vocab_size, size=n, dtype=np.int64) for n in (5, min(17, tok.max_length), 3)]
-        return _install_checked(
-            repository, config, lambda d: _copy(graph, d), _reference(graph, output.name), sample, files
-        )
+        # the longest record the tokenizer lets through: a graph with fewer positions fails here, not at a worker
+        lengths = (5, min(17, tok.max_length), tok.max_length)
+        sample = [rng.integers(low, tok.vocab_size, size=n, dtype=np.int64) for n in lengths]
+        try:
+            return _install(
+                repository, config, lambda d: _copy(graph, d), _reference(graph, output.name), sample, files
+            )
+        except ImportRefusedError:
+            raise
+        except Exception as exc:  # ONNX Runtime's own exception types
+            raise ImportRefusedError(
+                f"{graph.path} does not run on a batch of texts up to {tok.max_length} tokens (the tokenizer's "
+                f"maximum length, capped by config.json's max_position_embeddings): {exc}"
+            ) from None
 
 
 def _text_inputs(graph: OnnxGraph) -> tuple[GraphTensor, ...]:
