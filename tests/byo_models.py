@@ -20,15 +20,8 @@ LABELS = {0: "negative", 1: "neutral", 2: "positive", 3: "spam"}
 def bert_config(**extra: Any) -> Any:
     from transformers import BertConfig
 
-    return BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        **extra,
-    )
+    shape = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+    return BertConfig(vocab_size=30522, num_hidden_layers=2, max_position_embeddings=128, **(shape | extra))
 
 
 def copy_tokenizer(folder: Path) -> None:
@@ -62,15 +55,22 @@ def save_sentence_transformer(folder: Path, pooling: str, normalize: bool, max_l
 
 
 def save_classifier(
-    folder: Path, multi_label: bool = False, labels: dict[int, str] = LABELS, seed: int = 0, calibrated: bool = True
+    folder: Path,
+    multi_label: bool = False,
+    labels: dict[int, str] = LABELS,
+    seed: int = 0,
+    calibrated: bool = True,
+    hidden_size: int = 32,
 ) -> Path:
     """BertForSequenceClassification with named labels; its head is scaled up so a random model
-    spreads its texts over several labels (calibrate)."""
+    spreads its texts over several labels (calibrate). hidden_size 16 halves the files (the GPU carry)."""
     import torch
     from transformers import BertForSequenceClassification
 
     torch.manual_seed(seed)
     config = bert_config(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         id2label=labels,
         label2id={v: k for k, v in labels.items()},
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
