@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +164,9 @@ def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
+    from gpu_consumer.export import _export
+    from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
+
     source = folder.parent / f"{folder.name}-source"
     classify = task == "text-classification"
     if classify:
@@ -189,18 +191,10 @@ def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
     axes = {n: {0: "batch", 1: "sequence"} for n in names} | {
         output: {0: "batch"} | ({} if classify else {1: "sequence"})
     }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation: the one users' exports still use
-        torch.onnx.export(
-            Graph(model).eval(),
-            example,
-            str(folder / "model.onnx"),
-            input_names=names,
-            output_names=[output],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
-        )
+    # nearline's own exporter (torch.onnx, opset 17), keeping only the graph: a user's ONNX folder has no TorchScript
+    _export(Graph(model).eval(), example, folder, names, output, axes)
+    for traced in (TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE):
+        (folder / traced).unlink()
     shutil.copy2(source / "config.json", folder / "config.json")
     copy_tokenizer(folder)
     return folder
