@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.byo_models import EXAMPLE, save_classifier, save_sentence_transformer
+from tests.support.byo_models import EXAMPLE, save_classifier, save_onnx, save_sentence_transformer
 from tests.support.pipeline import run_embedded
 
 ROWS = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines()[:48]]
@@ -93,7 +93,11 @@ def test_an_imported_classifier_labels_texts_like_transformers(tmp_path: Path, m
     with torch.no_grad():
         logits = model(**tokenizer(TEXTS, padding=True, truncation=True, max_length=128, return_tensors="pt")).logits
     scores = (torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=-1)).numpy()
-    names = model.config.id2label
+    assert_labels(lines, scores.astype(np.float64), model.config.id2label)
+
+
+def assert_labels(lines: list[dict[str, Any]], scores: np.ndarray, names: dict[int, str]) -> None:
+    """Each line carries every label, best first, named and scored as `scores` has them."""
     tops = set()
     for line, row in zip(lines, scores, strict=True):
         order = np.argsort(-row, kind="stable")
@@ -148,3 +152,60 @@ def test_an_imported_image_classifier_uses_its_own_preprocessing_on_real_photos(
         np.testing.assert_allclose([g["score"] for g in got], row[[g["index"] for g in got]], atol=0.05)
         tops.add(got[0]["index"])
     assert len(tops) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_imported_model_onnx_classifier_labels_texts_like_transformers(tmp_path: Path) -> None:
+    """A ready model.onnx (exported here with torch.onnx) whose task and labels come from its config.json."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    folder = save_onnx(tmp_path / "clf", "text-classification")
+    repository = tmp_path / "models"
+    imported = models_import(repository, str(folder), "--name", "sentiment")
+    assert imported.returncode == 0, imported.stderr
+    lines = run_model(tmp_path, repository, "sentiment")
+
+    source = tmp_path / "clf-source"  # the save_pretrained folder the graph was exported from
+    model = AutoModelForSequenceClassification.from_pretrained(str(source)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    with torch.no_grad():
+        logits = model(**tokenizer(TEXTS, padding=True, truncation=True, max_length=128, return_tensors="pt")).logits
+    assert_labels(lines, torch.softmax(logits, dim=-1).numpy().astype(np.float64), model.config.id2label)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_imported_model_onnx_embedder_pools_like_transformers(tmp_path: Path) -> None:
+    """A ready model.onnx giving token vectors, imported with --task and --pooling cls."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = save_onnx(tmp_path / "enc", "text-embedding")
+    config = (folder / "config.json").read_text()
+    (folder / "config.json").unlink()  # nothing then says the task: --task must
+    repository = tmp_path / "models"
+    refused = models_import(repository, str(folder), "--name", "enc")
+    assert refused.returncode == 2 and "say what it does with --task" in refused.stderr
+    # nor its 128 positions: texts up to the tokenizer's 512 tokens would fail at the worker
+    refused = models_import(repository, str(folder), "--name", "enc", "--task", "text-embedding")
+    assert refused.returncode == 2, refused.stderr
+    assert "does not run on a batch of texts up to 512 tokens" in refused.stderr
+    assert not (repository / "enc").exists()
+    without_architecture = {k: v for k, v in json.loads(config).items() if k != "architectures"}
+    (folder / "config.json").write_text(json.dumps(without_architecture))
+    imported = models_import(repository, str(folder), "--name", "enc", "--task", "text-embedding", "--pooling", "cls")
+    assert imported.returncode == 0, imported.stderr
+    got = np.array([line["embedding"] for line in run_model(tmp_path, repository, "enc")], dtype=np.float64)
+
+    source = tmp_path / "enc-source"
+    model = AutoModel.from_pretrained(str(source)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(source))
+    with torch.no_grad():
+        batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=128, return_tensors="pt")
+        want = model(**batch).last_hidden_state[:, 0].numpy().astype(np.float64)
+    assert got.shape == want.shape == (len(TEXTS), 32)
+    cosine = (got * want).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cosine.min() >= 0.999, f"worst {ROWS[int(cosine.argmin())]['id']}: {cosine.min():.6f}"
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(want, axis=1), rtol=1e-3)

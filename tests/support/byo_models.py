@@ -19,15 +19,8 @@ LABELS = {0: "negative", 1: "neutral", 2: "positive", 3: "spam"}
 def bert_config(**extra: Any) -> Any:
     from transformers import BertConfig
 
-    return BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        **extra,
-    )
+    shape = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+    return BertConfig(vocab_size=30522, num_hidden_layers=2, max_position_embeddings=128, **(shape | extra))
 
 
 def copy_tokenizer(folder: Path) -> None:
@@ -61,15 +54,22 @@ def save_sentence_transformer(folder: Path, pooling: str, normalize: bool, max_l
 
 
 def save_classifier(
-    folder: Path, multi_label: bool = False, labels: dict[int, str] = LABELS, seed: int = 0, calibrated: bool = True
+    folder: Path,
+    multi_label: bool = False,
+    labels: dict[int, str] = LABELS,
+    seed: int = 0,
+    calibrated: bool = True,
+    hidden_size: int = 32,
 ) -> Path:
     """BertForSequenceClassification with named labels; its head is scaled up so a random model
-    spreads its texts over several labels (calibrate)."""
+    spreads its texts over several labels (calibrate). hidden_size 16 halves the files (the GPU carry)."""
     import torch
     from transformers import BertForSequenceClassification
 
     torch.manual_seed(seed)
     config = bert_config(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         id2label=labels,
         label2id={v: k for k, v in labels.items()},
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
@@ -155,3 +155,46 @@ VIT_PROCESSOR = {
     "image_mean": [0.5, 0.5, 0.5],
     "image_std": [0.5, 0.5, 0.5],
 }
+
+
+def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
+    """A ready-ONNX folder as users bring one (an Optimum-style export): model.onnx exported here with
+    torch.onnx from a seeded save_pretrained model, tokenizer.json and config.json, no weights.
+    The save_pretrained folder the graph came from stays beside it, as `<folder>-source`."""
+    import torch
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    from gpu_consumer.export import _export
+    from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
+
+    source = folder.parent / f"{folder.name}-source"
+    classify = task == "text-classification"
+    if classify:
+        save_classifier(source, **classifier)
+    else:
+        save_encoder(source)
+    auto = AutoModelForSequenceClassification if classify else AutoModel
+    model = auto.from_pretrained(str(source), attn_implementation="eager").eval()
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    output = "logits" if classify else "last_hidden_state"
+
+    class Graph(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            return getattr(self.inner(**dict(zip(names, args, strict=True))), output)
+
+    folder.mkdir(parents=True)
+    example = tuple(torch.full((2, 8), 1000 if n == "input_ids" else int(n == "attention_mask")) for n in names)
+    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {
+        output: {0: "batch"} | ({} if classify else {1: "sequence"})
+    }
+    # nearline's own exporter (torch.onnx, opset 17), keeping only the graph: a user's ONNX folder has no TorchScript
+    _export(Graph(model).eval(), example, folder, names, output, axes)
+    for traced in (TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE):
+        (folder / traced).unlink()
+    shutil.copy2(source / "config.json", folder / "config.json")
+    copy_tokenizer(folder)
+    return folder
