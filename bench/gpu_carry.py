@@ -130,7 +130,7 @@ def carry_classifier(texts: int) -> None:
     from gpu_consumer.batcher import make_batch
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.importer import import_model
-    from tests.byo_models import save_classifier
+    from tests.support.byo_models import save_classifier
 
     with tempfile.TemporaryDirectory() as scratch:
         # uncalibrated: the calibrated head of a random BERT magnifies FP16 rounding past any real model's

@@ -178,7 +178,7 @@ def test_an_imported_classifier_runs_on_the_torch_engine_in_fp32_and_fp16(tmp_pa
 
 @pytest.fixture(scope="module")
 def onnx_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.byo_models import save_onnx
+    from tests.support.byo_models import save_onnx
 
     return save_onnx(tmp_path_factory.mktemp("onnx") / "clf", "text-classification")
 
