@@ -14,7 +14,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig
 from tests.support.tiny_model import TinyModel, build_tiny_model
 
-# The worker-pair fixtures, once only for tests/jobs/, now for every folder of tests.
+# Fixtures shared by every folder of tests: worker processes, the scheduler's clock (tests/support/).
 pytest_plugins = ["tests.support.fixtures"]
 
 

@@ -14,14 +14,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jobs.launch.runner import watch_job
 from jobs.registry import find_job
+from jobs.results import JobOutcome, read_outcome
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.reading import read_topics
+from kafka_io.reading import TopicFollower, read_topics
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
@@ -187,3 +190,33 @@ def test_workers_ride_out_a_short_broker_outage(
     finally:
         os.kill(embedded_broker.pid, signal.SIGCONT)
     finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
+
+
+def test_a_gpu_worker_killed_mid_job_loses_no_record(
+    pipeline: RunningPipeline, tiny: TinyModel, reference_ids: Callable[[str], list[int]], tmp_path: Path
+) -> None:
+    rows = example_lines(1200)
+    pipeline.start("preprocess", "preprocess")
+    # batches of one record: many commits, so a kill lands between some of them
+    gpu = pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+
+    seen = JobOutcome(job_id)
+    with TopicFollower(pipeline.settings, [pipeline.topics.results]) as follower:
+        deadline = time.monotonic() + 120
+        while len(seen.results) < 100 and time.monotonic() < deadline:
+            pipeline.check_workers()
+            seen.add(follower.poll(0.05), pipeline.topics)
+    gpu.process.send_signal(signal.SIGKILL)
+    gpu.process.wait()
+    before_restart = read_outcome(pipeline.settings, pipeline.topics, job_id)
+    assert 100 <= len(before_restart.results) < len(rows), "the kill must land mid-job"
+
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
+    outcome, _ = watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), timeout_s=180)
+    assert sorted(outcome.results) == sorted(r["id"] for r in rows)
+    assert not outcome.dead
+    by_id = {r["id"]: r["text"] for r in rows}
+    for rid, result in outcome.results.items():
+        expected = tiny.expected(np.array(reference_ids(by_id[rid])))
+        np.testing.assert_allclose(result.arrays()["embedding"], expected, atol=1e-6)
