@@ -38,6 +38,10 @@ Marker = Literal["start", "end"]
 
 # The emit thread's wait for work when no delivery report is due (it also wakes for work at once).
 IDLE_EMIT_WAIT_S = 0.1
+# Waiting out a broker outage: the pause between attempts to produce the unconfirmed windows
+# again (each attempt itself waits delivery_timeout_s for the broker), and how often it is logged.
+RETRY_PAUSE_S = 2.0
+OUTAGE_LOG_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -132,16 +136,46 @@ class Pipeline:
     def _recover(self, reason: str) -> None:
         """A broker that restarted without its state (Tansu memory storage) no longer knows this
         idempotent producer: librdkafka retries forever, or turns the producer fatal. Nothing
-        unconfirmed was committed, so a new producer (a new id) sends all of it again; if that
-        fails too, it is a real outage and DeliveryError ends the worker."""
+        unconfirmed was committed, so a new producer (a new id) sends all of it again. A broker
+        that is still gone (down, frozen, unreachable) fails that too: then the worker waits it
+        out, keeping what is unconfirmed and committing nothing, with a new producer every
+        attempt (each attempt waits delivery_timeout_s for the broker, then RETRY_PAUSE_S), and
+        says once a minute what it waits for. Exiting instead would crash-loop for as long as the
+        outage lasts. An attempt that failed part way may have stored some records: the next one
+        produces them again, which at-least-once allows (every reader keeps one per record)."""
         log.warning("%s; recreating the producer and producing the unconfirmed windows again", reason)
         self._quiesce()
-        old = self._producer
-        self._generation += 1
-        discard(old)
-        self._producer = self._new_producer()
         entries = self.ledger.unconfirmed()
-        produce_all(self._producer, [r for e in entries for r in e.outputs], self.settings.delivery_timeout_s)
+        records = [r for e in entries for r in e.outputs]
+        since, attempts, told = time.monotonic(), 0, 0.0
+        while True:
+            self._generation += 1
+            discard(self._producer)
+            self._producer = self._new_producer()
+            attempts += 1
+            try:
+                produce_all(self._producer, records, self.settings.delivery_timeout_s)
+                break
+            except DeliveryError as exc:
+                if time.monotonic() - told >= OUTAGE_LOG_EVERY_S:
+                    told = time.monotonic()
+                    log.warning(
+                        "waiting for the broker to store %d results of %d windows (unconfirmed for %.0f s, "
+                        "attempt %d: %s); nothing is committed until they are stored",
+                        len(records),
+                        len(entries),
+                        told - since,
+                        attempts,
+                        exc,
+                    )
+            time.sleep(RETRY_PAUSE_S)
+        if attempts > 1:
+            log.warning(
+                "the broker stored the %d unconfirmed results after %.0f s (%d attempts); resuming",
+                len(records),
+                time.monotonic() - since,
+                attempts,
+            )
         self.ledger.resolve(entries)
 
     def _quiesce(self) -> None:
