@@ -26,7 +26,7 @@ from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.ledger import TP, Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
 from kafka_io.clients import Producer
-from kafka_io.errors import DeliveryError
+from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import OutRecord
 from kafka_io.settings import Topics
@@ -42,6 +42,11 @@ IDLE_EMIT_WAIT_S = 0.1
 # again (each attempt itself waits delivery_timeout_s for the broker), and how often it is logged.
 RETRY_PAUSE_S = 2.0
 OUTAGE_LOG_EVERY_S = 60.0
+# Deliveries normally confirm in milliseconds: unconfirmed this long while the broker answers a
+# metadata request (within PROBE_TIMEOUT_S), the producer is recreated at once (see _broker_answers).
+# Producing again may double a result in the topic, which at-least-once allows (readers keep one).
+WEDGED_AFTER_S = 5.0
+PROBE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class Pipeline:
         self._new_producer = new_producer
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored
+        self._probed_at = 0.0  # when _broker_answers last asked the broker
         self._to_engine: queue.Queue[tuple[Entry, Window] | None] = queue.Queue()
         self._to_emit: queue.Queue[tuple[Entry, Window, Executed | Poisoned | Marker] | None] = queue.Queue()
         self._error: BaseException | None = None
@@ -107,6 +113,27 @@ class Pipeline:
             self._recover(
                 self.ledger.failure or f"deliveries unconfirmed after {self.settings.delivery_timeout_s:.0f} s"
             )
+        elif self.ledger.stalled(WEDGED_AFTER_S) and self._broker_answers():
+            self._recover(
+                f"deliveries unconfirmed for {WEDGED_AFTER_S:.0f} s while the broker answers: a broker "
+                "restarted without its state no longer knows this producer"
+            )
+
+    def _broker_answers(self) -> bool:
+        """Whether the broker answers a metadata request of this producer (asked at most every
+        WEDGED_AFTER_S). A broker that answers while it confirms nothing for seconds restarted
+        and lost this idempotent producer's id (librdkafka then retries UNKNOWN_PRODUCER_ID
+        until delivery_timeout_s): the first job after a broker restart waited ~30 s for that.
+        A frozen or unreachable broker does not answer, and the delivery_timeout_s rule stands."""
+        now = time.monotonic()
+        if now - self._probed_at < WEDGED_AFTER_S:
+            return False
+        self._probed_at = now
+        try:
+            self._producer.list_topics(timeout=PROBE_TIMEOUT_S)
+        except KAFKA_FAULTS:
+            return False
+        return True
 
     def wait_for_room(self, commit: Callable[[], None]) -> None:
         """Block while max_in_flight windows are in flight, committing those that finish."""
