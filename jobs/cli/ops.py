@@ -51,6 +51,10 @@ def reprocess_cmd(
     )
 
 
+# what replay writes is JSON Lines, and a file named otherwise is refused before anything is read
+REPLAY_SUFFIXES = (".jsonl", ".ndjson")
+
+
 @click.command(name="replay")
 @click.option("--topic", required=True)
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="One partition [default: all].")
@@ -81,6 +85,13 @@ def replay_cmd(
 
     from jobs.replay import message_json, replay_messages
 
+    if output is not None and output.suffix.lower() not in REPLAY_SUFFIXES:
+        # it wrote JSON Lines whatever the name said: a .parquet or .csv that no reader could open
+        raise click.BadParameter(
+            f"{output.name}: replay writes JSON Lines (one decoded record per line, any topic), so name the "
+            f"file .jsonl or .ndjson (a job's results as Parquet or Arrow: nearline results JOB -o out.parquet)",
+            param_hint="'--output' / '-o'",
+        )
     messages = replay_messages(
         require_servers(bootstrap_servers),
         topic,

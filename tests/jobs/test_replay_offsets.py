@@ -118,6 +118,9 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
             "9",
         ): "has no partition 9: its partitions are 0-1",
         ("offsets", "reset", *group, "--to-offset", "-1"): "-1 is not in the range x>=0",
+        # it wrote JSON Lines into a .parquet or .csv whatever the suffix said
+        ("replay", "--topic", topic, "--from-offset", "0", "-o", "x.parquet"): "x.parquet: replay writes JSON Lines",
+        ("replay", "--topic", topic, "--from-offset", "0", "-o", "x.csv"): "x.csv: replay writes JSON Lines",
     }
     for args, message in cases.items():
         done = pipeline.cli(*args)
