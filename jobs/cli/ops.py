@@ -201,8 +201,8 @@ def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
     "--all",
     "show_all",
     is_flag=True,
-    help="Every dead letter, with its status: outstanding, superseded (its record failed again later) "
-    "or resolved (its record has a result) [default: the outstanding ones only].",
+    help="Every dead letter, with its status: outstanding, replayed (put back, no outcome yet), superseded "
+    "(its record failed again later) or resolved (its record has a result) [default: the outstanding ones only].",
 )
 @_dlq_filters
 def dlq_list(
@@ -249,16 +249,17 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
 
 @dlq.command(name="replay")
 @click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]")
+@click.option("--force", is_flag=True, help="Replay again letters an earlier replay put back that have no outcome yet.")
 @_dlq_filters
 def dlq_replay(
-    ids: tuple[str, ...], job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
+    ids: tuple[str, ...], force: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
 ) -> None:
     """Re-inject outstanding dead letters into the topic they failed on, after a fix.
 
     Each record that has no result yet is replayed once, from its latest dead letter; a record
     that fails again gets a new one, which the next replay takes. A record replayed again before
-    its stage has taken it is taken twice: its results are kept once."""
-    from jobs.dlq import OUTSTANDING, RESOLVED, SUPERSEDED, entries, replay, select
+    its stage has taken it is skipped (status replayed) unless --force: its results are kept once."""
+    from jobs.dlq import OUTSTANDING, REPLAYED, RESOLVED, SUPERSEDED, entries, replay, select
 
     if not (ids or job_id or stage):
         raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
@@ -274,7 +275,18 @@ def dlq_replay(
             click.echo(f"not replayed: {e.id}: its record has a result", err=True)
         elif e.status == SUPERSEDED:
             click.echo(f"not replayed: {e.id}: its record failed again later, at {e.latest}", err=True)
-    chosen = [e for e in named if e.status == OUTSTANDING]
+    in_flight = [e for e in named if e.status == REPLAYED and not force]
+    for e in in_flight if ids else ():
+        click.echo(
+            f"not replayed: {e.id}: replayed already, and its record has no outcome yet (--force: again)", err=True
+        )
+    if in_flight and not ids:
+        click.echo(
+            f"not replayed: {len(in_flight)} dead letters an earlier replay put back, whose records have no "
+            "result or new dead letter yet (--force replays them again)",
+            err=True,
+        )
+    chosen = [e for e in named if e.status == OUTSTANDING or (force and e.status == REPLAYED)]
     cut = [e for e in chosen if e.letter.truncated]
     for e in cut:  # only the start of the record was kept: replaying it would send a corrupt record
         click.echo(
@@ -282,4 +294,5 @@ def dlq_replay(
             f"(sha256 {e.letter.payload_sha256}); submit the original again",
             err=True,
         )
-    click.echo(f"replayed {replay(settings, [e for e in chosen if not e.letter.truncated])} dead letters", err=True)
+    sent = replay(settings, Topics(namespace), [e for e in chosen if not e.letter.truncated])
+    click.echo(f"replayed {sent} dead letters", err=True)

@@ -8,9 +8,9 @@ import time
 import uuid
 from pathlib import Path
 
+from jobs.dlq import letters
 from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
-from kafka_io.reading import read_topics
 from schemas import DeadLetter, RawText, decode
 from tests.jobs.pipeline import Pipeline
 from tests.jobs.test_pipeline import example_lines, write_jsonl
@@ -65,11 +65,8 @@ def dead_letters_of(pipeline: Pipeline, job_id: str, n: int) -> list[DeadLetter]
     """The job's dead letters once there are n of them (a replay's new ones come from a worker)."""
     deadline = time.monotonic() + 120
     while True:
-        found = [
-            letter
-            for msg in read_topics(pipeline.settings, [pipeline.topics.dead_letters])
-            if (letter := decode(msg.value, DeadLetter)).job_id == job_id
-        ]
+        # jobs.dlq.letters: the topic also holds the marks of replays, which are no dead letters
+        found = [e.letter for e in letters(pipeline.settings, pipeline.topics) if e.letter.job_id == job_id]
         if len(found) >= n or time.monotonic() > deadline:
             assert len(found) == n, f"{len(found)} dead letters of {job_id}, not {n}"
             return found
@@ -124,3 +121,35 @@ def test_each_replay_takes_the_latest_dead_letter_of_each_record_without_a_resul
     assert json.loads(pipeline.cli("dlq", "list", "--job", job, "--json").stdout) == []
     statuses = [e["status"] for e in json.loads(pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout)]
     assert statuses == ["resolved"] * 9
+
+
+def test_a_replay_in_flight_is_not_replayed_again_unless_forced(
+    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """A second quick `dlq replay` sent again every record the first had put back (#30 review 5)."""
+    model = f"gone{uuid.uuid4().hex[:6]}"  # not in the repository: every record is dead-lettered
+    rows = example_lines(3)
+    job = f"job-dlq-{uuid.uuid4().hex[:6]}"
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--model", model, "--job-id", job)
+    assert done.returncode == 0, done.stderr
+    pipeline.start("preprocess", "preprocess")
+    dead_letters_of(pipeline, job, 3)
+    pipeline.stop()  # nothing takes the replayed records: they stay in flight
+    first = pipeline.cli("dlq", "replay", "--job", job)
+    assert "replayed 3 dead letters" in first.stderr, first.stderr
+    again = pipeline.cli("dlq", "replay", "--job", job)
+    assert again.returncode == 0, again.stderr
+    assert "replayed 0 dead letters" in again.stderr, again.stderr
+    assert "not replayed: 3 dead letters an earlier replay put back" in again.stderr and "--force" in again.stderr
+    listed = json.loads(pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout)
+    assert [e["status"] for e in listed] == ["replayed"] * 3
+    named = pipeline.cli("dlq", "replay", listed[0]["id"])
+    assert f"not replayed: {listed[0]['id']}: replayed already" in named.stderr, named.stderr
+    forced = pipeline.cli("dlq", "replay", "--job", job, "--force")
+    assert "replayed 3 dead letters" in forced.stderr, forced.stderr
+    # taken at last: each copy fails again (3 + 3 forced), and the new latest letters are outstanding
+    pipeline.start("preprocess", "preprocess")
+    dead_letters_of(pipeline, job, 9)
+    listed = json.loads(pipeline.cli("dlq", "list", "--job", job, "--json").stdout)
+    assert sorted(e["record_id"] for e in listed) == sorted(r["id"] for r in rows)
+    assert "replayed 3 dead letters" in pipeline.cli("dlq", "replay", "--job", job).stderr
