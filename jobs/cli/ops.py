@@ -124,11 +124,12 @@ def offsets() -> None:
 @cluster_options
 def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
     """Committed offset, end and lag per partition."""
-    from jobs.replay import require_topic
+    from jobs.replay import require_group, require_topic
     from kafka_io.offsets import group_offsets
 
     settings = require_servers(bootstrap_servers)
     require_topic(settings, topic)
+    require_group(settings, group)
     rows = group_offsets(settings, group, topic)
     click.echo("partition\tcommitted\tend\tlag")
     for r in rows:
@@ -157,13 +158,14 @@ def offsets_reset(
     namespace: str,
 ) -> None:
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
-    from jobs.replay import reset_targets
+    from jobs.replay import require_group, reset_targets
     from kafka_io.errors import KafkaIOError
     from kafka_io.groups import live_groups
     from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
     settings = require_servers(bootstrap_servers)
     target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
+    require_group(settings, group)  # a reset of a typo created a new group
     # Asked before the moves are printed: Kafka refuses them all while the group has members, and
     # a list of moves followed by that refusal reads as if they had been made.
     live = bool(live_groups(settings, [group]))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kafka_io.clients import make_admin, make_consumer, make_producer
+from kafka_io.groups import group_names
 from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -169,3 +170,22 @@ def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(p
         consumer.close()
     shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
     assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"  # nothing moved
+
+
+def test_offsets_of_an_unknown_group_are_refused_naming_the_groups_that_exist(pipeline: Pipeline) -> None:
+    """`offsets show --group nosuch` printed lag as if the group existed; `offsets reset` created it."""
+    topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("known")
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
+    consumer = make_consumer(pipeline.settings, group)
+    first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+    commit_window(consumer, first)
+    consumer.close()
+    typo = group + "x"
+    for args in (("show",), ("reset", "--to-earliest"), ("reset", "--to-latest", "--dry-run")):
+        done = pipeline.cli("offsets", *args, "--group", typo, "--topic", topic)
+        assert done.returncode == 2, (args, done.stderr)
+        assert f"no consumer group {typo!r}" in done.stderr and "nothing was read or changed" in done.stderr
+        assert f"its groups, closest first: {group}" in done.stderr, done.stderr
+        assert not done.stdout and "Traceback" not in done.stderr
+    assert typo not in group_names(pipeline.settings)  # nothing created
+    assert pipeline.cli("offsets", "show", "--group", group, "--topic", topic).returncode == 0
