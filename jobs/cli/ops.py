@@ -12,7 +12,7 @@ import click
 from gpu_consumer import ENGINES
 from jobs.cli.options import cluster_options, repository_option, require_servers
 from jobs.exit_codes import ExitCode
-from kafka_io.settings import Topics
+from kafka_io.settings import KafkaSettings, Topics
 
 
 @click.command(name="reprocess")
@@ -197,6 +197,17 @@ def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
     return cluster_options(f)
 
 
+def _known_job(settings: KafkaSettings, topics: Topics, job_id: str | None, found: list[Any]) -> None:
+    """Exit 1 for a --job that names no job and has no dead letter: "0 dead letters" read as if
+    the job existed and had none."""
+    from jobs.registry import load_jobs
+
+    if job_id is None or found or job_id in load_jobs(settings, topics):
+        return
+    click.echo(f"error: no job {job_id} in {topics.jobs} and no dead letter of it (nearline jobs list)", err=True)
+    raise SystemExit(ExitCode.FAILED)
+
+
 @dlq.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, an object per dead letter.")
 @click.option(
@@ -217,7 +228,9 @@ def dlq_list(
 
     from jobs.dlq import OUTSTANDING, entries, select
 
-    every = entries(require_servers(bootstrap_servers), Topics(namespace), job_id=job_id)
+    settings = require_servers(bootstrap_servers)
+    every = entries(settings, Topics(namespace), job_id=job_id)
+    _known_job(settings, Topics(namespace), job_id, every)
     chosen = select(every, job_id=job_id, stage=stage, status=None if show_all else OUTSTANDING)
     if as_json:
         click.echo(json.dumps([e.summary() for e in chosen], indent=2))
@@ -267,6 +280,7 @@ def dlq_replay(
         raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
     settings = require_servers(bootstrap_servers)
     every = entries(settings, Topics(namespace), job_id=job_id)
+    _known_job(settings, Topics(namespace), job_id, every)
     named = select(every, job_id=job_id, stage=stage, ids=ids, status=None)
     missing = set(ids) - {e.id for e in named}
     if missing:  # said before anything is replayed, as `dlq show` says it

@@ -153,3 +153,19 @@ def test_a_replay_in_flight_is_not_replayed_again_unless_forced(
     listed = json.loads(pipeline.cli("dlq", "list", "--job", job, "--json").stdout)
     assert sorted(e["record_id"] for e in listed) == sorted(r["id"] for r in rows)
     assert "replayed 3 dead letters" in pipeline.cli("dlq", "replay", "--job", job).stderr
+
+
+def test_dlq_of_a_job_nobody_submitted_says_so(pipeline: Pipeline, tmp_path: Path) -> None:
+    """`dlq list --job nosuch` said "0 dead letters", as if the job existed and had none."""
+    for args in (("list", "--job", "nosuch"), ("replay", "--job", "nosuch")):
+        done = pipeline.cli("dlq", *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert f"error: no job nosuch in {pipeline.topics.jobs} and no dead letter of it" in done.stderr
+        assert not done.stdout and "Traceback" not in done.stderr
+    job = f"job-dlq-{uuid.uuid4().hex[:6]}"
+    done = pipeline.cli(
+        "submit", str(write_jsonl(tmp_path / "in.jsonl", example_lines(2))), "--model", "tiny", "--job-id", job
+    )
+    assert done.returncode == 0, done.stderr
+    listed = pipeline.cli("dlq", "list", "--job", job)  # a job that exists and has none: 0, exit 0
+    assert listed.returncode == 0 and "0 dead letters" in listed.stderr, listed.stderr
