@@ -402,6 +402,12 @@ def require_servers(bootstrap_servers: str, probe: bool = True) -> KafkaSettings
             f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
             "(`nearline broker start` runs a local one)"
         )
+    for server in bootstrap_servers.split(","):  # port 99999 was reported as refused
+        port = server.strip().rpartition(":")[2]
+        if port.isdigit() and not 0 < int(port) < 65536:
+            raise click.BadParameter(
+                f"{server.strip()}: invalid port {port} (a port is 1-65535)", param_hint="'--bootstrap-servers'"
+            )
     settings = KafkaSettings.from_env(bootstrap_servers)
     if probe:
         check_not_refused(settings)  # known at once: not after the client's 15 s request timeout

@@ -180,3 +180,12 @@ def test_a_job_id_that_is_not_a_name_is_a_usage_error_before_anything_is_sent(
 def test_a_job_id_like_a_scheduled_ones_is_accepted() -> None:
     done = nearline("submit", "/dev/null", "--model", "tiny", "--job-id", "Nightly.v2_run-20260101T0000Z")
     assert "--job-id" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [["status", "job-x"], ["jobs", "list"], ["dlq", "list"]])
+def test_a_port_out_of_range_is_called_invalid_not_refused(command: list[str]) -> None:
+    """127.0.0.1:99999 was reported as a broker that refused the connection."""
+    done = nearline(*command, "--bootstrap-servers", "127.0.0.1:99999")
+    assert done.returncode == 2, done.stderr
+    assert "127.0.0.1:99999: invalid port 99999 (a port is 1-65535)" in done.stderr, done.stderr
+    assert "refused" not in done.stderr and "Traceback" not in done.stderr
