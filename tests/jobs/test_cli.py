@@ -189,3 +189,12 @@ def test_a_port_out_of_range_is_called_invalid_not_refused(command: list[str]) -
     assert done.returncode == 2, done.stderr
     assert "127.0.0.1:99999: invalid port 99999 (a port is 1-65535)" in done.stderr, done.stderr
     assert "refused" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_max_backlog_of_0_is_a_usage_error(tmp_path: Path) -> None:
+    """--max-backlog 0 refused every job, advising to split it "into jobs of at most 0 records"."""
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    done = nearline("submit", str(good), "--model", "tiny", "--max-backlog", "0")
+    assert done.returncode == 2 and "0 is not in the range x>=1" in done.stderr, done.stderr
+    assert "at most 0 records" not in done.stderr
