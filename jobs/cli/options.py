@@ -359,6 +359,13 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
             if fmt.binary:
                 raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
             return fmt
+        named = output_format(output) if names_format(output) else None
+        if named is not None and named is not fmt:  # out.parquet holding Arrow, or JSON Lines
+            raise click.BadParameter(
+                f"{output.name} names {named} but --output-format says {fmt}: name the file for the format, "
+                "or drop one of them",
+                param_hint="'--output-format'",
+            )
         check_output_path(output)
     except OutputPathError as exc:
         raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None

@@ -198,3 +198,17 @@ def test_a_max_backlog_of_0_is_a_usage_error(tmp_path: Path) -> None:
     done = nearline("submit", str(good), "--model", "tiny", "--max-backlog", "0")
     assert done.returncode == 2 and "0 is not in the range x>=1" in done.stderr, done.stderr
     assert "at most 0 records" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "forced", "named"),
+    [("x.parquet", "jsonl", "parquet"), ("x.arrow", "parquet", "arrow"), ("x.jsonl", "arrow", "jsonl")],
+)
+def test_an_output_format_that_contradicts_the_file_name_is_a_usage_error(
+    name: str, forced: str, named: str, tmp_path: Path
+) -> None:
+    """-o x.parquet --output-format jsonl wrote JSON Lines into a .parquet."""
+    done = nearline("results", "job-x", "-o", str(tmp_path / name), "--output-format", forced)
+    assert done.returncode == 2, done.stderr
+    assert f"{name} names {named} but --output-format says {forced}" in done.stderr, done.stderr
+    assert not (tmp_path / name).exists()
