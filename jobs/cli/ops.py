@@ -232,6 +232,8 @@ def dlq_list(
     every = entries(settings, Topics(namespace), job_id=job_id)
     _known_job(settings, Topics(namespace), job_id, every)
     chosen = select(every, job_id=job_id, stage=stage, status=None if show_all else OUTSTANDING)
+    # oldest first, the same every time: in topic order the partitions came interleaved as read
+    chosen.sort(key=lambda e: (e.letter.failed_at, e.partition, e.offset))
     if as_json:
         click.echo(json.dumps([e.summary() for e in chosen], indent=2))
     else:

@@ -150,6 +150,10 @@ def test_a_replay_in_flight_is_not_replayed_again_unless_forced(
     # taken at last: each copy fails again (3 + 3 forced), and the new latest letters are outstanding
     pipeline.start("preprocess", "preprocess")
     dead_letters_of(pipeline, job, 9)
+    every = pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout
+    order = [(e["failed_at_us"], e["id"]) for e in json.loads(every)]
+    assert order == sorted(order, key=lambda o: (o[0], *map(int, o[1].split(":"))))  # oldest first
+    assert pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout == every  # and stable
     listed = json.loads(pipeline.cli("dlq", "list", "--job", job, "--json").stdout)
     assert sorted(e["record_id"] for e in listed) == sorted(r["id"] for r in rows)
     assert "replayed 3 dead letters" in pipeline.cli("dlq", "replay", "--job", job).stderr
