@@ -26,7 +26,7 @@ from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.ledger import TP, Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
 from kafka_io.clients import Producer
-from kafka_io.errors import DeliveryError
+from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import OutRecord
 from kafka_io.settings import Topics
@@ -38,6 +38,15 @@ Marker = Literal["start", "end"]
 
 # The emit thread's wait for work when no delivery report is due (it also wakes for work at once).
 IDLE_EMIT_WAIT_S = 0.1
+# Waiting out a broker outage: the pause between attempts to produce the unconfirmed windows
+# again (each attempt itself waits delivery_timeout_s for the broker), and how often it is logged.
+RETRY_PAUSE_S = 2.0
+OUTAGE_LOG_EVERY_S = 60.0
+# Deliveries normally confirm in milliseconds: unconfirmed this long while the broker answers a
+# metadata request (within PROBE_TIMEOUT_S), the producer is recreated at once (see _broker_answers).
+# Producing again may double a result in the topic, which at-least-once allows (readers keep one).
+WEDGED_AFTER_S = 5.0
+PROBE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class Pipeline:
         self._new_producer = new_producer
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored
+        self._probed_at = 0.0  # when _broker_answers last asked the broker
         self._to_engine: queue.Queue[tuple[Entry, Window] | None] = queue.Queue()
         self._to_emit: queue.Queue[tuple[Entry, Window, Executed | Poisoned | Marker] | None] = queue.Queue()
         self._error: BaseException | None = None
@@ -103,6 +113,27 @@ class Pipeline:
             self._recover(
                 self.ledger.failure or f"deliveries unconfirmed after {self.settings.delivery_timeout_s:.0f} s"
             )
+        elif self.ledger.stalled(WEDGED_AFTER_S) and self._broker_answers():
+            self._recover(
+                f"deliveries unconfirmed for {WEDGED_AFTER_S:.0f} s while the broker answers: a broker "
+                "restarted without its state no longer knows this producer"
+            )
+
+    def _broker_answers(self) -> bool:
+        """Whether the broker answers a metadata request of this producer (asked at most every
+        WEDGED_AFTER_S). A broker that answers while it confirms nothing for seconds restarted
+        and lost this idempotent producer's id (librdkafka then retries UNKNOWN_PRODUCER_ID
+        until delivery_timeout_s): the first job after a broker restart waited ~30 s for that.
+        A frozen or unreachable broker does not answer, and the delivery_timeout_s rule stands."""
+        now = time.monotonic()
+        if now - self._probed_at < WEDGED_AFTER_S:
+            return False
+        self._probed_at = now
+        try:
+            self._producer.list_topics(timeout=PROBE_TIMEOUT_S)
+        except KAFKA_FAULTS:
+            return False
+        return True
 
     def wait_for_room(self, commit: Callable[[], None]) -> None:
         """Block while max_in_flight windows are in flight, committing those that finish."""
@@ -132,16 +163,46 @@ class Pipeline:
     def _recover(self, reason: str) -> None:
         """A broker that restarted without its state (Tansu memory storage) no longer knows this
         idempotent producer: librdkafka retries forever, or turns the producer fatal. Nothing
-        unconfirmed was committed, so a new producer (a new id) sends all of it again; if that
-        fails too, it is a real outage and DeliveryError ends the worker."""
+        unconfirmed was committed, so a new producer (a new id) sends all of it again. A broker
+        that is still gone (down, frozen, unreachable) fails that too: then the worker waits it
+        out, keeping what is unconfirmed and committing nothing, with a new producer every
+        attempt (each attempt waits delivery_timeout_s for the broker, then RETRY_PAUSE_S), and
+        says once a minute what it waits for. Exiting instead would crash-loop for as long as the
+        outage lasts. An attempt that failed part way may have stored some records: the next one
+        produces them again, which at-least-once allows (every reader keeps one per record)."""
         log.warning("%s; recreating the producer and producing the unconfirmed windows again", reason)
         self._quiesce()
-        old = self._producer
-        self._generation += 1
-        discard(old)
-        self._producer = self._new_producer()
         entries = self.ledger.unconfirmed()
-        produce_all(self._producer, [r for e in entries for r in e.outputs], self.settings.delivery_timeout_s)
+        records = [r for e in entries for r in e.outputs]
+        since, attempts, told = time.monotonic(), 0, 0.0
+        while True:
+            self._generation += 1
+            discard(self._producer)
+            self._producer = self._new_producer()
+            attempts += 1
+            try:
+                produce_all(self._producer, records, self.settings.delivery_timeout_s)
+                break
+            except DeliveryError as exc:
+                if time.monotonic() - told >= OUTAGE_LOG_EVERY_S:
+                    told = time.monotonic()
+                    log.warning(
+                        "waiting for the broker to store %d results of %d windows (unconfirmed for %.0f s, "
+                        "attempt %d: %s); nothing is committed until they are stored",
+                        len(records),
+                        len(entries),
+                        told - since,
+                        attempts,
+                        exc,
+                    )
+            time.sleep(RETRY_PAUSE_S)
+        if attempts > 1:
+            log.warning(
+                "the broker stored the %d unconfirmed results after %.0f s (%d attempts); resuming",
+                len(records),
+                time.monotonic() - since,
+                attempts,
+            )
         self.ledger.resolve(entries)
 
     def _quiesce(self) -> None:

@@ -19,6 +19,12 @@ from schemas import DeadLetter, InferenceResult, SerdeError, decode
 OUTSTANDING = "outstanding"  # the latest dead letter of a record that has no result
 SUPERSEDED = "superseded"  # the record has a later dead letter
 RESOLVED = "resolved"  # the record has a result
+REPLAYED = "replayed"  # outstanding, but a replay already put it back in flight (no outcome yet)
+
+# A replay marks each letter it put back with a record in the dead-letter topic itself (key
+# "replayed/ID", this header): a second replay before the stage has taken the first one skipped
+# nothing and sent every record again. No DeadLetter decodes from it, so every reader skips it.
+REPLAYED_HEADER = "nearline_dlq_replayed"
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,15 @@ class Entry:
         }
 
 
-def letters(settings: KafkaSettings, topics: Topics) -> Iterator[Entry]:
-    """The dead-letter topic as it is read, each letter unmarked."""
+def letters(settings: KafkaSettings, topics: Topics, replayed: set[str] | None = None) -> Iterator[Entry]:
+    """The dead-letter topic as it is read, each letter unmarked; the ids of letters a replay
+    put back are added to `replayed` where one is given."""
     for msg in read_topics(settings, [topics.dead_letters]):
+        marked = next((v for k, v in msg.headers if k == REPLAYED_HEADER and v), None)
+        if marked is not None:
+            if replayed is not None:
+                replayed.add(marked.decode())
+            continue
         try:
             letter = decode(msg.value, DeadLetter)
         except SerdeError:
@@ -84,7 +96,8 @@ def entries(settings: KafkaSettings, topics: Topics, *, job_id: str | None = Non
     A replayed record that fails again gets a new dead letter: only the latest of each record is
     outstanding. A record with a result (of the same submission) is resolved, whichever came
     first, as every results reader has it (jobs.results.JobOutcome)."""
-    found = [e for e in letters(settings, topics) if job_id is None or e.letter.job_id == job_id]
+    replayed: set[str] = set()
+    found = [e for e in letters(settings, topics, replayed) if job_id is None or e.letter.job_id == job_id]
     latest: dict[tuple[str, str, str], Entry] = {}
     for e in found:
         kept = latest.get(e.record)
@@ -103,7 +116,7 @@ def entries(settings: KafkaSettings, topics: Topics, *, job_id: str | None = Non
         elif newest is not e:
             marked.append(replace(e, status=SUPERSEDED, latest=newest.id))
         else:
-            marked.append(e)
+            marked.append(replace(e, status=REPLAYED) if e.id in replayed else e)
     return marked
 
 
@@ -150,9 +163,16 @@ def select(
     ]
 
 
-def replay(settings: KafkaSettings, chosen: list[Entry]) -> int:
+def replay(settings: KafkaSettings, topics: Topics, chosen: list[Entry]) -> int:
     """Produce each payload, unchanged, to the topic it failed on: after a fix, the stage takes it
-    again. Results supersede a record's dead letter in every reader (jobs.results.JobOutcome)."""
+    again. Results supersede a record's dead letter in every reader (jobs.results.JobOutcome).
+    Each letter is marked replayed (REPLAYED_HEADER) in the same call."""
+    marks = [
+        OutRecord(
+            topics.dead_letters, b"{}", key=f"replayed/{e.id}".encode(), headers=[(REPLAYED_HEADER, e.id.encode())]
+        )
+        for e in chosen
+    ]
     records = [
         OutRecord(
             e.letter.source_topic,
@@ -162,4 +182,5 @@ def replay(settings: KafkaSettings, chosen: list[Entry]) -> int:
         )
         for e in chosen
     ]
-    return produce_all(make_producer(settings.with_client_id("dlq-replay")), records)
+    produce_all(make_producer(settings.with_client_id("dlq-replay")), records + marks)
+    return len(records)

@@ -42,6 +42,29 @@ def require_topic(settings: KafkaSettings, topic: str, shown: int = 20) -> None:
     )
 
 
+class UnknownGroupError(ReplaySpecError):
+    """`offsets show/reset` named a consumer group the cluster does not know."""
+
+
+def require_group(settings: KafkaSettings, group: str, shown: int = 20) -> None:
+    """UnknownGroupError, naming the groups that exist (the closest names first), unless `group`
+    has committed offsets or live members. `offsets show --group nosuch` printed lag as if the
+    group existed, and `offsets reset --group nosuch` created it."""
+    from kafka_io.groups import group_names, live_groups
+
+    names = group_names(settings)
+    if group in names or live_groups(settings, [group]):
+        return
+    close = difflib.get_close_matches(group, names, n=5, cutoff=0.6)
+    listed = [*close, *(n for n in names if n not in close)]
+    more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
+    there = f"its groups, closest first: {', '.join(listed[:shown])}{more}" if listed else "it has no consumer groups"
+    raise UnknownGroupError(
+        f"no consumer group {group!r} at {settings.bootstrap_servers} with committed offsets or members "
+        f"(nothing was read or changed); {there}"
+    )
+
+
 def parse_time_ms(text: str) -> int:
     """ISO 8601 (a naive time is local time) to milliseconds since the epoch."""
     try:

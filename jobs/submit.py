@@ -129,6 +129,18 @@ def compressed_input(head: bytes, where: str) -> str | None:
     return f"is {name}-compressed; nearline reads uncompressed input: decompress it first ({command} {where})"
 
 
+def fifo_advice(fifo: Path) -> str:
+    """What to do with a FIFO given as INPUT. stdin is read as texts, one per line unless --format
+    jsonl says otherwise: "pipe it with -" alone made a JSON Lines stream a job of raw JSON texts."""
+    why = "a job reads its input twice, to validate it and then to send it"
+    suffix = fifo.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return f"{why}; to send a stream of JSON Lines texts, pipe it to stdin: - as INPUT, with --format jsonl"
+    if suffix in (".txt", ""):
+        return f"{why}; to send a stream of texts, one per line, pipe it to stdin: - as INPUT"
+    return f"{why}; stdin takes only texts (one per line, or --format jsonl): write the stream to a regular file first"
+
+
 def check_input(source: JobInput, validated: tuple[int, list[InputError]], skip_invalid: bool) -> None:
     """UnusableInputError when the input as a whole cannot be a job, InvalidInputError when some
     record is invalid and skip_invalid is off; a job is only submitted past both."""
@@ -136,12 +148,7 @@ def check_input(source: JobInput, validated: tuple[int, list[InputError]], skip_
     wholes = {str(p) for p in (source.parts or (source.path,)) if not p.is_dir()}
     whole = next((e for e in errors if e.line == 0 and e.path in wholes), None)
     if whole is not None:
-        advice = ""
-        if "is a FIFO" in whole.reason:
-            advice = (
-                " (a job reads its input twice, to validate it and then to send it; "
-                "to send a stream, pipe it to stdin: - as INPUT)"
-            )
+        advice = f" ({fifo_advice(Path(whole.path))})" if "is a FIFO" in whole.reason else ""
         raise UnusableInputError(f"{whole}: nothing was submitted{advice}")
     if errors and not skip_invalid:
         raise InvalidInputError(errors)
@@ -197,7 +204,8 @@ class JobInput:
         path = Path(name)
         if glob.has_magic(name) and not path.exists():  # a quoted glob: every file it matches, as one job
             return cls.matching(name, fmt, kind, max_image_bytes, columns)
-        tables = table_parts(path, fmt)
+        # a FIFO or device named .parquet is refused by name later, never opened: reading its schema hung
+        tables = table_parts(path, fmt) if unreadable_input(path, folder_ok=True) is None else ()
         if tables:
             kind = table_kind(tables, columns, _table_fmt(fmt)) if kind == "auto" else kind
             return cls(path, kind, fmt, max_image_bytes, columns=columns, tables=tables)

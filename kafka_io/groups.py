@@ -5,7 +5,7 @@ Tansu's describe_consumer_groups lists no members ever, but its STABLE/EMPTY sta
 
 from __future__ import annotations
 
-from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kafka_io.clients import make_admin
@@ -66,3 +66,20 @@ def group_names(settings: KafkaSettings, prefix: str = "", timeout_s: float = 5.
     except (KafkaException, TimeoutError):
         return []
     return sorted(g.group_id for g in listing.valid if g.group_id.startswith(prefix))
+
+
+def committed_total(
+    settings: KafkaSettings, group: str, timeout_s: float = 5.0, *, admin: AdminClient | None = None
+) -> int | None:
+    """The sum of the group's committed offsets over every partition it committed (0 for none);
+    None when the cluster does not answer. A group whose total moves is working, whatever its
+    state says: Tansu reports a group STABLE, with no member list, for a while after its only
+    member was SIGKILLed, so a watchdog going by state alone waited on a dead stage."""
+    admin = admin or make_admin(settings)  # held until the future resolves, as in answered_live_groups
+    try:
+        admin.list_topics(timeout=timeout_s)  # only a broker that answers now is asked (see answered_live_groups)
+        futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s)
+        listing = futures[group].result(timeout=timeout_s + _RESOLVE_MARGIN_S)
+    except (KafkaException, TimeoutError):
+        return None
+    return sum(max(tp.offset, 0) for tp in listing.topic_partitions or [])

@@ -198,7 +198,7 @@ def _submit(
 @click.option("--wait", is_flag=True, help="Return when the job completes: exit 0, or 4 if some records dead-lettered.")
 @click.option(
     "--max-backlog",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=1),  # 0 refused every job, with advice to split it into jobs of 0 records
     default=None,
     envvar="NEARLINE_MAX_BACKLOG",
     show_envvar=True,

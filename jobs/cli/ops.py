@@ -12,7 +12,7 @@ import click
 from gpu_consumer import ENGINES
 from jobs.cli.options import cluster_options, repository_option, require_servers
 from jobs.exit_codes import ExitCode
-from kafka_io.settings import Topics
+from kafka_io.settings import KafkaSettings, Topics
 
 
 @click.command(name="reprocess")
@@ -51,6 +51,10 @@ def reprocess_cmd(
     )
 
 
+# what replay writes is JSON Lines, and a file named otherwise is refused before anything is read
+REPLAY_SUFFIXES = (".jsonl", ".ndjson")
+
+
 @click.command(name="replay")
 @click.option("--topic", required=True)
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="One partition [default: all].")
@@ -81,6 +85,13 @@ def replay_cmd(
 
     from jobs.replay import message_json, replay_messages
 
+    if output is not None and output.suffix.lower() not in REPLAY_SUFFIXES:
+        # it wrote JSON Lines whatever the name said: a .parquet or .csv that no reader could open
+        raise click.BadParameter(
+            f"{output.name}: replay writes JSON Lines (one decoded record per line, any topic), so name the "
+            f"file .jsonl or .ndjson (a job's results as Parquet or Arrow: nearline results JOB -o out.parquet)",
+            param_hint="'--output' / '-o'",
+        )
     messages = replay_messages(
         require_servers(bootstrap_servers),
         topic,
@@ -113,11 +124,12 @@ def offsets() -> None:
 @cluster_options
 def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
     """Committed offset, end and lag per partition."""
-    from jobs.replay import require_topic
+    from jobs.replay import require_group, require_topic
     from kafka_io.offsets import group_offsets
 
     settings = require_servers(bootstrap_servers)
     require_topic(settings, topic)
+    require_group(settings, group)
     rows = group_offsets(settings, group, topic)
     click.echo("partition\tcommitted\tend\tlag")
     for r in rows:
@@ -146,13 +158,14 @@ def offsets_reset(
     namespace: str,
 ) -> None:
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
-    from jobs.replay import reset_targets
+    from jobs.replay import require_group, reset_targets
     from kafka_io.errors import KafkaIOError
     from kafka_io.groups import live_groups
     from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
     settings = require_servers(bootstrap_servers)
     target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
+    require_group(settings, group)  # a reset of a typo created a new group
     # Asked before the moves are printed: Kafka refuses them all while the group has members, and
     # a list of moves followed by that refusal reads as if they had been made.
     live = bool(live_groups(settings, [group]))
@@ -184,14 +197,25 @@ def _dlq_filters(f: Callable[..., Any]) -> Callable[..., Any]:
     return cluster_options(f)
 
 
+def _known_job(settings: KafkaSettings, topics: Topics, job_id: str | None, found: list[Any]) -> None:
+    """Exit 1 for a --job that names no job and has no dead letter: "0 dead letters" read as if
+    the job existed and had none."""
+    from jobs.registry import load_jobs
+
+    if job_id is None or found or job_id in load_jobs(settings, topics):
+        return
+    click.echo(f"error: no job {job_id} in {topics.jobs} and no dead letter of it (nearline jobs list)", err=True)
+    raise SystemExit(ExitCode.FAILED)
+
+
 @dlq.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array, an object per dead letter.")
 @click.option(
     "--all",
     "show_all",
     is_flag=True,
-    help="Every dead letter, with its status: outstanding, superseded (its record failed again later) "
-    "or resolved (its record has a result) [default: the outstanding ones only].",
+    help="Every dead letter, with its status: outstanding, replayed (put back, no outcome yet), superseded "
+    "(its record failed again later) or resolved (its record has a result) [default: the outstanding ones only].",
 )
 @_dlq_filters
 def dlq_list(
@@ -204,8 +228,12 @@ def dlq_list(
 
     from jobs.dlq import OUTSTANDING, entries, select
 
-    every = entries(require_servers(bootstrap_servers), Topics(namespace), job_id=job_id)
+    settings = require_servers(bootstrap_servers)
+    every = entries(settings, Topics(namespace), job_id=job_id)
+    _known_job(settings, Topics(namespace), job_id, every)
     chosen = select(every, job_id=job_id, stage=stage, status=None if show_all else OUTSTANDING)
+    # oldest first, the same every time: in topic order the partitions came interleaved as read
+    chosen.sort(key=lambda e: (e.letter.failed_at, e.partition, e.offset))
     if as_json:
         click.echo(json.dumps([e.summary() for e in chosen], indent=2))
     else:
@@ -238,21 +266,23 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
 
 @dlq.command(name="replay")
 @click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]")
+@click.option("--force", is_flag=True, help="Replay again letters an earlier replay put back that have no outcome yet.")
 @_dlq_filters
 def dlq_replay(
-    ids: tuple[str, ...], job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
+    ids: tuple[str, ...], force: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
 ) -> None:
     """Re-inject outstanding dead letters into the topic they failed on, after a fix.
 
     Each record that has no result yet is replayed once, from its latest dead letter; a record
     that fails again gets a new one, which the next replay takes. A record replayed again before
-    its stage has taken it is taken twice: its results are kept once."""
-    from jobs.dlq import OUTSTANDING, RESOLVED, SUPERSEDED, entries, replay, select
+    its stage has taken it is skipped (status replayed) unless --force: its results are kept once."""
+    from jobs.dlq import OUTSTANDING, REPLAYED, RESOLVED, SUPERSEDED, entries, replay, select
 
     if not (ids or job_id or stage):
         raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
     settings = require_servers(bootstrap_servers)
     every = entries(settings, Topics(namespace), job_id=job_id)
+    _known_job(settings, Topics(namespace), job_id, every)
     named = select(every, job_id=job_id, stage=stage, ids=ids, status=None)
     missing = set(ids) - {e.id for e in named}
     if missing:  # said before anything is replayed, as `dlq show` says it
@@ -263,7 +293,18 @@ def dlq_replay(
             click.echo(f"not replayed: {e.id}: its record has a result", err=True)
         elif e.status == SUPERSEDED:
             click.echo(f"not replayed: {e.id}: its record failed again later, at {e.latest}", err=True)
-    chosen = [e for e in named if e.status == OUTSTANDING]
+    in_flight = [e for e in named if e.status == REPLAYED and not force]
+    for e in in_flight if ids else ():
+        click.echo(
+            f"not replayed: {e.id}: replayed already, and its record has no outcome yet (--force: again)", err=True
+        )
+    if in_flight and not ids:
+        click.echo(
+            f"not replayed: {len(in_flight)} dead letters an earlier replay put back, whose records have no "
+            "result or new dead letter yet (--force replays them again)",
+            err=True,
+        )
+    chosen = [e for e in named if e.status == OUTSTANDING or (force and e.status == REPLAYED)]
     cut = [e for e in chosen if e.letter.truncated]
     for e in cut:  # only the start of the record was kept: replaying it would send a corrupt record
         click.echo(
@@ -271,4 +312,5 @@ def dlq_replay(
             f"(sha256 {e.letter.payload_sha256}); submit the original again",
             err=True,
         )
-    click.echo(f"replayed {replay(settings, [e for e in chosen if not e.letter.truncated])} dead letters", err=True)
+    sent = replay(settings, Topics(namespace), [e for e in chosen if not e.letter.truncated])
+    click.echo(f"replayed {sent} dead letters", err=True)

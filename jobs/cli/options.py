@@ -359,6 +359,13 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
             if fmt.binary:
                 raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
             return fmt
+        named = output_format(output) if names_format(output) else None
+        if named is not None and named is not fmt:  # out.parquet holding Arrow, or JSON Lines
+            raise click.BadParameter(
+                f"{output.name} names {named} but --output-format says {fmt}: name the file for the format, "
+                "or drop one of them",
+                param_hint="'--output-format'",
+            )
         check_output_path(output)
     except OutputPathError as exc:
         raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
@@ -402,6 +409,12 @@ def require_servers(bootstrap_servers: str, probe: bool = True) -> KafkaSettings
             f"no Kafka cluster named: pass --bootstrap-servers or set {ENV_BOOTSTRAP} "
             "(`nearline broker start` runs a local one)"
         )
+    for server in bootstrap_servers.split(","):  # port 99999 was reported as refused
+        port = server.strip().rpartition(":")[2]
+        if port.isdigit() and not 0 < int(port) < 65536:
+            raise click.BadParameter(
+                f"{server.strip()}: invalid port {port} (a port is 1-65535)", param_hint="'--bootstrap-servers'"
+            )
     settings = KafkaSettings.from_env(bootstrap_servers)
     if probe:
         check_not_refused(settings)  # known at once: not after the client's 15 s request timeout

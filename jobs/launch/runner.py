@@ -21,9 +21,9 @@ from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import JobInput, SubmitReport, check_input, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.clients import check_not_refused, make_admin
+from kafka_io.clients import AdminClient, check_not_refused, make_admin
 from kafka_io.errors import KAFKA_FAULTS
-from kafka_io.groups import answered_live_groups
+from kafka_io.groups import answered_live_groups, committed_total
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics
@@ -160,6 +160,7 @@ def worker_liveness(
     liveness = {stage: Liveness(grace_s, last_alive=started) for stage in stages}
     last_asked = float("-inf")
     admin = make_admin(settings)  # one for the whole watch (kafka_io.groups.answered_live_groups)
+    preprocessing = _Progress(settings, stages["preprocess"], grace_s, started)
 
     def check(outcome: JobFold) -> None:
         nonlocal last_asked
@@ -167,6 +168,9 @@ def worker_liveness(
         if now - last_asked >= every_s:
             last_asked = now
             live = answered_live_groups(settings, list(stages.values()), admin=admin)
+            preprocess = stages["preprocess"]
+            if live is not None and preprocess in live and not preprocessing.moved(now, admin):
+                live.discard(preprocess)  # "live" by state, but it commits nothing: see _Progress
             for stage, group in stages.items():
                 liveness[stage].observe(now, live is None or group in live, outcome.done)
         for stage, group in stages.items():
@@ -191,6 +195,27 @@ def worker_liveness(
             )
 
     return check
+
+
+class _Progress:
+    """Whether a group's committed offsets moved in the last grace_s. Tansu calls a group STABLE,
+    listing no members, for a while after its only member was SIGKILLed, and `submit --wait`
+    waited on it: a preprocess group that is "live" by state but committed nothing for grace_s
+    is treated as gone, and the watchdog then asks whether the job still needs that stage (an
+    idle worker with nothing of the job left to do is not blamed)."""
+
+    def __init__(self, settings: KafkaSettings, group: str, grace_s: float, now: float) -> None:
+        self._settings, self._group, self._grace_s = settings, group, grace_s
+        self._total: int | None = None
+        self._moved_at = now
+
+    def moved(self, now: float, admin: AdminClient) -> bool:
+        total = committed_total(self._settings, self._group, admin=admin)
+        if total is None:  # no answer says nothing about the worker
+            return True
+        if total != self._total:
+            self._total, self._moved_at = total, now
+        return now - self._moved_at <= self._grace_s
 
 
 def _not_preprocessed(settings: KafkaSettings, topics: Topics, job_id: str) -> int | None:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from jobs.scheduling.cron import Misfire, check_spec, from_us, next_tick
 from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
+from jobs.submit import JOB_ID
 from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
@@ -28,6 +29,23 @@ def absolute_input(pattern: str) -> str:
     return os.path.abspath(os.path.expanduser(pattern))
 
 
+# A schedule's name begins the job id of every tick (`tick_job_id`: NAME-YYYYMMDDTHHMMZ), so it
+# follows the job-id rule, and leaves room for the 15-character tick suffix: a newline or a tab
+# in it would have broken `jobs list` and `status` as an unchecked --job-id did.
+MAX_SCHEDULE_NAME = 100 - len("-20260101T0000Z")
+
+
+def schedule_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a schedule, or None when it can."""
+    if JOB_ID.fullmatch(name) is None or ".." in name or len(name) > MAX_SCHEDULE_NAME:
+        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name):,} characters)"
+        return (
+            f"invalid schedule name {shown}: it begins the job id of every run, so use letters, digits, "
+            f"'.', '_' and '-' (starting with a letter or digit, no '..', at most {MAX_SCHEDULE_NAME} characters)"
+        )
+    return None
+
+
 def new_schedule(
     name: str,
     cron: str,
@@ -38,8 +56,8 @@ def new_schedule(
     at_us: int | None = None,
     columns: Columns = DEFAULT_COLUMNS,
 ) -> Schedule:
-    if not name or "/" in name or "@" in name or name != name.strip():
-        raise ScheduleSpecError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
+    if (problem := schedule_name_problem(name)) is not None:
+        raise ScheduleSpecError(problem)
     check_spec(cron, timezone, misfire)
     check_model_name(model)
     if not input_pattern.strip():  # it would be stored as the folder the command ran in

@@ -99,6 +99,13 @@ def hostile_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
     corpus["fifo"] = fifo, f"{fifo}: is a FIFO, not a regular file: nothing was submitted (a job reads its input twice"
+    # stdin is read as one text per line: "pipe it with -" alone made JSON Lines a job of raw JSON texts
+    fifo_jsonl = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo_jsonl)
+    corpus["fifo of json lines"] = fifo_jsonl, "pipe it to stdin: - as INPUT, with --format jsonl)"
+    fifo_table = tmp_path / "pipe.parquet"
+    os.mkfifo(fifo_table)
+    corpus["fifo of a table"] = fifo_table, "stdin takes only texts (one per line, or --format jsonl): write the stream"
     return corpus
 
 

@@ -8,9 +8,9 @@ import time
 import uuid
 from pathlib import Path
 
+from jobs.dlq import letters
 from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
-from kafka_io.reading import read_topics
 from schemas import DeadLetter, RawText, decode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
@@ -65,11 +65,8 @@ def dead_letters_of(pipeline: RunningPipeline, job_id: str, n: int) -> list[Dead
     """The job's dead letters once there are n of them (a replay's new ones come from a worker)."""
     deadline = time.monotonic() + 120
     while True:
-        found = [
-            letter
-            for msg in read_topics(pipeline.settings, [pipeline.topics.dead_letters])
-            if (letter := decode(msg.value, DeadLetter)).job_id == job_id
-        ]
+        # jobs.dlq.letters: the topic also holds the marks of replays, which are no dead letters
+        found = [e.letter for e in letters(pipeline.settings, pipeline.topics) if e.letter.job_id == job_id]
         if len(found) >= n or time.monotonic() > deadline:
             assert len(found) == n, f"{len(found)} dead letters of {job_id}, not {n}"
             return found
@@ -124,3 +121,55 @@ def test_each_replay_takes_the_latest_dead_letter_of_each_record_without_a_resul
     assert json.loads(pipeline.cli("dlq", "list", "--job", job, "--json").stdout) == []
     statuses = [e["status"] for e in json.loads(pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout)]
     assert statuses == ["resolved"] * 9
+
+
+def test_a_replay_in_flight_is_not_replayed_again_unless_forced(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """A second quick `dlq replay` sent again every record the first had put back (#30 review 5)."""
+    model = f"gone{uuid.uuid4().hex[:6]}"  # not in the repository: every record is dead-lettered
+    rows = example_lines(3)
+    job = f"job-dlq-{uuid.uuid4().hex[:6]}"
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--model", model, "--job-id", job)
+    assert done.returncode == 0, done.stderr
+    pipeline.start("preprocess", "preprocess")
+    dead_letters_of(pipeline, job, 3)
+    pipeline.stop()  # nothing takes the replayed records: they stay in flight
+    first = pipeline.cli("dlq", "replay", "--job", job)
+    assert "replayed 3 dead letters" in first.stderr, first.stderr
+    again = pipeline.cli("dlq", "replay", "--job", job)
+    assert again.returncode == 0, again.stderr
+    assert "replayed 0 dead letters" in again.stderr, again.stderr
+    assert "not replayed: 3 dead letters an earlier replay put back" in again.stderr and "--force" in again.stderr
+    listed = json.loads(pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout)
+    assert [e["status"] for e in listed] == ["replayed"] * 3
+    named = pipeline.cli("dlq", "replay", listed[0]["id"])
+    assert f"not replayed: {listed[0]['id']}: replayed already" in named.stderr, named.stderr
+    forced = pipeline.cli("dlq", "replay", "--job", job, "--force")
+    assert "replayed 3 dead letters" in forced.stderr, forced.stderr
+    # taken at last: each copy fails again (3 + 3 forced), and the new latest letters are outstanding
+    pipeline.start("preprocess", "preprocess")
+    dead_letters_of(pipeline, job, 9)
+    every = pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout
+    order = [(e["failed_at_us"], e["id"]) for e in json.loads(every)]
+    assert order == sorted(order, key=lambda o: (o[0], *map(int, o[1].split(":"))))  # oldest first
+    assert pipeline.cli("dlq", "list", "--job", job, "--all", "--json").stdout == every  # and stable
+    listed = json.loads(pipeline.cli("dlq", "list", "--job", job, "--json").stdout)
+    assert sorted(e["record_id"] for e in listed) == sorted(r["id"] for r in rows)
+    assert "replayed 3 dead letters" in pipeline.cli("dlq", "replay", "--job", job).stderr
+
+
+def test_dlq_of_a_job_nobody_submitted_says_so(pipeline: RunningPipeline, tmp_path: Path) -> None:
+    """`dlq list --job nosuch` said "0 dead letters", as if the job existed and had none."""
+    for args in (("list", "--job", "nosuch"), ("replay", "--job", "nosuch")):
+        done = pipeline.cli("dlq", *args)
+        assert done.returncode == 1, (args, done.stderr)
+        assert f"error: no job nosuch in {pipeline.topics.jobs} and no dead letter of it" in done.stderr
+        assert not done.stdout and "Traceback" not in done.stderr
+    job = f"job-dlq-{uuid.uuid4().hex[:6]}"
+    done = pipeline.cli(
+        "submit", str(write_jsonl(tmp_path / "in.jsonl", example_lines(2))), "--model", "tiny", "--job-id", job
+    )
+    assert done.returncode == 0, done.stderr
+    listed = pipeline.cli("dlq", "list", "--job", job)  # a job that exists and has none: 0, exit 0
+    assert listed.returncode == 0 and "0 dead letters" in listed.stderr, listed.stderr

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_io.clients import make_admin, make_consumer, make_producer
+from kafka_io.groups import group_names
 from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -122,6 +123,9 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
             "9",
         ): "has no partition 9: its partitions are 0-1",
         ("offsets", "reset", *group, "--to-offset", "-1"): "-1 is not in the range x>=0",
+        # it wrote JSON Lines into a .parquet or .csv whatever the suffix said
+        ("replay", "--topic", topic, "--from-offset", "0", "-o", "x.parquet"): "x.parquet: replay writes JSON Lines",
+        ("replay", "--topic", topic, "--from-offset", "0", "-o", "x.csv"): "x.csv: replay writes JSON Lines",
     }
     for args, message in cases.items():
         done = pipeline.cli(*args)
@@ -172,3 +176,22 @@ def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(p
         consumer.close()
     shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
     assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"  # nothing moved
+
+
+def test_offsets_of_an_unknown_group_are_refused_naming_the_groups_that_exist(pipeline: RunningPipeline) -> None:
+    """`offsets show --group nosuch` printed lag as if the group existed; `offsets reset` created it."""
+    topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("known")
+    produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
+    consumer = make_consumer(pipeline.settings, group)
+    first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+    commit_window(consumer, first)
+    consumer.close()
+    typo = group + "x"
+    for args in (("show",), ("reset", "--to-earliest"), ("reset", "--to-latest", "--dry-run")):
+        done = pipeline.cli("offsets", *args, "--group", typo, "--topic", topic)
+        assert done.returncode == 2, (args, done.stderr)
+        assert f"no consumer group {typo!r}" in done.stderr and "nothing was read or changed" in done.stderr
+        assert f"its groups, closest first: {group}" in done.stderr, done.stderr
+        assert not done.stdout and "Traceback" not in done.stderr
+    assert typo not in group_names(pipeline.settings)  # nothing created
+    assert pipeline.cli("offsets", "show", "--group", group, "--topic", topic).returncode == 0

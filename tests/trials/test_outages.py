@@ -90,12 +90,6 @@ def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    reason="the GPU worker exits: 30 s after its deliveries stall it recreates its producer and produces "
-    "the unconfirmed windows again (gpu_consumer/pipeline.py _recover), and a broker still frozen fails that "
-    "with DeliveryError, which nothing catches (open in #30; not run: it would spend 3 minutes failing)",
-    run=False,
-)
 def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
     tiny: TinyModel, model_repository: Path, tmp_path: Path
 ) -> None:

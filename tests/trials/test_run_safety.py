@@ -353,6 +353,26 @@ def test_submit_wait_names_the_preprocess_stage_when_only_a_gpu_worker_runs(
     assert seconds < 60
 
 
+def test_submit_wait_names_the_preprocess_stage_when_its_worker_was_sigkilled(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    # Tansu reports the group of a SIGKILLed faust worker STABLE, with no member list, for a
+    # while: going by state alone, submit --wait waited on it (#30 review finding 1)
+    preprocess = pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    group = pipeline.topics.preprocess_app_id
+    deadline = time.monotonic() + 120
+    while live_groups(pipeline.settings, [group]) != {group}:
+        assert time.monotonic() < deadline, "the preprocess worker never joined its group"
+        time.sleep(0.5)
+    preprocess.process.send_signal(signal.SIGKILL)
+    preprocess.process.wait()
+    done, _ = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "5")
+    assert done.returncode == 6, done.stderr
+    assert "no preprocess worker alive" in done.stderr and "5 record(s)" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: RunningPipeline, tmp_path: Path) -> None:
     done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--timeout", "3")
     assert done.returncode == 7, done.stderr

@@ -102,3 +102,18 @@ def test_schedule_add_notes_a_model_no_gpu_worker_serves_and_the_name_one_does(p
         f"note: no GPU worker serves tinny on this cluster now (consumer group {pipeline.topics.gpu_group('tinny')} "
         "has no member), so its jobs will wait for one; did you mean tiny?"
     ) in typo.stderr
+
+
+def test_schedule_add_refuses_a_name_that_could_not_begin_a_job_id(pipeline: RunningPipeline) -> None:
+    # a schedule's name begins the job id of every run: a newline or a tab in it broke `jobs list`
+    for name in ["night\nly", "night\tly", " nightly", "../x", "a..b", "x" * 86, "_nightly"]:
+        added = pipeline.cli("schedule", "add", name, "--cron", "0 3 * * *", "--input", "x", "--model", "tiny")
+        assert added.returncode == 2, (name, added.stderr)
+        assert f"invalid schedule name {name!r}" in added.stderr or "characters)" in added.stderr, added.stderr
+        assert "it begins the job id of every run" in added.stderr and "Traceback" not in added.stderr
+    longest = "x" * 85
+    added = pipeline.cli("schedule", "add", longest, "--cron", "0 3 * * *", "--input", "x", "--model", "tiny")
+    assert added.returncode == 0, added.stderr
+    listed = pipeline.cli("schedule", "list")
+    assert listed.returncode == 0 and longest in listed.stdout, listed.stderr
+    assert "night" not in listed.stdout

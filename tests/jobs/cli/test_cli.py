@@ -180,3 +180,35 @@ def test_a_job_id_that_is_not_a_name_is_a_usage_error_before_anything_is_sent(
 def test_a_job_id_like_a_scheduled_ones_is_accepted() -> None:
     done = nearline("submit", "/dev/null", "--model", "tiny", "--job-id", "Nightly.v2_run-20260101T0000Z")
     assert "--job-id" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [["status", "job-x"], ["jobs", "list"], ["dlq", "list"]])
+def test_a_port_out_of_range_is_called_invalid_not_refused(command: list[str]) -> None:
+    """127.0.0.1:99999 was reported as a broker that refused the connection."""
+    done = nearline(*command, "--bootstrap-servers", "127.0.0.1:99999")
+    assert done.returncode == 2, done.stderr
+    assert "127.0.0.1:99999: invalid port 99999 (a port is 1-65535)" in done.stderr, done.stderr
+    assert "refused" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_max_backlog_of_0_is_a_usage_error(tmp_path: Path) -> None:
+    """--max-backlog 0 refused every job, advising to split it "into jobs of at most 0 records"."""
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    done = nearline("submit", str(good), "--model", "tiny", "--max-backlog", "0")
+    assert done.returncode == 2 and "0 is not in the range x>=1" in done.stderr, done.stderr
+    assert "at most 0 records" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "forced", "named"),
+    [("x.parquet", "jsonl", "parquet"), ("x.arrow", "parquet", "arrow"), ("x.jsonl", "arrow", "jsonl")],
+)
+def test_an_output_format_that_contradicts_the_file_name_is_a_usage_error(
+    name: str, forced: str, named: str, tmp_path: Path
+) -> None:
+    """-o x.parquet --output-format jsonl wrote JSON Lines into a .parquet."""
+    done = nearline("results", "job-x", "-o", str(tmp_path / name), "--output-format", forced)
+    assert done.returncode == 2, done.stderr
+    assert f"{name} names {named} but --output-format says {forced}" in done.stderr, done.stderr
+    assert not (tmp_path / name).exists()
