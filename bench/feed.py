@@ -41,9 +41,10 @@ from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.device_postprocess import device_steps
 from gpu_consumer.engine import Engine, infer_all, make_engine, measure_cost
 from gpu_consumer.worker import run, serve
+from jobs.job_input import JobInput
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
-from jobs.submit import JobInput, submit
+from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
