@@ -92,7 +92,7 @@ class JobOutcome:
         if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
             return
         kept = self.versions.get(result.record_id)
-        if kept is not None and version_key(result.model_version) <= version_key(kept):
+        if not wins_over(result.model_version, kept):
             self.duplicates += kept == result.model_version
             return
         self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
@@ -123,6 +123,13 @@ class JobOutcome:
 def version_key(version: str) -> tuple[int, int | str]:
     """Numeric versions in numeric order (Triton's convention), others after them by name."""
     return (0, int(version)) if version.isdigit() else (1, version)
+
+
+def wins_over(version: str, kept: str | None) -> bool:
+    """Which result of a record wins, for JobOutcome and ResultSpill alike: the first copy is kept,
+    and a later result replaces it only with a newer model version (kept None: nothing is kept,
+    or only a dead letter, which any result replaces)."""
+    return kept is None or version_key(version) > version_key(kept)
 
 
 def dead_seq(letter: DeadLetter) -> float:
