@@ -29,134 +29,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
-from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.device_postprocess import device_steps
-from gpu_consumer.engine import Engine, infer_all, make_engine, measure_cost
-from gpu_consumer.worker import run, serve
+from bench.feed_engines import SimulatedAccelerator, TimedEngine, stand_ins
+from bench.feed_processes import drain_processes, worker_process
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engine import measure_cost
+from gpu_consumer.worker import serve
 from jobs.job_input import JobInput
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.clients import make_consumer, make_producer
+from kafka_io.clients import make_consumer
 from kafka_io.offsets import end_offsets, reset_group_offsets
-from kafka_io.polling import WindowLimits, assign_all
+from kafka_io.polling import assign_all
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
-from schemas.model_config import ModelConfig, default_repository, load_model_config
-
-
-@dataclass
-class SimulatedAccelerator(Engine):
-    """A device that computes each executed batch in per_call_s + rows / rate seconds (at once at
-    rate 0), driven as the torch and TensorRT engines drive a GPU stream (cuda_staging.pipelined):
-    `infer_many` queues batch n+1 before it waits for batch n's outputs, so the device goes on
-    from one batch to the next without waiting for Python. Its clock is kept arithmetically (a
-    batch starts when it is queued or when the one before it ends, whichever is later) and the
-    caller sleeps until its batch's end: a sleep releases the GIL and uses no CPU, as waiting on a
-    GPU does. `infer` alone queues nothing ahead. Outputs have the model's shape (pooled, as the
-    GPU engines return them) and are reused per shape: allocating them is not the loop's cost.
-
-    Its busy time is the sum of the batches' compute: time measured around the calls would also
-    count the wait for the GIL after each sleep, which a GPU does not spend computing."""
-
-    config: ModelConfig
-    rate: float
-    per_call_s: float
-    name: str = "simulated"
-    pad_to_bucket: bool = False
-    postprocessed: tuple[str, ...] = ()
-    max_batch_size: int = 0
-    device_s: float = 0.0
-    _outputs: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.max_batch_size = self.config.max_batch_size
-        self.postprocessed = device_steps(self.config)  # pools on the device, as torch and TensorRT do
-
-    def warmup(self) -> None:
-        pass
-
-    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return next(self.infer_many([inputs]))
-
-    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
-        free_at = 0.0  # when the device finishes the batches queued so far
-        pending: tuple[float, dict[str, np.ndarray]] | None = None
-        for inputs in batches:
-            free_at = max(time.perf_counter(), free_at) + self._compute(inputs)
-            if pending is not None:
-                yield self._collect(*pending)
-            pending = (free_at, inputs)
-        if pending is not None:
-            yield self._collect(*pending)
-
-    def _compute(self, inputs: dict[str, np.ndarray]) -> float:
-        rows = len(next(iter(inputs.values())))
-        seconds = self.per_call_s + rows / self.rate if self.rate else 0.0
-        self.device_s += seconds
-        return seconds
-
-    def _collect(self, done_at: float, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        wait = done_at - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        rows, width = next(iter(inputs.values())).shape[:2]
-        out = self._outputs.get((rows, width))
-        if out is None:
-            spec = self.config.outputs[0]
-            shape = (rows, int(spec.dims[-1])) if self.postprocessed else (rows, width, int(spec.dims[-1]))
-            out = {spec.name: np.ones(shape, np.float32)}
-            self._outputs[(rows, width)] = out
-        return out
-
-
-@dataclass
-class TimedEngine(Engine):
-    """Any engine, with the time the worker waits on it: inside `infer`, or inside each step of
-    `infer_many` for engines that overlap copies with compute (torch on CUDA)."""
-
-    inner: Engine
-    label: str
-    busy_s: float = 0.0
-    first_start: float = 0.0
-    last_end: float = 0.0
-    sizes: Counter[int] = field(default_factory=Counter)
-
-    def __post_init__(self) -> None:
-        self.name, self.max_batch_size, self.pad_to_bucket, self.postprocessed = (
-            self.inner.name,
-            self.inner.max_batch_size,
-            self.inner.pad_to_bucket,
-            self.inner.postprocessed,
-        )
-
-    def warmup(self) -> None:
-        self.inner.warmup()
-
-    def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return next(self.infer_many([inputs]))
-
-    def infer_many(self, batches: Iterable[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
-        batches = list(batches)
-        outputs = infer_all(self.inner, batches)
-        for inputs in batches:
-            start = time.perf_counter()
-            out = next(outputs)
-            end = time.perf_counter()
-            self.first_start = self.first_start or start
-            self.last_end = end
-            self.busy_s += end - start
-            self.sizes[len(next(iter(inputs.values())))] += 1
-            yield out
+from schemas.model_config import default_repository, load_model_config
 
 
 def short_texts(n: int) -> list[str]:
@@ -274,107 +165,6 @@ def fetch_rate(settings: KafkaSettings, topic: str) -> dict[str, float]:
         consumer.close()
     wall = last - first
     return {"records": records, "records_per_s": records / wall, "mb_per_s": size / wall / 1e6}
-
-
-def drain_processes(
-    settings: KafkaSettings, topics: Topics, repository: Path, processes: int, rate: float, per_call_s: float
-) -> dict[str, float | str]:
-    """The same drain by `processes` GPU worker processes, each with its own simulated accelerator
-    and an equal share of the partitions, started together once all are warm. Each runs the real
-    loop (gpu_consumer.worker.run); the share is what the group's range assignor gives N members,
-    taken by assignment so the join (seconds on Tansu) does not skew the start."""
-    tensors = topics.tensors("minilm")
-    ends = end_offsets(settings, tensors)
-    reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in ends})
-    shares = [sorted(ends)[i::processes] for i in range(processes)]
-    spec = {"bootstrap": settings.bootstrap_servers, "namespace": topics.namespace, "repository": str(repository)}
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.feed",
-                "--worker-process",
-                json.dumps({**spec, "partitions": share, "rate": rate, "per_call_s": per_call_s}),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for share in shares
-    ]
-    for w in workers:
-        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
-    for w in workers:
-        assert w.stdin is not None
-        w.stdin.write("go\n")
-        w.stdin.flush()
-    runs = [json.loads(w.communicate(timeout=600)[0].strip().splitlines()[-1]) for w in workers]
-    wall = max(r["last_end"] for r in runs) - min(r["first_start"] for r in runs)
-    records = sum(r["records"] for r in runs)
-    label = f"{processes} processes, {rate:,.0f} rec/s each" if rate else f"{processes} processes, zero-cost"
-    return {
-        "engine": label,
-        "records": records,
-        "records_per_s": records / wall,
-        "engine_busy": sum(r["device_s"] for r in runs) / (wall * processes),  # per accelerator
-        "executed_batches": sum(r["calls"] for r in runs),
-        "mean_batch": records / sum(r["calls"] for r in runs),
-        "batch_sizes": "",
-    }
-
-
-def worker_process(spec: dict[str, object]) -> None:
-    """One GPU worker process of drain_processes: warm up, say ready, wait for go, drain its share."""
-    settings, topics = KafkaSettings(str(spec["bootstrap"])), Topics(str(spec["namespace"]))
-    repository = Path(str(spec["repository"]))
-    config = load_model_config(repository, "minilm")
-    accelerator = SimulatedAccelerator(config, float(spec["rate"]), float(spec["per_call_s"]))  # type: ignore[arg-type]
-    engine = TimedEngine(accelerator, "simulated")
-    policy = BatchPolicy(engine.max_batch_size, cost=measure_cost(accelerator, config))
-    accelerator.device_s = 0.0
-    consumer = make_consumer(settings, topics.gpu_group("minilm"))
-    assignment = assign_all(consumer, topics.tensors("minilm"), list(spec["partitions"]))  # type: ignore[call-overload]
-    limits = WindowLimits(default_window(policy.max_batch_size), 20.0)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    try:
-        stats = run(
-            consumer,
-            assignment,
-            lambda: make_producer(settings),
-            engine,
-            config,
-            topics,
-            limits,
-            policy,
-            worker_id=f"feed-{spec['partitions']}",
-            drain=True,
-        )
-    finally:
-        consumer.close()
-    calls = sum(engine.sizes.values())
-    print(
-        json.dumps(
-            {
-                "records": stats.records,
-                "first_start": engine.first_start,
-                "last_end": engine.last_end,
-                "device_s": accelerator.device_s,
-                "calls": calls,
-            }
-        ),
-        flush=True,
-    )
-
-
-def stand_ins(config: ModelConfig, rates: list[float], per_call_s: float, real: list[str]) -> Iterator[TimedEngine]:
-    for rate in rates:
-        label = f"simulated {rate:,.0f} rec/s" if rate else "zero-cost"
-        yield TimedEngine(SimulatedAccelerator(config, rate, per_call_s), label)
-    for kind in real:
-        engine = make_engine(config, kind)
-        yield TimedEngine(engine, f"real {engine.name} ({getattr(engine, 'device', 'cpu')})")
 
 
 def main() -> None:

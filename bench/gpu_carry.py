@@ -6,7 +6,8 @@
 (docs/benchmarks.md, "On a GPU machine"). The tool carries at most 64 MiB with the tracked files, so each
 part travels alone, and this script refuses a carry that would not fit. text = the wheels the
 GPU image lacks for Python 3.12 (our Kafka client, serde and faust with what they import), the
-Tansu binary, MiniLM as its FP16 TorchScript and reference embeddings from ONNX Runtime here;
+Tansu binary, MiniLM as its FP16 TorchScript and reference embeddings from ONNX Runtime here, and a
+small text classifier imported with `models import` (its FP16 TorchScript, model.onnx and reference logits);
 images = the same wheels, EfficientNet-Lite0 as FP16 TorchScript and reference top-5s. Large files are packed
 (bench/device_pack.py); gpu_check.sh unpacks them outside .device/. References are computed here in FP32
 on the CPU, so the GPU is checked against ONNX Runtime without carrying ONNX files.
@@ -115,6 +116,33 @@ def text_part(repository: Path, texts: int) -> None:
         batch = make_batch(config, ids[start : start + 32])
         embeddings += list(postprocess(config, engine.infer(batch.inputs), batch, engine.postprocessed).tensors[0].rows)
     np.savez_compressed(DEVICE / "reference_text.npz", embeddings=np.stack(embeddings))
+    carry_classifier(texts)
+
+
+def carry_classifier(texts: int) -> None:
+    """A small text classifier through `models import`: a BertForSequenceClassification built here
+    from a seeded transformers config (no hub), imported, carried as FP16 TorchScript (torch engine)
+    and model.onnx (TensorRT builds its engine from it; 2 MB: hidden size 16, as the carry is near
+    its limit), with ONNX Runtime FP32 logits."""
+    import tempfile
+
+    from bench.gpu_parity import BYO_CLASSIFIER, token_ids
+    from gpu_consumer.batcher import make_batch
+    from gpu_consumer.engine import OnnxRuntimeEngine
+    from gpu_consumer.importer import import_model
+    from tests.support.byo_models import save_classifier
+
+    with tempfile.TemporaryDirectory() as scratch:
+        # uncalibrated: the calibrated head of a random BERT magnifies FP16 rounding past any real model's
+        folder = save_classifier(Path(scratch) / "classifier", calibrated=False, hidden_size=16)
+        config = import_model(Path(scratch) / "models", folder, BYO_CLASSIFIER)
+        carry_model(config)
+        shutil.copy2(config.onnx_path, DEVICE / "models" / config.name / config.version / "model.onnx")
+        engine = OnnxRuntimeEngine(config)
+        ids = token_ids(config, texts)
+        logits = [engine.infer(make_batch(config, ids[s : s + 32]).inputs)["logits"] for s in range(0, len(ids), 32)]
+    np.savez_compressed(DEVICE / "reference_classifier.npz", logits=np.concatenate(logits))
+    print(f"carried {BYO_CLASSIFIER} ({config.task}, {config.source}) for the torch and TensorRT parity checks")
 
 
 def image_part(repository: Path) -> None:
@@ -122,7 +150,7 @@ def image_part(repository: Path) -> None:
     from gpu_consumer.engine import OnnxRuntimeEngine
     from jobs.launch.runner import ensure_model
     from preprocess_app.image import decode_image
-    from tests.image_corpus import real_photos
+    from tests.support.image_corpus import real_photos
 
     config = ensure_model(repository, "efficientnet-lite0", print)
     assert config.image is not None

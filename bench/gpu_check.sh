@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (the device tool's H200), after `python -m bench.gpu_carry PART` here:
 #   bash bench/gpu_check.sh text [RECORDS] [BATCH] [FEED_RECORDS]
-#       FP16 parity (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH) and the
+#       FP16 parity of MiniLM and of an imported text classifier (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH) and the
 #       feed benchmark (FEED_RECORDS: simulated accelerators and the real torch engine)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
 # The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine").

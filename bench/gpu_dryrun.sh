@@ -4,7 +4,8 @@
 # untracked-not-ignored files, plus .device/) to a scratch checkout, and run bench/gpu_check.sh
 # there under Python 3.12 with only the GPU image's packages (bench/gpu_image.txt) and the carried
 # wheels, with no nvidia-smi. It shows the carry is complete and fits, FP16 parity holds (on the
-# CPU) and all four benchmark configurations run. What only a GPU shows: docs/benchmarks.md, "On a GPU machine".
+# CPU) for MiniLM and for a text classifier imported with `models import`, and all four benchmark
+# configurations run. What only a GPU shows: docs/benchmarks.md, "On a GPU machine".
 #   bash bench/gpu_dryrun.sh [text|images ...]     # both parts by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,10 @@ for part in "${parts[@]}"; do
     (cd "$checkout" && env -u PYTHONPATH -u VIRTUAL_ENV PATH="$image/bin:/usr/bin:/bin" OUT="$scratch" \
         bash bench/gpu_check.sh "$part" 96 16 96)
     grep -q '"passed": true' "$scratch/gpu_check_$part.txt"
+    if [ "$part" = text ]; then  # the imported classifier went through the torch engine's FP16 path
+        grep -q '"model": "byo-classifier".*"passed": true' "$scratch/gpu_check_$part.txt"
+    fi
+    grep '^{' "$scratch/gpu_check_$part.txt" | sed 's/^/gpu dry run checked: /'
 done
 [ ! -f "$scratch/gpu_check_text.txt" ] || grep -q 'zero-cost' "$scratch/gpu_check_text.txt"
 echo "gpu dry run: the device path passed on the CPU under $("$image/bin/python3" --version)"

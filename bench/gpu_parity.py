@@ -4,6 +4,8 @@
 
 text: MiniLM in FP16 (on CUDA; on the CPU in the dry run), cosine >= 0.999 to ONNX Runtime FP32
 for every reference text.
+and an imported text classifier (bench/gpu_carry.py) in FP16, scores within 0.01 of ONNX
+Runtime FP32 and the same top label.
 images: EfficientNet-Lite0 in FP16, top-1 identical on every reference photo.
 TensorRT is tried too where it imports. Prints figures and exits non-zero on a failed check.
 """
@@ -25,6 +27,7 @@ from preprocess_app.text import tokenize
 from schemas.model_config import ModelConfig, load_model_config
 
 ROOT = Path(__file__).parents[1]
+BYO_CLASSIFIER = "byo-classifier"  # what bench/gpu_carry.py imports it as
 
 
 def fp16_engine(config: ModelConfig, kind: str) -> tuple[Engine, dict[str, str]]:
@@ -42,15 +45,18 @@ def fp16_engine(config: ModelConfig, kind: str) -> tuple[Engine, dict[str, str]]
     return engine, how
 
 
+def token_ids(config: ModelConfig, n: int) -> list[np.ndarray]:
+    """The first n example paragraphs, tokenized for `config` as the preprocess worker would."""
+    rows = [json.loads(line) for line in (ROOT / "producers/examples/python-docs-paragraphs.jsonl").open()]
+    return tokenize(
+        load_tokenizer(config.tokenizer_path, config.max_length), [r["text"] for r in rows[:n]], config.max_length
+    )
+
+
 def check_text(repository: Path, kind: str) -> dict[str, object]:
     config = load_model_config(repository, "minilm")
     want = np.load(ROOT / ".device" / "reference_text.npz")["embeddings"]
-    rows = [json.loads(line) for line in (ROOT / "producers/examples/python-docs-paragraphs.jsonl").open()]
-    ids = tokenize(
-        load_tokenizer(config.tokenizer_path, config.max_length),
-        [r["text"] for r in rows[: len(want)]],
-        config.max_length,
-    )
+    ids = token_ids(config, len(want))
     engine, how = fp16_engine(config, kind)
     got = []
     t0 = time.perf_counter()
@@ -67,6 +73,39 @@ def check_text(repository: Path, kind: str) -> dict[str, object]:
         "min_cosine": float(cosine.min()),
         "passed": bool(cosine.min() >= 0.999),
         "records_per_s_batch64": len(got) / seconds,
+    }
+
+
+def check_classifier(repository: Path, kind: str) -> dict[str, object]:
+    """The classifier `models import` made from a seeded transformers folder (bench/gpu_carry.py):
+    scores within 0.01 of ONNX Runtime FP32's softmax, and the same top label wherever the
+    reference's top two are more than 0.02 apart (its random head leaves some texts near a tie)."""
+    config = load_model_config(repository, BYO_CLASSIFIER)
+    logits = np.load(ROOT / ".device" / "reference_classifier.npz")["logits"]
+    exp = np.exp(logits - logits.max(axis=1, keepdims=True))
+    want = exp / exp.sum(axis=1, keepdims=True)
+    ids = token_ids(config, len(want))
+    engine, how = fp16_engine(config, kind)
+    order, scores = [], []  # what a result carries: label indices best first, and their scores
+    for start in range(0, len(ids), 64):
+        batch = make_batch(config, ids[start : start + 64])
+        top_index, top_score = postprocess(config, engine.infer(batch.inputs), batch, engine.postprocessed).tensors
+        order += list(top_index.rows)
+        scores += list(top_score.rows)
+    top2 = np.sort(want, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 0.02
+    same = np.stack(order)[:, 0] == want.argmax(axis=1)
+    worst = float(np.abs(np.stack(scores) - np.take_along_axis(want, np.stack(order), axis=1)).max())
+    return {
+        "engine": kind,
+        **how,
+        "model": BYO_CLASSIFIER,
+        "task": config.task,
+        "records": len(order),
+        "max_score_diff": worst,
+        "top1_identical": int(same.sum()),
+        "top1_clear": int(clear.sum()),
+        "passed": bool(worst <= 0.01 and same[clear].all()),
     }
 
 
@@ -92,12 +131,14 @@ def main() -> None:
     parser.add_argument("part", choices=["text", "images"])
     parser.add_argument("--repository", type=Path, default=ROOT / ".device" / "models")
     args = parser.parse_args()
-    check = check_text if args.part == "text" else check_images
-    reports = [check(args.repository, "torch")]
-    try:
-        reports.append(check(args.repository, "tensorrt"))
-    except EngineLoadError as exc:
-        reports.append({"engine": "tensorrt", "skipped": str(exc)})
+    checks = (check_text, check_classifier) if args.part == "text" else (check_images,)
+    reports = []
+    for check in checks:
+        reports.append(check(args.repository, "torch"))
+        try:
+            reports.append(check(args.repository, "tensorrt"))
+        except EngineLoadError as exc:
+            reports.append({"engine": "tensorrt", "model": check.__name__, "skipped": str(exc)})
     for r in reports:
         print(json.dumps(r))
     if not all(r.get("passed", True) for r in reports):

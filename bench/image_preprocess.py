@@ -39,7 +39,7 @@ def make_inputs(folder: Path) -> dict[str, Path]:
     """Real photos re-encoded (baseline JPEG, q90) at exact 4K and 1080p; the small one as shipped."""
     from PIL import Image
 
-    from tests.image_corpus import package_dir
+    from tests.support.image_corpus import package_dir
 
     source = Image.open(package_dir("skimage") / "data" / "hubble_deep_field.jpg").convert("RGB")
     small = package_dir("sklearn") / "datasets" / "images" / "china.jpg"

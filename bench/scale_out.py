@@ -12,7 +12,7 @@ for each host count (each run has its own topic namespace, so its own group, off
 
 Then, for N hosts, N GPU worker processes, one in each host, run the real worker
 (gpu_consumer.worker.serve: group gpu.minilm with Kafka's range assignor, its loop, serde,
-commit rule, results produced to the broker) with only the engine replaced by bench.feed's
+commit rule, results produced to the broker) with only the engine replaced by bench.feed_engines'
 simulated accelerator: --per-call-ms per executed batch plus rows / --rate, a sleep that releases
 the GIL and uses no CPU, as waiting on a GPU does. They warm up, then start together; once the
 group has committed every record, they are stopped together. Records/s is every record over the
@@ -37,7 +37,8 @@ import numpy as np
 from confluent_kafka import TopicPartition
 
 from bench.decoupling import exit_on_sigterm, machine
-from bench.feed import SimulatedAccelerator, TimedEngine, short_texts
+from bench.feed import short_texts
+from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from bench.hosts import Layout, Topology, broker_running
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import measure_cost

@@ -1,6 +1,26 @@
-"""The GPU stage: engines behind one protocol (engine.py), padding (batcher.py), the pure batch
-handler (handler.py), the consume-infer-produce-commit loop (worker.py) and what it reports to
-Prometheus (metrics.py).
+"""The GPU stage: tensors.<model> records in, results and dead letters out, batched for the engine.
+
+The GPU loop, step by step, and where each step lives:
+
+    poll windows   kafka_io/polling.py: windows()   a poll window: --max-window records, or what
+                                                    came within --max-linger-ms
+    prepare        handler.py: prepare()            decode, check, sort by length, cut into
+                                                    padded executed batches (batcher.py)
+    execute        handler.py: execute(), run on pipeline.py's engine thread (engine.py: the
+                   engines behind one protocol; torch_engine.py, tensorrt_engine.py)
+    emit           handler.py: Emitter, run on pipeline.py's emit thread: postprocess, encode,
+                   produce; the broker's delivery reports confirm each window's outputs
+    commit         ledger.py: Ledger.take_committable() gives the offsets of the longest prefix
+                   of windows whose every output is confirmed; worker.py's commit() is the one
+                   place they are written (kafka_io.polling.commit_offsets). --exactly-once
+                   commits them inside the transaction instead (kafka_io/transactions.py).
+
+worker.py wires the loop (serve(): the worker process; run(): the loop itself) and says the
+commit rule in full; pipeline.py keeps at most --max-windows-in-flight windows between poll and
+commit. The records' schemas are schemas/avro/tensor_record.avsc (in), inference_result.avsc and
+dead_letter.avsc (out). Also here: model export and import (export.py, importer.py), poison
+isolation (isolation.py: a failing batch bisected down to the records that fail it), and what
+the worker reports to Prometheus (metrics.py).
 
 What does not belong here: Kafka clients (kafka_io/), record schemas (schemas/), job state (jobs/).
 """

@@ -13,7 +13,7 @@ import numpy as np
 from gpu_consumer import ENGINES
 from gpu_consumer.batcher import edge_batches, pad_batch, warmup_batch
 from gpu_consumer.cost_model import CostModel, measure
-from jobs.launch.cpus import usable_cpus
+from kafka_io.cpus import usable_cpus
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,14 @@ def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> En
         from gpu_consumer.tensorrt_engine import TensorRTEngine
 
         return TensorRTEngine(config)
-    if kind == "torch" or (kind == "auto" and _cuda_torch_usable()):
+    torchscript = _has_torchscript(config)
+    if kind == "torch" and not torchscript:
+        raise EngineLoadError(
+            f"{config.name}:{config.version} has no TorchScript (model.pt) for the torch engine: a model imported "
+            "as a ready model.onnx runs on --engine onnxruntime or tensorrt; to run it on torch, import the "
+            "transformers folder it was exported from"
+        )
+    if kind == "torch" or (kind == "auto" and torchscript and _cuda_torch_usable()):
         from gpu_consumer.torch_engine import TorchEngine
 
         return TorchEngine(config)
@@ -202,6 +209,11 @@ def measure_cost(engine: Engine, config: ModelConfig) -> CostModel | None:
     model = measure(timed, engine.probe_rounds)
     log.info("%s batch cost: %s", engine.name, model)
     return model
+
+
+def _has_torchscript(config: ModelConfig) -> bool:
+    """Whether the torch engine has a module to load: an imported model.onnx has none (onnx_import.py)."""
+    return any((config.directory / f).is_file() for f in ("model.pt", "model.fp16.pt"))
 
 
 def _tensorrt_usable() -> bool:

@@ -68,9 +68,7 @@ def read_source(folder: Path, task: str | None = None, pooling: str | None = Non
     if (folder / "modules.json").is_file():
         return _sentence_transformers(folder, task, pooling)
     if (folder / "model.onnx").is_file():
-        if task is None:
-            raise ImportRefusedError(f"{folder} holds model.onnx: say what it does with --task ({', '.join(TASKS)})")
-        return ImportSource(folder, "onnx", folder, task, "ONNX graph", _pooling(task, pooling))
+        return _onnx(folder, task, pooling)
     if (folder / "config.json").is_file():
         return _transformers(folder, task, pooling)
     raise ImportRefusedError(
@@ -119,6 +117,21 @@ def _sentence_transformers(folder: Path, task: str | None, pooling: str | None) 
         normalize,
         int(max_length) if max_length else None,
     )
+
+
+def _onnx(folder: Path, task: str | None, pooling: str | None) -> ImportSource:
+    """A ready model.onnx: its task from --task, else from config.json's architecture."""
+    config = _json(folder / "config.json")
+    architectures = (config.get("architectures") if isinstance(config, dict) else None) or []
+    architecture = str(architectures[0]) if architectures else ""
+    found = next((t for suffix, t in ARCHITECTURE_TASKS if architecture.endswith(suffix)), None)
+    if task is None and found is None:
+        raise ImportRefusedError(
+            f"{folder} holds model.onnx and no config.json architecture to tell its task: say what it does "
+            f"with --task ({', '.join(TASKS)})"
+        )
+    chosen: Task = task or found  # type: ignore[assignment]
+    return ImportSource(folder, "onnx", folder, chosen, "ONNX graph", _pooling(chosen, pooling))
 
 
 def _st_pooling(path: Path) -> str:

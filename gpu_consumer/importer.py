@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,12 @@ def import_model(
     """The model in `folder` as `name`/`version` of the repository, or ImportRefusedError saying why not."""
     check_model_name(name)
     source = read_source(folder, task, pooling)
-    if source.layout == "onnx":
-        raise ImportRefusedError(
-            f"{folder}: importing a bare model.onnx is not supported yet; import the transformers or "
-            "sentence-transformers folder it was exported from"
-        )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the folder lacks is an error, never a download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if source.layout == "onnx":
+        from gpu_consumer.onnx_import import import_onnx
+
+        return import_onnx(repository, source, name, version, max_batch_size)
     try:
         import torch
         import transformers
@@ -68,21 +68,26 @@ def import_model(
         raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {reason}") from None
     provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {_digest(source)})"
     with tempfile.TemporaryDirectory() as extra:
-        if source.task == "image-classification":
-            return _import_image(repository, source, model, name, version, max_batch_size, provenance, Path(extra))
-        return _import_text(repository, source, model, name, version, max_batch_size, provenance, Path(extra))
+        target = ImportTarget(repository, source, name, version, max_batch_size, provenance, Path(extra))
+        return (_import_image if source.task == "image-classification" else _import_text)(target, model)
 
 
-def _import_text(
-    repository: Path,
-    source: ImportSource,
-    model: Any,
-    name: str,
-    version: str,
-    max_batch_size: int,
-    provenance: str,
-    scratch: Path,
-) -> ModelConfig:
+@dataclass(frozen=True)
+class ImportTarget:
+    """Where and as what a loaded model is installed, and the scratch folder for its extra files."""
+
+    repository: Path
+    source: ImportSource
+    name: str
+    version: str
+    max_batch_size: int
+    provenance: str
+    scratch: Path
+
+
+def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
+    repository, source, name, version = target.repository, target.source, target.name, target.version
+    max_batch_size, provenance, scratch = target.max_batch_size, target.provenance, target.scratch
     import torch
 
     from gpu_consumer.text_source import read_tokenizer
@@ -116,7 +121,7 @@ def _import_text(
 
     files = {"tokenizer.json": tok.path}
     if classifier:
-        labels = _labels(hf, _width(reference, names, tok.pad_id), scratch)
+        labels = _label_file(_id2label(hf), _width(reference, names, tok.pad_id), scratch)
         files["labels.txt"] = labels
         output = "logits"
         problem = getattr(hf, "problem_type", None)
@@ -153,16 +158,9 @@ def _import_text(
     )
 
 
-def _import_image(
-    repository: Path,
-    source: ImportSource,
-    model: Any,
-    name: str,
-    version: str,
-    max_batch_size: int,
-    provenance: str,
-    scratch: Path,
-) -> ModelConfig:
+def _import_image(target: ImportTarget, model: Any) -> ModelConfig:
+    repository, source, name, version = target.repository, target.source, target.name, target.version
+    max_batch_size, provenance, scratch = target.max_batch_size, target.provenance, target.scratch
     import torch
 
     processor = source.model_folder / "preprocessor_config.json"
@@ -188,7 +186,7 @@ def _import_image(
         raise ImportRefusedError(
             f"{source.model_folder}: {source.architecture} fails on {spec.crop}x{spec.crop} images: {exc}"
         ) from None
-    labels = _labels(model.config, width, scratch)
+    labels = _label_file(_id2label(model.config), width, scratch)
     config = ModelConfig(
         name=name,
         version=version,
@@ -243,9 +241,12 @@ def _width(reference: Any, names: list[str], pad_id: int) -> int:
     return int(reference(probe).shape[-1])
 
 
-def _labels(hf: Any, width: int, scratch: Path) -> Path:
+def _id2label(hf: Any) -> dict[int, str]:
+    return {int(k): str(v) for k, v in (getattr(hf, "id2label", None) or {}).items()}
+
+
+def _label_file(id2label: dict[int, str], width: int, scratch: Path) -> Path:
     """labels.txt from config.json's id2label, refused unless it names every output exactly once."""
-    id2label = {int(k): str(v) for k, v in (getattr(hf, "id2label", None) or {}).items()}
     if sorted(id2label) != list(range(width)):
         raise ImportRefusedError(
             f"the label map (config.json id2label, {len(id2label)} labels: {sorted(id2label)[:8]}) does not "

@@ -31,7 +31,7 @@ from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
-from jobs.cancellations import Cancellations
+from kafka_io.cancellations import Cancellations
 from kafka_io.clients import Consumer, Producer, check_reachable, close_consumer, make_consumer, make_producer
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.polling import (

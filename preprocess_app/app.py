@@ -23,9 +23,9 @@ import faust
 from faust.tables import TableManager
 from faust.types.auth import CredentialsT
 
-from jobs.cancellations import Cancellations
-from jobs.launch.cpus import usable_cpus
+from kafka_io.cancellations import Cancellations
 from kafka_io.clients import check_reachable, make_producer
+from kafka_io.cpus import usable_cpus
 from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES

@@ -12,7 +12,10 @@ import pytest
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig
-from tests.tiny_model import TinyModel, build_tiny_model
+from tests.support.tiny_model import TinyModel, build_tiny_model
+
+# The worker-pair fixtures, once only for tests/jobs/, now for every folder of tests.
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(scope="session")

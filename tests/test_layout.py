@@ -11,6 +11,18 @@ OUTSIDE_THE_EDGE = ["schemas", "producers", "preprocess_app", "gpu_consumer", "j
 # The client handles kafka_io's factories make: held and passed back to kafka_io, never called.
 OPAQUE_HANDLES = {("kafka_io.clients", "Consumer"), ("kafka_io.clients", "Producer")}
 
+# Imports flow one way: jobs -> stages (producers, preprocess_app, gpu_consumer) -> kafka_io -> schemas.
+# Each package may import only the packages of ours named here (its own modules aside); the
+# stages do not import each other. Exceptions would be listed here with their reason: none exist.
+STAGES = ["producers", "preprocess_app", "gpu_consumer"]
+MAY_IMPORT: dict[str, set[str]] = {
+    "schemas": set(),
+    "kafka_io": {"schemas"},
+    **{stage: {"kafka_io", "schemas"} for stage in STAGES},
+    "jobs": {*STAGES, "kafka_io", "schemas"},
+}
+OURS = {*MAY_IMPORT, "bench", "tests"}
+
 
 def modules(packages: list[str]) -> list[Path]:
     return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
@@ -34,6 +46,79 @@ def confluent_names_imported(path: Path) -> list[str]:
                     ):
                         found.append(f"{node.module}.{alias.name} (from {origin})")
     return found
+
+
+def our_packages_imported(path: Path) -> set[str]:
+    """The top-level packages of ours a module imports anywhere in it (function bodies included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        found |= {name.split(".")[0] for name in names} & OURS
+    return found
+
+
+def upward_imports(package: str, paths: list[Path]) -> dict[str, list[str]]:
+    """Each module of `package` that imports a package of ours it may not, with what it imports."""
+    allowed = MAY_IMPORT[package] | {package}
+    return {
+        str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name): sorted(bad)
+        for p in paths
+        if (bad := our_packages_imported(p) - allowed)
+    }
+
+
+def test_imports_flow_one_way_in_every_package() -> None:
+    offenders = {package: found for package in MAY_IMPORT if (found := upward_imports(package, modules([package])))}
+    assert offenders == {}
+
+
+def test_the_check_sees_a_stage_importing_the_control_plane_or_another_stage(tmp_path: Path) -> None:
+    upward = tmp_path / "upward.py"
+    upward.write_text(
+        "from kafka_io.settings import KafkaSettings\n"
+        "def late() -> None:\n"
+        "    import jobs.cancellations\n"
+        "    from preprocess_app import text\n"
+    )
+    assert upward_imports("gpu_consumer", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
+    assert upward_imports("jobs", [upward]) == {}
+    assert upward_imports("kafka_io", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
+
+
+def misplaced_test_modules(tests: Path) -> list[str]:
+    """Modules under tests/ that break its one naming rule: a test module is test_*.py (beside
+    conftest.py and __init__.py), every other module is in tests/support/, and no test module
+    imports another test module."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        relative = path.relative_to(tests)
+        if relative.parts[0] == "support":
+            continue
+        if not path.name.startswith("test_") and path.name not in ("conftest.py", "__init__.py"):
+            found.append(f"{relative}: a helper outside tests/support/")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            if module and module.split(".")[0] == "tests" and module.split(".")[-1].startswith("test_"):
+                found.append(f"{relative}: imports the test module {module}")
+    return found
+
+
+def test_tests_follow_one_naming_rule() -> None:
+    assert misplaced_test_modules(ROOT / "tests") == []
+
+
+def test_the_check_sees_a_helper_outside_support_and_a_test_importing_a_test(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "pipeline.py").write_text("")
+    (tmp_path / "jobs" / "test_a.py").write_text("from tests.jobs.test_b import rows\n")
+    assert misplaced_test_modules(tmp_path) == [
+        "jobs/pipeline.py: a helper outside tests/support/",
+        "jobs/test_a.py: imports the test module tests.jobs.test_b",
+    ]
 
 
 def test_no_module_outside_kafka_io_takes_a_confluent_type() -> None:

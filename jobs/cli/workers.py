@@ -305,7 +305,8 @@ Examples:
   nearline models import ./my-bge --name bge            # a sentence-transformers folder
   nearline models import ./sentiment --name sentiment   # save_pretrained *ForSequenceClassification
   nearline models import ./vit --name vit               # *ForImageClassification + preprocessor_config.json
-  nearline models import ./encoder --name enc --pooling cls   # a bare encoder, CLS pooling""",
+  nearline models import ./encoder --name enc --pooling cls   # a bare encoder, CLS pooling
+  nearline models import ./onnx --name enc --task text-embedding   # model.onnx + tokenizer.json""",
 )
 @click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--name", required=True, help="The model's name in the repository (and in tensors.<name>).")
@@ -313,7 +314,7 @@ Examples:
 @click.option(
     "--task",
     type=click.Choice(["text-embedding", "text-classification", "image-classification"]),
-    help="What the model does, where the folder cannot say (a bare model.onnx).",
+    help="What the model does, where the folder cannot say (a model.onnx without a config.json architecture).",
 )
 @click.option(
     "--pooling",

@@ -6,7 +6,7 @@ import subprocess
 
 import yaml
 
-from tests.deploy.promql import ALERT_TESTS, ALERTS, PROMETHEUS_SERIES, exported_names, metric_names, promtool
+from tests.support.promql import ALERT_TESTS, ALERTS, PROMETHEUS_SERIES, exported_names, metric_names, promtool
 
 
 def test_the_alert_rules_are_valid_and_pass_their_unit_tests() -> None:

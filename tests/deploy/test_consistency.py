@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from tests.deploy import checks_cli, checks_keda, checks_pods
-from tests.deploy.manifests import Doc, Manifests, label, load, pod_spec
+from tests.support.deploy import checks_cli, checks_keda, checks_pods
+from tests.support.deploy.manifests import Doc, Manifests, label, load, pod_spec
 
 Check = Callable[[Manifests], list[str]]
 CHECKS: list[Check] = [

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from tests.deploy.promql import DASHBOARD, PROMETHEUS_SERIES, exported_names, metric_names
+from tests.support.promql import DASHBOARD, PROMETHEUS_SERIES, exported_names, metric_names
 
 
 def queries(dashboard: dict[str, Any]) -> list[str]:

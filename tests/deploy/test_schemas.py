@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.checks_keda import KEDA
-from tests.deploy.manifests import Doc, label, load
+from tests.support.deploy.checks_keda import KEDA
+from tests.support.deploy.manifests import Doc, label, load
 
 # The oldest Kubernetes the manifests are written for (PodDisruptionBudget's
 # unhealthyPodEvictionPolicy is GA from 1.31) and the newest kubernetes-validate ships.

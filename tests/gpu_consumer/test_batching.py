@@ -13,7 +13,7 @@ from gpu_consumer.batcher import (
 )
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
 from schemas import TensorFormatError
-from tests.tiny_model import TinyModel
+from tests.support.tiny_model import TinyModel
 
 
 def test_pads_to_the_longest_in_the_batch_and_derives_mask_and_segments(tiny: TinyModel) -> None:

@@ -19,23 +19,8 @@ from gpu_consumer.torch_engine import (
     torchscript_path,
 )
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for
-from preprocess_app.image import decode_image
-from preprocess_app.models import load_tokenizer
-from preprocess_app.text import tokenize
 from schemas.model_config import ModelConfig
-from tests.image_corpus import real_photos
-
-TEXTS = ["A man is eating food.", "Kafka keeps the records; the GPU batches them.", "short", "x " * 300]
-
-
-def text_batch(config: ModelConfig) -> dict[str, np.ndarray]:
-    ids = tokenize(load_tokenizer(config.tokenizer_path, config.max_length), TEXTS, config.max_length)
-    return make_batch(config, ids).inputs
-
-
-def image_batch(config: ModelConfig) -> dict[str, np.ndarray]:
-    assert config.image is not None
-    return make_batch(config, [decode_image(p.read_bytes(), config.image) for p in real_photos()[:6]]).inputs
+from tests.support.references import TEXTS, image_batch, text_batch
 
 
 @pytest.mark.slow

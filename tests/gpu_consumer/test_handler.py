@@ -8,7 +8,8 @@ from gpu_consumer.handler import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
-from tests.tiny_model import TinyModel
+from tests.support.records import value
+from tests.support.tiny_model import TinyModel
 
 
 def tensor_record(seq: int, ids: np.ndarray, model: str = "tiny") -> bytes:
@@ -45,8 +46,8 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
     policy = BatchPolicy(16, max_padding_waste=None)  # one batch, padded to its longest record
     out = handle_window(sources, engine, tiny.config, topics, "w-0", policy)
 
-    results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
-    dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
+    dead = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
     by_id = {r.record_id: r for r in results}
     assert [r.record_id for r in results] == ["r4", "r0", "r2"]  # shortest first: sorted for padding
     for rid, ids in zip(["r0", "r2", "r4"], good, strict=True):
@@ -91,7 +92,7 @@ def test_token_ids_carried_narrow_give_the_results_of_the_graphs_own_dtype(tiny:
         (out,) = handle_window(
             [ConsumedRecord("t", 0, 0, tensor_record(0, ids.astype(dtype)))], engine, tiny.config, Topics(), "w-0"
         )
-        results[dtype] = decode(out.value, InferenceResult).arrays()["embedding"]
+        results[dtype] = decode(value(out), InferenceResult).arrays()["embedding"]
     np.testing.assert_allclose(results["int64"], tiny.expected(ids), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(results["uint16"], results["int64"])
     np.testing.assert_array_equal(results["int32"], results["int64"])
@@ -99,22 +100,22 @@ def test_token_ids_carried_narrow_give_the_results_of_the_graphs_own_dtype(tiny:
     (dead,) = handle_window(
         [ConsumedRecord("t", 0, 0, tensor_record(0, ids.astype("float32")))], engine, tiny.config, Topics(), "w-0"
     )
-    assert decode(dead.value, DeadLetter).error_type == "TensorFormatError"
+    assert decode(value(dead), DeadLetter).error_type == "TensorFormatError"
 
 
 def test_a_shape_whose_product_overflows_int64_is_a_dead_letter_not_a_crash(tiny: TinyModel) -> None:
     """#12 item 3: 2**32 x 2**32 int64s wraps to 0 in int64 arithmetic, so 0 bytes of data "fit"."""
     huge = Tensor("input_ids", "int64", (2**32, 2**32), b"")
-    value = encode(TensorRecord("job-h", "r0", 0, "tiny", "1", (huge,), {}, {}))
+    oversized = encode(TensorRecord("job-h", "r0", 0, "tiny", "1", (huge,), {}, {}))
     good = tensor_record(1, np.array([101, 7592, 102]))
     out = handle_window(
-        [ConsumedRecord("t", 0, 0, value), ConsumedRecord("t", 0, 1, good)],
+        [ConsumedRecord("t", 0, 0, oversized), ConsumedRecord("t", 0, 1, good)],
         OnnxRuntimeEngine(tiny.config, threads=1),
         tiny.config,
         Topics(),
         "w-0",
     )
-    (dead,) = [decode(o.value, DeadLetter) for o in out if o.topic == "dead.letters"]
+    (dead,) = [decode(value(o), DeadLetter) for o in out if o.topic == "dead.letters"]
     assert (dead.error_type, dead.source_offset, dead.record_id) == ("TensorFormatError", 0, "r0")
     assert "needs 147573952589676412928 bytes" in dead.error
-    assert [decode(o.value, InferenceResult).record_id for o in out if o.topic == "results"] == ["r1"]
+    assert [decode(value(o), InferenceResult).record_id for o in out if o.topic == "results"] == ["r1"]

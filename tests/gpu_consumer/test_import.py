@@ -4,9 +4,11 @@ written; and what it imports runs on every engine like the packaged models do.""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from gpu_consumer.batcher import make_batch
 from gpu_consumer.import_source import ImportRefusedError
 from gpu_consumer.importer import import_model
 from schemas.model_config import ModelConfig
-from tests.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
+from tests.support.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
 
 
 def refused(tmp_path: Path, folder: Path, **kwargs: str) -> str:
@@ -54,7 +56,7 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path: Path) -> No
     import torch
     from transformers import BertModel
 
-    from tests.byo_models import bert_config
+    from tests.support.byo_models import bert_config
 
     folder = tmp_path / "small-vocab"
     torch.manual_seed(0)
@@ -113,7 +115,7 @@ def test_the_packaged_minilm_imported_from_its_folder_embeds_like_models_prepare
 
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
-    from tests.gpu_consumer.test_engines import TEXTS, text_batch
+    from tests.support.references import TEXTS, text_batch
 
     imported = import_model(tmp_path / "models", Path(get_model_path()), "minilm-imported")
     assert imported.task == "text-embedding" and imported.postprocess == ("mean_pooling", "l2_normalize")
@@ -133,7 +135,7 @@ def test_the_torch_engine_pools_on_the_device_like_the_cpu_for_every_mode(tmp_pa
     """The device steps the GPU engines run (device_postprocess), on the CPU against postprocess."""
     from gpu_consumer.postprocess import postprocess
     from gpu_consumer.torch_engine import TorchEngine
-    from tests.gpu_consumer.test_engines import text_batch
+    from tests.support.references import text_batch
 
     config = import_model(tmp_path / "models", save_encoder(tmp_path / "enc"), "enc", pooling=pooling)
     assert config.pooling == pooling
@@ -158,7 +160,7 @@ def test_the_torch_engine_pools_on_the_device_like_the_cpu_for_every_mode(tmp_pa
 def test_an_imported_classifier_runs_on_the_torch_engine_in_fp32_and_fp16(tmp_path: Path) -> None:
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.torch_engine import TorchEngine
-    from tests.gpu_consumer.test_engines import text_batch
+    from tests.support.references import text_batch
 
     config = import_model(tmp_path / "models", save_classifier(tmp_path / "clf"), "clf")
     assert (config.task, config.postprocess, config.result_name) == ("text-classification", ("softmax",), "labels")
@@ -172,3 +174,103 @@ def test_an_imported_classifier_runs_on_the_torch_engine_in_fp32_and_fp16(tmp_pa
     want = OnnxRuntimeEngine(plain).infer(batch)["logits"]
     half = TorchEngine(plain, device="cpu", precision="fp16").infer(batch)["logits"]
     np.testing.assert_allclose(half, want, atol=0.05)
+
+
+@pytest.fixture(scope="module")
+def onnx_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.support.byo_models import save_onnx
+
+    return save_onnx(tmp_path_factory.mktemp("onnx") / "clf", "text-classification")
+
+
+def rewrite_graph(folder: Path, change: Any) -> None:
+    import onnx
+
+    model = onnx.load(str(folder / "model.onnx"))
+    change(model.graph)
+    onnx.save(model, str(folder / "model.onnx"))
+
+
+def rename_inputs(graph: Any) -> None:
+    renamed = {"input_ids": "ids", "attention_mask": "mask", "token_type_ids": "segments"}
+    for value in graph.input:
+        value.name = renamed[value.name]
+    for node in graph.node:
+        node.input[:] = [renamed.get(n, n) for n in node.input]
+
+
+def static_batch(graph: Any) -> None:
+    graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
+
+
+def truncate(folder: Path) -> None:
+    data = (folder / "model.onnx").read_bytes()
+    (folder / "model.onnx").write_bytes(data[: len(data) // 2])
+
+
+def no_tokenizer(folder: Path) -> None:
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        (folder / name).unlink()
+
+
+def hub_named(folder: Path) -> None:
+    no_tokenizer(folder)
+    edit_config(folder, _name_or_path="BAAI/bge-small-en-v1.5")
+
+
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (lambda f: (f / "model.onnx").write_text("not a graph"), "model.onnx is not a valid ONNX model (truncated or"),
+        (truncate, "model.onnx is not a valid ONNX model (truncated or not ONNX at all)"),
+        (lambda f: rewrite_graph(f, rename_inputs), "input 'ids' is not one nearline feeds a text model"),
+        (lambda f: rewrite_graph(f, static_batch), "input 'input_ids' has a static batch axis (2)"),
+        (no_tokenizer, "has no tokenizer.json and no tokenizer files to build one from"),
+        (hub_named, "config.json names the hub model 'BAAI/bge-small-en-v1.5', but nearline has no hub access"),
+        (
+            lambda f: edit_config(f, id2label={"0": "a", "1": "b", "2": "c"}),
+            "the label map (config.json id2label, 3 labels: [0, 1, 2]) does not match the model's 4 outputs",
+        ),
+    ],
+    ids=["not-onnx", "truncated", "input-names", "static-batch", "no-tokenizer", "hub-id", "label-count"],
+)
+def test_a_hostile_model_onnx_folder_is_refused_by_the_cli_with_nothing_written(
+    tmp_path: Path, onnx_classifier: Path, spoil: Any, message: str
+) -> None:
+    folder = tmp_path / "clf"
+    shutil.copytree(onnx_classifier, folder)
+    spoil(folder)
+    repository = tmp_path / "models"
+    command = ["models", "import", str(folder), "--name", "mine", "--model-repository", str(repository)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "nothing was imported" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (repository / "mine").exists()
+    assert not repository.exists() or not any(repository.iterdir())  # no scratch folder left either
+
+
+def test_an_imported_model_onnx_runs_on_onnxruntime_and_the_torch_engine_refuses_it(
+    tmp_path: Path, onnx_classifier: Path
+) -> None:
+    from gpu_consumer.engine import EngineLoadError, OnnxRuntimeEngine, make_engine
+
+    config = import_model(tmp_path / "models", onnx_classifier, "clf")
+    assert (config.task, config.postprocess, config.result_name) == ("text-classification", ("softmax",), "labels")
+    assert config.source.startswith(f"imported from {onnx_classifier.resolve()} (onnx, model.onnx sha256 ")
+    assert sorted(p.name for p in config.directory.iterdir()) == [
+        "config.json",
+        "labels.txt",
+        "model.onnx",
+        "tokenizer.json",
+    ]
+    assert isinstance(make_engine(config, "auto"), OnnxRuntimeEngine)
+    with pytest.raises(EngineLoadError) as caught:
+        make_engine(config, "torch")
+    assert "clf:1 has no TorchScript (model.pt) for the torch engine" in str(caught.value)
+    assert "runs on --engine onnxruntime or tensorrt" in str(caught.value)

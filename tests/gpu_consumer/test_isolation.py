@@ -12,7 +12,8 @@ from gpu_consumer.isolation import EngineFault, bisect
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
-from tests.tiny_model import TinyModel
+from tests.support.records import value
+from tests.support.tiny_model import TinyModel
 
 
 def test_bisection_pins_failures_to_single_rows() -> None:
@@ -50,8 +51,8 @@ def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_co
     sources = [record(i, [101, 2000 + i, 102]) for i in range(7)] + [record(7, [101, 99999, 102])]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
     out = handle_window(sources, engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
-    results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
-    dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
+    dead = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
     assert sorted(r.record_id for r in results) == [f"r{i}" for i in range(7)]
     for r in results:
         ids = np.array([101, 2000 + r.seq, 102])
@@ -76,8 +77,8 @@ def test_batches_run_side_by_side_on_the_cpu_give_the_results_of_one_at_a_time(t
     }
     got = {}
     for name, out in outputs.items():
-        results = [decode(o.value, InferenceResult) for o in out if o.topic == "ns.results"]
-        dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+        results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
+        dead = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
         got[name] = ([(r.record_id, r.batch_id) for r in results], [d.record_id for d in dead])
         for r in results:
             ids = np.array([101, *range(2000, 2000 + r.seq % 5), 102])

@@ -17,8 +17,8 @@ from gpu_consumer.metrics import PrometheusGpuMetrics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import Tensor, TensorRecord, encode, now_us
-from tests.deploy.promql import promtool
-from tests.tiny_model import TinyModel
+from tests.support.promql import promtool
+from tests.support.tiny_model import TinyModel
 
 
 def record(seq: int, ids: np.ndarray, submitted: int) -> bytes:

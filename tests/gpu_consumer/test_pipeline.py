@@ -18,8 +18,8 @@ from kafka_io.polling import WindowLimits, subscribe
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
-from tests.jobs.pipeline import feed_tensors
-from tests.tiny_model import TinyModel
+from tests.support.pipeline import feed_tensors
+from tests.support.tiny_model import TinyModel
 
 
 class SlowEngine(OnnxRuntimeEngine):

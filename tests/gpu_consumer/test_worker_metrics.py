@@ -16,8 +16,8 @@ from kafka_io.clients import Producer, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, subscribe
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.transactions import make_transactional_producer
-from tests.jobs.pipeline import feed_tensors
-from tests.tiny_model import TinyModel
+from tests.support.pipeline import feed_tensors
+from tests.support.tiny_model import TinyModel
 
 RECORDS = 40
 

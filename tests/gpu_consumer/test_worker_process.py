@@ -9,8 +9,8 @@ from pathlib import Path
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
-from tests.jobs.pipeline import Pipeline, feed_tensors
-from tests.tiny_model import TinyModel
+from tests.support.pipeline import RunningPipeline, feed_tensors
+from tests.support.tiny_model import TinyModel
 
 # What only schedules (croniter, and the pytz it imports) and the preprocess stage (faust) use.
 # The GPU machine's image has none of them; the worker must not import them to serve.
@@ -23,7 +23,7 @@ def test_the_gpu_worker_serves_without_the_scheduler_or_faust_installed(
     feed_tensors(settings, topics, "job-1", 5)
     # None in sys.modules makes `import croniter` raise ImportError, as on a machine without it
     code = f"import sys; sys.modules.update(dict.fromkeys({NOT_INSTALLED!r})); from jobs.cli import main; main()"
-    env = Pipeline(settings, topics, model_repository, tmp_path).env()
+    env = RunningPipeline(settings, topics, model_repository, tmp_path).env()
     done = subprocess.run(
         [sys.executable, "-c", code, "worker", "gpu", "--model", "tiny", "--drain"],
         env=env,

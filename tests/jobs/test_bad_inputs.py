@@ -11,17 +11,17 @@ import pytest
 
 from kafka_io.reading import read_topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from tests.jobs.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
 
 
-def raw_image_keys(pipeline: Pipeline) -> list[bytes]:
+def raw_image_keys(pipeline: RunningPipeline) -> list[bytes]:
     ensure_topics(pipeline.settings, [TopicSpec(pipeline.topics.raw_image)])  # an empty topic reads as empty
     return sorted(m.key or b"" for m in read_topics(pipeline.settings, [pipeline.topics.raw_image]))
 
 
 @pytest.mark.timeout(120)
 def test_submit_refuses_devices_folders_and_fifos_in_an_image_listing_and_produces_nothing(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     (tmp_path / "ok.jpg").write_bytes(b"jpeg")
     (tmp_path / "folder.jpg").mkdir()
@@ -49,7 +49,7 @@ def test_submit_refuses_devices_folders_and_fifos_in_an_image_listing_and_produc
 
 
 def test_a_folder_input_follows_symlinks_out_of_it_only_with_follow_symlinks(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     folder, outside = tmp_path / "in", tmp_path / "elsewhere"
     folder.mkdir()
@@ -105,7 +105,7 @@ def hostile_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("command", ["submit", "produce", "run"])
 def test_an_input_that_cannot_be_a_job_is_refused_by_name_with_or_without_skip_invalid(
-    pipeline: Pipeline, tmp_path: Path, command: str
+    pipeline: RunningPipeline, tmp_path: Path, command: str
 ) -> None:
     """A .gz was a screen of 'not valid UTF-8' lines (and with --skip-invalid an empty 'completed
     0/0' job), an empty input a 0-record job, and a FIFO was told to 'pass --skip-invalid'."""
@@ -123,7 +123,7 @@ def test_an_input_that_cannot_be_a_job_is_refused_by_name_with_or_without_skip_i
 
 
 def test_compressed_stdin_and_an_input_of_only_invalid_records_are_refused_by_name(
-    pipeline: Pipeline, tmp_path: Path
+    pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     import gzip
     import subprocess
@@ -132,7 +132,7 @@ def test_compressed_stdin_and_an_input_of_only_invalid_records_are_refused_by_na
     piped = subprocess.run(
         [sys.executable, "-m", "jobs.cli", "submit", "-", "--model", "tiny"],
         env=pipeline.env(),
-        input=gzip.compress(b"hello\n"),  # bytes: Pipeline.cli takes text
+        input=gzip.compress(b"hello\n"),  # bytes: RunningPipeline.cli takes text
         capture_output=True,
         timeout=120,
     )

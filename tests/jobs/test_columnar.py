@@ -26,11 +26,11 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topic
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.model_config import ModelConfig
-from tests.image_corpus import bad_and_odd_images, real_photos
-from tests.jobs.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
-from tests.tiny_model import TinyModel
+from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
+from tests.support.image_corpus import bad_and_odd_images, real_photos
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
+from tests.support.tiny_model import TinyModel
 
 
 def embedding(i: int, attributes: dict[str, str] | None = None, dim: int = 6) -> InferenceResult:
@@ -134,7 +134,7 @@ def test_nearline_results_refuses_a_job_of_mixed_output_shapes_as_parquet_and_wr
 
 @pytest.mark.slow
 def test_nearline_results_writes_parquet_and_arrow_equal_to_json_lines_for_a_text_and_an_image_job(
-    pipeline: Pipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu-text", "gpu", "--model", "tiny")

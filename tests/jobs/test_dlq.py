@@ -12,13 +12,13 @@ from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
 from kafka_io.reading import read_topics
 from schemas import DeadLetter, RawText, decode
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, write_jsonl
-from tests.tiny_model import TinyModel, build_tiny_model
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline
+from tests.support.tiny_model import TinyModel, build_tiny_model
 
 
 def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(
-    pipeline: Pipeline, tiny: TinyModel, model_repository: Path, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, model_repository: Path, tmp_path: Path
 ) -> None:
     model = f"late{uuid.uuid4().hex[:6]}"  # not in the repository yet: every record is dead-lettered
     rows = example_lines(12)
@@ -61,7 +61,7 @@ def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(
     assert not after.dead  # results supersede the dead letters in every reader
 
 
-def dead_letters_of(pipeline: Pipeline, job_id: str, n: int) -> list[DeadLetter]:
+def dead_letters_of(pipeline: RunningPipeline, job_id: str, n: int) -> list[DeadLetter]:
     """The job's dead letters once there are n of them (a replay's new ones come from a worker)."""
     deadline = time.monotonic() + 120
     while True:
@@ -78,7 +78,7 @@ def dead_letters_of(pipeline: Pipeline, job_id: str, n: int) -> list[DeadLetter]
 
 
 def test_each_replay_takes_the_latest_dead_letter_of_each_record_without_a_result_once(
-    pipeline: Pipeline, tiny: TinyModel, model_repository: Path, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, model_repository: Path, tmp_path: Path
 ) -> None:
     """Every replay re-injected every earlier copy too: "replayed 3", then 6, then 12."""
     model = f"late{uuid.uuid4().hex[:6]}"  # not in the repository yet: every record is dead-lettered

@@ -13,10 +13,11 @@ import subprocess
 import sys
 import termios
 from pathlib import Path
+from typing import Any
 
 from jobs.progress import Progress
 from schemas.model_config import ENV_MODEL_REPOSITORY
-from tests.tiny_model import TinyModel
+from tests.support.tiny_model import TinyModel
 
 ROOT = Path(__file__).parents[2]
 
@@ -37,7 +38,7 @@ def test_the_bar_line_fills_with_the_fraction_and_never_reaches_the_last_column(
     assert "100%" in Progress(total=0, started_at=0.0).bar_line(1.0, 100)
 
 
-def run_tiny(args: list[str], repository: Path, **streams: int) -> subprocess.Popen[bytes]:
+def run_tiny(args: list[str], repository: Path, **streams: Any) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_")}
     env[ENV_MODEL_REPOSITORY] = str(repository)
     return subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", *args], env=env, cwd=ROOT, **streams)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,13 +21,13 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from schemas import DeadLetter, RawText, Tensor, TensorRecord, decode, encode
 from schemas.records import DEAD_LETTER_PAYLOAD_BYTES
-from tests.jobs.pipeline import Pipeline
-from tests.tiny_model import TinyModel
+from tests.support.pipeline import RunningPipeline
+from tests.support.tiny_model import TinyModel
 
 
 @pytest.mark.parametrize("mode", [(), ("--exactly-once",)], ids=["at-least-once", "exactly-once"])
 def test_outputs_over_the_record_limit_are_capped_dead_letters_and_the_workers_go_on(
-    pipeline: Pipeline, tiny: TinyModel, mode: tuple[str, ...]
+    pipeline: RunningPipeline, tiny: TinyModel, mode: tuple[str, ...]
 ) -> None:
     topics, job_id = pipeline.topics, "job-limits"
     ensure_topics(pipeline.settings, [TopicSpec(t) for t in (topics.raw_text, topics.tensors("tiny"))])
@@ -44,7 +45,8 @@ def test_outputs_over_the_record_limit_are_capped_dead_letters_and_the_workers_g
         for i in range(10)
     ]
     header = [("job_id", job_id.encode())]
-    foreign = make_producer(pipeline.settings, **{"message.max.bytes": 3 * MAX_RECORD_BYTES})
+    oversized: dict[str, Any] = {"message.max.bytes": 3 * MAX_RECORD_BYTES}
+    foreign = make_producer(pipeline.settings, **oversized)
     produce_all(
         foreign,
         [
@@ -74,7 +76,7 @@ def test_outputs_over_the_record_limit_are_capped_dead_letters_and_the_workers_g
     pipeline.check_workers()  # neither worker stopped on a record's size
 
 
-def test_dead_letters_cut_to_a_prefix_are_not_replayed(pipeline: Pipeline, tiny: TinyModel) -> None:
+def test_dead_letters_cut_to_a_prefix_are_not_replayed(pipeline: RunningPipeline, tiny: TinyModel) -> None:
     topics = pipeline.topics
     ensure_topics(pipeline.settings, [TopicSpec(t) for t in (topics.raw_text, topics.dead_letters)])
     payload = b"z" * (DEAD_LETTER_PAYLOAD_BYTES * 3)
@@ -87,7 +89,7 @@ def test_dead_letters_cut_to_a_prefix_are_not_replayed(pipeline: Pipeline, tiny:
 
 
 def test_submit_refuses_attributes_over_their_cap_before_producing_anything(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     source = tmp_path / "in.jsonl"
     rows = [{"text": "fine"}, {"text": "too much", "attributes": {"blob": "a" * (MAX_ATTRIBUTES_BYTES + 1)}}]
@@ -100,7 +102,7 @@ def test_submit_refuses_attributes_over_their_cap_before_producing_anything(
 
 
 def test_an_existing_topic_with_a_lower_record_limit_is_refused_before_anything_is_produced(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     # as an operator's topic on a real Kafka would be: created with the broker's ~1 MB default
     kafka_default = 1_048_588

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from jobs.registry import find_job
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, write_jsonl
-from tests.tiny_model import TinyModel
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline
+from tests.support.tiny_model import TinyModel
 
 
-def test_a_job_is_listed_watched_and_waited_for(pipeline: Pipeline, tiny: TinyModel, tmp_path: Path) -> None:
+def test_a_job_is_listed_watched_and_waited_for(pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path) -> None:
     """The watch's first report has no rate yet; later ones have rate and ETA. The GPU worker starts
     only once the first report is out, so the job is still running then however fast it runs."""
     rows = example_lines(300)
@@ -57,7 +57,7 @@ def test_a_job_is_listed_watched_and_waited_for(pipeline: Pipeline, tiny: TinyMo
 
 
 def test_submit_wait_exits_0_when_all_succeed_and_4_when_some_dead_letter(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
@@ -76,7 +76,7 @@ def test_submit_wait_exits_0_when_all_succeed_and_4_when_some_dead_letter(
 
 
 def test_cancelled_jobs_are_skipped_by_both_stages_and_counted_as_cancelled(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(200)
     source = str(write_jsonl(tmp_path / "in.jsonl", rows))
@@ -115,7 +115,7 @@ def test_cancelled_jobs_are_skipped_by_both_stages_and_counted_as_cancelled(
 
 
 def test_a_cancelled_job_submitted_again_with_the_same_id_runs_and_counts_only_the_new_submission(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(1000)
     source = str(write_jsonl(tmp_path / "in.jsonl", rows))
@@ -150,7 +150,7 @@ def test_a_cancelled_job_submitted_again_with_the_same_id_runs_and_counts_only_t
 
 
 def test_jobs_list_and_status_agree_on_a_job_that_is_preprocessed_but_not_inferred(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     """Both commands fold the same topics by the same rule: a job whose records are preprocessed
     (no GPU worker yet) is `running` in both, with the same counts."""
@@ -168,7 +168,7 @@ def test_jobs_list_and_status_agree_on_a_job_that_is_preprocessed_but_not_inferr
 
 
 def test_cancel_says_a_job_had_already_ended_and_changes_nothing(
-    pipeline: Pipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     """Cancelling a completed job printed "cancelled" and exited 0 while nothing changed."""
     source = str(write_jsonl(tmp_path / "in.jsonl", example_lines(5)))

@@ -6,6 +6,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
@@ -14,10 +15,11 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode
-from tests.jobs.pipeline import Pipeline
+from tests.support.pipeline import RunningPipeline
+from tests.support.records import key
 
 
-def produce_texts(pipeline: Pipeline, topic: str, texts: list[str], partitions: int = 2) -> None:
+def produce_texts(pipeline: RunningPipeline, topic: str, texts: list[str], partitions: int = 2) -> None:
     ensure_topics(pipeline.settings, [TopicSpec(topic, partitions)])
     records = [
         OutRecord(topic, encode(RawText("job-r", f"r-{t}", i, "m", t, 0)), key=t.encode()) for i, t in enumerate(texts)
@@ -25,19 +27,19 @@ def produce_texts(pipeline: Pipeline, topic: str, texts: list[str], partitions: 
     produce_all(make_producer(pipeline.settings), records)
 
 
-def replay(pipeline: Pipeline, tmp_path: Path, *args: str) -> list[dict[str, object]]:
+def replay(pipeline: RunningPipeline, tmp_path: Path, *args: str) -> list[dict[str, Any]]:
     out = tmp_path / "replay.jsonl"
     done = pipeline.cli("replay", *args, "-o", str(out))
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: RunningPipeline, tmp_path: Path) -> None:
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, [f"text {i}" for i in range(20)])
     by_partition: dict[int, list[str]] = {}
     for msg in read_topics(pipeline.settings, [topic]):
-        by_partition.setdefault(msg.partition, []).append(msg.key.decode())
+        by_partition.setdefault(msg.partition, []).append(key(msg))
     lines = replay(pipeline, tmp_path, "--topic", topic, "--partition", "1", "--from-offset", "1", "--to-offset", "3")
     assert [(line["partition"], line["offset"]) for line in lines] == [(1, 1), (1, 2)]
     assert [line["record"]["text"] for line in lines] == by_partition[1][1:3]
@@ -46,7 +48,9 @@ def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Pi
     assert len(everything) == 20
 
 
-def test_a_replay_with_nothing_in_its_range_ends_at_once_with_no_record(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_a_replay_with_nothing_in_its_range_ends_at_once_with_no_record(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
     """A consumer assigned past a partition's end hears of no end: such a replay waited out its
     60 s idle timeout and then blamed the broker."""
     topic = pipeline.topics.raw_text
@@ -61,7 +65,7 @@ def test_a_replay_with_nothing_in_its_range_ends_at_once_with_no_record(pipeline
     assert replay(pipeline, tmp_path, "--topic", "nothing-yet-" + topic, "--from-offset", "0") == []
 
 
-def test_replay_from_a_time_returns_only_later_records(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_replay_from_a_time_returns_only_later_records(pipeline: RunningPipeline, tmp_path: Path) -> None:
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, [f"before {i}" for i in range(5)])
     time.sleep(1.5)
@@ -74,7 +78,7 @@ def test_replay_from_a_time_returns_only_later_records(pipeline: Pipeline, tmp_p
     assert sorted(line["record"]["text"] for line in earlier) == sorted(f"before {i}" for i in range(5))
 
 
-def test_offsets_show_and_reset_a_stopped_group(pipeline: Pipeline) -> None:
+def test_offsets_show_and_reset_a_stopped_group(pipeline: RunningPipeline) -> None:
     topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("replay")
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
@@ -95,7 +99,7 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: Pipeline) -> None:
         assert row.split("\t")[1] == str(committed)
 
 
-def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_error(pipeline: Pipeline) -> None:
+def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_error(pipeline: RunningPipeline) -> None:
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, ["a", "b"])
     group = ("--group", "g-untouched", "--topic", topic)
@@ -125,7 +129,9 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
         assert "Traceback" not in done.stderr and not done.stdout, args
 
 
-def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not_created(pipeline: Pipeline) -> None:
+def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not_created(
+    pipeline: RunningPipeline,
+) -> None:
     """Reading a missing topic created it (Tansu auto-creates on metadata), and a typo then read as "0 records"."""
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, ["a", "b"])
@@ -147,7 +153,7 @@ def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not
     assert typo not in admin.list_topics(timeout=10).topics
 
 
-def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(pipeline: Pipeline) -> None:
+def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(pipeline: RunningPipeline) -> None:
     """The moves were printed as if made, then a raw KafkaError{code=UNKNOWN_MEMBER_ID...} followed."""
     topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("live")
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from jobs.launch.runner import watch_job
-from tests.jobs.pipeline import Pipeline
-from tests.jobs.test_pipeline import example_lines, submit, write_jsonl
-from tests.tiny_model import build_tiny_model
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
+from tests.support.tiny_model import build_tiny_model
 
 
 def test_reprocess_runs_a_job_again_under_a_new_version_without_preprocessing(
-    pipeline: Pipeline, model_repository: Path, reference_ids: Callable[[str], list[int]], tmp_path: Path
+    pipeline: RunningPipeline, model_repository: Path, reference_ids: Callable[[str], list[int]], tmp_path: Path
 ) -> None:
     model = f"re{uuid.uuid4().hex[:6]}"
     v1 = build_tiny_model(model_repository, name=model, version="1")

@@ -22,7 +22,7 @@ from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
-from tests.jobs.columnar_check import assert_columnar_equals_jsonl
+from tests.support.columnar_check import assert_columnar_equals_jsonl
 
 
 def result(topic: str, job_id: str, i: int, version: str = "1") -> OutRecord:

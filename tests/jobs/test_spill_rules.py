@@ -3,11 +3,27 @@ jobs.results.wins_over, for redelivered copies, newer model versions and retried
 
 from __future__ import annotations
 
+import numpy as np
+
 from jobs.results import JobOutcome
 from jobs.spill import ResultSpill
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
-from tests.jobs.test_results_stream import dead, result
+from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
+
+
+def result(topic: str, job_id: str, i: int, version: str) -> OutRecord:
+    embedding = Tensor.from_array("embedding", np.full(4, i, np.float32))
+    value = encode(InferenceResult(job_id, f"r{i}", i, "tiny", version, (embedding,), "b", 1))
+    return job_record(topic, value, job_id, f"r{i}")
+
+
+def dead(topics: Topics, job_id: str, i: int) -> OutRecord:
+    raw = encode(RawText(job_id, f"r{i}", i, "tiny", "x", 1))
+    letter = DeadLetter.from_error(
+        "preprocess", ValueError("bad"), (topics.raw_text, 0, i, raw), job_id=job_id, record_id=f"r{i}", model="tiny"
+    )
+    return job_record(topics.dead_letters, encode(letter), job_id, f"r{i}")
 
 
 def consumed(records: list[OutRecord]) -> list[ConsumedRecord]:

@@ -21,7 +21,7 @@ from preprocess_app.image import (
     decode_image,
 )
 from schemas.model_config import ImageSpec
-from tests.image_corpus import bad_and_odd_images, encode, real_photos, with_tiff_compression
+from tests.support.image_corpus import bad_and_odd_images, encode, real_photos, with_tiff_compression
 
 SPEC = ImageSpec()
 
@@ -145,7 +145,7 @@ def alpha_photo(name: str) -> Image.Image:
 # encodings flip it, as they would between two JPEG qualities)
 @pytest.mark.parametrize("photo", ["coffee.png"])
 def test_webp_and_compressed_tiff_decode_like_the_png_of_the_same_photo(photo: str, tmp_path: Path) -> None:
-    from tests.jobs.test_images import torch_top5
+    from tests.support.references import torch_top5
 
     rgba = alpha_photo(photo)
     rgb = rgba.convert("RGB")

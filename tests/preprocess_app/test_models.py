@@ -18,7 +18,8 @@ from schemas.model_config import (
     check_model_name,
     load_model_config,
 )
-from tests.tiny_model import broken_repository
+from tests.support.records import value
+from tests.support.tiny_model import broken_repository
 
 NOT_NAMES = ["minilm/.", "/etc", "..", "a..b", ".", "", "Tiny", "x/y", "-x", "a" * 101, "tiny\n", "tiny ", "../tiny"]
 
@@ -55,8 +56,8 @@ def test_bad_names_and_unloadable_models_are_dead_letters_and_the_batch_goes_on(
     lookup = Models(repository)
     for _ in range(2):  # the broken models fail again, without taking the worker or the batch down
         out = preprocess_texts(sources, lookup, topics)
-        tensors = [decode(o.value, TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]
-        dead = {d.record_id: d for d in (decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters")}
+        tensors = [decode(value(o), TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]
+        dead = {d.record_id: d for d in (decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters")}
         assert {o.topic for o in out} == {"ns.tensors.tiny", "ns.dead.letters"}
         assert [t.record_id for t in tensors] == ["r0", "r5"]
         assert {k: d.error_type for k, d in dead.items()} == {
@@ -76,4 +77,4 @@ def test_an_image_record_naming_a_path_is_a_dead_letter_not_a_topic_name(tmp_pat
     record = encode(RawImage("job-i", "i0", 0, "tiny/.", b"\x89PNG", "image/png", "a.png", 1, {}))
     (out,) = preprocess_images([ConsumedRecord("ns.raw.image", 0, 0, record)], Models(repository), Topics("ns"))
     assert out.topic == "ns.dead.letters"
-    assert decode(out.value, DeadLetter).error_type == "InvalidModelNameError"
+    assert decode(value(out), DeadLetter).error_type == "InvalidModelNameError"

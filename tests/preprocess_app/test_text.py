@@ -10,7 +10,8 @@ from kafka_io.settings import Topics
 from preprocess_app.models import Models, load_tokenizer
 from preprocess_app.text import preprocess_texts, tokenize
 from schemas import DeadLetter, RawText, TensorRecord, decode, encode
-from tests.tiny_model import TinyModel, minilm_tokenizer_file
+from tests.support.records import value
+from tests.support.tiny_model import TinyModel, minilm_tokenizer_file
 
 TEXTS = ["A man is eating food.", "Stock markets fell sharply on Tuesday. " * 40, "ünïcödé ☃ text"]
 
@@ -56,8 +57,8 @@ def test_bad_records_become_dead_letters_and_the_rest_of_the_batch_goes_on(
         ConsumedRecord("ns.raw.text", 1, 13, raw(3, "goodbye")),
     ]
     out = preprocess_texts(sources, Models(model_repository), topics)
-    tensors = [decode(o.value, TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]
-    dead = [decode(o.value, DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    tensors = [decode(value(o), TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]
+    dead = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
     assert [(t.record_id, t.seq, t.model_version) for t in tensors] == [("r0", 0, "1"), ("r3", 3, "1")]
     ids = tensors[0].arrays()["input_ids"]
     assert ids.tolist() == [101, 7592, 2088, 102]  # [CLS] hello world [SEP]

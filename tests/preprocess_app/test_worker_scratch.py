@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jobs.launch.local import spawn_worker, stop_all
 from kafka_io.settings import KafkaSettings, Topics
-from tests.tiny_model import TinyModel
+from tests.support.tiny_model import TinyModel
 
 
 def test_a_stopped_preprocess_worker_removes_its_faust_data_folder(

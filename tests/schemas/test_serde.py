@@ -109,7 +109,7 @@ def test_tensor_bytes_decode_without_copy_and_little_endian() -> None:
     assert ids.tolist() == [101, 7592, 2088, 102]
     assert ids.dtype == np.dtype("<i8")
     assert not ids.flags.writeable  # a view on the record's bytes, not a copy
-    owner = ids
+    owner: object = ids
     while isinstance(owner, np.ndarray):
         owner = owner.base
     assert owner is decoded.tensors[0].data

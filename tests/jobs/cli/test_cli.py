@@ -1,0 +1,182 @@
+"""CLI behaviour that needs no workers: clear errors and distinct exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def nearline(*args: str, env_servers: str = "127.0.0.1:1") -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "NEARLINE_BOOTSTRAP_SERVERS": env_servers}
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["submit", "{input}", "--model", "tiny"],
+        ["submit", "{input}", "--model", "tiny", "--wait"],
+        ["status", "job-x"],
+        ["results", "job-x"],
+        ["jobs", "list"],
+        ["schedule", "list"],
+        ["cancel", "job-x"],
+        ["produce", "raw.text", "{input}", "--model", "tiny"],
+        ["worker", "gpu", "--model", "tiny"],
+        ["worker", "preprocess"],
+        ["worker", "scheduler"],
+        ["run", "{input}", "--model", "tiny", "--bootstrap-servers", "127.0.0.1:1"],
+    ],
+)
+def test_a_broker_that_is_down_is_named_with_exit_code_3(command: list[str], tmp_path: Path) -> None:
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    started = time.monotonic()
+    done = nearline(*[a.replace("{input}", str(good)) for a in command])
+    assert done.returncode == 3, done.stderr
+    assert "Kafka at 127.0.0.1:1 cannot be reached: 127.0.0.1:1 refused the connection" in done.stderr, done.stderr
+    assert "--bootstrap-servers / NEARLINE_BOOTSTRAP_SERVERS" in done.stderr
+    assert "Traceback" not in done.stderr
+    # librdkafka wrote a line per reconnect to stderr (~290 before the error): a few at most now
+    assert len(done.stderr.splitlines()) <= 5, done.stderr[-3000:]
+    assert time.monotonic() - started < 10  # README's bound; a refusal is known at once
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-batch-size", "-5", "-5 is not in the range x>=1"),
+        ("--max-batch-size", "0", "0 is not in the range x>=1"),
+        ("--max-window", "0", "0 is not in the range x>=1"),
+        ("--max-linger-ms", "-10", "-10.0 is not in the range 0<=x<=60000"),
+        ("--max-linger-ms", "nan", "'nan' is not a finite number"),
+        ("--timeout", "nan", "'nan' is not a finite number"),
+        ("--timeout", "inf", "'inf' is not a finite number"),
+        ("--worker-grace", "nan", "'nan' is not a finite number"),
+    ],
+)
+def test_a_number_no_worker_could_use_is_a_usage_error_before_any_work(
+    option: str, value: str, message: str, tmp_path: Path
+) -> None:
+    """Not a submitted job whose worker then dies on the value, or a nan that passes every bound."""
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    done = nearline("run", str(good), "--model", "tiny", option, value)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "submitted" not in done.stderr
+
+
+def test_help_lists_the_env_var_of_every_shared_option() -> None:
+    done = nearline("run", "--help")
+    assert done.returncode == 0
+    for var in ("NEARLINE_BOOTSTRAP_SERVERS", "NEARLINE_NAMESPACE", "NEARLINE_MODEL_REPOSITORY", "NEARLINE_RUN_MODEL"):
+        assert var in done.stdout
+
+
+def test_models_list_names_a_model_it_cannot_load_and_skips_folders_that_are_not_model_names(tmp_path: Path) -> None:
+    from tests.support.tiny_model import broken_repository
+
+    repository = broken_repository(tmp_path / "models")
+    (repository / "Not..A.Name" / "1").mkdir(parents=True)
+    done = nearline("models", "list", "--model-repository", str(repository))
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    assert [r[:3] for r in rows] == [
+        ["badcfg", "1", "unavailable"],
+        ["badtok", "1", "text-embedding"],
+        ["tiny", "1", "text-embedding"],
+    ]
+    assert rows[0][3].startswith("model unavailable: badcfg version 1: ")
+
+
+@pytest.mark.parametrize("worker", [["gpu", "--model", "tiny"], ["preprocess"], ["scheduler"]])
+def test_a_metrics_port_that_is_taken_is_named_with_exit_code_2_before_anything_connects(worker: list[str]) -> None:
+    import os
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # the deployments' variable, as every worker reads it
+        env = {**os.environ, "NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1", "NEARLINE_METRICS_PORT": str(port)}
+        done = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "worker", *worker], env=env, capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"--metrics-port {port}: " in done.stderr and "in use" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_every_worker_lists_its_metrics_port_option_and_variable() -> None:
+    for worker in ("gpu", "preprocess", "scheduler"):
+        done = nearline("worker", worker, "--help")
+        assert "--metrics-port" in done.stdout and "NEARLINE_METRICS_PORT" in done.stdout
+
+
+def test_the_broker_that_broker_start_started_outlives_the_command_until_broker_stop(tmp_path: Path) -> None:
+    import json
+    import os
+    import socket
+
+    from kafka_io.broker import free_port
+
+    env = {**os.environ, "HOME": str(tmp_path)}  # `nearline broker` keeps its state in ~/.nearline
+    port = free_port()
+
+    def broker(command: str) -> subprocess.CompletedProcess[str]:
+        args = ["broker", command, *(["--port", str(port)] if command == "start" else [])]
+        return subprocess.run([sys.executable, "-m", "jobs.cli", *args], env=env, capture_output=True, text=True)
+
+    started = broker("start")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == f"export NEARLINE_BOOTSTRAP_SERVERS=127.0.0.1:{port}"
+    try:
+        pid = json.loads((tmp_path / ".nearline" / "broker.json").read_text())["pid"]
+        time.sleep(0.5)  # the command has exited; a broker tied to it would have been killed with it
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert "already running" in broker("start").stderr
+    finally:
+        stopped = broker("stop")
+    assert stopped.returncode == 0 and f"stopped broker pid {pid}" in stopped.stderr
+    assert not Path(f"/proc/{pid}").exists() or ") Z " in Path(f"/proc/{pid}/stat").read_text()
+
+
+@pytest.mark.parametrize("command", ["run", "submit", "produce"])
+@pytest.mark.parametrize(
+    ("job_id", "shown"),
+    [
+        ("a\nb", "'a\\nb'"),  # broke the one-line rows of `jobs list` and `status`
+        ("", "''"),
+        ("   ", "'   '"),
+        ("x" * 5000, "... (5,000 characters)"),
+        ("../../etc", "'../../etc'"),  # `nearline report` writes JOB_ID.html
+        ("a/b", "'a/b'"),  # record keys are job_id/record_id
+        ("job..1", "'job..1'"),
+    ],
+)
+def test_a_job_id_that_is_not_a_name_is_a_usage_error_before_anything_is_sent(
+    command: str, job_id: str, shown: str, tmp_path: Path
+) -> None:
+    good = tmp_path / "in.txt"
+    good.write_text("one line\n")
+    args = ["raw.text"] if command == "produce" else []
+    done = nearline(command, *args, str(good), "--model", "tiny", f"--job-id={job_id}")
+    assert done.returncode == 2, done.stderr
+    assert "Invalid value for '--job-id': invalid job id " in done.stderr and shown in done.stderr
+    assert "use letters, digits, '.', '_' and '-'" in done.stderr
+    assert "did not answer" not in done.stderr  # refused before the broker was asked
+
+
+def test_a_job_id_like_a_scheduled_ones_is_accepted() -> None:
+    done = nearline("submit", "/dev/null", "--model", "tiny", "--job-id", "Nightly.v2_run-20260101T0000Z")
+    assert "--job-id" not in done.stderr, done.stderr

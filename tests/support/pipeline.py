@@ -1,0 +1,123 @@
+"""Helpers for pipeline tests: real worker processes and the real CLI, on the test broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
+from jobs.results import JobOutcome
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.reading import TopicFollower
+from kafka_io.records import OutRecord
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import Tensor, TensorRecord, encode
+from schemas.model_config import ENV_MODEL_REPOSITORY
+
+
+@dataclass
+class RunningPipeline:
+    """Worker processes started for one test and the CLI run beside them. Not gpu_consumer's
+    Pipeline (the windows in flight inside one GPU worker): this is the whole set of processes."""
+
+    settings: KafkaSettings
+    topics: Topics
+    repository: Path
+    logs: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            ENV_BOOTSTRAP: self.settings.bootstrap_servers,
+            ENV_NAMESPACE: self.topics.namespace,
+            ENV_MODEL_REPOSITORY: str(self.repository),
+        }
+
+    def start(self, name: str, *args: str) -> WorkerProcess:
+        worker = spawn_worker(
+            name,
+            list(args),
+            bootstrap_servers=self.settings.bootstrap_servers,
+            namespace=self.topics.namespace,
+            repository=self.repository,
+            log_path=self.logs / f"{name}-{len(self.workers)}.log",
+            # scratch (faust's data folder) beside the logs: a worker a test SIGKILLs leaves it
+            # in the test's folder, not in /tmp
+            extra_env={"TMPDIR": str(self.logs)},
+        )
+        self.workers.append(worker)
+        return worker
+
+    def cli(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobs.cli", *args],
+            env=self.env(),
+            input=stdin.decode() if stdin is not None else None,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def check_workers(self) -> None:
+        for w in self.workers:
+            if w.process.returncode is None:
+                w.check_alive()
+
+    def stop(self) -> None:
+        stop_all([w for w in self.workers if w.process.poll() is None])
+
+
+def run_embedded(*args: str, repository: Path, timeout_s: float = 800) -> subprocess.CompletedProcess[str]:
+    """`nearline run ...` on the embedded default (no cluster named), as README command 1 runs it."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}
+    env[ENV_MODEL_REPOSITORY] = str(repository)
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "run", *args], env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+def feed_tensors(settings: KafkaSettings, topics: Topics, job_id: str, n: int) -> None:
+    """n tiny-model tensor records of job_id straight into tensors.tiny, as the preprocess stage writes them."""
+    ensure_topics(settings, [TopicSpec(t) for t in (topics.tensors("tiny"), topics.results, topics.dead_letters)])
+    records = []
+    for i in range(n):
+        ids = Tensor.from_array("input_ids", np.array([101, 2000 + i, 102], dtype=np.int64))
+        value = encode(TensorRecord(job_id, f"r{i}", i, "tiny", "1", (ids,), {}, {"submitted": 1}))
+        records.append(
+            OutRecord(topics.tensors("tiny"), value, f"{job_id}/r{i}".encode(), [("job_id", job_id.encode())])
+        )
+    produce_all(make_producer(settings), records)
+
+
+def submit(pipeline: RunningPipeline, path: Path, *extra: str, model: str = "tiny") -> str:
+    done = pipeline.cli("submit", str(path), "--model", model, *extra)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: int, timeout_s: float = 120) -> int:
+    """Block until `topic` holds at least `at_least` records of the job (results) or records (others)."""
+    seen = JobOutcome(job_id)
+    count = 0
+    with TopicFollower(pipeline.settings, [topic]) as follower:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pipeline.check_workers()
+            messages = follower.poll(0.05)
+            if topic == pipeline.topics.results:
+                seen.add(messages, pipeline.topics)
+                count = len(seen.results)
+            else:
+                count += len(messages)
+            if count >= at_least:
+                return count
+    raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")

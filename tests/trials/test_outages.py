@@ -1,0 +1,138 @@
+"""Long broker outages (a minute, where tests/trials/test_broker_restart.py restarts at once): what
+runs for months waits them out and resumes, never exits."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.registry import register
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.records import OutRecord, job_record
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
+from schemas import InferenceResult, Job, Tensor, encode
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
+from tests.support.pipeline import RunningPipeline, follow_until
+from tests.support.scheduling import Clock, LoneScheduler
+from tests.support.tiny_model import TinyModel
+
+OUTAGE_S = 60
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_running_scheduler_waits_out_a_minute_without_a_broker_and_resumes(
+    lone: LoneScheduler, clock: Clock, text_input: Path
+) -> None:
+    lone.broker.kill()  # connections refused for the whole minute
+    down = time.monotonic()
+    while time.monotonic() - down < OUTAGE_S:
+        assert lone.alive(), lone.events  # the old scheduler died here, ~20 s in
+        time.sleep(1)
+    lone.restart_broker()
+    lone.submits_the_next_tick(text_input, clock, time.monotonic() + 60)
+    assert not lone.alive()
+    assert any(e.startswith("scheduler: Kafka unavailable, retrying every 5 s") for e in lone.events), lone.events
+    assert any(e.startswith("scheduler: Kafka answers again after") for e in lone.events), lone.events
+
+
+def embedding(topic: str, job_id: str, i: int) -> OutRecord:
+    """A result as big as a MiniLM one (384 floats)."""
+    tensor = Tensor.from_array("embedding", np.full(384, i, np.float32))
+    value = encode(InferenceResult(job_id, f"r{i}", i, "tiny", "1", (tensor,), "b", 1))
+    return job_record(topic, value, job_id, f"r{i}")
+
+
+def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path) -> None:
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("gone")
+    n = 40_000  # 60 MB: a read of seconds, so the kill lands inside it
+    try:
+        ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters), jobs_topic(topics)])
+        register(settings, topics, Job("big", "tiny", "in.txt", "text", n, 0))
+        produce_all(make_producer(settings), (embedding(topics.results, "big", i) for i in range(n)), timeout_s=120)
+        spills = tmp_path / "tmp"
+        spills.mkdir()
+        env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+        env["TMPDIR"] = str(spills)
+        command = [sys.executable, "-m", "jobs.cli", "results", "big", "-o", str(tmp_path / "out.jsonl")]
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # the spill holds rows (its empty table alone is a few KB): the command is reading the results
+            deadline = time.monotonic() + 60
+            while not any(p.stat().st_size > 200_000 for p in spills.glob("nearline-results-*/spill.sqlite")):
+                assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+                time.sleep(0.02)
+            broker.kill()
+            killed = time.monotonic()
+            _, err = process.communicate(timeout=120)
+            waited = time.monotonic() - killed
+        finally:
+            process.kill()
+    finally:
+        broker.kill()
+    assert process.returncode == 3, err
+    assert f"Kafka at {settings.bootstrap_servers}" in err and "refused the connection" in err, err
+    assert "Traceback" not in err
+    assert waited < 30, waited  # it was 64 s: the whole idle timeout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.xfail(
+    reason="the GPU worker exits: 30 s after its deliveries stall it recreates its producer and produces "
+    "the unconfirmed windows again (gpu_consumer/pipeline.py _recover), and a broker still frozen fails that "
+    "with DeliveryError, which nothing catches (open in #30; not run: it would spend 3 minutes failing)",
+    run=False,
+)
+def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    # a broker of its own: the session's must not stop for a minute
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    pipeline = RunningPipeline(
+        KafkaSettings(broker.bootstrap_servers), Topics("frozen"), model_repository, tmp_path / "logs"
+    )
+    rows = example_lines(1200)
+    submit_out, submit_err = (tmp_path / "submit.out").open("w"), (tmp_path / "submit.err").open("w")
+    try:
+        pipeline.start("preprocess", "preprocess")
+        # one record per executed batch: the job outlasts the start of the outage
+        pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+        command = [sys.executable, "-m", "jobs.cli", "submit", str(write_jsonl(tmp_path / "in.jsonl", rows))]
+        waiting = subprocess.Popen(
+            [*command, "--model", "tiny", "--wait"], env=pipeline.env(), stdout=submit_out, stderr=submit_err, text=True
+        )
+        while not (job_id := (tmp_path / "submit.out").read_text().strip()):  # printed once all is stored
+            assert waiting.poll() is None, (tmp_path / "submit.err").read_text()
+            time.sleep(0.1)
+        follow_until(pipeline, pipeline.topics.results, job_id, 100)
+        os.kill(broker.pid, signal.SIGSTOP)  # no answers, connections kept: a network outage, state intact
+        try:
+            frozen = time.monotonic()
+            while time.monotonic() - frozen < OUTAGE_S:
+                pipeline.check_workers()
+                assert waiting.poll() is None, (tmp_path / "submit.err").read_text()
+                time.sleep(1)
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        assert waiting.wait(120) == 0, (tmp_path / "submit.err").read_text()
+        pipeline.check_workers()
+        assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path / "out.jsonl")
+        assert_status_is_exact(pipeline, job_id, len(rows))  # nothing dead-lettered, nothing counted twice
+    finally:
+        pipeline.stop()
+        broker.kill()
+        submit_out.close()
+        submit_err.close()

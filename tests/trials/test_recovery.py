@@ -1,0 +1,189 @@
+"""Crash recovery: real worker processes SIGKILLed at random points, restarted, nothing lost.
+
+Trials are few and bounded (3 GPU-worker kills, 2 preprocess-worker kills, 2 submit kills, one
+two-worker failover); each asserts that every input record ends with exactly one result as
+`nearline results` reports it. Random points come from a seeded generator, printed on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.launch.runner import watch_job
+from jobs.registry import find_job
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.reading import read_topics
+from tests.support.image_corpus import real_photos
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
+from tests.support.pipeline import RunningPipeline, follow_until, submit
+from tests.support.records import key
+from tests.support.tiny_model import TinyModel
+
+RNG = random.Random(20261129)
+
+
+def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
+    """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
+    `status` counts. Waiting on the latest submission matters after a resubmit: results of the
+    killed submission's records would count as done before the resubmission's came in, while
+    `results` and `status` rightly report the latest submission only."""
+    submission = find_job(pipeline.settings, pipeline.topics, job_id).submission
+    watch_job(
+        pipeline.settings,
+        pipeline.topics,
+        job_id,
+        len(ids),
+        check=pipeline.check_workers,
+        timeout_s=timeout_s,
+        submission=submission,
+    )
+    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
+    assert_status_is_exact(pipeline, job_id, len(ids))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(3))
+def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
+) -> None:
+    rows = example_lines(1200)
+    kill_at = RNG.randint(60, 900)
+    pipeline.start("preprocess", "preprocess")
+    gpu = pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    reached = follow_until(pipeline, pipeline.topics.results, job_id, kill_at)
+    gpu.process.send_signal(signal.SIGKILL)
+    gpu.process.wait()
+    assert reached < len(rows), f"trial {trial}: the kill at {kill_at} landed after the job"
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(2))
+def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
+    pipeline: RunningPipeline, efficientnet: object, tmp_path: Path, trial: int
+) -> None:
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i in range(10):
+        for p in real_photos():
+            shutil.copy2(p, photos / f"{i:02d}-{p.name}")
+    ids = sorted(p.name for p in photos.iterdir())
+    kill_at = RNG.randint(20, len(ids) // 2)
+    pre = pipeline.start("preprocess", "preprocess")
+    done = pipeline.cli("submit", str(photos), "--model", "efficientnet-lite0")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    reached = follow_until(pipeline, pipeline.topics.tensors("efficientnet-lite0"), job_id, kill_at)
+    pre.process.send_signal(signal.SIGKILL)
+    pre.process.wait()
+    assert reached < len(ids), f"trial {trial}: the kill at {kill_at} landed after preprocessing"
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
+    finish_and_check(pipeline, job_id, ids, tmp_path, timeout_s=240)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(2))
+def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
+) -> None:
+    rows = [{"id": f"{k}-{r['id']}", "text": r["text"]} for k in range(10) for r in example_lines(1200)]
+    source = write_jsonl(tmp_path / "big.jsonl", rows)
+    job_id = f"job-resubmit-{trial}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "submit", str(source), "--model", "tiny", "--job-id", job_id],
+        env=pipeline.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(RNG.uniform(1.0, 3.0))  # validation takes about a second; the kill lands while producing
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    submit(pipeline, source, "--job-id", job_id)
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=300)
+
+
+@pytest.mark.slow
+def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_dies(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    # long enough at batch 1 for the second worker's join (a few seconds) to land mid-job
+    rows = [{"id": f"{k}-{r['id']}", "text": r["text"]} for k in range(5) for r in example_lines(1200)]
+    pipeline.start("preprocess", "preprocess")
+    args = ("gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    first, second = pipeline.start("gpu-a", *args), pipeline.start("gpu-b", *args)
+    # small jobs until both members have joined the group and produced results
+    workers: set[str] = set()
+    deadline = time.monotonic() + 120
+    while len(workers) < 2:
+        assert time.monotonic() < deadline, f"only {workers} took part"
+        warm = submit(pipeline, write_jsonl(tmp_path / "warm.jsonl", rows[:200]))
+        outcome, _ = watch_job(
+            pipeline.settings, pipeline.topics, warm, 200, check=pipeline.check_workers, timeout_s=60
+        )
+        workers = {r.batch_id.rsplit("-", 1)[0].rsplit("-", 1)[1] for r in outcome.results.values()}
+    assert workers == {str(first.process.pid), str(second.process.pid)}
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    reached = follow_until(pipeline, pipeline.topics.results, job_id, len(rows) // 5)
+    second.process.send_signal(signal.SIGKILL)
+    second.process.wait()
+    assert reached < len(rows)
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
+
+
+@pytest.mark.slow
+def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    rows = example_lines(1200)
+    pipeline.start("preprocess", "preprocess")
+    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", "--exactly-once", "--instance-id", "eos-a")
+    gpu = pipeline.start("gpu", *args)
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    reached = follow_until(pipeline, pipeline.topics.results, job_id, 300)
+    # A clean stop mid-job (Tansu cannot show the crash case). In this mode offsets move only inside
+    # the transactions: had they not, the restarted worker would redo the job and double results.
+    gpu.process.send_signal(signal.SIGTERM)
+    assert gpu.process.wait(30) == 0
+    assert reached < len(rows)
+    pipeline.start("gpu", *args)
+    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
+    copies: dict[str, int] = {}
+    for msg in read_topics(pipeline.settings, [pipeline.topics.results]):  # read_committed, not deduplicated
+        copies[key(msg)] = copies.get(key(msg), 0) + 1
+    assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
+    assert set(copies.values()) == {1}
+
+
+@pytest.mark.slow
+def test_workers_ride_out_a_short_broker_outage(
+    pipeline: RunningPipeline, tiny: TinyModel, embedded_broker: EmbeddedBroker | None, tmp_path: Path
+) -> None:
+    if embedded_broker is None:
+        pytest.skip("needs the embedded broker, to freeze it")
+    rows = example_lines(1200)
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    follow_until(pipeline, pipeline.topics.results, job_id, 100)
+    os.kill(embedded_broker.pid, signal.SIGSTOP)  # the broker stops answering; its connections stay open
+    try:
+        time.sleep(5)
+        pipeline.check_workers()  # still running, not crashed
+    finally:
+        os.kill(embedded_broker.pid, signal.SIGCONT)
+    finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
