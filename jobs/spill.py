@@ -149,8 +149,10 @@ class ResultSpill:
             yield decode(value, DeadLetter) if dead else decode(value, InferenceResult)
 
     def example(self) -> InferenceResult | None:
-        """Any one result of the job (it sets the columns of a columnar output), None if it has none."""
-        row = self._db.execute("SELECT value FROM records WHERE dead = 0 LIMIT 1").fetchone()
+        """The job's result of the lowest record id (it sets the columns of a columnar output), None
+        if it has none. Ordered on purpose: a rowid table's scan is in insertion order, and the
+        result that sets the columns would change with the order the topics gave."""
+        row = self._db.execute("SELECT value FROM records WHERE dead = 0 ORDER BY record_id LIMIT 1").fetchone()
         return None if row is None else decode(row[0], InferenceResult)
 
     def close(self) -> None:
