@@ -29,10 +29,11 @@ import numpy as np
 from gpu_consumer.batcher import BatchPolicy, default_window, make_batch, pad_batch, plan_batches
 from gpu_consumer.engine import Engine, make_engine
 from gpu_consumer.postprocess import postprocess
+from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model, watch_job
 from jobs.reports.profile import profile
-from jobs.submit import JobInput, submit
+from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from preprocess_app.models import load_tokenizer

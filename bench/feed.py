@@ -37,9 +37,10 @@ from bench.feed_processes import drain_processes, worker_process
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import measure_cost
 from gpu_consumer.worker import serve
+from jobs.job_input import JobInput
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
-from jobs.submit import JobInput, submit
+from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_consumer
 from kafka_io.offsets import end_offsets, reset_group_offsets

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from bench.decoupling import EXAMPLE, machine
 from bench.procfs import status_field
+from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model, watch_job
-from jobs.submit import JobInput, submit
+from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import default_repository

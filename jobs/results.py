@@ -19,6 +19,7 @@ from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 from schemas.attributes import attribute_values
+from schemas.serde import decode_fields
 
 
 class JobFold(Protocol):
@@ -76,6 +77,9 @@ class JobOutcome:
         """Fold consumed messages in; returns how many new records of this job they completed."""
         before = self.done
         for msg in messages:
+            job_id = msg.job_id  # other jobs' records skipped by their header, without decoding them
+            if job_id is not None and job_id != self.job_id:
+                continue
             if msg.topic == topics.results:
                 self._add_result(msg.value)
             elif msg.topic == topics.dead_letters:
@@ -83,24 +87,28 @@ class JobOutcome:
         return self.done - before
 
     def _add_result(self, value: bytes) -> None:
+        # The fields first: a wait keeps only each record's version, and makes no InferenceResult.
         try:
-            result = decode(value, InferenceResult)
+            fields = decode_fields(value, InferenceResult)
         except SerdeError:
             return  # not ours to judge here; the results topic is written only by GPU workers
-        if result.job_id != self.job_id or self.model_version not in (None, result.model_version):
+        version, record_id = fields["model_version"], fields["record_id"]
+        if fields["job_id"] != self.job_id or self.model_version not in (None, version):
             return
-        if self.submission is not None and result.timestamps.get("submitted", self.submission) != self.submission:
+        if self.submission is not None and fields["timestamps"].get("submitted", self.submission) != self.submission:
             return
-        kept = self.versions.get(result.record_id)
-        if kept is not None and version_key(result.model_version) <= version_key(kept):
-            self.duplicates += kept == result.model_version
+        kept = self.versions.get(record_id)
+        if not wins_over(version, kept):
+            self.duplicates += kept == version
             return
-        self.dead.pop(result.record_id, None)  # a retried record that succeeded is not dead
-        self.versions[result.record_id] = result.model_version
-        if self.keep_results:
-            self.results[result.record_id] = result
-        if self.keep_timings:
-            self.timings.put(result)
+        self.dead.pop(record_id, None)  # a retried record that succeeded is not dead
+        self.versions[record_id] = version
+        if self.keep_results or self.keep_timings:
+            result = InferenceResult.from_avro(fields)
+            if self.keep_results:
+                self.results[record_id] = result
+            if self.keep_timings:
+                self.timings.put(result)
 
     def _add_dead(self, value: bytes) -> None:
         try:
@@ -123,6 +131,13 @@ class JobOutcome:
 def version_key(version: str) -> tuple[int, int | str]:
     """Numeric versions in numeric order (Triton's convention), others after them by name."""
     return (0, int(version)) if version.isdigit() else (1, version)
+
+
+def wins_over(version: str, kept: str | None) -> bool:
+    """Which result of a record wins, for JobOutcome and ResultSpill alike: the first copy is kept,
+    and a later result replaces it only with a newer model version (kept None: nothing is kept,
+    or only a dead letter, which any result replaces)."""
+    return kept is None or version_key(version) > version_key(kept)
 
 
 def dead_seq(letter: DeadLetter) -> float:

@@ -20,9 +20,11 @@ from typing import Any
 import click
 
 from jobs.exit_codes import ExitCode
+from jobs.input_problems import InvalidInputError, UnusableInputError
+from jobs.job_input import JobInput
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, output_format
 from jobs.progress import Progress
-from jobs.submit import BacklogRefusedError, InvalidInputError, JobInput, UnusableInputError, job_id_problem
+from jobs.submit import BacklogRefusedError, job_id_problem
 from kafka_io.clients import check_not_refused
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES

@@ -13,13 +13,14 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.job_input import JobInput, check_input
 from jobs.kept import KeptColumns
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
 from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
-from jobs.submit import JobInput, SubmitReport, check_input, pipeline_topics, submit
+from jobs.submit import SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import AdminClient, check_not_refused, make_admin
 from kafka_io.errors import KAFKA_FAULTS

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from jobs.job_input import JobInput
 from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.scheduling.metrics import SchedulerMetrics
 from jobs.scheduling.schedules import TickClaims
-from jobs.submit import JobInput, submit
+from jobs.submit import submit
 from kafka_io.clients import Producer, make_producer
 from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError
 from kafka_io.produce import produce_all

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jobs.cli.options import opened_input
-from jobs.submit import JobInput
+from jobs.job_input import JobInput
 from producers import InputRecord
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.submit import JobInput, detect_kind
+from jobs.job_input import JobInput, detect_kind
 from producers import InputError
 from producers.images import (
     ImageFileError,

@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.columnar import write_columnar
+from jobs.input_problems import InvalidInputError, UnusableInputError
+from jobs.job_input import JobInput, check_input
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from jobs.results import write_items
-from jobs.submit import InvalidInputError, JobInput, UnusableInputError, check_input
 from producers.images import ImageRecord
 from producers.inputs import MAX_TEXT_BYTES, InputError, InputRecord
 from producers.table_rows import Columns

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all
 from jobs.launch.runner import watch_job
-from jobs.submit import JobInput, submit
+from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.offsets import end_offsets
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings, Topics

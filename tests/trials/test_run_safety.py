@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.job_input import JobInput
 from jobs.launch.runner import run_job
-from jobs.submit import JobInput
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE

@@ -1,0 +1,286 @@
+"""A job's input (a file, a folder, a glob of them, a table or stdin) as one source of records:
+read twice, once to validate it whole and once to encode and produce each valid record."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from jobs.input_problems import (
+    InvalidInputError,
+    UnusableInputError,
+    compressed_input,
+    fifo_advice,
+    kept_columns_problem,
+    unreadable_input,
+)
+from kafka_io.records import OutRecord, job_record
+from kafka_io.settings import Topics
+from producers import InputError, InputFormat, InputRecord, read_text_input
+from producers.images import (
+    MAX_IMAGE_BYTES,
+    ImageFileError,
+    ImageRecord,
+    is_image_path,
+    left_out_files,
+    read_image_file,
+    read_image_folder,
+    read_image_jsonl,
+)
+from producers.table_rows import DEFAULT_COLUMNS, Columns, kept_schema, read_tables, table_kind
+from producers.tables import TableFormat, table_files, table_format
+from schemas import RawImage, encode, now_us
+from schemas.raw_text_bytes import RawTextBytes
+
+InputKind = Literal["auto", "text", "image"]
+
+
+def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
+    """The table files `path` names: itself (a .parquet, .csv, ... or any file with a table
+    --format), or a folder's table files when it holds no image; else ()."""
+    if fmt in ("jsonl", "lines"):
+        return ()
+    if path.is_dir():
+        files = table_files(path)
+        return tuple(files) if files and not any(is_image_path(p) for p in path.rglob("*")) else ()
+    return (path,) if fmt != "auto" or table_format(path) is not None else ()
+
+
+def detect_kind(path: Path) -> Literal["text", "image"]:
+    """A folder or an image file is images; a JSONL whose first object has "image" is images; else text."""
+    if path.is_dir() or is_image_path(path):
+        return "image"
+    if path.suffix.lower() in (".jsonl", ".ndjson") and path.is_file():
+        with path.open("rb") as f:
+            for raw in f:
+                if raw.strip():
+                    try:
+                        first = json.loads(raw)
+                    except ValueError:
+                        return "text"  # the text reader reports the line
+                    return "image" if isinstance(first, dict) and "image" in first else "text"
+    return "text"
+
+
+def check_input(source: JobInput, validated: tuple[int, list[InputError]], skip_invalid: bool) -> None:
+    """UnusableInputError when the input as a whole cannot be a job, InvalidInputError when some
+    record is invalid and skip_invalid is off; a job is only submitted past both."""
+    valid, errors = validated
+    wholes = {str(p) for p in (source.parts or (source.path,)) if not p.is_dir()}
+    whole = next((e for e in errors if e.line == 0 and e.path in wholes), None)
+    if whole is not None:
+        advice = f" ({fifo_advice(Path(whole.path))})" if "is a FIFO" in whole.reason else ""
+        raise UnusableInputError(f"{whole}: nothing was submitted{advice}")
+    if errors and not skip_invalid:
+        raise InvalidInputError(errors)
+    if valid == 0:
+        what = "images" if source.kind == "image" and source.path.is_dir() else "records"
+        if errors:
+            raise UnusableInputError(
+                f"{source.path}: none of its {what} is valid ({len(errors)} invalid): nothing was submitted", errors
+            )
+        raise UnusableInputError(f"{source.path} holds no {what}: nothing was submitted")
+
+
+@dataclass(frozen=True)
+class JobInput:
+    """An input file, folder or '-' for stdin, read twice: once to validate, once to produce."""
+
+    path: Path
+    kind: Literal["text", "image"]
+    fmt: InputFormat = "auto"
+    max_image_bytes: int = MAX_IMAGE_BYTES
+    _stdin: bytes | None = None
+    # Several files or folders read as one job (a scheduled input's glob); each record id is
+    # prefixed with its file's path relative to the others, so ids stay unique across files.
+    parts: tuple[Path, ...] = ()
+    follow_symlinks: bool = False  # folder inputs: read symlinks that lead out of the folder
+    columns: Columns = DEFAULT_COLUMNS
+    # The input's table files (Parquet, CSV, Arrow) read as one table: row numbers and ids run
+    # across them, so a folder or glob of tables needs no file prefix on its ids.
+    tables: tuple[Path, ...] = ()
+
+    @classmethod
+    def open(
+        cls,
+        name: str,
+        fmt: InputFormat = "auto",
+        kind: InputKind = "auto",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
+        follow_symlinks: bool = False,
+        columns: Columns = DEFAULT_COLUMNS,
+    ) -> JobInput:
+        if name == "-":
+            return cls(
+                Path("<stdin>"),
+                "text",
+                "lines" if fmt == "auto" else fmt,
+                max_image_bytes,
+                sys.stdin.buffer.read(),
+                columns=columns,
+            )
+        problem = kept_columns_problem(columns)
+        if problem:
+            raise UnusableInputError(problem)
+        path = Path(name)
+        if glob.has_magic(name) and not path.exists():  # a quoted glob: every file it matches, as one job
+            return cls.matching(name, fmt, kind, max_image_bytes, columns)
+        # a FIFO or device named .parquet is refused by name later, never opened: reading its schema hung
+        tables = table_parts(path, fmt) if unreadable_input(path, folder_ok=True) is None else ()
+        if tables:
+            kind = table_kind(tables, columns, _table_fmt(fmt)) if kind == "auto" else kind
+            return cls(path, kind, fmt, max_image_bytes, columns=columns, tables=tables)
+        kind = detect_kind(path) if kind == "auto" else kind
+        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks, columns=columns)
+
+    @classmethod
+    def matching(
+        cls,
+        pattern: str,
+        fmt: InputFormat = "auto",
+        kind: InputKind = "auto",
+        max_image_bytes: int = MAX_IMAGE_BYTES,
+        columns: Columns = DEFAULT_COLUMNS,
+    ) -> JobInput:
+        """What a glob (or plain path) names now, as one input; UnusableInputError (a ValueError)
+        if nothing usable matches."""
+        paths = [Path(p) for p in sorted(glob.glob(pattern))] if glob.has_magic(pattern) else [Path(pattern)]
+        paths = [p for p in paths if p.exists()]
+        if not paths:
+            missing = f"{pattern}: matches no file" if glob.has_magic(pattern) else f"{pattern}: no such file"
+            raise UnusableInputError(missing)
+        if len(paths) == 1:
+            return cls.open(str(paths[0]), fmt, kind, max_image_bytes, columns=columns)
+        tables = [table_parts(p, fmt) for p in paths]
+        if all(tables):
+            files = tuple(f for part in tables for f in part)
+            kind = table_kind(files, columns, _table_fmt(fmt)) if kind == "auto" else kind
+            return cls(Path(pattern), kind, fmt, max_image_bytes, columns=columns, tables=files)
+        if any(tables):
+            raise UnusableInputError(
+                f"{pattern}: matches both table files (Parquet, CSV, Arrow) and others; one job reads one kind"
+            )
+        kinds = {detect_kind(p) for p in paths}
+        if len(kinds) > 1:
+            raise ValueError(f"{pattern}: matches both text and image inputs; one job holds one kind")
+        return cls(Path(pattern), kinds.pop(), parts=tuple(paths), columns=columns)
+
+    def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        if self.parts:
+            return self._read_parts()
+        if self.tables:
+            return self._read_tables()
+        if self._stdin is None:
+            problem = unreadable_input(self.path, folder_ok=self.kind == "image")
+            if problem is None and not (self.path.is_dir() or is_image_path(self.path)):
+                with self.path.open("rb") as f:
+                    problem = compressed_input(f.read(10), str(self.path))
+        else:
+            problem = compressed_input(self._stdin[:10], "FILE")
+        if problem:
+            return iter([InputError(str(self.path), 0, problem)])
+        if self.kind == "image":
+            if self.path.is_dir() or is_image_path(self.path):
+                return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
+            return read_image_jsonl(self.path, self.max_image_bytes)
+        stream = io.BytesIO(self._stdin) if self._stdin is not None else None
+        return read_text_input(self.path, self.fmt, stream, self.columns.text_field, self.columns.id_field)
+
+    def _read_tables(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        for part in self.tables:
+            problem = unreadable_input(part, folder_ok=False)
+            if problem:
+                return iter([InputError(str(part), 0, problem)])
+        return read_tables(self.tables, self.columns, self.kind, self.max_image_bytes, _table_fmt(self.fmt))
+
+    def kept_schema(self) -> bytes | None:
+        """The kept columns' Arrow schema (IPC bytes) for the job's registry row, from which its
+        outputs learn each kept column's type; None when no column is kept."""
+        schema = kept_schema(self.tables, self.columns, _table_fmt(self.fmt)) if self.tables else None
+        return None if schema is None else schema.serialize().to_pybytes()
+
+    def _read_parts(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        common = Path(os.path.commonpath(self.parts))  # matching() makes parts only of two or more
+        for part in self.parts:
+            prefix = part.relative_to(common).as_posix()
+            for item in replace(self, path=part, parts=()).read():
+                yield item if isinstance(item, InputError) else replace(item, record_id=f"{prefix}:{item.record_id}")
+
+    def left_out(self) -> list[Path]:
+        """Files in an image folder that are not images by name, so not part of the job: worth a
+        note, since a folder of .heic photos would otherwise run as an empty job."""
+        if self.kind != "image" or self.tables:
+            return []
+        folders = [p for p in (self.parts or (self.path,)) if p.is_dir()]
+        return [f for folder in folders for f in left_out_files(folder, follow_symlinks=self.follow_symlinks)]
+
+    def validate(self) -> tuple[int, list[InputError]]:
+        """(valid records, problems) without keeping the records in memory."""
+        valid, errors = 0, []
+        for item in self.read():
+            if isinstance(item, InputError):
+                errors.append(item)
+            else:
+                valid += 1
+        return valid, errors
+
+    def raw_topic(self, topics: Topics) -> str:
+        return topics.raw_image if self.kind == "image" else topics.raw_text
+
+    def out_records(
+        self,
+        job_id: str,
+        model: str,
+        topic: str,
+        late: list[InputError] | None = None,
+        submitted_at: int | None = None,
+    ) -> Iterator[OutRecord]:
+        """The valid records, encoded. What is invalid now is left out and added to `late`: with
+        validation run just before, that is an image that changed since (gone, replaced by something
+        that is not a regular file, or grown past the cap). `submitted_at` names the submission (the
+        registry row's), which every stage carries on, so a cancellation skips only the submission
+        it names."""
+        submitted_at = submitted_at if submitted_at is not None else now_us()
+        seq = 0
+        raw_text = RawTextBytes(job_id, model, submitted_at)
+        for item in self.read():
+            if isinstance(item, InputError):
+                if late is not None:
+                    late.append(item)
+                continue
+            if isinstance(item, ImageRecord):
+                try:
+                    data = item.data if item.data is not None else read_image_file(item.path, self.max_image_bytes)
+                except ImageFileError as exc:
+                    if late is not None:
+                        late.append(InputError(str(self.path if item.line else item.path), item.line, str(exc)))
+                    continue
+                value = encode(
+                    RawImage(
+                        job_id,
+                        item.record_id,
+                        seq,
+                        model,
+                        data,
+                        item.content_type,
+                        str(item.path),
+                        submitted_at,
+                        item.attributes,
+                    )
+                )
+            else:
+                # encode(RawText(...))'s bytes without fastavro's per-call schema walk: the hot loop of a submit
+                value = raw_text(item.record_id, seq, item.text, item.attributes)
+            yield job_record(topic, value, job_id, item.record_id, submitted_at)
+            seq += 1
+
+
+def _table_fmt(fmt: InputFormat) -> TableFormat | None:
+    return None if fmt in ("auto", "jsonl", "lines") else fmt  # type: ignore[return-value]

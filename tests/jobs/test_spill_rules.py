@@ -1,0 +1,56 @@
+"""ResultSpill (on disk) and JobOutcome (in memory) keep the same result of each record: one rule,
+jobs.results.wins_over, for redelivered copies, newer model versions and retried dead letters."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jobs.results import JobOutcome
+from jobs.spill import ResultSpill
+from kafka_io.records import ConsumedRecord, OutRecord, job_record
+from kafka_io.settings import Topics
+from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
+
+
+def result(topic: str, job_id: str, i: int, version: str) -> OutRecord:
+    embedding = Tensor.from_array("embedding", np.full(4, i, np.float32))
+    value = encode(InferenceResult(job_id, f"r{i}", i, "tiny", version, (embedding,), "b", 1))
+    return job_record(topic, value, job_id, f"r{i}")
+
+
+def dead(topics: Topics, job_id: str, i: int) -> OutRecord:
+    raw = encode(RawText(job_id, f"r{i}", i, "tiny", "x", 1))
+    letter = DeadLetter.from_error(
+        "preprocess", ValueError("bad"), (topics.raw_text, 0, i, raw), job_id=job_id, record_id=f"r{i}", model="tiny"
+    )
+    return job_record(topics.dead_letters, encode(letter), job_id, f"r{i}")
+
+
+def consumed(records: list[OutRecord]) -> list[ConsumedRecord]:
+    return [ConsumedRecord(r.topic, 0, i, r.value or b"", r.key, tuple(r.headers)) for i, r in enumerate(records)]
+
+
+def test_spill_and_outcome_keep_the_same_result_of_each_record() -> None:
+    topics = Topics(namespace="spill-rules")
+    records = [
+        result(topics.results, "job-r", 0, "1"),
+        result(topics.results, "job-r", 0, "2"),  # a newer version replaces the first
+        result(topics.results, "job-r", 0, "1"),  # an older one does not, and is no duplicate
+        result(topics.results, "job-r", 0, "2"),  # the kept version again: a duplicate
+        dead(topics, "job-r", 1),
+        result(topics.results, "job-r", 1, "1"),  # a retried record that succeeded is not dead
+        dead(topics, "job-r", 2),
+        dead(topics, "job-r", 2),  # a dead letter once
+        result(topics.results, "job-r", 3, "10"),
+        result(topics.results, "job-r", 3, "9"),  # numeric order: 9 < 10
+        result(topics.results, "job-x", 4, "1"),  # another job's
+    ]
+    outcome = JobOutcome("job-r")
+    outcome.add(consumed(records), topics)
+    with ResultSpill("job-r") as spill:
+        spill.add(consumed(records), topics)
+        assert (spill.done, spill.failed, spill.duplicates) == (outcome.done, outcome.failed, outcome.duplicates)
+        assert (spill.done, spill.failed, spill.duplicates) == (4, 1, 1)
+        kept = [(item.record_id, getattr(item, "model_version", None)) for item in spill.ordered()]
+    assert kept == [(item.record_id, getattr(item, "model_version", None)) for item in outcome.ordered()]
+    assert kept == [("r0", "2"), ("r1", "1"), ("r2", None), ("r3", "10")]
