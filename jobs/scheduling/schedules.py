@@ -37,6 +37,7 @@ def new_schedule(
     misfire: Misfire = "skip",
     at_us: int | None = None,
     columns: Columns = DEFAULT_COLUMNS,
+    priority: str = "batch",
 ) -> Schedule:
     if not name or "/" in name or "@" in name or name != name.strip():
         raise ScheduleSpecError(f"schedule name {name!r}: use letters, digits, '-', '_' or '.'")
@@ -46,7 +47,7 @@ def new_schedule(
         raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
     pattern = absolute_input(input_pattern)
-    return Schedule(name, cron, pattern, model, timezone, misfire, False, now, now, columns.to_json())
+    return Schedule(name, cron, pattern, model, timezone, misfire, False, now, now, columns.to_json(), priority)
 
 
 def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:
