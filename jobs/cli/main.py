@@ -180,8 +180,8 @@ def _submit(
     if topic is not None and topic != source.raw_topic(topics, priority):
         # any other topic took the records and registered a job that no worker would ever finish
         raise click.BadParameter(
-            f"{topic!r}: {source.kind} records of the {priority} lane go to {source.raw_topic(topics, priority)}, "
-            f"the topic the preprocess workers read them from (text to {topics.lane(topics.raw_text, priority)}, "
+            f"{topic!r}: {source.kind} records go to {source.raw_topic(topics, priority)}, the topic the preprocess "
+            f"workers read them from in the {priority} lane (text to {topics.lane(topics.raw_text, priority)}, "
             f"images to {topics.lane(topics.raw_image, priority)}; --priority names the lane)",
             param_hint="'TOPIC'",
         )
@@ -498,7 +498,7 @@ def produce(
         columns=columns,
         priority=priority,
     )
-    click.echo(f"produced {report.submitted} records to {topic} ({priority} lane) as job {report.job_id}", err=True)
+    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id} ({priority} lane)", err=True)
 
 
 # The other command modules define their commands standalone; the root group gathers them here.
