@@ -418,20 +418,24 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     """Latency per stage (p50/p95/p99), the bottleneck and the engine busy fraction of a job."""
     import json
 
+    from jobs.registry import JobNotFoundError, find_job
     from jobs.reports.profile import profile
     from jobs.results import read_outcome
 
-    outcome = read_outcome(
-        require_servers(bootstrap_servers), Topics(namespace), job_id, keep_results=False, keep_timings=True
-    )
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    outcome = read_outcome(settings, topics, job_id, keep_results=False, keep_timings=True)
     if not outcome.timings:
         click.echo(f"error: no results for job {job_id}", err=True)
         raise SystemExit(ExitCode.FAILED)
     report = profile(outcome.timings)
+    try:  # the lane it ran in: live records wait less behind a backfill
+        lane: str | None = find_job(settings, topics, job_id).priority
+    except JobNotFoundError:  # results of a job no longer (or never) registered
+        lane = None
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps({**report.to_dict(), "lane": lane}, indent=2))
     else:
-        click.echo("\n".join(report.lines()))
+        click.echo("\n".join([*([f"lane: {lane}"] if lane else []), *report.lines()]))
 
 
 @cli.command(name="report")
