@@ -87,7 +87,7 @@ def main() -> None:
 
             batch_before = done(settings, topics, "backfill")
             window_start = time.perf_counter()
-            live_jobs = []
+            live_jobs: list[str] = []
             while time.perf_counter() - window_start < args.window:
                 job_id = f"live-{len(live_jobs)}"
                 submit(env, live, job_id, "--priority", "live")
