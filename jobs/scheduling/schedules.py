@@ -143,6 +143,7 @@ class ScheduleView:
             "input": s.input,
             "model": s.model,
             "misfire": s.misfire,
+            "priority": s.priority,
             "state": "paused" if s.paused else "active",
             "active_since": from_us(s.active_since).isoformat(),
             "next_tick": self.next_tick.isoformat() if self.next_tick else None,
