@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.launch.runner import watch_job
 from jobs.registry import find_job, job_status
 from kafka_io.reading import read_topics
 from tests.jobs.pipeline import Pipeline
@@ -65,3 +66,23 @@ def test_produce_writes_the_lane_it_is_told_and_says_so(pipeline: Pipeline, tmp_
     assert f"produced 2 records to {live_topic} as job job-l (live lane)" in done.stderr
     assert sorted(m.key_text for m in read_topics(pipeline.settings, [live_topic])) == ["job-l/1", "job-l/2"]
     assert find_job(pipeline.settings, ns, "job-l").priority == "live"
+
+
+@pytest.mark.timeout(240)
+def test_a_live_jobs_dead_letters_name_its_lane_and_dlq_replay_puts_them_back_there(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    ns = pipeline.topics
+    live_raw = ns.lane(ns.raw_text, "live")
+    rows = example_lines(6)  # model "absent" is in no repository: every record is dead-lettered
+    job = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--priority", "live", model="absent")
+    pipeline.start("preprocess", "preprocess")
+    outcome, _ = watch_job(pipeline.settings, ns, job, len(rows), check=pipeline.check_workers, timeout_s=120)
+    assert len(outcome.dead) == len(rows)
+    assert {letter.source_topic for letter in outcome.dead.values()} == {live_raw}
+    replayed = pipeline.cli("dlq", "replay", "--job", job)
+    assert replayed.returncode == 0, replayed.stderr
+    # a replayed record carries its key (job/record), not the submission's headers
+    in_live = [m for m in read_topics(pipeline.settings, [live_raw]) if m.key_text.startswith(f"{job}/")]
+    assert len(in_live) == 2 * len(rows)  # the submission and its replay, both in the live lane
+    assert not [m for m in read_topics(pipeline.settings, [ns.raw_text]) if m.key_text.startswith(f"{job}/")]
