@@ -34,7 +34,7 @@ from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priority, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from preprocess_app.image import preprocess_images
-from preprocess_app.lanes import held_lanes, model_of_tensors, topic_lane
+from preprocess_app.lanes import batch_topic, held_lanes, model_of_tensors, topic_lane
 from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
@@ -182,7 +182,8 @@ def create_app(
         metrics.batch(topic, len(sources), time.perf_counter() - started, topic_lane(topics, topic))
         new = {r.topic for r in out} - known_topics
         if new:
-            ensure_topics(settings, [TopicSpec(t) for t in new])
+            # both lanes of a model's tensors at once, born alike: the GPU group reads the pair
+            ensure_topics(settings, [s for t in new for s in lanes(topics, TopicSpec(batch_topic(topics, t)))])
             known_topics.update(new)
         producer.send(out, confirm)
         return out
