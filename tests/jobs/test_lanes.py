@@ -86,3 +86,21 @@ def test_a_live_jobs_dead_letters_name_its_lane_and_dlq_replay_puts_them_back_th
     in_live = [m for m in read_topics(pipeline.settings, [live_raw]) if m.key_text.startswith(f"{job}/")]
     assert len(in_live) == 2 * len(rows)  # the submission and its replay, both in the live lane
     assert not [m for m in read_topics(pipeline.settings, [ns.raw_text]) if m.key_text.startswith(f"{job}/")]
+
+
+@pytest.mark.timeout(180)
+def test_a_cancelled_live_job_is_skipped_in_its_lane(pipeline: Pipeline, tiny: TinyModel, tmp_path: Path) -> None:
+    ns = pipeline.topics
+    job = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", example_lines(8)), "--priority", "live")
+    cancelled = pipeline.cli("cancel", job)
+    assert cancelled.returncode == 0, cancelled.stderr
+    done = submit(pipeline, write_jsonl(tmp_path / "after.jsonl", example_lines(3)), "--priority", "live")
+    pipeline.start("preprocess", "preprocess")
+    deadline = time.monotonic() + 120  # a bound on a hang: the later live job shows the lane was read
+    while len(tensor_keys(pipeline, "live", done)) < 3:
+        pipeline.check_workers()
+        assert time.monotonic() < deadline, "the live lane was never preprocessed"
+        time.sleep(0.5)
+    assert not tensor_keys(pipeline, "live", job)  # skipped, never preprocessed
+    status = job_status(pipeline.settings, ns, job)
+    assert status.state.value == "cancelled" and status.counts()["cancelled"] == 8
