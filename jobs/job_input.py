@@ -22,7 +22,7 @@ from jobs.input_problems import (
     unreadable_input,
 )
 from kafka_io.records import OutRecord, job_record
-from kafka_io.settings import Topics
+from kafka_io.settings import DEFAULT_PRIORITY, Priority, Topics
 from producers import InputError, InputFormat, InputRecord, read_text_input
 from producers.images import (
     MAX_IMAGE_BYTES,
@@ -231,8 +231,8 @@ class JobInput:
                 valid += 1
         return valid, errors
 
-    def raw_topic(self, topics: Topics) -> str:
-        return topics.raw_image if self.kind == "image" else topics.raw_text
+    def raw_topic(self, topics: Topics, priority: Priority = DEFAULT_PRIORITY) -> str:
+        return topics.lane(topics.raw_image if self.kind == "image" else topics.raw_text, priority)
 
     def out_records(
         self,

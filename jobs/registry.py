@@ -17,7 +17,7 @@ from jobs.progress import Progress, format_eta
 from jobs.results import JobOutcome
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings, Priority, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
 from schemas import Job, encode, now_us
@@ -73,7 +73,7 @@ class JobStatus:
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
         """Fold records in as they come: a whole topic read streams through, none is held."""
-        tensors = topics.tensors(self.job.model)
+        tensors = job_tensors_topic(topics, self.job)
         for msg in messages:
             if msg.topic == tensors:
                 if msg.job_id == self.job.job_id and self._of_submission(msg.headers):
@@ -115,6 +115,7 @@ class JobStatus:
             "job_id": self.job.job_id,
             "model": self.job.model,
             "input": self.job.input,
+            "priority": self.job.priority,
             "schedule": self.job.schedule,
             "state": self.state.value,
             "error": self.job.error,
@@ -129,7 +130,8 @@ class JobStatus:
         c = self.counts()
         now = time.monotonic()
         return (
-            f"{self.job.job_id} {self.state.value}: {self.done}/{c['submitted']} done "
+            f"{self.job.job_id} {self.state.value}{' (live lane)' if self.job.priority == 'live' else ''}: "
+            f"{self.done}/{c['submitted']} done "
             f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
             + (f", cancelled {c['cancelled']}" if c["cancelled"] else "")
             + ")"
@@ -137,8 +139,17 @@ class JobStatus:
         )
 
 
+def job_tensors_topic(topics: Topics, job: Job) -> str:
+    """The tensors topic of the job's lane: its records are preprocessed into that lane only."""
+    return topics.lane(topics.tensors(job.model), lane_of(job))
+
+
+def lane_of(job: Job) -> Priority:
+    return "live" if job.priority == "live" else "batch"
+
+
 def status_topics(topics: Topics, job: Job) -> list[str]:
-    return [topics.tensors(job.model), topics.results, topics.dead_letters]
+    return [job_tensors_topic(topics, job), topics.results, topics.dead_letters]
 
 
 def job_status(settings: KafkaSettings, topics: Topics, job_id: str, keep_timings: bool = False) -> JobStatus:

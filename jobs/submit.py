@@ -13,8 +13,8 @@ from kafka_io.clients import make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
 from kafka_io.offsets import group_lag
 from kafka_io.produce import produce_all
-from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.settings import DEFAULT_PRIORITY, KafkaSettings, Priority, Topics
+from kafka_io.topics import TopicSpec, ensure_topics, lanes
 from producers import InputError
 from schemas import Job, now_us
 from schemas.model_config import check_model_name
@@ -56,17 +56,26 @@ def new_job_id() -> str:
     return f"job-{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def backlog(settings: KafkaSettings, topics: Topics, model: str, raw_topic: str) -> dict[str, int]:
-    """Records submitted but not yet consumed: by the preprocess app, and by the model's GPU group."""
+def backlog(
+    settings: KafkaSettings, topics: Topics, model: str, raw_topic: str, priority: Priority = DEFAULT_PRIORITY
+) -> dict[str, int]:
+    """Records submitted but not yet consumed, in the job's lane: by the preprocess app, and by the
+    model's GPU group (a live job is not refused for a batch backfill it will overtake)."""
+    tensors = topics.lane(topics.tensors(model), priority)
     return {
         raw_topic: group_lag(settings, topics.preprocess_app_id, raw_topic),
-        topics.tensors(model): group_lag(settings, topics.gpu_group(model), topics.tensors(model)),
+        tensors: group_lag(settings, topics.gpu_group(model), tensors),
     }
 
 
 def pipeline_topics(topics: Topics, model: str) -> list[TopicSpec]:
-    names = (topics.raw_text, topics.raw_image, topics.tensors(model), topics.results, topics.dead_letters)
-    return [TopicSpec(t) for t in names]
+    """Every topic a job of `model` goes through; each stage topic in both lanes."""
+    stages = (topics.raw_text, topics.raw_image, topics.tensors(model))
+    return [
+        *(s for t in stages for s in lanes(topics, TopicSpec(t))),
+        TopicSpec(topics.results),
+        TopicSpec(topics.dead_letters),
+    ]
 
 
 def submit(
@@ -82,6 +91,7 @@ def submit(
     max_backlog: int | None = None,
     schedule: str | None = None,
     attributes: dict[str, str] | None = None,
+    priority: Priority = DEFAULT_PRIORITY,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job.
 
@@ -92,7 +102,7 @@ def submit(
     valid, errors = validated or source.validate()
     check_input(source, (valid, errors), skip_invalid)
     job_id = job_id or new_job_id()
-    topic = topic or source.raw_topic(topics)
+    topic = topic or source.raw_topic(topics, priority)
     ensure_topics(settings, [*pipeline_topics(topics, model), TopicSpec(topic)])
     if max_backlog is not None and valid > max_backlog:  # no wait and no worker would ever let it in
         raise BacklogRefusedError(
@@ -100,7 +110,7 @@ def submit(
             "split it into jobs of at most that many records, or raise --max-backlog"
         )
     if max_backlog is not None:
-        current = backlog(settings, topics, model, topic)
+        current = backlog(settings, topics, model, topic, priority)
         if sum(current.values()) + valid > max_backlog:
             waiting = ", ".join(f"{t}: {n}" for t, n in current.items())
             raise BacklogRefusedError(
@@ -136,6 +146,7 @@ def submit(
             attributes=attributes or {},
             submission=submitted_at,
             columns=source.kept_schema(),
+            priority=priority,
         ),
     )
     known = set(errors)

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 from kafka_io.clients import make_admin
 from kafka_io.errors import BrokerUnavailableError, TopicConfigError
 from kafka_io.limits import MAX_RECORD_BYTES
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import PRIORITIES, KafkaSettings, Topics
 
 DEFAULT_PARTITIONS = 4
 
@@ -25,6 +25,14 @@ class TopicSpec:
     partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = 1
     config: tuple[tuple[str, str], ...] = ()
+
+
+def lanes(topics: Topics, spec: TopicSpec) -> list[TopicSpec]:
+    """A stage topic (raw text/image, a model's tensors) in every lane: the live twin is born with
+    the batch topic's partitions and config, so the group reading both scales the same on each."""
+    return [
+        TopicSpec(topics.lane(spec.name, p), spec.partitions, spec.replication_factor, spec.config) for p in PRIORITIES
+    ]
 
 
 def jobs_topic(topics: Topics) -> TopicSpec:

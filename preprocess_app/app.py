@@ -31,9 +31,10 @@ from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
-from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
+from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priority, Topics
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from preprocess_app.image import preprocess_images
+from preprocess_app.lanes import batch_topic, held_lanes, model_of_tensors, topic_lane
 from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
@@ -164,12 +165,13 @@ def create_app(
     async def refresh_lag() -> None:
         await metrics.refresh_lag(app.consumer)
 
-    async def wait_for_gpus() -> None:
-        if max_tensor_lag is None or max(lag.values(), default=0) <= max_tensor_lag:
+    async def wait_for_gpus(lane: Priority) -> None:
+        """Backpressure per lane: a backfill whose GPU group lags holds the batch lane only."""
+        if lane not in held_lanes(lag, topics, max_tensor_lag):
             return
-        log.warning("backpressure: GPU lag %s over %d records; pausing", lag, max_tensor_lag)
+        log.warning("backpressure: GPU lag %s over %d records; pausing the %s lane", lag, max_tensor_lag, lane)
         metrics.paused(True)
-        while max(lag.values(), default=0) > max_tensor_lag:
+        while lane in held_lanes(lag, topics, max_tensor_lag):
             await asyncio.sleep(0.2)
         metrics.paused(False)
 
@@ -177,10 +179,11 @@ def create_app(
         """On an executor thread: preprocess a batch and hand its outputs to the producer."""
         started = time.perf_counter()
         out = step(sources)
-        metrics.batch(topic, len(sources), time.perf_counter() - started)
+        metrics.batch(topic, len(sources), time.perf_counter() - started, topic_lane(topics, topic))
         new = {r.topic for r in out} - known_topics
         if new:
-            ensure_topics(settings, [TopicSpec(t) for t in new])
+            # both lanes of a model's tensors at once, born alike: the GPU group reads the pair
+            ensure_topics(settings, [s for t in new for s in lanes(topics, TopicSpec(batch_topic(topics, t)))])
             known_topics.update(new)
         producer.send(out, confirm)
         return out
@@ -204,8 +207,9 @@ def create_app(
                 await stream.ack(event)
             in_flight.release()
 
+        lane = topic_lane(topics, topic)
         async for events in tick_take(stream, batch_size, batch_within_s):
-            await wait_for_gpus()
+            await wait_for_gpus(lane)
             await in_flight.acquire()
             confirmed: asyncio.Future[str | None] = loop.create_future()
 
@@ -238,15 +242,23 @@ def create_app(
     texts = functools.partial(preprocess_texts, models=models, topics=topics)
     images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
 
-    @app.agent(app.topic(topics.raw_text, value_serializer="raw", key_serializer="raw"))
-    async def preprocess_text(stream: Any) -> None:
-        await run_batches(stream, texts, text_batch, topics.raw_text)
-
-    @app.agent(app.topic(topics.raw_image, value_serializer="raw", key_serializer="raw"))
-    async def preprocess_image(stream: Any) -> None:
-        await run_batches(stream, images, image_batch, topics.raw_image)
-
+    # One agent per kind and lane, live first: each has its own stream buffer (faust stops
+    # fetching a partition whose buffer fills, that partition only) and its own backpressure, so
+    # live records never queue behind a backfill. The same group reads every lane's topic.
+    for lane in PRIORITIES:
+        for raw, step, size in ((topics.raw_text, texts, text_batch), (topics.raw_image, images, image_batch)):
+            add_agent(app, topics.lane(raw, lane), step, size, run_batches)
     return app
+
+
+def add_agent(app: faust.App, topic: str, step: Step, batch_size: int, run_batches: Any) -> None:
+    """An agent reading `topic` in batches of `batch_size`, named after the topic (faust keys agents by name)."""
+
+    async def preprocess(stream: Any) -> None:
+        await run_batches(stream, step, batch_size, topic)
+
+    preprocess.__name__ = preprocess.__qualname__ = f"preprocess_{topic.replace('.', '_').replace('-', '_')}"
+    app.agent(app.topic(topic, value_serializer="raw", key_serializer="raw"), name=preprocess.__name__)(preprocess)
 
 
 def pairs(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
@@ -265,8 +277,7 @@ def fail(reason: str) -> NoReturn:
 
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:
     """Records each model's GPU group has yet to consume from its tensor topic."""
-    prefix = topics.tensors("")
-    return {t: group_lag(settings, topics.gpu_group(t[len(prefix) :]), t) for t in tensor_topics}
+    return {t: group_lag(settings, topics.gpu_group(model_of_tensors(topics, t)), t) for t in tensor_topics}
 
 
 def run_worker(
@@ -288,11 +299,9 @@ def run_worker(
     credentials = faust_credentials(settings.extra)  # settings faust cannot apply: refused before connecting
     reports = preprocess_metrics(metrics)
     check_reachable(settings)
-    ensure_topics(
-        settings,
-        [*(TopicSpec(t) for t in (topics.raw_text, topics.raw_image, topics.dead_letters)), jobs_topic(topics)],
-    )
-    sole = {t: partitions_of(settings, t) for t in (topics.raw_text, topics.raw_image)} if sole_consumer else None
+    raws = [s for t in (topics.raw_text, topics.raw_image) for s in lanes(topics, TopicSpec(t))]
+    ensure_topics(settings, [*raws, TopicSpec(topics.dead_letters), jobs_topic(topics)])
+    sole = {s.name: partitions_of(settings, s.name) for s in raws} if sole_consumer else None
     # faust keeps table state in its data folder; this worker has no tables, so the folder is
     # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:

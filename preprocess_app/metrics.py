@@ -11,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, serve_metrics
 from kafka_io.records import OutRecord
@@ -28,6 +28,11 @@ PREPROCESS_SECONDS = Histogram(
     ["topic"],
     buckets=BATCH_SECONDS_BUCKETS,
 )
+LANE_RECORDS = Counter(
+    "nearline_preprocess_lane_records",
+    "Raw records preprocessed, by priority lane (live, batch): what each lane got of the worker.",
+    ["lane"],
+)
 BACKPRESSURE_PAUSED = Gauge(
     "nearline_backpressure_paused",
     "1 while preprocessing waits for a GPU group that lags more than --max-tensor-lag records, else 0.",
@@ -37,7 +42,7 @@ BACKPRESSURE_PAUSED = Gauge(
 class PreprocessMetrics:
     """What the preprocess worker reports. This base reports nothing: the worker without --metrics-port."""
 
-    def batch(self, topic: str, consumed: int, seconds: float) -> None:
+    def batch(self, topic: str, consumed: int, seconds: float, lane: str = "batch") -> None:
         """A batch of `consumed` raw records from `topic`, preprocessed in `seconds`."""
 
     def produced(self, records: Sequence[OutRecord]) -> None:
@@ -55,9 +60,11 @@ class PrometheusPreprocessMetrics(PreprocessMetrics):
         self.traffic = Traffic(WORKER)
         BACKPRESSURE_PAUSED.set(0)
 
-    def batch(self, topic: str, consumed: int, seconds: float) -> None:
+    def batch(self, topic: str, consumed: int, seconds: float, lane: str = "batch") -> None:
         self.traffic.consumed(topic, consumed)
         PREPROCESS_SECONDS.labels(topic).observe(seconds)
+        # the lane as a label of its own, so a dashboard sums each lane across kinds
+        LANE_RECORDS.labels(lane).inc(consumed)
 
     def produced(self, records: Sequence[OutRecord]) -> None:
         self.traffic.produced_records(records)

@@ -6,6 +6,7 @@ from kafka_io.dead_letters import dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
+from preprocess_app.lanes import topic_lane
 from schemas import RawImage, RawText, TensorRecord, encode
 
 STAGE = "preprocess"
@@ -18,7 +19,9 @@ def tensor_out(topics: Topics, record: TensorRecord, src: ConsumedRecord, raw: R
     if len(value) > MAX_VALUE_BYTES:
         return dead_out(too_large(f"the tensor record of {raw.record_id}", len(value)), src, topics, raw)
     submission = record.timestamps.get("submitted")
-    return job_record(topics.tensors(record.model), value, record.job_id, record.record_id, submission)
+    # the record's lane is the topic it came in: its tensors go on in that lane
+    tensors = topics.lane(topics.tensors(record.model), topic_lane(topics, src.topic))
+    return job_record(tensors, value, record.job_id, record.record_id, submission)
 
 
 def dead_out(error: Exception, src: ConsumedRecord, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:

@@ -278,6 +278,7 @@ class Job(AvroFields):
     attributes: dict[str, str] = field(default_factory=dict)
     submission: int | None = None
     columns: bytes | None = None  # kept input columns: an Arrow IPC schema (jobs/kept.py)
+    priority: str = "batch"  # its lane, kafka_io.settings.Priority (schemas sit below kafka_io)
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,7 @@ class Schedule(AvroFields):
     active_since: int
     created_at: int
     columns: str | None = None  # JSON of producers.table_rows.Columns; None: the defaults
+    priority: str = "batch"  # the lane of the jobs it submits
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from jobs.cli.options import (
     format_option,
     opened_input,
     output_options,
+    priority_option,
     repository_option,
     require_servers,
     wait_options,
@@ -31,7 +32,7 @@ from jobs.cli.options import (
 from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat
 from jobs.submit import SubmitReport, submit
-from kafka_io.settings import Topics
+from kafka_io.settings import Priority, Topics
 from producers.table_rows import DEFAULT_COLUMNS, Columns
 
 
@@ -62,6 +63,7 @@ def cli(log_level: str) -> None:
 @format_option
 @column_options
 @batch_options
+@priority_option
 @cluster_options
 @repository_option
 def run(
@@ -82,6 +84,7 @@ def run(
     max_batch_tokens: int | None,
     max_window: int | None,
     max_linger_ms: float,
+    priority: Priority,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
@@ -126,6 +129,7 @@ def run(
                 on_progress=display,
                 timeout_s=timeout,
                 worker_grace_s=worker_grace,
+                priority=priority,
             )
     except Terminated as exc:
         display.close()
@@ -169,14 +173,16 @@ def _submit(
     max_backlog: int | None = None,
     follow_symlinks: bool = False,
     columns: Columns = DEFAULT_COLUMNS,
+    priority: Priority = "batch",
 ) -> SubmitReport:
     source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
     topics = Topics(namespace)
-    if topic is not None and topic != source.raw_topic(topics):
+    if topic is not None and topic != source.raw_topic(topics, priority):
         # any other topic took the records and registered a job that no worker would ever finish
         raise click.BadParameter(
-            f"{topic!r}: {source.kind} records go to {source.raw_topic(topics)}, the topic the preprocess "
-            f"workers read them from (text to {topics.raw_text}, images to {topics.raw_image})",
+            f"{topic!r}: {source.kind} records go to {source.raw_topic(topics, priority)}, the topic the preprocess "
+            f"workers read them from in the {priority} lane (text to {topics.lane(topics.raw_text, priority)}, "
+            f"images to {topics.lane(topics.raw_image, priority)}; --priority names the lane)",
             param_hint="'TOPIC'",
         )
     report = submit(
@@ -188,6 +194,7 @@ def _submit(
         skip_invalid=skip_invalid,
         topic=topic,
         max_backlog=max_backlog,
+        priority=priority,
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -213,6 +220,7 @@ def _submit(
 @wait_options
 @format_option
 @column_options
+@priority_option
 @cluster_options
 def submit_cmd(
     wait: bool,
@@ -228,6 +236,7 @@ def submit_cmd(
     max_image_bytes: int,
     follow_symlinks: bool,
     columns: Columns,
+    priority: Priority,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
@@ -245,6 +254,7 @@ def submit_cmd(
         max_backlog=max_backlog,
         follow_symlinks=follow_symlinks,
         columns=columns,
+        priority=priority,
     )
     click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
@@ -295,8 +305,9 @@ def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
         return
     for status in statuses:
         schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
+        lane = "\tlive" if status.job.priority == "live" else ""
         click.echo(
-            f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t{status.done}/{status.job.total}{schedule}"
+            f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t{status.done}/{status.job.total}{lane}{schedule}"
         )
 
 
@@ -407,20 +418,24 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     """Latency per stage (p50/p95/p99), the bottleneck and the engine busy fraction of a job."""
     import json
 
+    from jobs.registry import JobNotFoundError, find_job
     from jobs.reports.profile import profile
     from jobs.results import read_outcome
 
-    outcome = read_outcome(
-        require_servers(bootstrap_servers), Topics(namespace), job_id, keep_results=False, keep_timings=True
-    )
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    outcome = read_outcome(settings, topics, job_id, keep_results=False, keep_timings=True)
     if not outcome.timings:
         click.echo(f"error: no results for job {job_id}", err=True)
         raise SystemExit(ExitCode.FAILED)
     report = profile(outcome.timings)
+    try:  # the lane it ran in: live records wait less behind a backfill
+        lane: str | None = find_job(settings, topics, job_id).priority
+    except JobNotFoundError:  # results of a job no longer (or never) registered
+        lane = None
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps({**report.to_dict(), "lane": lane}, indent=2))
     else:
-        click.echo("\n".join(report.lines()))
+        click.echo("\n".join([*([f"lane: {lane}"] if lane else []), *report.lines()]))
 
 
 @cli.command(name="report")
@@ -452,6 +467,7 @@ def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespa
 @click.option("--skip-invalid", is_flag=True)
 @format_option
 @column_options
+@priority_option
 @cluster_options
 def produce(
     topic: str,
@@ -464,11 +480,13 @@ def produce(
     max_image_bytes: int,
     follow_symlinks: bool,
     columns: Columns,
+    priority: Priority,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
     """Produce raw text or image records from a file, folder or stdin to TOPIC, the raw topic of
-    their kind (raw.text or raw.image, with the namespace's prefix)."""
+    their kind (raw.text or raw.image, with the namespace's prefix) in the lane --priority names
+    (the live lane's twins are live.raw.text and live.raw.image)."""
     report = _submit(
         input_path,
         fmt,
@@ -482,8 +500,9 @@ def produce(
         topic,
         follow_symlinks=follow_symlinks,
         columns=columns,
+        priority=priority,
     )
-    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id}", err=True)
+    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id} ({priority} lane)", err=True)
 
 
 # The other command modules define their commands standalone; the root group gathers them here.

@@ -29,12 +29,14 @@ from kafka_io.clients import check_not_refused
 from kafka_io.errors import BrokerUnavailableError, MetricsPortError
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
+    DEFAULT_PRIORITY,
     ENV_BOOTSTRAP,
     ENV_METRICS_CLIENT_CA,
     ENV_METRICS_PORT,
     ENV_METRICS_TLS_CERT,
     ENV_METRICS_TLS_KEY,
     ENV_NAMESPACE,
+    PRIORITIES,
     KafkaSettings,
     MetricsEndpoint,
 )
@@ -472,6 +474,18 @@ class ProgressDisplay:
             self.stream.write("\n")
             self.stream.flush()
             self.drawn = False
+
+
+def priority_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--priority: the lane a job's records travel in. Live records are served before batch ones
+    at every stage; batch keeps a minimum share of the engine (`nearline worker gpu --batch-share`)."""
+    return click.option(
+        "--priority",
+        type=click.Choice(PRIORITIES),
+        default=DEFAULT_PRIORITY,
+        show_envvar=True,
+        help="Lane: live jobs overtake batch ones (a backfill) at every stage.",
+    )(f)
 
 
 def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:

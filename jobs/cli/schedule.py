@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from jobs.cli.columns import column_options
-from jobs.cli.options import cluster_options, require_servers
+from jobs.cli.options import cluster_options, priority_option, require_servers
 from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
 from jobs.scheduling.schedules import (
     add_schedule,
@@ -47,6 +47,7 @@ def schedule() -> None:
 )
 @click.option("--replace", "replace_existing", is_flag=True, help="Overwrite a schedule of the same name.")
 @column_options
+@priority_option
 @cluster_options
 def schedule_add(
     name: str,
@@ -57,12 +58,13 @@ def schedule_add(
     misfire: str,
     replace_existing: bool,
     columns: Columns,
+    priority: str,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
     """Add a schedule; it runs from its next tick on."""
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    created = new_schedule(name, cron, input_pattern, model, timezone, misfire, columns=columns)  # type: ignore[arg-type]
+    created = new_schedule(name, cron, input_pattern, model, timezone, misfire, columns=columns, priority=priority)  # type: ignore[arg-type]
     add_schedule(settings, topics, created, replace_existing)
     first = next_tick(created.cron, created.timezone, datetime.now(UTC))
     click.echo(f"schedule {name} added; next tick {first:%Y-%m-%d %H:%M %Z}", err=True)

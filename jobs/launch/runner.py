@@ -26,7 +26,7 @@ from kafka_io.clients import AdminClient, check_not_refused, make_admin
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups, committed_total
 from kafka_io.reading import TopicFollower
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import DEFAULT_PRIORITY, KafkaSettings, Priority, Topics
 from kafka_io.topics import ensure_topics
 from schemas.model_config import ModelConfig, ModelNotFoundError, load_model_config, move_hint
 
@@ -265,6 +265,7 @@ def run_job(
     on_progress: ProgressCallback | None = None,
     timeout_s: float | None = None,
     worker_grace_s: float = 30.0,
+    priority: Priority = DEFAULT_PRIORITY,
 ) -> RunResult:
     """Validate, start what is missing (broker, workers), submit, follow to the end, stop what we started.
 
@@ -302,7 +303,16 @@ def run_job(
             log(f"embedded broker on {broker.bootstrap_servers}; worker logs in {workdir}")
             watchdog = embedded_liveness(broker, workers)
 
-        report = submit(settings, topics, source, model, job_id=job_id, skip_invalid=skip_invalid, validated=validated)
+        report = submit(
+            settings,
+            topics,
+            source,
+            model,
+            job_id=job_id,
+            skip_invalid=skip_invalid,
+            validated=validated,
+            priority=priority,
+        )
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")
         started = time.monotonic()
         # on disk, not in memory: a job of millions of embeddings is gigabytes of results

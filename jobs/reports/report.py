@@ -83,6 +83,7 @@ def render(status: JobStatus, generated_at: datetime | None = None) -> str:
         f"<title>nearline report: {escape(job.job_id)}</title><style>{STYLE}</style></head><body>",
         f"<h1>Job {escape(job.job_id)}</h1>",
         f'<p class="meta">model {escape(job.model)} · input {escape(job.input)} · state <b>{status.state}</b>'
+        + f" · {escape(job.priority)} lane"
         + (f" · schedule {escape(job.schedule)}" if job.schedule else "")
         + f" · generated {generated}</p>",
         "<table><thead><tr>" + "".join(f"<th>{escape(k.replace('_', ' '))}</th>" for k in counts) + "</tr></thead>",

@@ -55,6 +55,7 @@ def new_schedule(
     misfire: Misfire = "skip",
     at_us: int | None = None,
     columns: Columns = DEFAULT_COLUMNS,
+    priority: str = "batch",
 ) -> Schedule:
     if (problem := schedule_name_problem(name)) is not None:
         raise ScheduleSpecError(problem)
@@ -64,7 +65,7 @@ def new_schedule(
         raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
     pattern = absolute_input(input_pattern)
-    return Schedule(name, cron, pattern, model, timezone, misfire, False, now, now, columns.to_json())
+    return Schedule(name, cron, pattern, model, timezone, misfire, False, now, now, columns.to_json(), priority)
 
 
 def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:
@@ -160,6 +161,7 @@ class ScheduleView:
             "input": s.input,
             "model": s.model,
             "misfire": s.misfire,
+            "priority": s.priority,
             "state": "paused" if s.paused else "active",
             "active_since": from_us(s.active_since).isoformat(),
             "next_tick": self.next_tick.isoformat() if self.next_tick else None,

@@ -175,3 +175,22 @@ def test_old_writer_schema_resolves_to_the_current_reader() -> None:
     decoded = decode_with(registry, data, RawText)
     assert decoded.attributes == {}  # the field's default
     assert decoded.text == "héllo wörld"
+
+
+def test_a_job_written_before_lanes_decodes_as_batch() -> None:
+    """A job.v4 row (no priority) in an existing registry still decodes: its lane is batch."""
+    from io import BytesIO
+
+    from fastavro import schemaless_writer
+
+    from schemas import Job
+
+    old = json.loads((resources.files("schemas") / "avro" / "history" / "job.v4.avsc").read_text())
+    old_schema = SchemaRegistry([old], []).current("nearline.Job")
+    fields = Job("j", "m", "in.txt", "text", 3, 1, priority="live").to_avro()
+    del fields["priority"]
+    body = BytesIO()
+    schemaless_writer(body, old_schema.parsed, fields)
+    decoded = decode(b"\xc3\x01" + old_schema.fingerprint + body.getvalue(), Job)
+    assert decoded.priority == "batch" and decoded.total == 3
+    assert decode(encode(Job("j", "m", "in.txt", "text", 3, 1, priority="live")), Job).priority == "live"

@@ -275,3 +275,19 @@ def test_a_glob_of_parquet_files_is_one_job_per_tick_read_with_the_schedules_col
     kept = KeptColumns.of(job.columns)
     assert kept is not None and kept.schema.field("n").type == pa.int64()
     assert raw_records_of(settings, topics, job.job_id) == 3
+
+
+def test_a_live_schedule_submits_its_jobs_in_the_live_lane(
+    settings: KafkaSettings, topics: Topics, clock: Clock, text_input: Path, schedulers: list[Scheduler]
+) -> None:
+    a, _ = schedulers
+    schedule = new_schedule("urgent", "* * * * *", str(text_input), "tiny", at_us=to_us(T0), priority="live")
+    add_schedule(settings, topics, schedule)
+    assert [v.to_dict()["priority"] for v in describe(settings, topics, T0) if v.schedule.name == "urgent"] == ["live"]
+    clock.at(1, 2)
+    assert a.step() == ["urgent-20261129T1001Z"]
+    job = scheduled_jobs(settings, topics)["urgent-20261129T1001Z"]
+    assert job.priority == "live" and job.total == 5
+    assert raw_records_of(settings, topics, job.job_id) == 0  # nothing in the batch lane
+    live = topics.lane(topics.raw_text, "live")
+    assert sum(1 for m in read_topics(settings, [live]) if m.job_id == job.job_id) == 5

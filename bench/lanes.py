@@ -1,0 +1,122 @@
+"""Benchmark: priority lanes (#35). How long does a live job wait behind a backfill?
+
+    .venv/bin/python -m bench.lanes [--backfill 4000] [--live 20] [--window 30]
+
+Starts the embedded broker, a preprocess worker and a MiniLM GPU worker (ONNX Runtime on this
+CPU: the engine a backfill saturates here; `--batch-share` left at its default), then prints:
+1. a 20-record live job's `nearline submit --priority live --wait` time on idle workers;
+2. the same while a backfill of --backfill texts (a batch job) runs, with how much of the backfill
+   was still outstanding when the live job completed;
+3. with live jobs submitted continuously for --window seconds (one every --every s, more than the
+   engine takes), the achieved batch share in records: backfill records done over all done;
+4. the backfill's completion time and whether every record came back exactly once (`nearline
+   results`: one line per record id, the ids the input had).
+Figures, never assertions: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.decoupling import exit_on_sigterm, machine
+from bench.feed import short_texts
+from bench.small_job import local_pipeline
+from jobs.launch.runner import ensure_model
+from jobs.registry import job_status
+from kafka_io.settings import KafkaSettings, Topics
+from schemas.model_config import default_repository
+
+CLI = [sys.executable, "-m", "jobs.cli"]
+
+
+def write_texts(path: Path, texts: list[str], prefix: str) -> Path:
+    path.write_text("".join(json.dumps({"id": f"{prefix}{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+def submit(env: dict[str, str], source: Path, job_id: str, *extra: str) -> float:
+    """Seconds `nearline submit` took (with --wait among `extra`: until the job completed)."""
+    started = time.perf_counter()
+    cmd = [*CLI, "submit", str(source), "--model", "minilm", "--job-id", job_id, *extra]
+    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=1800)
+    return time.perf_counter() - started
+
+
+def done(settings: KafkaSettings, topics: Topics, job_id: str) -> int:
+    return job_status(settings, topics, job_id).done
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backfill", type=int, default=4000, help="texts in the backfill (batch) job")
+    parser.add_argument("--live", type=int, default=20, help="records per live job")
+    parser.add_argument("--window", type=float, default=30.0, help="seconds of continuous live traffic")
+    parser.add_argument("--every", type=float, default=0.5, help="seconds between live jobs in that window")
+    parser.add_argument("--model-repository", type=Path, default=default_repository())
+    args = parser.parse_args()
+    repository = args.model_repository.resolve()
+    ensure_model(repository, "minilm", print)
+    topics = Topics("lanes")
+    with tempfile.TemporaryDirectory(prefix="nearline-lanes-") as tmp:
+        work = Path(tmp)
+        with local_pipeline(work, topics.namespace, repository) as (pipeline, env):
+            settings = KafkaSettings(pipeline.broker.bootstrap_servers)
+            live = write_texts(work / "live.jsonl", short_texts(args.live), "q")
+            submit(env, live, "warm-up", "--wait", "--priority", "live")
+            idle = submit(env, live, "live-idle", "--wait", "--priority", "live")
+            print(f"live job of {args.live} on idle workers: submit --wait {idle:.2f} s", flush=True)
+
+            backfill = write_texts(work / "backfill.jsonl", short_texts(args.backfill), "b")
+            started = time.perf_counter()
+            submit(env, backfill, "backfill")
+            time.sleep(3.0)  # the backfill under way: preprocessed and queued in front of the engine
+            busy = submit(env, live, "live-busy", "--wait", "--priority", "live")
+            left = args.backfill - done(settings, topics, "backfill")
+            print(
+                f"live job of {args.live} during the backfill: submit --wait {busy:.2f} s "
+                f"({left} of {args.backfill} backfill records still outstanding when it completed)",
+                flush=True,
+            )
+
+            batch_before = done(settings, topics, "backfill")
+            window_start = time.perf_counter()
+            live_jobs: list[str] = []
+            while time.perf_counter() - window_start < args.window:
+                job_id = f"live-{len(live_jobs)}"
+                submit(env, live, job_id, "--priority", "live")
+                live_jobs.append(job_id)
+                time.sleep(args.every)
+            batch_done = done(settings, topics, "backfill") - batch_before
+            live_done = sum(done(settings, topics, j) for j in live_jobs)
+            window = time.perf_counter() - window_start
+            share = batch_done / max(1, batch_done + live_done)
+            print(
+                f"continuous live traffic ({len(live_jobs)} jobs of {args.live} offered in {window:.0f} s): "
+                f"{live_done} live and {batch_done} backfill records done; batch share {share:.1%} of records",
+                flush=True,
+            )
+
+            while done(settings, topics, "backfill") < args.backfill:
+                time.sleep(1.0)
+            took = time.perf_counter() - started
+            out = work / "backfill-results.jsonl"
+            subprocess.run([*CLI, "results", "backfill", "-o", str(out)], env=env, check=True, capture_output=True)
+            ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+            exact = sorted(ids) == sorted(f"b{i}" for i in range(args.backfill))
+            print(
+                f"backfill of {args.backfill}: completed in {took:.0f} s with the live traffic; "
+                f"{len(ids)} results, every record exactly once: {exact}",
+                flush=True,
+            )
+    print(f"machine: {machine()}; engine: MiniLM on ONNX Runtime, CPU")
+
+
+if __name__ == "__main__":
+    main()

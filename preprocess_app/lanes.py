@@ -1,0 +1,41 @@
+"""Priority lanes in the preprocess worker: which lane a record is in, and which lanes may go on.
+
+A record's lane is the topic it came from (kafka_io.settings.Topics.lane): the live twin of a raw
+topic is `live.<raw topic>`, and a record's tensors go to the same lane of its model's tensors
+topic, so the GPU worker serves them in that lane too. Each lane has its own agent, its own
+stream buffer and its own backpressure: a backfill that fills the batch lane's buffer, or whose
+GPU group lags past --max-tensor-lag, holds back the batch lane only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kafka_io.settings import LIVE_PREFIX, PRIORITIES, Priority, Topics
+
+
+def topic_lane(topics: Topics, topic: str) -> Priority:
+    """The lane of a stage topic of `topics`' namespace, told by its name alone."""
+    prefix = f"{topics.namespace}." if topics.namespace else ""
+    return "live" if topic.startswith(prefix + LIVE_PREFIX) else "batch"
+
+
+def batch_topic(topics: Topics, topic: str) -> str:
+    """The batch-lane name of a stage topic in either lane (the topic itself when it is batch)."""
+    if topic_lane(topics, topic) == "batch":
+        return topic
+    prefix = f"{topics.namespace}." if topics.namespace else ""
+    return prefix + topic[len(prefix + LIVE_PREFIX) :]
+
+
+def model_of_tensors(topics: Topics, topic: str) -> str:
+    """The model a tensors topic (either lane) carries."""
+    return batch_topic(topics, topic)[len(topics.tensors("")) :]
+
+
+def held_lanes(lags: Mapping[str, int], topics: Topics, max_lag: int | None) -> frozenset[Priority]:
+    """The lanes whose preprocessing waits: those with a tensors topic whose GPU group lags more
+    than `max_lag` records behind it. Per lane, so a batch backlog never pauses live records."""
+    if max_lag is None:
+        return frozenset()
+    return frozenset(p for p in PRIORITIES if any(n > max_lag for t, n in lags.items() if topic_lane(topics, t) == p))

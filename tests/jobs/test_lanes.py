@@ -1,0 +1,109 @@
+"""Priority lanes through the real broker and workers (#35): a live job's records travel in the
+live twins of the stage topics and are never held behind a backfill in the batch lane."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs.launch.runner import watch_job
+from jobs.registry import find_job, job_status
+from kafka_io.reading import read_topics
+from kafka_io.settings import Priority
+from tests.support.inputs import example_lines, write_jsonl
+from tests.support.pipeline import RunningPipeline, submit
+from tests.support.tiny_model import TinyModel
+
+
+def tensor_keys(pipeline: RunningPipeline, lane: Priority, job_id: str) -> set[str]:
+    topic = pipeline.topics.lane(pipeline.topics.tensors("tiny"), lane)
+    return {m.key_text for m in read_topics(pipeline.settings, [topic]) if m.job_id == job_id}
+
+
+@pytest.mark.timeout(240)
+def test_a_live_job_is_preprocessed_in_its_lane_while_the_batch_lane_is_held_by_backpressure(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """No GPU worker consumes, so the batch lane's GPU lag passes --max-tensor-lag and the batch
+    agent waits: the live job's records still all reach the live tensors topic."""
+    pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
+    backfill = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", example_lines(600)))
+    live = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", example_lines(20)), "--priority", "live")
+    assert find_job(pipeline.settings, pipeline.topics, live).priority == "live"
+    assert find_job(pipeline.settings, pipeline.topics, backfill).priority == "batch"
+    deadline = time.monotonic() + 120  # a bound on a hang, not a measured time
+    while len(tensor_keys(pipeline, "live", live)) < 20:
+        pipeline.check_workers()
+        assert time.monotonic() < deadline, "the live job's tensors never all arrived"
+        time.sleep(0.5)
+    assert not tensor_keys(pipeline, "batch", live)  # nothing of the live job in the batch lane
+    assert not tensor_keys(pipeline, "live", backfill)
+    held = tensor_keys(pipeline, "batch", backfill)
+    assert 0 < len(held) < 600, f"{len(held)} backfill tensors: the batch lane was not held"
+    status = job_status(pipeline.settings, pipeline.topics, live)
+    assert status.counts()["preprocessed"] == 20 and status.to_dict()["priority"] == "live"
+    assert "(live lane)" in status.line()
+    listed = pipeline.cli("jobs", "list")
+    assert listed.returncode == 0, listed.stderr
+    lanes = {line.split("\t")[0]: line.split("\t")[4:5] for line in listed.stdout.splitlines()}
+    assert lanes[live] == ["live"] and lanes[backfill] == []
+    shown = json.loads(pipeline.cli("status", live, "--json").stdout)
+    assert shown["priority"] == "live"
+
+
+@pytest.mark.timeout(180)
+def test_produce_writes_the_lane_it_is_told_and_says_so(pipeline: RunningPipeline, tmp_path: Path) -> None:
+    texts = tmp_path / "in.txt"
+    texts.write_text("one\ntwo\n")
+    ns = pipeline.topics
+    live_topic = ns.lane(ns.raw_text, "live")
+    refused = pipeline.cli("produce", ns.raw_text, str(texts), "-m", "tiny", "--priority", "live")
+    assert refused.returncode == 2 and f"text records go to {live_topic}" in refused.stderr
+    done = pipeline.cli("produce", live_topic, str(texts), "-m", "tiny", "--priority", "live", "--job-id", "job-l")
+    assert done.returncode == 0, done.stderr
+    assert f"produced 2 records to {live_topic} as job job-l (live lane)" in done.stderr
+    assert sorted(m.key_text for m in read_topics(pipeline.settings, [live_topic])) == ["job-l/1", "job-l/2"]
+    assert find_job(pipeline.settings, ns, "job-l").priority == "live"
+
+
+@pytest.mark.timeout(240)
+def test_a_live_jobs_dead_letters_name_its_lane_and_dlq_replay_puts_them_back_there(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    ns = pipeline.topics
+    live_raw = ns.lane(ns.raw_text, "live")
+    rows = example_lines(6)  # model "absent" is in no repository: every record is dead-lettered
+    job = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--priority", "live", model="absent")
+    pipeline.start("preprocess", "preprocess")
+    outcome, _ = watch_job(pipeline.settings, ns, job, len(rows), check=pipeline.check_workers, timeout_s=120)
+    assert len(outcome.dead) == len(rows)
+    assert {letter.source_topic for letter in outcome.dead.values()} == {live_raw}
+    replayed = pipeline.cli("dlq", "replay", "--job", job)
+    assert replayed.returncode == 0, replayed.stderr
+    # a replayed record carries its key (job/record), not the submission's headers
+    in_live = [m for m in read_topics(pipeline.settings, [live_raw]) if m.key_text.startswith(f"{job}/")]
+    assert len(in_live) == 2 * len(rows)  # the submission and its replay, both in the live lane
+    assert not [m for m in read_topics(pipeline.settings, [ns.raw_text]) if m.key_text.startswith(f"{job}/")]
+
+
+@pytest.mark.timeout(180)
+def test_a_cancelled_live_job_is_skipped_in_its_lane(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    ns = pipeline.topics
+    job = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", example_lines(8)), "--priority", "live")
+    cancelled = pipeline.cli("cancel", job)
+    assert cancelled.returncode == 0, cancelled.stderr
+    done = submit(pipeline, write_jsonl(tmp_path / "after.jsonl", example_lines(3)), "--priority", "live")
+    pipeline.start("preprocess", "preprocess")
+    deadline = time.monotonic() + 120  # a bound on a hang: the later live job shows the lane was read
+    while len(tensor_keys(pipeline, "live", done)) < 3:
+        pipeline.check_workers()
+        assert time.monotonic() < deadline, "the live lane was never preprocessed"
+        time.sleep(0.5)
+    assert not tensor_keys(pipeline, "live", job)  # skipped, never preprocessed
+    status = job_status(pipeline.settings, ns, job)
+    assert status.state.value == "cancelled" and status.counts()["cancelled"] == 8
