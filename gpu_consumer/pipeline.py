@@ -23,13 +23,14 @@ from typing import Literal
 
 from gpu_consumer.engine import Engine
 from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
+from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import TP, Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
 from kafka_io.clients import Producer
 from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import OutRecord
-from kafka_io.settings import Topics
+from kafka_io.settings import Priority, Topics
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,9 @@ class Pipeline:
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored
         self._probed_at = 0.0  # when _broker_answers last asked the broker
-        self._to_engine: queue.Queue[tuple[Entry, Window] | None] = queue.Queue()
+        self._to_engine: queue.Queue[tuple[Entry, Window, Priority] | None] = queue.Queue()
+        # the engine's recent seconds per lane, for the batch-share guard (set by the engine thread)
+        self.engine_time = EngineTime()
         self._to_emit: queue.Queue[tuple[Entry, Window, Executed | Poisoned | Marker] | None] = queue.Queue()
         self._error: BaseException | None = None
         self._threads = [
@@ -91,10 +94,10 @@ class Pipeline:
 
     # --- main thread ---
 
-    def submit(self, window: Window, offsets: dict[TP, int], records: int) -> None:
+    def submit(self, window: Window, offsets: dict[TP, int], records: int, lane: Priority = "batch") -> None:
         """Queue a prepared window for the engine; `offsets` are committed once its outputs are stored."""
         self.check()
-        self._to_engine.put((self.ledger.open(offsets, records), window))
+        self._to_engine.put((self.ledger.open(offsets, records), window, lane))
 
     def engine_idle(self) -> bool:
         """No window is queued for the engine or running on it."""
@@ -227,10 +230,12 @@ class Pipeline:
     def _engine_loop(self) -> None:
         try:
             while (job := self._to_engine.get()) is not None:
-                entry, window = job
+                entry, window, lane = job
                 self._to_emit.put((entry, window, "start"))
+                started = time.perf_counter()
                 for event in execute(self._engine, window, self._config):
                     self._to_emit.put((entry, window, event))
+                self.engine_time = self.engine_time.served(lane, time.perf_counter() - started)
                 self._to_emit.put((entry, window, "end"))
                 self._to_engine.task_done()
         finally:

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +29,7 @@ from types import FrameType
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine, make_engine, measure_cost
 from gpu_consumer.handler import handle_window, prepare
+from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, EngineTime, next_lane
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
@@ -37,15 +39,15 @@ from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.polling import (
     Assignment,
     WindowLimits,
-    assign_all,
+    assign_topics,
     commit_offsets,
     subscribe,
     window_offsets,
     windows,
 )
 from kafka_io.records import Headers
-from kafka_io.settings import KafkaSettings, MetricsEndpoint, Topics
-from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, partitions_of
+from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from kafka_io.transactions import OpenTransaction, TransactionAbortedError, make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
@@ -79,7 +81,10 @@ def run(
     skip: Callable[[Headers], bool] = lambda headers: False,
     pipeline: PipelineConfig | None = None,
     metrics: GpuMetrics | None = None,
+    batch_share: float = DEFAULT_BATCH_SHARE,
 ) -> WorkerStats:
+    """Consume-infer-produce-commit until told to stop. Windows come from one lane at a time, the
+    live lane first while the batch lane keeps `batch_share` of the engine time (gpu_consumer/lanes.py)."""
     metrics = metrics or GpuMetrics()
     if transactional:
         return _run_transactional(
@@ -97,6 +102,7 @@ def run(
             skip,
             pipeline or PipelineConfig(),
             metrics,
+            batch_share,
         )
     stats = WorkerStats()
     flow = Pipeline(engine, config, topics, new_producer, pipeline, metrics)
@@ -135,13 +141,15 @@ def run(
             tick=tick,
             hurry=flow.engine_idle,
             hold=flow.window_waiting,
+            lane_of=topics.lane_of,
+            pick=lambda held: _pick(held, flow.engine_time, batch_share),
         )
         for window in polled:
             metrics.polled(window[0].topic, len(window))
             # records of cancelled jobs are consumed and committed, never run: counted as cancelled
             sources = [r for r in window if not skip(r.headers)]
             prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
-            flow.submit(prepared, window_offsets(window), len(window))
+            flow.submit(prepared, window_offsets(window), len(window), topics.lane_of(window[0].topic))
             stats.windows += 1
             flow.wait_for_room(commit)
             commit()
@@ -167,6 +175,7 @@ def _run_transactional(
     skip: Callable[[Headers], bool],
     pipeline: PipelineConfig,
     metrics: GpuMetrics,
+    batch_share: float,
 ) -> WorkerStats:
     """--exactly-once: windows' outputs and offsets in transactions of up to
     --max-windows-in-flight windows, committed when that many are in or TRANSACTION_AGE_S after
@@ -188,6 +197,11 @@ def _run_transactional(
         commit()
 
     assignment.before_revoke = settle
+    engine_time = EngineTime()
+
+    def pick(held: list[str]) -> str:  # reads engine_time as the loop below updates it
+        return _pick(held, engine_time, batch_share)
+
     try:
         while True:  # a drain ends only once its last transaction committed (or on a stop)
             for window in windows(
@@ -198,11 +212,15 @@ def _run_transactional(
                 should_stop=should_stop,
                 idle=settle,
                 tick=lambda: metrics.tick(consumer, assignment),
+                lane_of=topics.lane_of,
+                pick=pick,
             ):
                 metrics.polled(window[0].topic, len(window))
                 sources = [r for r in window if not skip(r.headers)]
                 window_id = f"{worker_id}-{stats.windows}"
+                started = time.perf_counter()
                 out = handle_window(sources, engine, config, topics, window_id, policy, metrics.executed)
+                engine_time = engine_time.served(topics.lane_of(window[0].topic), time.perf_counter() - started)
                 try:
                     txn.add(window, out)
                 except TransactionAbortedError:
@@ -217,6 +235,11 @@ def _run_transactional(
     finally:
         assignment.before_revoke = None
     return stats
+
+
+def _pick(held: list[str], recent: EngineTime, batch_share: float) -> str:
+    """The lane of the next window among those holding records (see windows' `pick`)."""
+    return next_lane("live" in held, "batch" in held, recent, batch_share) or held[0]
 
 
 def serve(
@@ -239,6 +262,7 @@ def serve(
     pipeline: PipelineConfig | None = None,
     sole_consumer: bool = False,
     metrics: MetricsEndpoint | None = None,
+    batch_share: float = DEFAULT_BATCH_SHARE,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
@@ -263,9 +287,15 @@ def serve(
         policy = replace(policy, cost=measure_cost(engine, config))
     reports = model_metrics(config.name, config.version, engine.name) if metrics is not None else GpuMetrics()
     tensors = topics.tensors(model)
+    lane_topics = [topics.lane(tensors, p) for p in PRIORITIES]  # both lanes, in one group
     ensure_topics(
         settings,
-        [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters), jobs_topic(topics)],
+        [
+            *lanes(topics, TopicSpec(tensors)),
+            TopicSpec(topics.results),
+            TopicSpec(topics.dead_letters),
+            jobs_topic(topics),
+        ],
     )
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     client = settings.with_client_id(f"gpu-{worker_id}")
@@ -288,9 +318,9 @@ def serve(
     signal.signal(signal.SIGINT, stop)
     cancellations = Cancellations(settings, topics).start()
     if sole_consumer:
-        assignment = assign_all(consumer, tensors, partitions_of(settings, tensors, consumer=consumer))
+        assignment = assign_topics(consumer, {t: partitions_of(settings, t, consumer=consumer) for t in lane_topics})
     else:
-        assignment = subscribe(consumer, [tensors])
+        assignment = subscribe(consumer, lane_topics)
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
     try:
         return run(
@@ -309,6 +339,7 @@ def serve(
             skip=cancellations.skips,
             pipeline=pipeline,
             metrics=reports,
+            batch_share=batch_share,
         )
     finally:
         cancellations.close()

@@ -83,9 +83,14 @@ def assign_all(consumer: Consumer, topic: str, partitions: list[int]) -> Assignm
     """Take every partition of `topic` without joining the group: for a consumer that is known to
     be the only one (the embedded `nearline run`), which saves the join (seconds on Tansu). Reading
     starts at the group's committed offsets, and commits still go to the group."""
+    return assign_topics(consumer, {topic: partitions})
+
+
+def assign_topics(consumer: Consumer, partitions: dict[str, list[int]]) -> Assignment:
+    """assign_all over several topics at once (a stage's lanes)."""
     assignment = Assignment()
-    consumer.assign([TopicPartition(topic, p, OFFSET_STORED) for p in partitions])
-    assignment.assigned = {(topic, p) for p in partitions}
+    consumer.assign([TopicPartition(t, p, OFFSET_STORED) for t, ps in partitions.items() for p in ps])
+    assignment.assigned = {(t, p) for t, ps in partitions.items() for p in ps}
     log.info("assigned %s without a group join", sorted(assignment.assigned))
     return assignment
 
@@ -102,6 +107,8 @@ def windows(
     idle: Callable[[], None] = lambda: None,
     hurry: Callable[[], bool] = lambda: False,
     hold: Callable[[], bool] = lambda: False,
+    lane_of: Callable[[str], str] = lambda topic: "",
+    pick: Callable[[list[str]], str] = lambda lanes: lanes[0],
 ) -> Iterator[list[ConsumedRecord]]:
     """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
     pipelined worker commits finished windows there); `idle` after a poll that left no record
@@ -117,23 +124,37 @@ def windows(
     run its records any sooner (the pipelined worker: a window it closed before is still waiting
     for the engine). It closes once that window starts, so behind a busy engine each window gathers
     for as long as the engine runs the one before: on a backlog, full windows that sort into full
-    executed batches, instead of windows cut every linger into batches of a few records."""
+    executed batches, instead of windows cut every linger into batches of a few records.
+
+    Lanes (#35): `lane_of(topic)` names the lane of a record's topic, and a window holds records of
+    one lane only, the one `pick(lanes with records held)` names (the caller's policy). Records of
+    the other lanes are held meanwhile; a lane holding a full window's worth has its partitions
+    paused, which also drops what librdkafka had prefetched for them, so the next records polled
+    are those of the lanes still flowing (a live record is not queued behind a fetched backfill).
+    A paused partition is still polled (rebalances are served) and resumes once its lane is picked."""
     linger_s = limits.max_linger_ms / 1000.0
-    pending: list[ConsumedRecord] = []
-    first_at = 0.0
+    held: dict[str, list[ConsumedRecord]] = {}
+    first_at: dict[str, float] = {}
+    paused: set[TP] = set()
     revocations = assignment.revocations
 
     def hurried() -> bool:
         return assignment.caught_up() and hurry()
 
+    def gathering() -> str | None:
+        lanes = [lane for lane, records in held.items() if records]
+        return pick(lanes) if lanes else None
+
     while True:
-        if pending:  # lingering: wait for more until the window is full or its linger is over
-            polled = consumer.consume(num_messages=limits.max_records - len(pending), timeout=0)
+        lane = gathering()
+        pending = held[lane] if lane is not None else []
+        if lane is not None:  # lingering: wait for more until the window is full or its linger is over
+            polled = consumer.consume(num_messages=max(limits.max_records - len(pending), 1), timeout=0)
             if not polled and not hurried():
                 # Nothing queued: wait for the next record or partition end, a few ms at a time so
                 # that an engine turning idle is noticed (consume() would wait for a full window).
                 # Past the linger (held), wait a few ms at a time too: poll(0) would spin.
-                timeout = first_at + linger_s - time.monotonic()
+                timeout = first_at[lane] + linger_s - time.monotonic()
                 first = consumer.poll(min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
                 polled = [first] if first is not None else []
         else:
@@ -143,9 +164,10 @@ def windows(
             record = take(msg, assignment.at_eof)
             if record is None:
                 continue
-            if not pending:
-                first_at = time.monotonic()
-            pending.append(record)
+            records = held.setdefault(lane_of(record.topic), [])
+            if not records:
+                first_at[lane_of(record.topic)] = time.monotonic()
+            records.append(record)
         tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
@@ -153,21 +175,42 @@ def windows(
             # partition given back (revoke and assign within one poll) is fetched again from its
             # committed offset, so its held records would come twice: drop every held record.
             revocations = assignment.revocations
-            pending = []
+            held = {}
+            paused = _pause_lanes(consumer, assignment, set(), paused, lane_of)
+        lane = gathering()
+        pending = held[lane] if lane is not None else []
         stopping = should_stop()
-        if pending and (
+        if lane is not None and (
             stopping
             or len(pending) >= limits.max_records
-            or (time.monotonic() >= first_at + linger_s and not hold())
+            or (time.monotonic() >= first_at[lane] + linger_s and not hold())
             or (drain and assignment.caught_up())
             or hurried()
         ):
-            yield pending
-            pending = []
-        elif not pending and (stopping or (drain and assignment.caught_up())):
+            window, held[lane] = pending[: limits.max_records], pending[limits.max_records :]
+            if held[lane]:
+                first_at[lane] = time.monotonic()
+            yield window
+        elif lane is None and (stopping or (drain and assignment.caught_up())):
             return
-        elif not pending:
+        elif lane is None:
             idle()
+        # the lanes not being gathered that hold a full window wait, paused; the others flow
+        full = {other for other, records in held.items() if len(records) >= limits.max_records}
+        paused = _pause_lanes(consumer, assignment, full - {gathering()}, paused, lane_of)
+
+
+def _pause_lanes(
+    consumer: Consumer, assignment: Assignment, lanes: set[str], paused: set[TP], lane_of: Callable[[str], str]
+) -> set[TP]:
+    """Pause the assigned partitions of `lanes` and resume the others paused before; the new set."""
+    want = {tp for tp in assignment.assigned if lane_of(tp[0]) in lanes}
+    if want - paused:
+        consumer.pause([TopicPartition(t, p) for t, p in sorted(want - paused)])
+    back = (paused - want) & assignment.assigned
+    if back:
+        consumer.resume([TopicPartition(t, p) for t, p in sorted(back)])
+    return want
 
 
 def consumer_lag(consumer: Consumer, partitions: Iterable[TP]) -> dict[TP, int]:

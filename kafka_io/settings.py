@@ -106,6 +106,11 @@ class Topics:
         assert topic.startswith(prefix), f"{topic!r} is not a topic of namespace {self.namespace!r}"
         return self._name(LIVE_PREFIX + topic[len(prefix) :])
 
+    def lane_of(self, topic: str) -> Priority:
+        """The lane of a stage topic of this namespace, told by its name alone."""
+        prefix = f"{self.namespace}." if self.namespace else ""
+        return "live" if topic.startswith(prefix + LIVE_PREFIX) else "batch"
+
     def gpu_group(self, model: str) -> str:
         return self._name(f"gpu.{model}")
 

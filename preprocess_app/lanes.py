@@ -16,8 +16,7 @@ from kafka_io.settings import LIVE_PREFIX, PRIORITIES, Priority, Topics
 
 def topic_lane(topics: Topics, topic: str) -> Priority:
     """The lane of a stage topic of `topics`' namespace, told by its name alone."""
-    prefix = f"{topics.namespace}." if topics.namespace else ""
-    return "live" if topic.startswith(prefix + LIVE_PREFIX) else "batch"
+    return topics.lane_of(topic)
 
 
 def batch_topic(topics: Topics, topic: str) -> str:

@@ -138,6 +138,14 @@ def worker_preprocess(
     hidden=True,  # for `nearline run`'s embedded pipeline: the one member of its group, no join
     help="Take every partition without joining the group (only for a worker that is alone).",
 )
+@click.option(
+    "--batch-share",
+    type=FiniteFloat(min=0, max=1),
+    default=0.1,
+    show_default=True,
+    show_envvar=True,
+    help="The batch lane's minimum share of engine time while live records keep coming (priority lanes).",
+)
 @batch_options
 @metrics_option
 @cluster_options
@@ -151,6 +159,7 @@ def worker_gpu(
     instance_id: str | None,
     max_windows_in_flight: int,
     sole_consumer: bool,
+    batch_share: float,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_window: int | None,
@@ -181,6 +190,7 @@ def worker_gpu(
         pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
         sole_consumer=sole_consumer,
         metrics=metrics,
+        batch_share=batch_share,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 
