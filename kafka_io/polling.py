@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, TopicPartition
 
 from kafka_io.events import TP, consume_ready, take
 from kafka_io.records import ConsumedRecord
@@ -107,7 +107,7 @@ def windows(
     idle: Callable[[], None] = lambda: None,
     hurry: Callable[[], bool] = lambda: False,
     hold: Callable[[], bool] = lambda: False,
-    lane_of: Callable[[str], str] = lambda topic: "",
+    lane_of: Callable[[str], str] | None = None,
     pick: Callable[[list[str]], str] = lambda lanes: lanes[0],
 ) -> Iterator[list[ConsumedRecord]]:
     """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
@@ -127,23 +127,31 @@ def windows(
     executed batches, instead of windows cut every linger into batches of a few records.
 
     Lanes (#35): `lane_of(topic)` names the lane of a record's topic, and a window holds records of
-    one lane only, the one `pick(lanes with records held)` names (the caller's policy). Records of
-    the other lanes are held meanwhile; a lane holding a full window's worth has its partitions
-    paused, which also drops what librdkafka had prefetched for them, so the next records polled
-    are those of the lanes still flowing (a live record is not queued behind a fetched backfill).
-    A paused partition is still polled (rebalances are served) and resumes once its lane is picked."""
+    one lane only, the one `pick(lanes with records)` names (the caller's policy), where a lane has
+    records when some are held here or its partitions' high watermarks (librdkafka's cached ones,
+    from every fetch) are past what was consumed. The lanes not picked are paused, which also drops
+    what librdkafka had prefetched for them: a live record is not queued behind a fetched backfill.
+    A paused partition is still polled (rebalances are served) and resumes once its lane is picked;
+    its held records wait. Without `lane_of` every record is in one lane and nothing is paused."""
     linger_s = limits.max_linger_ms / 1000.0
     held: dict[str, list[ConsumedRecord]] = {}
     first_at: dict[str, float] = {}
     paused: set[TP] = set()
+    lanes = _Lanes(consumer, assignment, lane_of) if lane_of is not None else None
     revocations = assignment.revocations
 
     def hurried() -> bool:
         return assignment.caught_up() and hurry()
 
     def gathering() -> str | None:
-        lanes = [lane for lane, records in held.items() if records]
-        return pick(lanes) if lanes else None
+        """The lane a window is gathered from now (None: no record is held in the lane picked)."""
+        ready = {lane for lane, records in held.items() if records}
+        if lanes is not None:
+            ready |= lanes.waiting()
+        if not ready:
+            return None
+        chosen = pick(sorted(ready))
+        return chosen if held.get(chosen) else None
 
     while True:
         lane = gathering()
@@ -164,10 +172,13 @@ def windows(
             record = take(msg, assignment.at_eof)
             if record is None:
                 continue
-            records = held.setdefault(lane_of(record.topic), [])
+            lane = lane_of(record.topic) if lane_of is not None else ""
+            records = held.setdefault(lane, [])
             if not records:
-                first_at[lane_of(record.topic)] = time.monotonic()
+                first_at[lane] = time.monotonic()
             records.append(record)
+            if lanes is not None:
+                lanes.consumed(record)
         tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
@@ -176,7 +187,9 @@ def windows(
             # committed offset, so its held records would come twice: drop every held record.
             revocations = assignment.revocations
             held = {}
-            paused = _pause_lanes(consumer, assignment, set(), paused, lane_of)
+            if lanes is not None:
+                lanes.reassigned()
+                paused = lanes.pause(set(), paused)
         lane = gathering()
         pending = held[lane] if lane is not None else []
         stopping = should_stop()
@@ -191,26 +204,70 @@ def windows(
             if held[lane]:
                 first_at[lane] = time.monotonic()
             yield window
-        elif lane is None and (stopping or (drain and assignment.caught_up())):
+        elif lane is None and not any(held.values()) and (stopping or (drain and assignment.caught_up())):
             return
         elif lane is None:
             idle()
-        # the lanes not being gathered that hold a full window wait, paused; the others flow
-        full = {other for other, records in held.items() if len(records) >= limits.max_records}
-        paused = _pause_lanes(consumer, assignment, full - {gathering()}, paused, lane_of)
+        if lanes is not None:  # every lane with records but the one picked waits, paused
+            ready = {other for other, records in held.items() if records} | lanes.waiting()
+            chosen = pick(sorted(ready)) if ready else None
+            paused = lanes.pause(ready - {chosen}, paused)
 
 
-def _pause_lanes(
-    consumer: Consumer, assignment: Assignment, lanes: set[str], paused: set[TP], lane_of: Callable[[str], str]
-) -> set[TP]:
-    """Pause the assigned partitions of `lanes` and resume the others paused before; the new set."""
-    want = {tp for tp in assignment.assigned if lane_of(tp[0]) in lanes}
-    if want - paused:
-        consumer.pause([TopicPartition(t, p) for t, p in sorted(want - paused)])
-    back = (paused - want) & assignment.assigned
-    if back:
-        consumer.resume([TopicPartition(t, p) for t, p in sorted(back)])
-    return want
+# A lane picked for records its high watermark promised that have not come in this long is taken
+# to have none (a transaction's commit marker is past the last record but never consumed): the
+# other lanes must not stay paused for records that will never come.
+PROMISE_TIMEOUT_S = 0.5
+
+
+class _Lanes:
+    """Which lanes have records at the broker not consumed yet, and pausing lanes' partitions."""
+
+    def __init__(self, consumer: Consumer, assignment: Assignment, lane_of: Callable[[str], str]) -> None:
+        self._consumer, self._assignment, self._lane_of = consumer, assignment, lane_of
+        self._next: dict[TP, int] = {}  # the next offset to consume: committed, then as records come
+        self._promised_since: dict[str, float] = {}
+
+    def consumed(self, record: ConsumedRecord) -> None:
+        self._next[(record.topic, record.partition)] = record.offset + 1
+        self._promised_since.pop(self._lane_of(record.topic), None)
+
+    def reassigned(self) -> None:
+        self._next.clear()
+        self._promised_since.clear()
+
+    def waiting(self) -> set[str]:
+        unknown = [tp for tp in self._assignment.assigned if tp not in self._next]
+        if unknown:
+            try:
+                for c in self._consumer.committed([TopicPartition(t, p) for t, p in unknown], timeout=5):
+                    self._next[(c.topic, c.partition)] = max(c.offset, 0)  # none committed: from 0
+            except KafkaException:
+                return set()  # the broker does not answer: nothing is known to wait
+        found: set[str] = set()
+        now = time.monotonic()
+        for tp in self._assignment.assigned:
+            high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
+            if high > self._next.get(tp, high):
+                lane = self._lane_of(tp[0])
+                since = self._promised_since.setdefault(lane, now)
+                if now - since < PROMISE_TIMEOUT_S:
+                    found.add(lane)
+                else:  # promised, never came: nothing to wait for up to that watermark
+                    self._next[tp] = high
+        if not found:
+            self._promised_since.clear()
+        return found
+
+    def pause(self, lanes: set[str], paused: set[TP]) -> set[TP]:
+        """Pause the assigned partitions of `lanes`, resume the others paused before; the new set."""
+        want = {tp for tp in self._assignment.assigned if self._lane_of(tp[0]) in lanes}
+        if want - paused:
+            self._consumer.pause([TopicPartition(t, p) for t, p in sorted(want - paused)])
+        back = (paused - want) & self._assignment.assigned
+        if back:
+            self._consumer.resume([TopicPartition(t, p) for t, p in sorted(back)])
+        return want
 
 
 def consumer_lag(consumer: Consumer, partitions: Iterable[TP]) -> dict[TP, int]:

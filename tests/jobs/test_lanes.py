@@ -107,3 +107,42 @@ def test_a_cancelled_live_job_is_skipped_in_its_lane(
     assert not tensor_keys(pipeline, "live", job)  # skipped, never preprocessed
     status = job_status(pipeline.settings, ns, job)
     assert status.state.value == "cancelled" and status.counts()["cancelled"] == 8
+
+
+@pytest.mark.timeout(600)
+def test_a_live_job_overtakes_a_queued_backfill_then_the_backfill_completes_exactly_once(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """Both jobs are preprocessed before the GPU worker starts, so it finds the whole backfill
+    queued in front of the live job: the live results coming out among the backfill's first
+    quarter is the lane policy's doing (by the results' order, not by any clock of ours)."""
+    ns = pipeline.topics
+    total = 3000
+    texts = example_lines(200)
+    backfill_rows = [{"id": f"b{i}", "text": texts[i % len(texts)]["text"]} for i in range(total)]
+    backfill = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", backfill_rows))
+    live = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", example_lines(20)), "--priority", "live")
+    pipeline.start("preprocess", "preprocess")
+    deadline = time.monotonic() + 300  # a bound on a hang, not a measured time
+    while not (
+        job_status(pipeline.settings, ns, backfill).counts()["preprocessed"] == total
+        and job_status(pipeline.settings, ns, live).counts()["preprocessed"] == 20
+    ):
+        pipeline.check_workers()
+        assert time.monotonic() < deadline, "the preprocess worker never finished both jobs"
+        time.sleep(1.0)
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-window", "64")
+    outcome, _ = watch_job(pipeline.settings, ns, backfill, total, check=pipeline.check_workers, timeout_s=400)
+    assert sorted(outcome.results) == sorted(r["id"] for r in backfill_rows) and not outcome.dead
+    live_outcome, _ = watch_job(pipeline.settings, ns, live, 20, check=pipeline.check_workers, timeout_s=60)
+    assert len(live_outcome.results) == 20 and not live_outcome.dead
+
+    stamps: dict[str, list[int]] = {backfill: [], live: []}
+    for m in read_topics(pipeline.settings, [ns.results]):
+        if m.job_id in stamps:
+            stamps[m.job_id].append(m.timestamp_ms)
+    assert len(stamps[backfill]) == total and len(stamps[live]) == 20  # none doubled
+    last_live = max(stamps[live])
+    ahead = sum(1 for t in stamps[backfill] if t < last_live)
+    # before lanes were served first: 2,944 of 3,000 (behind every fetched backfill record)
+    assert ahead < total // 4, f"{ahead} of {total} backfill results came out before the live job's last"
