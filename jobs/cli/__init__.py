@@ -2,7 +2,7 @@
 
 What belongs here: click commands and options (main.py: jobs; workers.py: workers, broker,
 models; ops.py: replay, offsets, dlq, reprocess; schedule.py: schedules), the one error-to-exit
-code mapping (options.NearlineGroup; the codes are jobs/exit_codes.py, which the errors that
+code mapping (group.NearlineGroup; the codes are jobs/exit_codes.py, which the errors that
 end a wait also carry).
 What does not: anything a command computes. A command body parses, calls one function of jobs/,
 gpu_consumer/ or kafka_io/ and prints what it returns.

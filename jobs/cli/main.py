@@ -13,22 +13,19 @@ import click
 
 from jobs.cli import ops, workers
 from jobs.cli.columns import column_options
+from jobs.cli.group import NearlineGroup
 from jobs.cli.options import (
-    NearlineGroup,
-    ProgressDisplay,
     batch_args,
     batch_options,
-    checked_job_id,
-    checked_output,
     cluster_options,
     format_option,
-    opened_input,
     output_options,
     priority_option,
     repository_option,
-    require_servers,
     wait_options,
 )
+from jobs.cli.progress_display import ProgressDisplay
+from jobs.cli.validators import checked_job_id, checked_output, opened_input, require_servers
 from jobs.exit_codes import ExitCode
 from jobs.output import OutputFormat
 from jobs.submit import SubmitReport, submit
