@@ -1,9 +1,11 @@
 """The `nearline` command line: parse, call the job domain, print, and map errors to exit codes.
 
-What belongs here: click commands and options (main.py: jobs; workers.py: workers, broker,
-models; ops.py: replay, offsets, dlq, reprocess; schedule.py: schedules), the one error-to-exit
-code mapping (options.NearlineGroup; the codes are jobs/exit_codes.py, which the errors that
-end a wait also carry).
+What belongs here: click commands and options (main.py: the root group; job_submit.py: run,
+submit, produce; job_watch.py: jobs list, status, cancel; job_results.py: results, profile,
+report; workers.py: workers, broker, models; ops.py: replay, offsets, dlq, reprocess;
+schedule.py: schedules; options.py: shared option decorators; validators.py: their checks), the
+one error-to-exit code mapping (group.NearlineGroup; the codes are jobs/exit_codes.py, which the
+errors that end a wait also carry).
 What does not: anything a command computes. A command body parses, calls one function of jobs/,
 gpu_consumer/ or kafka_io/ and prints what it returns.
 """

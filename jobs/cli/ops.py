@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli.options import cluster_options, repository_option, require_servers
+from jobs.cli.options import cluster_options, repository_option
+from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
 from kafka_io.settings import KafkaSettings, Topics
 

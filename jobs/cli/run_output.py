@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from jobs.cli.options import STORAGE_ERRNOS
+from jobs.cli.group import STORAGE_ERRNOS
 from jobs.columnar import ColumnarShapeError
 from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
 from jobs.results import write_items

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import click
 
 from jobs.cli.columns import column_options
-from jobs.cli.options import cluster_options, priority_option, require_servers
+from jobs.cli.options import cluster_options, priority_option
+from jobs.cli.validators import require_servers
 from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
 from jobs.scheduling.schedules import (
     add_schedule,

@@ -9,15 +9,8 @@ from pathlib import Path
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli.options import (
-    HOME,
-    FiniteFloat,
-    batch_options,
-    cluster_options,
-    metrics_option,
-    repository_option,
-    require_servers,
-)
+from jobs.cli.options import HOME, FiniteFloat, batch_options, cluster_options, metrics_option, repository_option
+from jobs.cli.validators import require_servers
 from kafka_io.settings import ENV_BOOTSTRAP, MetricsEndpoint, Topics
 from schemas.model_config import ModelConfig
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.cli.options import opened_input
+from jobs.cli.validators import opened_input
 from jobs.job_input import JobInput
 from producers import InputRecord
 

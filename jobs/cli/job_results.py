@@ -1,0 +1,103 @@
+"""The commands that read what a job produced: results, profile (latency per stage) and report
+(an HTML page)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from jobs.cli.options import cluster_options, output_options
+from jobs.cli.validators import checked_output, require_servers
+from jobs.exit_codes import ExitCode
+from kafka_io.settings import Topics
+
+
+@click.command()
+@click.argument("job_id")
+@output_options
+@click.option("--model-version", default=None, help="Only this version's results [default: the newest per record].")
+@cluster_options
+def results(
+    job_id: str,
+    output: Path | None,
+    output_format: str | None,
+    model_version: str | None,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Write a job's results in input order, one per record: JSON Lines, Parquet or Arrow.
+
+    Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory;
+    -o is written to a temporary file renamed into place."""
+    from jobs.spill import write_results
+
+    out_format = checked_output(output, output_format)
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    spill, job = write_results(settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version)
+    click.echo(
+        f"{spill.results} results, {spill.dead} dead letters"
+        + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),
+        err=True,
+    )
+    if job is not None and model_version is None and spill.done < job.total:
+        counts = f"{spill.done} of its {job.total} records have a result or a dead letter (nearline status {job_id})"
+        if job.cancelled_at is not None:
+            click.echo(f"job {job_id} was cancelled: {counts}", err=True)
+        elif job.error:
+            click.echo(f"error: job {job_id} failed: {counts}", err=True)
+        else:  # what is written is not the job's output yet
+            click.echo(f"error: job {job_id} is not complete: {counts}", err=True)
+            raise SystemExit(ExitCode.FAILED)
+    if spill.done == 0:
+        raise SystemExit(ExitCode.FAILED)
+
+
+@click.command(name="profile")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@cluster_options
+def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """Latency per stage (p50/p95/p99), the bottleneck and the engine busy fraction of a job."""
+    import json
+
+    from jobs.registry import JobNotFoundError, find_job
+    from jobs.reports.profile import profile
+    from jobs.results import read_outcome
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    outcome = read_outcome(settings, topics, job_id, keep_results=False, keep_timings=True)
+    if not outcome.timings:
+        click.echo(f"error: no results for job {job_id}", err=True)
+        raise SystemExit(ExitCode.FAILED)
+    report = profile(outcome.timings)
+    try:  # the lane it ran in: live records wait less behind a backfill
+        lane: str | None = find_job(settings, topics, job_id).priority
+    except JobNotFoundError:  # results of a job no longer (or never) registered
+        lane = None
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), "lane": lane}, indent=2))
+    else:
+        click.echo("\n".join([*([f"lane: {lane}"] if lane else []), *report.lines()]))
+
+
+@click.command(name="report")
+@click.argument("job_id")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file to write [default: JOB_ID.html].",
+)
+@cluster_options
+def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
+    """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
+    from jobs.registry import job_status
+    from jobs.reports.report import render
+
+    status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
+    path = output or Path(f"{job_id}.html")
+    path.write_text(render(status), encoding="utf-8")
+    click.echo(f"wrote {path} ({status.state.value}, {status.outcome.inferred} results)", err=True)

@@ -1,0 +1,306 @@
+"""The commands that send a job's records: run (with its own broker and workers, or a cluster's),
+submit (to running workers) and produce (to a named raw topic)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import click
+
+from jobs.cli.columns import column_options
+from jobs.cli.options import (
+    batch_args,
+    batch_options,
+    cluster_options,
+    format_option,
+    output_options,
+    priority_option,
+    repository_option,
+    wait_options,
+)
+from jobs.cli.progress_display import ProgressDisplay
+from jobs.cli.validators import checked_job_id, checked_output, opened_input, require_servers
+from jobs.exit_codes import ExitCode
+from jobs.output import OutputFormat
+from jobs.submit import SubmitReport, submit
+from kafka_io.settings import Priority, Topics
+from producers.table_rows import DEFAULT_COLUMNS, Columns
+
+
+@click.command()
+@click.argument("input_path", metavar="INPUT")
+@click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
+@output_options
+@click.option("--job-id", default=None, callback=checked_job_id, help="Job id [default: generated].")
+@click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
+@wait_options
+@format_option
+@column_options
+@batch_options
+@priority_option
+@cluster_options
+@repository_option
+def run(
+    input_path: str,
+    model: str,
+    output: Path | None,
+    output_format: str | None,
+    job_id: str | None,
+    skip_invalid: bool,
+    timeout: float | None,
+    worker_grace: float,
+    fmt: str,
+    kind: str,
+    max_image_bytes: int,
+    follow_symlinks: bool,
+    columns: Columns,
+    max_batch_size: int | None,
+    max_batch_tokens: int | None,
+    max_window: int | None,
+    max_linger_ms: float,
+    priority: Priority,
+    bootstrap_servers: str,
+    namespace: str,
+    model_repository: Path,
+) -> None:
+    """Run INPUT through the pipeline and write one result per record, in input order.
+
+    With no cluster named, starts the embedded broker and a preprocess and a GPU worker, and
+    stops them at the end. With --bootstrap-servers, uses that cluster and its running workers.
+
+    \b
+    Example:
+      nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
+      nearline run reviews.parquet --text-column body --keep-columns stars,date -m minilm -o out.parquet
+    """
+    from jobs.cli.run_output import write_run_output
+    from jobs.launch.runner import run_job
+    from jobs.launch.signals import Terminated, terminate_like_interrupt
+
+    out_format = checked_output(output, output_format)
+    if output is not None and output.exists() and Path(input_path).exists() and output.samefile(input_path):
+        raise click.BadParameter(f"{output} is the input: the results would replace it", param_hint="'--output' / '-o'")
+    worker_args = batch_args(
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+        max_window=max_window,
+        max_linger_ms=max_linger_ms,
+    )
+    display = ProgressDisplay()
+    try:
+        # SIGTERM/SIGHUP (a closed terminal, a CI timeout) stop the broker and workers as Ctrl-C does
+        with terminate_like_interrupt():
+            result = run_job(
+                opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns),
+                model,
+                repository=model_repository,
+                bootstrap_servers=bootstrap_servers,
+                namespace=namespace,
+                job_id=job_id,
+                skip_invalid=skip_invalid,
+                worker_args=tuple(worker_args),
+                log=display.echo,
+                on_progress=display,
+                timeout_s=timeout,
+                worker_grace_s=worker_grace,
+                priority=priority,
+            )
+    except Terminated as exc:
+        display.close()
+        click.echo(f"stopped by {exc}; the broker and workers it started were stopped", err=True)
+        raise SystemExit(128 + exc.signum) from None
+    except KeyboardInterrupt:  # Ctrl-C before the job was submitted (after it: result.failure)
+        display.close()
+        click.echo("stopped by SIGINT; the broker and workers it started were stopped", err=True)
+        raise SystemExit(128 + signal.SIGINT) from None
+    display.close()
+    for error in result.report.skipped:
+        click.echo(f"skipped: {error}", err=True)
+    with result.results as spill:
+        written = write_run_output(
+            spill, output, out_format, run_failed=result.failure is not None, cluster=bool(bootstrap_servers)
+        )
+    click.echo(result.summary.line(), err=True)
+    if written.path is not None:
+        unit = "lines" if written.fmt is OutputFormat.JSONL else "rows"
+        click.echo(f"wrote {written.count} {unit} to {written.path}", err=True)
+    if result.failure is not None:
+        click.echo(f"error: {result.failure}", err=True)
+        raise SystemExit(result.failure.exit_code)
+    if written.failed:
+        raise SystemExit(ExitCode.FAILED)
+    if result.summary.dead_lettered:
+        raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
+
+
+def _submit(
+    input_path: str,
+    fmt: str,
+    kind: str,
+    max_image_bytes: int,
+    model: str,
+    job_id: str | None,
+    skip_invalid: bool,
+    bootstrap_servers: str,
+    namespace: str,
+    topic: str | None = None,
+    max_backlog: int | None = None,
+    follow_symlinks: bool = False,
+    columns: Columns = DEFAULT_COLUMNS,
+    priority: Priority = "batch",
+) -> SubmitReport:
+    source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
+    topics = Topics(namespace)
+    if topic is not None and topic != source.raw_topic(topics, priority):
+        # any other topic took the records and registered a job that no worker would ever finish
+        raise click.BadParameter(
+            f"{topic!r}: {source.kind} records go to {source.raw_topic(topics, priority)}, the topic the preprocess "
+            f"workers read them from in the {priority} lane (text to {topics.lane(topics.raw_text, priority)}, "
+            f"images to {topics.lane(topics.raw_image, priority)}; --priority names the lane)",
+            param_hint="'TOPIC'",
+        )
+    report = submit(
+        require_servers(bootstrap_servers),
+        topics,
+        source,
+        model,
+        job_id=job_id,
+        skip_invalid=skip_invalid,
+        topic=topic,
+        max_backlog=max_backlog,
+        priority=priority,
+    )
+    for error in report.skipped:
+        click.echo(f"skipped: {error}", err=True)
+    return report
+
+
+@click.command(name="submit")
+@click.option("--wait", is_flag=True, help="Return when the job completes: exit 0, or 4 if some records dead-lettered.")
+@click.option(
+    "--max-backlog",
+    type=click.IntRange(min=1),  # 0 refused every job, with advice to split it into jobs of 0 records
+    default=None,
+    envvar="NEARLINE_MAX_BACKLOG",
+    show_envvar=True,
+    help="Refuse (exit 5) a job that would leave more records than this waiting in the pipeline.",
+)
+@click.argument("input_path", metavar="INPUT")
+@click.option("--model", "-m", required=True, show_envvar=True)
+@click.option(
+    "--job-id", default=None, callback=checked_job_id, help="Job id [default: generated]; resubmitting reuses it."
+)
+@click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
+@wait_options
+@format_option
+@column_options
+@priority_option
+@cluster_options
+def submit_cmd(
+    wait: bool,
+    max_backlog: int | None,
+    input_path: str,
+    model: str,
+    job_id: str | None,
+    skip_invalid: bool,
+    timeout: float | None,
+    worker_grace: float,
+    fmt: str,
+    kind: str,
+    max_image_bytes: int,
+    follow_symlinks: bool,
+    columns: Columns,
+    priority: Priority,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Submit INPUT as a job to running workers; prints the job id."""
+    report = _submit(
+        input_path,
+        fmt,
+        kind,
+        max_image_bytes,
+        model,
+        job_id,
+        skip_invalid,
+        bootstrap_servers,
+        namespace,
+        max_backlog=max_backlog,
+        follow_symlinks=follow_symlinks,
+        columns=columns,
+        priority=priority,
+    )
+    click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
+    click.echo(report.job_id)
+    if wait:
+        from jobs.launch.runner import watch_job, worker_liveness
+        from jobs.liveness import JobWaitError
+
+        settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+        display = ProgressDisplay()
+        try:
+            outcome, seconds = watch_job(
+                settings,
+                topics,
+                report.job_id,
+                report.submitted,
+                on_progress=display,
+                watchdog=worker_liveness(settings, topics, model, worker_grace),
+                timeout_s=timeout,
+                submission=report.submission,
+            )
+        except JobWaitError as exc:
+            display.close()
+            # the job stays submitted: workers that come back finish it (nearline status/results)
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(exc.exit_code) from None
+        click.echo(f"job {report.job_id} done in {seconds:.1f} s: {len(outcome.dead)} dead-lettered", err=True)
+        if outcome.dead:
+            raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
+
+
+@click.command()
+@click.argument("topic")
+@click.argument("input_path", metavar="FILE|-")
+@click.option("--model", "-m", required=True, show_envvar=True, help="Model the records are addressed to.")
+@click.option("--job-id", default=None, callback=checked_job_id)
+@click.option("--skip-invalid", is_flag=True)
+@format_option
+@column_options
+@priority_option
+@cluster_options
+def produce(
+    topic: str,
+    input_path: str,
+    model: str,
+    job_id: str | None,
+    skip_invalid: bool,
+    fmt: str,
+    kind: str,
+    max_image_bytes: int,
+    follow_symlinks: bool,
+    columns: Columns,
+    priority: Priority,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """Produce raw text or image records from a file, folder or stdin to TOPIC, the raw topic of
+    their kind (raw.text or raw.image, with the namespace's prefix) in the lane --priority names
+    (the live lane's twins are live.raw.text and live.raw.image)."""
+    report = _submit(
+        input_path,
+        fmt,
+        kind,
+        max_image_bytes,
+        model,
+        job_id,
+        skip_invalid,
+        bootstrap_servers,
+        namespace,
+        topic,
+        follow_symlinks=follow_symlinks,
+        columns=columns,
+        priority=priority,
+    )
+    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id} ({priority} lane)", err=True)

@@ -1,0 +1,99 @@
+"""The commands that watch and steer submitted jobs: jobs list, status and cancel."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from jobs.cli.options import cluster_options
+from jobs.cli.progress_display import ProgressDisplay
+from jobs.cli.validators import require_servers
+from jobs.exit_codes import ExitCode
+from kafka_io.settings import Topics
+
+
+@click.group(name="jobs")
+def jobs_group() -> None:
+    """The job registry (topic jobs)."""
+
+
+@jobs_group.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of the objects `status --json` prints.")
+@cluster_options
+def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """Every registered job with its state and progress, oldest first."""
+    import json
+
+    from jobs.registry import job_statuses
+
+    statuses = job_statuses(require_servers(bootstrap_servers), Topics(namespace))
+    if as_json:
+        click.echo(json.dumps([status.to_dict() for status in statuses], indent=2))
+        return
+    for status in statuses:
+        schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
+        lane = "\tlive" if status.job.priority == "live" else ""
+        click.echo(
+            f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t{status.done}/{status.job.total}{lane}{schedule}"
+        )
+
+
+@click.command(name="status")
+@click.argument("job_id")
+@click.option("--watch", is_flag=True, help="Refresh until the job ends, with rate and ETA.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object; with --watch, one per refresh (JSON Lines).")
+@cluster_options
+def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, namespace: str) -> None:
+    """A job's state and per-stage counts (submitted, preprocessed, inferred, dead-lettered)."""
+    import json
+
+    from jobs.registry import job_status, watch_status
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    if not watch:
+        status = job_status(settings, topics, job_id)
+        click.echo(json.dumps(status.to_dict()) if as_json else status.line())
+        return
+    display = ProgressDisplay(every_s=0)  # watch_status paces the updates
+    if as_json or not (display.tty and sys.stdout.isatty()):
+        for status, progress in watch_status(settings, topics, job_id):
+            click.echo(json.dumps(status.to_dict(progress)) if as_json else status.line(progress))
+        return
+    from jobs.progress import Progress
+
+    last = None
+    try:
+        for status, progress in watch_status(settings, topics, job_id, every_s=0.5):
+            last = status, progress
+            bar = progress or Progress(status.job.total, time.monotonic(), status.done, baseline=status.done)
+            bar.done, bar.failed = status.done, status.counts()["dead_lettered"]
+            display(bar, label=f"{job_id} {status.state.value}")
+    finally:
+        display.close()
+    if last is not None:
+        click.echo(last[0].line(last[1]))  # the end state, in full
+
+
+@click.command(name="cancel")
+@click.argument("job_id")
+@cluster_options
+def cancel_cmd(job_id: str, bootstrap_servers: str, namespace: str) -> None:
+    """Cancel a job: workers skip its remaining records (counted as cancelled, not lost).
+
+    A job that has already ended is left as it is: exit 0 if it was cancelled, 1 if it completed
+    or failed (nothing was cancelled)."""
+    from jobs.registry import JobState, cancel, job_status
+
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    status = job_status(settings, topics, job_id)
+    if status.state is JobState.CANCELLED:
+        click.echo(f"job {job_id} was already cancelled: {status.line()}", err=True)
+        return
+    if status.state.ended:  # a cancellation would change nothing but say it had
+        ended = "completed" if status.state is JobState.COMPLETED_WITH_ERRORS else status.state.value
+        click.echo(f"error: job {job_id} had already {ended}, so nothing was cancelled: {status.line()}", err=True)
+        raise SystemExit(ExitCode.FAILED)
+    cancel(settings, topics, job_id)
+    click.echo(f"cancelled {job_id}", err=True)
