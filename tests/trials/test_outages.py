@@ -66,6 +66,9 @@ def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path)
         spills.mkdir()
         env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
         env["TMPDIR"] = str(spills)
+        # librdkafka prefetches up to 64 MB: the whole topic, fetched before the spill shows rows, and
+        # a reader with nothing left to fetch rightly finishes. 16 MB keeps most of it at the broker.
+        env["NEARLINE_KAFKA_QUEUED_MAX_MESSAGES_KBYTES"] = str(16 * 1024)
         command = [sys.executable, "-m", "jobs.cli", "results", "big", "-o", str(tmp_path / "out.jsonl")]
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

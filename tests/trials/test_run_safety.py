@@ -20,7 +20,8 @@ from jobs.job_input import JobInput
 from jobs.launch.runner import run_job
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.offsets import end_offsets
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from tests.support.inputs import many_lines
 from tests.support.pipeline import RunningPipeline, run_embedded
 from tests.support.tiny_model import TinyModel
@@ -301,13 +302,17 @@ def test_a_dead_embedded_broker_is_named_at_once_and_the_results_so_far_are_writ
     total = 20_000
     run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", total)), "--model", "tiny", "-o", str(out),
                       repository=model_repository)  # fmt: skip
-    run.wait_for("embedded broker on")
+    address = run.wait_for("embedded broker on").split("embedded broker on ")[1].split(";")[0].strip()
     children = descendants(run.process.pid)
     reaper |= children
     (broker,) = [p for p in children if "tansu" in cmdline(p)]
     run.wait_for("submitted")
-    while run.wait_for("records (").startswith("0/"):  # progress lines: kill once some results are in
-        pass
+    # kill once some results are stored: by the results topic, not by a progress line (one every
+    # 5 s, and the whole run takes about that long now, so the first line could be the last)
+    settings, deadline = KafkaSettings(address), time.monotonic() + 120
+    while sum(end_offsets(settings, Topics().results).values()) == 0:
+        assert time.monotonic() < deadline and run.process.poll() is None, "no result was ever stored"
+        time.sleep(0.02)
     killed = time.monotonic()
     os.kill(broker, signal.SIGKILL)
     code, stderr = run.finish(timeout_s=60)
