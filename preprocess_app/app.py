@@ -24,7 +24,7 @@ from faust.tables import TableManager
 from faust.types.auth import CredentialsT
 
 from kafka_io.cancellations import Cancellations
-from kafka_io.clients import check_reachable, make_producer, refusal
+from kafka_io.clients import check_reachable, make_producer
 from kafka_io.cpus import usable_cpus
 from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials
@@ -167,8 +167,7 @@ def create_app(
     async def notice_broker_back() -> None:
         # only during an outage: a connect to the bootstrap address, off the loop
         if broker_wait is not None and broker_wait.waiting:
-            if await asyncio.get_running_loop().run_in_executor(None, refusal, settings) is None:
-                broker_wait.answers()
+            await asyncio.get_running_loop().run_in_executor(None, broker_wait.check_back)
 
     @app.timer(LAG_EVERY_S)
     async def refresh_lag() -> None:
@@ -311,7 +310,7 @@ def run_worker(
     raws = [s for t in (topics.raw_text, topics.raw_image) for s in lanes(topics, TopicSpec(t))]
     ensure_topics(settings, [*raws, TopicSpec(topics.dead_letters), jobs_topic(topics)])
     sole = {s.name: partitions_of(settings, s.name) for s in raws} if sole_consumer else None
-    wait = BrokerWait(settings.bootstrap_servers)
+    wait = BrokerWait(settings)
     # faust keeps table state in its data folder; this worker has no tables, so the folder is
     # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
@@ -330,7 +329,7 @@ def run_worker(
             broker_wait=wait,
         )
         worker = QuietWorker(app, loglevel="WARNING", quiet=True)
-        worker.quiet = OncePerCause(wait)
+        worker.log_filter = OncePerCause(wait)
         # faust's terminal spinner sets the root logger to DEBUG so it can spin on every record: each
         # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
         worker.spinner = None
@@ -340,9 +339,9 @@ def run_worker(
 class QuietWorker(faust.Worker):
     """faust's worker, whose log holds one line per cause a minute in a broker outage (preprocess_app/quiet.py)."""
 
-    quiet: OncePerCause | None = None
+    log_filter: OncePerCause | None = None
 
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
         super().on_setup_root_logger(logger, level)
-        if self.quiet is not None:
-            quiet_root_handlers(self.quiet)
+        if self.log_filter is not None:
+            quiet_root_handlers(self.log_filter)

@@ -13,6 +13,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kafka_io.clients import refusal
+from kafka_io.settings import KafkaSettings
+
 # loggers of the libraries faust runs on; ours (preprocess_app, kafka_io) pass untouched
 NOISY = ("aiokafka", "faust", "mode")
 
@@ -31,7 +34,7 @@ log = logging.getLogger(__name__)
 class BrokerWait:
     """Whether the worker is waiting for the broker, as its client libraries' log lines tell."""
 
-    bootstrap_servers: str
+    settings: KafkaSettings
     since: float | None = None  # time.monotonic() of the first unreachable line of this outage
     last: float = 0.0  # time.monotonic() of the latest one
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -45,17 +48,22 @@ class BrokerWait:
             self.since = now
         log.warning(
             "Kafka at %s unreachable, waiting for it; records are kept (what was not acked is read again)",
-            self.bootstrap_servers,
+            self.settings.bootstrap_servers,
         )
 
+    def check_back(self) -> None:
+        """Blocking (a connect to the bootstrap address): end the outage once the broker takes
+        connections again and the libraries have stopped failing."""
+        if self.since is not None and refusal(self.settings) is None:
+            self.answers()
+
     def answers(self) -> None:
-        """The broker takes connections again: ends the outage once the libraries stopped failing."""
         now = time.monotonic()
         with self._lock:
             if self.since is None or now - self.last < QUIET_S:
                 return
             waited, self.since = now - self.since, None
-        log.warning("Kafka at %s answers again after %.0f s; resuming", self.bootstrap_servers, waited)
+        log.warning("Kafka at %s answers again after %.0f s; resuming", self.settings.bootstrap_servers, waited)
 
     @property
     def waiting(self) -> bool:
