@@ -7,6 +7,7 @@ opaque: held, passed to kafka_io functions and closed with them, never called di
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from typing import Any
 
@@ -54,17 +55,21 @@ CONSUMER_FIXED: dict[str, Any] = {
 }
 
 
+_AFTER = re.compile(r" \(after \d+ms in state \w+\)")
+
+
 class _OncePerMinute(logging.Filter):
     """librdkafka repeats a failing connection's line at every reconnect: 292 lines in the 15 s a
     command waits on a broker that is down, before its one-line error. Each distinct line passes
-    once a minute."""
+    once a minute. The time a connection took ("after 2ms in state CONNECT") is not part of the
+    line's identity: with it, each reconnect of a worker in an outage was a line of its own."""
 
     def __init__(self) -> None:
         super().__init__()
         self._last: dict[object, float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.levelno, record.getMessage())
+        key = (record.levelno, _AFTER.sub("", record.getMessage()))
         last = self._last.get(key)
         if last is not None and record.created - last < 60:
             return False

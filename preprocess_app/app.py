@@ -38,6 +38,7 @@ from preprocess_app.lanes import batch_topic, held_lanes, model_of_tensors, topi
 from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
+from preprocess_app.quiet import BrokerWait, OncePerCause, quiet_root_handlers
 from preprocess_app.sole import take_every_partition
 from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
@@ -109,6 +110,7 @@ def create_app(
     session_timeout_s: float = 6.0,
     metrics: PreprocessMetrics | None = None,
     sole_partitions: Mapping[str, Sequence[int]] | None = None,  # preprocess_app/sole.py
+    broker_wait: BrokerWait | None = None,  # what the worker's log says in an outage (preprocess_app/quiet.py)
 ) -> faust.App:
     prompt_fetches()
     metrics = metrics or PreprocessMetrics()
@@ -160,6 +162,12 @@ def create_app(
             loop = asyncio.get_running_loop()
             tensor_topics = known_topics - {topics.dead_letters}
             lag.update(await loop.run_in_executor(None, tensor_lags, settings, topics, tensor_topics))
+
+    @app.timer(2.0)
+    async def notice_broker_back() -> None:
+        # only during an outage: a connect to the bootstrap address, off the loop
+        if broker_wait is not None and broker_wait.waiting:
+            await asyncio.get_running_loop().run_in_executor(None, broker_wait.check_back)
 
     @app.timer(LAG_EVERY_S)
     async def refresh_lag() -> None:
@@ -302,6 +310,7 @@ def run_worker(
     raws = [s for t in (topics.raw_text, topics.raw_image) for s in lanes(topics, TopicSpec(t))]
     ensure_topics(settings, [*raws, TopicSpec(topics.dead_letters), jobs_topic(topics)])
     sole = {s.name: partitions_of(settings, s.name) for s in raws} if sole_consumer else None
+    wait = BrokerWait(settings)
     # faust keeps table state in its data folder; this worker has no tables, so the folder is
     # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
@@ -317,9 +326,22 @@ def run_worker(
             session_timeout_s=session_timeout_s,
             metrics=reports,
             sole_partitions=sole,
+            broker_wait=wait,
         )
-        worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+        worker = QuietWorker(app, loglevel="WARNING", quiet=True)
+        worker.log_filter = OncePerCause(wait)
         # faust's terminal spinner sets the root logger to DEBUG so it can spin on every record: each
         # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
         worker.spinner = None
         worker.execute_from_commandline()
+
+
+class QuietWorker(faust.Worker):
+    """faust's worker, whose log holds one line per cause a minute in a broker outage (preprocess_app/quiet.py)."""
+
+    log_filter: OncePerCause | None = None
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        if self.log_filter is not None:
+            quiet_root_handlers(self.log_filter)

@@ -189,3 +189,30 @@ def test_cancel_says_a_job_had_already_ended_and_changes_nothing(
     status = json.loads(pipeline.cli("status", job_id, "--json").stdout)
     assert status["state"] == "completed" and status["counts"]["cancelled"] == 0
     assert find_job(pipeline.settings, pipeline.topics, job_id).cancelled_at is None  # the registry row is as it was
+
+
+def test_a_second_cancel_of_a_running_job_says_it_was_already_cancelled(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """#30 C7: the case above for a running job (a worker has preprocessed its records; without a GPU
+    worker it stays running until cancelled). The second cancel exits as the first did and
+    registers nothing again."""
+    pipeline.start("preprocess", "preprocess")
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", example_lines(40))), "--model", "tiny")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    deadline = time.monotonic() + 60
+    while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["state"] != "running":
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    first = pipeline.cli("cancel", job_id)
+    assert first.returncode == 0 and first.stderr == f"cancelled {job_id}\n", first.stderr
+    cancelled_at = find_job(pipeline.settings, pipeline.topics, job_id).cancelled_at
+    assert cancelled_at is not None
+    again = pipeline.cli("cancel", job_id)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.startswith(f"job {job_id} was already cancelled: {job_id} cancelled: 0/40 done"), again.stderr
+    assert f"cancelled {job_id}\n" not in again.stderr
+    assert find_job(pipeline.settings, pipeline.topics, job_id).cancelled_at == cancelled_at  # not registered again
+    status = json.loads(pipeline.cli("status", job_id, "--json").stdout)
+    assert status["state"] == "cancelled" and status["counts"]["cancelled"] == 40, status

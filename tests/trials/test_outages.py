@@ -23,7 +23,7 @@ from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from schemas import InferenceResult, Job, Tensor, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
-from tests.support.pipeline import RunningPipeline, follow_until
+from tests.support.pipeline import RunningPipeline, follow_until, submit
 from tests.support.scheduling import Clock, LoneScheduler
 from tests.support.tiny_model import TinyModel
 
@@ -133,3 +133,40 @@ def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
         broker.kill()
         submit_out.close()
         submit_err.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    # #30 C8: a 2-minute outage wrote ~8,300 lines (a 30 s one 2,232), aiokafka's every reconnect at ERROR
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    pipeline = RunningPipeline(
+        KafkaSettings(broker.bootstrap_servers), Topics("flood"), model_repository, tmp_path / "logs"
+    )
+    texts = tmp_path / "texts.txt"
+    texts.write_text("".join(f"sentence number {i}\n" for i in range(20)))
+    try:
+        worker = pipeline.start("preprocess", "preprocess")
+        follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)  # it consumes
+        broker.kill()  # connections refused throughout
+        down = time.monotonic()
+        while time.monotonic() - down < 30:
+            pipeline.check_workers()
+            time.sleep(1)
+        broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty, as after a restart
+        # the new broker holds nothing: every tensor record in it is the new job's
+        follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)
+        # said once the libraries stopped failing for a few seconds: it may come after the job
+        deadline = time.monotonic() + 60
+        while "answers again after" not in worker.log_path.read_text():
+            assert time.monotonic() < deadline, worker.log_path.read_text()
+            pipeline.check_workers()
+            time.sleep(0.5)
+    finally:
+        pipeline.stop()
+        broker.kill()
+    log = worker.log_path.read_text()
+    assert len(log.splitlines()) < 50, log
+    assert f"Kafka at {broker.bootstrap_servers} unreachable, waiting for it; records are kept" in log, log
