@@ -98,6 +98,29 @@ class EmbeddedRun:
         return self.process.returncode, "".join(self.lines) + rest
 
 
+def stop_mid_job(run: EmbeddedRun, sig: int) -> set[int]:
+    """Send sig to the run once it has shown some results read and before the job can complete;
+    the run's children. Mid-job by construction: the whole job takes about as long as the 5 s
+    between progress lines, so once the results topic holds some, the GPU worker is frozen
+    (nothing more can complete) until the run has shown it read them."""
+    address = run.wait_for("embedded broker on").split("embedded broker on ")[1].split(";")[0].strip()
+    children = descendants(run.process.pid)
+    (gpu,) = [p for p in children if "worker gpu" in cmdline(p)]
+    run.wait_for("submitted")
+    settings, deadline = KafkaSettings(address), time.monotonic() + 120
+    while sum(end_offsets(settings, Topics().results).values()) == 0:
+        assert time.monotonic() < deadline and run.process.poll() is None, "no result was ever stored"
+        time.sleep(0.02)
+    os.kill(gpu, signal.SIGSTOP)
+    try:
+        while run.wait_for("records (").startswith("0/"):
+            pass
+        run.process.send_signal(sig)
+    finally:
+        os.kill(gpu, signal.SIGCONT)
+    return children
+
+
 @pytest.fixture
 def reaper() -> Iterator[set[int]]:
     """PIDs a test saw; any still running at the end are killed, so a failing test leaks nothing."""
@@ -213,12 +236,7 @@ def test_a_sigterm_mid_job_writes_the_results_so_far_beside_the_output_not_over_
     out.write_text("a complete file from an earlier run\n")
     run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", total)), "--model", "tiny", "-o", str(out),
                       repository=model_repository)  # fmt: skip
-    run.wait_for("embedded broker on")
-    reaper |= descendants(run.process.pid)
-    run.wait_for("submitted")
-    while run.wait_for("records (").startswith("0/"):  # progress lines: stop once some results are in
-        pass
-    run.process.send_signal(signal.SIGTERM)
+    reaper |= stop_mid_job(run, signal.SIGTERM)
     code, stderr = run.finish(timeout_s=45)
     assert code == 128 + signal.SIGTERM, stderr
     assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
@@ -284,13 +302,8 @@ def test_the_workers_of_a_run_sigkilled_mid_job_are_gone_within_seconds(
     cannot finish: the preprocess worker retried its commit for good."""
     run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", 20_000)), "--model", "tiny",
                       repository=model_repository)  # fmt: skip
-    run.wait_for("embedded broker on")
-    children = descendants(run.process.pid)
+    children = stop_mid_job(run, signal.SIGKILL)
     reaper |= children
-    run.wait_for("submitted")
-    while run.wait_for("records (").startswith("0/"):  # progress lines: kill once some results are in
-        pass
-    run.process.kill()
     run.finish(timeout_s=10)
     assert_all_gone(children, timeout_s=40)  # the workers' grace is 10 s once their parent is gone
 
