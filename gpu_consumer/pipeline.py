@@ -7,7 +7,7 @@
 and back on the main thread, offsets are committed over the confirmed prefix of windows
 (gpu_consumer/ledger.py), so the commit rule is today's: a record's offset moves only once its
 outputs, and those of every record polled before it, are stored. At most `max_in_flight` windows
-are between poll and commit, which bounds memory. The engine thread only runs the engine: the
+(one more for a live one) are between poll and commit, which bounds memory. The engine thread only runs the engine: the
 Python work of the other two overlaps its compute, as a GPU kernel would.
 """
 
@@ -36,6 +36,10 @@ from schemas.model_config import ModelConfig
 log = logging.getLogger(__name__)
 
 Marker = Literal["start", "end"]
+
+# The engine queue's order: live windows, then batch ones, then the sentinel that stops the thread.
+_RANK: dict[Priority, int] = {"live": 0, "batch": 1}
+_LAST = 2
 
 # The emit thread's wait for work when no delivery report is due (it also wakes for work at once).
 IDLE_EMIT_WAIT_S = 0.1
@@ -80,7 +84,15 @@ class Pipeline:
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored
         self._probed_at = 0.0  # when _broker_answers last asked the broker
-        self._to_engine: queue.Queue[tuple[Entry, Window, Priority] | None] = queue.Queue()
+        # Live windows go to the engine before queued batch ones (#35): a live record waits for the
+        # window running, not for every window in flight. Within a lane the order is the poll order,
+        # and the ledger still commits over the confirmed prefix, so no partition's offsets reorder.
+        self._to_engine: queue.PriorityQueue[tuple[int, int, tuple[Entry, Window, Priority] | None]] = (
+            queue.PriorityQueue()
+        )
+        self._submitted = 0  # the tie-break that keeps each lane first in, first out
+        self._queued: dict[Priority, int] = {"live": 0, "batch": 0}  # windows not started yet, per lane
+        self._queued_lock = threading.Lock()
         # the engine's recent seconds per lane, for the batch-share guard (set by the engine thread)
         self.engine_time = EngineTime()
         self._to_emit: queue.Queue[tuple[Entry, Window, Executed | Poisoned | Marker] | None] = queue.Queue()
@@ -97,15 +109,22 @@ class Pipeline:
     def submit(self, window: Window, offsets: dict[TP, int], records: int, lane: Priority = "batch") -> None:
         """Queue a prepared window for the engine; `offsets` are committed once its outputs are stored."""
         self.check()
-        self._to_engine.put((self.ledger.open(offsets, records), window, lane))
+        entry = self.ledger.open(offsets, records)
+        with self._queued_lock:
+            self._queued[lane] += 1
+        self._submitted += 1
+        self._to_engine.put((_RANK[lane], self._submitted, (entry, window, lane)))
 
     def engine_idle(self) -> bool:
         """No window is queued for the engine or running on it."""
         return self._to_engine.unfinished_tasks == 0
 
-    def window_waiting(self) -> bool:
-        """A window is queued for the engine and not started yet: one closed now would wait too."""
-        return self._to_engine.qsize() > 0
+    def window_waiting(self, lane: str = "batch") -> bool:
+        """A window that runs before one of `lane` is queued for the engine and not started yet:
+        a window of `lane` closed now would wait too (a batch one waits for any, a live one only
+        for live ones)."""
+        with self._queued_lock:
+            return self._queued["live"] > 0 if lane == "live" else sum(self._queued.values()) > 0
 
     def check(self) -> None:
         """Raise what stopped a pipeline thread (an EngineFault: the worker exits, nothing more is
@@ -138,14 +157,11 @@ class Pipeline:
             return False
         return True
 
-    def wait_for_room(self, commit: Callable[[], None]) -> None:
-        """Block while max_in_flight windows are in flight, committing those that finish."""
-        while True:
-            self.check()
-            commit()
-            if self.ledger.in_flight() < self.settings.max_in_flight:
-                return
-            self.ledger.wait(0.05)
+    def has_room(self, lane: str) -> bool:
+        """Whether a window of `lane` may be submitted now: fewer than max_in_flight windows are
+        between poll and commit, and a live window has one more place, so that it never waits
+        for a batch window to be committed before it can even be polled."""
+        return self.ledger.in_flight() < self.settings.max_in_flight + (lane == "live")
 
     def finish(self, commit: Callable[[], None], timeout_s: float | None = None) -> bool:
         """Run every queued window to the end and commit it (before a revoke, or at the end)."""
@@ -158,7 +174,7 @@ class Pipeline:
             self.ledger.wait(0.05)
 
     def close(self) -> None:
-        self._to_engine.put(None)
+        self._to_engine.put((_LAST, 0, None))  # after every queued window
         for t in self._threads:
             t.join(timeout=10)
         flush(self._producer, 5)
@@ -229,8 +245,10 @@ class Pipeline:
 
     def _engine_loop(self) -> None:
         try:
-            while (job := self._to_engine.get()) is not None:
+            while (job := self._to_engine.get()[2]) is not None:
                 entry, window, lane = job
+                with self._queued_lock:
+                    self._queued[lane] -= 1
                 self._to_emit.put((entry, window, "start"))
                 started = time.perf_counter()
                 for event in execute(self._engine, window, self._config):

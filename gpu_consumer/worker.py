@@ -7,7 +7,9 @@
                                        # output the broker has confirmed (gpu_consumer/ledger.py)
 
 The pipeline (gpu_consumer/pipeline.py) keeps at most --max-windows-in-flight windows between
-poll and commit. A crash anywhere before a window's commit means it is consumed again:
+poll and commit (one more for a live window); while it is full, windows() keeps polling with the
+lanes paused, so commits and rebalances are served. Live windows run before queued batch ones.
+A crash anywhere before a window's commit means it is consumed again:
 at-least-once, and results are keyed by job/record so readers drop the duplicates. Before
 partitions are revoked, every window in flight is finished and committed. --exactly-once runs the
 windows one after the other, and one transaction spans up to --max-windows-in-flight of them
@@ -142,7 +144,7 @@ def run(
             hurry=flow.engine_idle,
             hold=flow.window_waiting,
             lane_of=topics.lane_of,
-            pick=lambda held: _pick(held, flow.engine_time, batch_share),
+            pick=lambda ready: _pick_with_room(ready, flow, batch_share),
         )
         for window in polled:
             metrics.polled(window[0].topic, len(window))
@@ -151,7 +153,6 @@ def run(
             prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
             flow.submit(prepared, window_offsets(window), len(window), topics.lane_of(window[0].topic))
             stats.windows += 1
-            flow.wait_for_room(commit)
             commit()
         flow.finish(commit)
     finally:
@@ -240,6 +241,13 @@ def _run_transactional(
 def _pick(held: list[str], recent: EngineTime, batch_share: float) -> str:
     """The lane of the next window among those holding records (see windows' `pick`)."""
     return next_lane("live" in held, "batch" in held, recent, batch_share) or held[0]
+
+
+def _pick_with_room(ready: list[str], flow: Pipeline, batch_share: float) -> str | None:
+    """_pick, or the other lane when the pipeline has no room for the one picked; None: no room.
+    While the pipeline is full windows() keeps polling (commits, rebalances) with the lanes paused."""
+    first = _pick(ready, flow.engine_time, batch_share)
+    return next((lane for lane in (first, *ready) if flow.has_room(lane)), None)
 
 
 def serve(

@@ -106,9 +106,9 @@ def windows(
     tick: Callable[[], None] = lambda: None,
     idle: Callable[[], None] = lambda: None,
     hurry: Callable[[], bool] = lambda: False,
-    hold: Callable[[], bool] = lambda: False,
+    hold: Callable[[str], bool] = lambda lane: False,
     lane_of: Callable[[str], str] | None = None,
-    pick: Callable[[list[str]], str] = lambda lanes: lanes[0],
+    pick: Callable[[list[str]], str | None] = lambda lanes: lanes[0],
 ) -> Iterator[list[ConsumedRecord]]:
     """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
     pipelined worker commits finished windows there); `idle` after a poll that left no record
@@ -120,11 +120,12 @@ def windows(
     Lingering then only holds records that are all here, while the engine waits for them: the
     router of a continuous-batching server starts an idle engine on what it has, the same way.
 
-    A window also outlasts its linger, up to max_records, while `hold()` says closing it would not
-    run its records any sooner (the pipelined worker: a window it closed before is still waiting
-    for the engine). It closes once that window starts, so behind a busy engine each window gathers
-    for as long as the engine runs the one before: on a backlog, full windows that sort into full
-    executed batches, instead of windows cut every linger into batches of a few records.
+    A window also outlasts its linger, up to max_records, while `hold(lane)` says closing it would
+    not run its records any sooner (the pipelined worker: a window it closed before, of its lane or
+    one served first, is still waiting for the engine). It closes once that window starts, so
+    behind a busy engine each window gathers for as long as the engine runs the one before: on a
+    backlog, full windows that sort into full executed batches, instead of windows cut every
+    linger into batches of a few records.
 
     Lanes (#35): `lane_of(topic)` names the lane of a record's topic, and a window holds records of
     one lane only, the one `pick(lanes with records)` names (the caller's policy), where a lane has
@@ -132,26 +133,30 @@ def windows(
     from every fetch) are past what was consumed. The lanes not picked are paused, which also drops
     what librdkafka had prefetched for them: a live record is not queued behind a fetched backfill.
     A paused partition is still polled (rebalances are served) and resumes once its lane is picked;
-    its held records wait. Without `lane_of` every record is in one lane and nothing is paused."""
+    its held records wait. `pick` may name no lane (None: the caller has no room for a window now,
+    the pipelined worker with its windows in flight): then every lane with records is paused and
+    polled every few ms, so finished windows are committed (`tick`) and rebalances served while
+    the caller is full. Without `lane_of` every record is in one lane, nothing is paused, and
+    `pick` must name it."""
     linger_s = limits.max_linger_ms / 1000.0
     held: dict[str, list[ConsumedRecord]] = {}
     first_at: dict[str, float] = {}
     paused: set[TP] = set()
     lanes = _Lanes(consumer, assignment, lane_of) if lane_of is not None else None
+    waiting: set[str] = set()  # lanes with records at the broker not consumed yet, as of the last poll
     revocations = assignment.revocations
 
     def hurried() -> bool:
         return assignment.caught_up() and hurry()
 
+    def ready() -> set[str]:
+        return {lane for lane, records in held.items() if records} | waiting
+
     def gathering() -> str | None:
         """The lane a window is gathered from now (None: no record is held in the lane picked)."""
-        ready = {lane for lane, records in held.items() if records}
-        if lanes is not None:
-            ready |= lanes.waiting()
-        if not ready:
-            return None
-        chosen = pick(sorted(ready))
-        return chosen if held.get(chosen) else None
+        lanes_ready = ready()
+        chosen = pick(sorted(lanes_ready)) if lanes_ready else None
+        return chosen if chosen is not None and held.get(chosen) else None
 
     while True:
         lane = gathering()
@@ -166,8 +171,10 @@ def windows(
                 first = consumer.poll(min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
                 polled = [first] if first is not None else []
         else:
-            # consume(n, timeout) would hold a small job's first records for the whole idle_poll_s
-            polled = consume_ready(consumer, limits.max_records, idle_poll_s)
+            # consume(n, timeout) would hold a small job's first records for the whole idle_poll_s;
+            # with records waiting for room (their lanes paused), the caller's windows finishing
+            # are what is awaited
+            polled = consume_ready(consumer, limits.max_records, HURRY_CHECK_S if ready() else idle_poll_s)
         for msg in polled:
             record = take(msg, assignment.at_eof)
             if record is None:
@@ -179,6 +186,8 @@ def windows(
             records.append(record)
             if lanes is not None:
                 lanes.consumed(record)
+        if lanes is not None:
+            waiting = lanes.waiting()
         tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
@@ -189,6 +198,7 @@ def windows(
             held = {}
             if lanes is not None:
                 lanes.reassigned()
+                waiting = set()
                 paused = lanes.pause(set(), paused)
         lane = gathering()
         pending = held[lane] if lane is not None else []
@@ -196,7 +206,7 @@ def windows(
         if lane is not None and (
             stopping
             or len(pending) >= limits.max_records
-            or (time.monotonic() >= first_at[lane] + linger_s and not hold())
+            or (time.monotonic() >= first_at[lane] + linger_s and not hold(lane))
             or (drain and assignment.caught_up())
             or hurried()
         ):
@@ -208,10 +218,10 @@ def windows(
             return
         elif lane is None:
             idle()
-        if lanes is not None:  # every lane with records but the one picked waits, paused
-            ready = {other for other, records in held.items() if records} | lanes.waiting()
-            chosen = pick(sorted(ready)) if ready else None
-            paused = lanes.pause(ready - {chosen}, paused)
+        if lanes is not None:  # every lane with records but the one picked (if any) waits, paused
+            lanes_ready = ready()
+            chosen = pick(sorted(lanes_ready)) if lanes_ready else None
+            paused = lanes.pause(lanes_ready - {chosen}, paused)
 
 
 # A lane picked for records its high watermark promised that have not come in this long is taken
@@ -227,6 +237,7 @@ class _Lanes:
         self._consumer, self._assignment, self._lane_of = consumer, assignment, lane_of
         self._next: dict[TP, int] = {}  # the next offset to consume: committed, then as records come
         self._promised_since: dict[str, float] = {}
+        self._assigned_seen: set[TP] = set()
 
     def consumed(self, record: ConsumedRecord) -> None:
         self._next[(record.topic, record.partition)] = record.offset + 1
@@ -260,11 +271,17 @@ class _Lanes:
         return found
 
     def pause(self, lanes: set[str], paused: set[TP]) -> set[TP]:
-        """Pause the assigned partitions of `lanes`, resume the others paused before; the new set."""
-        want = {tp for tp in self._assignment.assigned if self._lane_of(tp[0]) in lanes}
+        """Pause the assigned partitions of `lanes`, resume the others paused before; the new set.
+
+        A partition assigned since the last call is resumed too: librdkafka keeps a partition's
+        pause through a revoke and a later assign of it, and the set of paused ones was dropped
+        at the revoke, so without this it would stay paused for good."""
+        assigned = set(self._assignment.assigned)
+        fresh, self._assigned_seen = assigned - self._assigned_seen, assigned
+        want = {tp for tp in assigned if self._lane_of(tp[0]) in lanes}
         if want - paused:
             self._consumer.pause([TopicPartition(t, p) for t, p in sorted(want - paused)])
-        back = (paused - want) & self._assignment.assigned
+        back = ((paused | fresh) - want) & assigned
         if back:
             self._consumer.resume([TopicPartition(t, p) for t, p in sorted(back)])
         return want

@@ -167,7 +167,7 @@ def test_a_held_window_outlasts_its_linger_and_gathers_what_comes_until_released
     released = threading.Event()
     got: list[list[bytes]] = []
 
-    def hold() -> bool:
+    def hold(lane: str) -> bool:
         # Asked on the polling thread (the consumer is not shared across threads): held until
         # released, and then until the late records are in, so their arrival time does not matter.
         if not released.is_set():
