@@ -26,14 +26,25 @@ def terminate_like_interrupt() -> Iterator[None]:
         yield
         return
 
+    received: list[int] = []
+
     def handler(signum: int, frame: FrameType | None) -> None:
         for sig in _SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+        received.append(signum)
         raise Terminated(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in _SIGNALS}
     try:
         yield
+    except Exception as exc:
+        # Terminated raised while a C extension was calling back into Python comes out as the
+        # extension's own error: a SIGHUP during confluent_kafka's AdminClient() surfaced as
+        # "TypeError: expected configuration property name as type unicode string", a traceback
+        # and exit 1 instead of a stop like Ctrl-C's. Whatever fails once the signal came is the stop.
+        if received:
+            raise Terminated(received[0]) from exc
+        raise
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
