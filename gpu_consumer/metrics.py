@@ -27,7 +27,7 @@ from kafka_io.metrics import (
 )
 from kafka_io.polling import Assignment, consumer_lag
 from kafka_io.records import OutRecord
-from kafka_io.settings import MetricsEndpoint
+from kafka_io.settings import PRIORITIES, MetricsEndpoint, Priority
 from schemas import now_us
 
 WORKER = "gpu"
@@ -73,11 +73,17 @@ INFERENCE = Histogram(
     ["model"],
     buckets=BATCH_SECONDS_BUCKETS,
 )
+LANE_ENGINE = Counter(
+    "nearline_lane_engine_seconds_total",
+    "Seconds the engine spent on executed batches of each priority lane (live, batch): their rates' "
+    "ratio is the share of the engine each lane got (--batch-share is the batch lane's minimum).",
+    ["model", "lane"],
+)
 END_TO_END = BulkHistogram(
     "nearline_end_to_end_seconds",
-    "Seconds from a record's submission to its result being produced.",
+    "Seconds from a record's submission to its result being produced, by priority lane.",
     (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
-    ["model"],
+    ["model", "lane"],
 )
 WINDOWS_IN_FLIGHT = Gauge(
     "nearline_windows_in_flight", "Poll windows between poll and commit (at most --max-windows-in-flight).", ["model"]
@@ -96,8 +102,8 @@ class GpuMetrics:
     def tick(self, consumer: Consumer, assignment: Assignment) -> None:
         """After every poll: the consumer lag, refreshed every LAG_EVERY_S."""
 
-    def executed(self, run: Executed) -> None:
-        """An executed batch whose results were just produced (emit thread)."""
+    def executed(self, run: Executed, lane: Priority = "batch") -> None:
+        """An executed batch of `lane` whose results were just produced (emit thread)."""
 
     def produced(self, records: Sequence[OutRecord]) -> None:
         """Records handed to the producer."""
@@ -111,7 +117,8 @@ class PrometheusGpuMetrics(GpuMetrics):
         self._padded = BATCH_PADDED_TOKENS.labels(model)
         self._real_tokens, self._padded_tokens = REAL_TOKENS.labels(model), PADDED_TOKENS.labels(model)
         self._busy, self._inference = ENGINE_BUSY.labels(model), INFERENCE.labels(model)
-        self._end_to_end = END_TO_END.labels(model)
+        self._lane_engine = {lane: LANE_ENGINE.labels(model, lane) for lane in PRIORITIES}
+        self._end_to_end = {lane: END_TO_END.labels(model, lane) for lane in PRIORITIES}
         self._windows = WINDOWS_IN_FLIGHT.labels(model)
         self._recent = RecentSums(3, RECENT_S)  # busy seconds, real tokens, padded tokens
         ENGINE_BUSY_RATIO.labels(model).set_function(self._busy_ratio)
@@ -127,12 +134,13 @@ class PrometheusGpuMetrics(GpuMetrics):
         if self._lag_due.due():
             self.traffic.lag(consumer_lag(consumer, assignment.assigned))
 
-    def executed(self, run: Executed) -> None:
+    def executed(self, run: Executed, lane: Priority = "batch") -> None:
         batch = run.batch
         seconds = (run.finished_us - run.started_us) / 1e6
         self._size.observe(batch.size)
         self._inference.observe(seconds)
         self._busy.inc(seconds)
+        self._lane_engine[lane].inc(seconds)
         real = padded = 0
         if batch.width:  # text: images have no tokens
             real, padded = int(batch.lengths.sum()), batch.padded_tokens
@@ -142,7 +150,7 @@ class PrometheusGpuMetrics(GpuMetrics):
         self._recent.add(seconds, real, padded)
         submitted = np.fromiter((i.timestamps.get("submitted", 0) for i in run.items), np.int64, len(run.items))
         submitted = submitted[submitted > 0]  # records from producers that stamp no submission
-        self._end_to_end.observe_many((now_us() - submitted) / 1e6)
+        self._end_to_end[lane].observe_many((now_us() - submitted) / 1e6)
 
     def produced(self, records: Sequence[OutRecord]) -> None:
         self.traffic.produced_records(records)

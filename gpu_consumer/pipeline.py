@@ -95,7 +95,7 @@ class Pipeline:
         self._queued_lock = threading.Lock()
         # the engine's recent seconds per lane, for the batch-share guard (set by the engine thread)
         self.engine_time = EngineTime()
-        self._to_emit: queue.Queue[tuple[Entry, Window, Executed | Poisoned | Marker] | None] = queue.Queue()
+        self._to_emit: queue.Queue[tuple[Entry, Window, Priority, Executed | Poisoned | Marker] | None] = queue.Queue()
         self._error: BaseException | None = None
         self._threads = [
             threading.Thread(target=self._guard(self._engine_loop), name="nearline-engine", daemon=True),
@@ -249,12 +249,12 @@ class Pipeline:
                 entry, window, lane = job
                 with self._queued_lock:
                     self._queued[lane] -= 1
-                self._to_emit.put((entry, window, "start"))
+                self._to_emit.put((entry, window, lane, "start"))
                 started = time.perf_counter()
                 for event in execute(self._engine, window, self._config):
-                    self._to_emit.put((entry, window, event))
+                    self._to_emit.put((entry, window, lane, event))
                 self.engine_time = self.engine_time.served(lane, time.perf_counter() - started)
-                self._to_emit.put((entry, window, "end"))
+                self._to_emit.put((entry, window, lane, "end"))
                 self._to_engine.task_done()
         finally:
             self._to_emit.put(None)
@@ -277,7 +277,7 @@ class Pipeline:
                 continue
             if job is None:
                 return
-            entry, window, event = job
+            entry, window, lane, event = job
             if event == "start":
                 executed = 0
                 self._produce(entry, window.dead)
@@ -288,7 +288,7 @@ class Pipeline:
             else:
                 assert isinstance(event, Executed)
                 self._produce(entry, self._emitter.results(event, f"{window.window_id}.{executed}", window.formed_us))
-                self._metrics.executed(event)
+                self._metrics.executed(event, lane)
                 executed += 1
             self._to_emit.task_done()
 

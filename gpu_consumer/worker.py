@@ -25,6 +25,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -220,8 +221,11 @@ def _run_transactional(
                 sources = [r for r in window if not skip(r.headers)]
                 window_id = f"{worker_id}-{stats.windows}"
                 started = time.perf_counter()
-                out = handle_window(sources, engine, config, topics, window_id, policy, metrics.executed)
-                engine_time = engine_time.served(topics.lane_of(window[0].topic), time.perf_counter() - started)
+                lane = topics.lane_of(window[0].topic)
+                out = handle_window(
+                    sources, engine, config, topics, window_id, policy, partial(metrics.executed, lane=lane)
+                )
+                engine_time = engine_time.served(lane, time.perf_counter() - started)
                 try:
                     txn.add(window, out)
                 except TransactionAbortedError:

@@ -187,7 +187,9 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
         # executed batches: every record of the job ran once, in batches of at most 8
         gpu_only = f'{{job="{GPU}",model="tiny"}}'
         eventually(prometheus, pipeline, f"nearline_batch_size_records_sum{gpu_only}", RECORDS)
-        eventually(prometheus, pipeline, f"nearline_end_to_end_seconds_count{gpu_only}", RECORDS)
+        batch_lane = f'{{job="{GPU}",model="tiny",lane="batch"}}'  # the job was submitted in the batch lane
+        eventually(prometheus, pipeline, f"nearline_end_to_end_seconds_count{batch_lane}", RECORDS)
+        assert prometheus.value(f'nearline_end_to_end_seconds_count{{job="{GPU}",lane="live"}}') == 0
         batches = prometheus.value(f"nearline_batch_size_records_count{gpu_only}")
         assert batches is not None and RECORDS / 8 <= batches < RECORDS
         assert prometheus.value(f'nearline_batch_size_records_bucket{{job="{GPU}",le="8.0"}}') == batches
@@ -199,6 +201,7 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
         assert real is not None and padded is not None and real <= padded
         busy = prometheus.value(f"nearline_engine_busy_seconds_total{gpu_only}")
         assert busy == pytest.approx(prometheus.value(f"nearline_inference_seconds_sum{gpu_only}"))
+        assert busy == pytest.approx(prometheus.value(f"nearline_lane_engine_seconds_total{batch_lane}"))
         assert 0 <= (prometheus.value(f"nearline_engine_busy_ratio{gpu_only}") or -1) <= 1
 
         # settled: nothing in flight, nothing lagging, no backpressure

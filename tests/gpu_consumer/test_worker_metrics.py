@@ -55,8 +55,8 @@ def test_the_worker_loop_reports_every_window_and_executed_batch(
         consumer.close()
     assert stats.records == RECORDS
 
-    def value(name: str) -> float | None:
-        return REGISTRY.get_sample_value(name, {"model": model})
+    def value(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"model": model, **labels})
 
     def records(name: str, topic: str) -> float | None:
         return REGISTRY.get_sample_value(f"nearline_records_{name}_total", {"worker": "gpu", "topic": topic})
@@ -68,5 +68,7 @@ def test_the_worker_loop_reports_every_window_and_executed_batch(
     batches = value("nearline_batch_size_records_count")
     assert batches is not None and batches >= RECORDS / 8 and value("nearline_inference_seconds_count") == batches
     assert value("nearline_real_tokens_total") == 3 * RECORDS  # feed_tensors: three token ids each
-    assert value("nearline_end_to_end_seconds_count") == RECORDS
+    assert value("nearline_end_to_end_seconds_count", lane="batch") == RECORDS  # the batch lane's tensors
+    assert value("nearline_lane_engine_seconds_total", lane="batch") == value("nearline_engine_busy_seconds_total")
+    assert value("nearline_lane_engine_seconds_total", lane="live") == 0
     assert value("nearline_windows_in_flight") == 0
