@@ -1,8 +1,9 @@
 """Crash recovery: real worker processes SIGKILLed at random points, restarted, nothing lost.
 
-Trials are few and bounded (3 GPU-worker kills, 2 preprocess-worker kills, 2 submit kills, one
-two-worker failover); each asserts that every input record ends with exactly one result as
-`nearline results` reports it. Random points come from a seeded generator, printed on failure.
+Trials are few and bounded (3 GPU-worker kills, 2 more with both priority lanes busy, 2
+preprocess-worker kills, 2 submit kills, one two-worker failover); each asserts that every input
+record ends with exactly one result as `nearline results` reports it. Random points come from a
+seeded generator, printed on failure.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 from jobs.launch.runner import watch_job
-from jobs.registry import find_job
+from jobs.registry import find_job, job_status
 from jobs.results import JobOutcome, read_outcome
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower, read_topics
@@ -70,6 +71,31 @@ def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
     assert reached < len(rows), f"trial {trial}: the kill at {kill_at} landed after the job"
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
     finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(2))
+def test_the_gpu_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
+) -> None:
+    """Killed while it ran a live job ahead of a backfill (#35): its windows in flight came from
+    both lanes, committed over one ledger; after a restart each job completes exactly once."""
+    rows = example_lines(1200)
+    live_rows = [{"id": f"live-{r['id']}", "text": r["text"]} for r in example_lines(300)]
+    kill_at = RNG.randint(10, 250)
+    pipeline.start("preprocess", "preprocess")
+    gpu = pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    batch_id = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", rows))
+    follow_until(pipeline, pipeline.topics.results, batch_id, 30)  # the backfill is under way
+    live_id = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", live_rows), "--priority", "live")
+    reached = follow_until(pipeline, pipeline.topics.results, live_id, kill_at)
+    gpu.process.send_signal(signal.SIGKILL)
+    gpu.process.wait()
+    backfill_done = job_status(pipeline.settings, pipeline.topics, batch_id).done
+    assert reached < len(live_rows) and backfill_done < len(rows), f"trial {trial}: the kill at {kill_at} came late"
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
+    finish_and_check(pipeline, live_id, [r["id"] for r in live_rows], tmp_path, timeout_s=180)
+    finish_and_check(pipeline, batch_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
 @pytest.mark.slow
