@@ -8,9 +8,9 @@ CPU: the engine a backfill saturates here; `--batch-share` left at its default),
 2. the same while a backfill of --backfill texts (a batch job) runs, with how much of the backfill
    was still outstanding when the live job completed;
 3. with a live job of --flood texts queued (live traffic faster than the engine serves: the live
-   lane never runs dry), the achieved batch share over --window seconds, in records: backfill
-   records done over all done (both jobs are the same short texts, so records track engine time),
-   valid only while both jobs still had records outstanding at the end, which it says;
+   lane never runs dry), the achieved batch share over --window seconds: of the engine's time, as
+   the GPU worker's nearline_lane_engine_seconds_total says (what --batch-share guards), and of the
+   records done; valid only while both jobs still had records outstanding at the end, which it says;
 4. the backfill's completion time and whether every record came back exactly once (`nearline
    results`: one line per record id, the ids the input had).
 Figures, never assertions: the machine is shared.
@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
@@ -55,6 +58,19 @@ def done(settings: KafkaSettings, topics: Topics, job_id: str) -> int:
     return job_status(settings, topics, job_id).done
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def lane_engine_seconds(port: int) -> dict[str, float]:
+    """The GPU worker's engine seconds per lane, from its /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = re.findall(r'^nearline_lane_engine_seconds_total\{[^}]*lane="(\w+)"[^}]*\} (\S+)$', text, re.MULTILINE)
+    return {lane: float(value) for lane, value in found}
+
+
 def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,7 +85,8 @@ def main() -> None:
     topics = Topics("lanes")
     with tempfile.TemporaryDirectory(prefix="nearline-lanes-") as tmp:
         work = Path(tmp)
-        with local_pipeline(work, topics.namespace, repository) as (pipeline, env):
+        port = free_port()
+        with local_pipeline(work, topics.namespace, repository, ("--metrics-port", str(port))) as (pipeline, env):
             settings = KafkaSettings(pipeline.broker.bootstrap_servers)
             live = write_texts(work / "live.jsonl", short_texts(args.live), "q")
             submit(env, live, "warm-up", "--wait", "--priority", "live")
@@ -92,15 +109,20 @@ def main() -> None:
             submit(env, flood, "live-flood", "--priority", "live")
             time.sleep(2.0)  # the flood preprocessed ahead of the engine: the live lane is never empty
             batch_before, live_before = done(settings, topics, "backfill"), done(settings, topics, "live-flood")
+            engine_before = lane_engine_seconds(port)
             time.sleep(args.window)
+            engine_after = lane_engine_seconds(port)
             batch_after, live_after = done(settings, topics, "backfill"), done(settings, topics, "live-flood")
             batch_done, live_done = batch_after - batch_before, live_after - live_before
             share = batch_done / max(1, batch_done + live_done)
+            engine = {lane: engine_after[lane] - engine_before[lane] for lane in engine_after}
+            time_share = engine["batch"] / max(1e-9, sum(engine.values()))
             valid = batch_after < args.backfill and live_after < args.flood
             print(
                 f"live lane flooded ({args.flood} live texts queued), over {args.window:.0f} s: {live_done} live "
-                f"and {batch_done} backfill records done; batch share {share:.1%} of records "
-                f"(--batch-share {DEFAULT_BATCH_SHARE:g} of engine time)"
+                f"and {batch_done} backfill records done; batch share {time_share:.1%} of engine time "
+                f"({engine['batch']:.1f} of {sum(engine.values()):.1f} s; --batch-share {DEFAULT_BATCH_SHARE:g}), "
+                f"{share:.1%} of records"
                 + ("" if valid else "; INVALID: a lane ran dry before the window ended, use larger jobs"),
                 flush=True,
             )

@@ -39,14 +39,21 @@ class LocalPipeline:
 
 
 @contextmanager
-def local_pipeline(work: Path, namespace: str, repository: Path) -> Iterator[tuple[LocalPipeline, dict[str, str]]]:
-    """The embedded broker, a preprocess and a MiniLM GPU worker, stopped on the way out; and the
-    environment a `nearline` command needs to reach them."""
+def local_pipeline(
+    work: Path, namespace: str, repository: Path, gpu_args: tuple[str, ...] = ()
+) -> Iterator[tuple[LocalPipeline, dict[str, str]]]:
+    """The embedded broker, a preprocess and a MiniLM GPU worker (with `gpu_args`), stopped on the
+    way out; and the environment a `nearline` command needs to reach them."""
     broker = EmbeddedBroker.start(work / "broker.log")
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: namespace}
     env[ENV_MODEL_REPOSITORY] = str(repository)
     workers = start_pipeline_workers(
-        "minilm", bootstrap_servers=broker.bootstrap_servers, namespace=namespace, repository=repository, logs=work
+        "minilm",
+        bootstrap_servers=broker.bootstrap_servers,
+        namespace=namespace,
+        repository=repository,
+        logs=work,
+        gpu_args=gpu_args,
     )
     try:
         yield LocalPipeline(broker, *workers), env

@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 
 Marker = Literal["start", "end"]
 
-# The engine queue's order: live windows, then batch ones, then the sentinel that stops the thread.
-_RANK: dict[Priority, int] = {"live": 0, "batch": 1}
-_LAST = 2
+# The engine queue's order: live windows and the batch windows the share guard picked (contended),
+# first in first out; then the other batch windows; then the sentinel that stops the thread.
+_FIRST, _BEHIND, _LAST = 0, 1, 2
 
 # The emit thread's wait for work when no delivery report is due (it also wakes for work at once).
 IDLE_EMIT_WAIT_S = 0.1
@@ -85,13 +85,16 @@ class Pipeline:
         self._generation = 0  # delivery reports of a replaced producer are ignored
         self._probed_at = 0.0  # when _broker_answers last asked the broker
         # Live windows go to the engine before queued batch ones (#35): a live record waits for the
-        # window running, not for every window in flight. Within a lane the order is the poll order,
-        # and the ledger still commits over the confirmed prefix, so no partition's offsets reorder.
-        self._to_engine: queue.PriorityQueue[tuple[int, int, tuple[Entry, Window, Priority] | None]] = (
+        # window running, not for every window in flight. A batch window picked while both lanes
+        # waited is the share guard's, and keeps its place: overtaken by every later live window,
+        # it would never run under continuous live traffic. Within a lane the order is the poll
+        # order, and the ledger still commits over the confirmed prefix, so no partition's
+        # offsets reorder.
+        self._to_engine: queue.PriorityQueue[tuple[int, int, tuple[Entry, Window, Priority, bool] | None]] = (
             queue.PriorityQueue()
         )
         self._submitted = 0  # the tie-break that keeps each lane first in, first out
-        self._queued: dict[Priority, int] = {"live": 0, "batch": 0}  # windows not started yet, per lane
+        self._queued: dict[tuple[Priority, int], int] = {}  # windows not started yet, per lane and rank
         self._queued_lock = threading.Lock()
         # the engine's recent seconds per lane, for the batch-share guard (set by the engine thread)
         self.engine_time = EngineTime()
@@ -106,14 +109,19 @@ class Pipeline:
 
     # --- main thread ---
 
-    def submit(self, window: Window, offsets: dict[TP, int], records: int, lane: Priority = "batch") -> None:
-        """Queue a prepared window for the engine; `offsets` are committed once its outputs are stored."""
+    def submit(
+        self, window: Window, offsets: dict[TP, int], records: int, lane: Priority = "batch", contended: bool = False
+    ) -> None:
+        """Queue a prepared window for the engine; `offsets` are committed once its outputs are stored.
+        `contended`: both lanes had records when it was picked, so its engine time counts toward
+        the lanes' shares (gpu_consumer/lanes.py: LanePicker)."""
         self.check()
         entry = self.ledger.open(offsets, records)
+        rank = _FIRST if lane == "live" or contended else _BEHIND
         with self._queued_lock:
-            self._queued[lane] += 1
+            self._queued[(lane, rank)] = self._queued.get((lane, rank), 0) + 1
         self._submitted += 1
-        self._to_engine.put((_RANK[lane], self._submitted, (entry, window, lane)))
+        self._to_engine.put((rank, self._submitted, (entry, window, lane, contended)))
 
     def engine_idle(self) -> bool:
         """No window is queued for the engine or running on it."""
@@ -122,9 +130,14 @@ class Pipeline:
     def window_waiting(self, lane: str = "batch") -> bool:
         """A window that runs before one of `lane` is queued for the engine and not started yet:
         a window of `lane` closed now would wait too (a batch one waits for any, a live one only
-        for live ones)."""
+        for those queued first)."""
         with self._queued_lock:
-            return self._queued["live"] > 0 if lane == "live" else sum(self._queued.values()) > 0
+            return any(n for (_, rank), n in self._queued.items() if lane != "live" or rank == _FIRST)
+
+    def queued(self, lane: str) -> int:
+        """Windows of `lane` queued for the engine and not started yet."""
+        with self._queued_lock:
+            return sum(n for (queued_lane, _), n in self._queued.items() if queued_lane == lane)
 
     def check(self) -> None:
         """Raise what stopped a pipeline thread (an EngineFault: the worker exits, nothing more is
@@ -245,15 +258,19 @@ class Pipeline:
 
     def _engine_loop(self) -> None:
         try:
-            while (job := self._to_engine.get()[2]) is not None:
-                entry, window, lane = job
+            while True:
+                rank, _, job = self._to_engine.get()
+                if job is None:
+                    break
+                entry, window, lane, contended = job
                 with self._queued_lock:
-                    self._queued[lane] -= 1
+                    self._queued[(lane, rank)] -= 1
                 self._to_emit.put((entry, window, lane, "start"))
                 started = time.perf_counter()
                 for event in execute(self._engine, window, self._config):
                     self._to_emit.put((entry, window, lane, event))
-                self.engine_time = self.engine_time.served(lane, time.perf_counter() - started)
+                if contended:
+                    self.engine_time = self.engine_time.served(lane, time.perf_counter() - started)
                 self._to_emit.put((entry, window, lane, "end"))
                 self._to_engine.task_done()
         finally:

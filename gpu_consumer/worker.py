@@ -32,7 +32,7 @@ from types import FrameType
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine, make_engine, measure_cost
 from gpu_consumer.handler import handle_window, prepare
-from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, EngineTime, next_lane
+from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, EngineTime, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from gpu_consumer.postprocess import STEPS
@@ -132,6 +132,7 @@ def run(
             log.warning("windows still unconfirmed at revoke; their records will be consumed again")
 
     assignment.before_revoke = before_revoke
+    picker = LanePicker(batch_share, lambda: flow.engine_time, flow.has_room, flow.queued)
     try:
         # An idle engine starts on what has come instead of waiting out the linger for more; a
         # window queued behind a busy engine lets the next one gather until it starts.
@@ -145,14 +146,15 @@ def run(
             hurry=flow.engine_idle,
             hold=flow.window_waiting,
             lane_of=topics.lane_of,
-            pick=lambda ready: _pick_with_room(ready, flow, batch_share),
+            pick=picker,
         )
         for window in polled:
             metrics.polled(window[0].topic, len(window))
             # records of cancelled jobs are consumed and committed, never run: counted as cancelled
             sources = [r for r in window if not skip(r.headers)]
             prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
-            flow.submit(prepared, window_offsets(window), len(window), topics.lane_of(window[0].topic))
+            lane = topics.lane_of(window[0].topic)
+            flow.submit(prepared, window_offsets(window), len(window), lane, contended=picker.contended)
             stats.windows += 1
             commit()
         flow.finish(commit)
@@ -200,9 +202,7 @@ def _run_transactional(
 
     assignment.before_revoke = settle
     engine_time = EngineTime()
-
-    def pick(held: list[str]) -> str:  # reads engine_time as the loop below updates it
-        return _pick(held, engine_time, batch_share)
+    picker = LanePicker(batch_share, lambda: engine_time)  # reads engine_time as the loop below updates it
 
     try:
         while True:  # a drain ends only once its last transaction committed (or on a stop)
@@ -215,7 +215,7 @@ def _run_transactional(
                 idle=settle,
                 tick=lambda: metrics.tick(consumer, assignment),
                 lane_of=topics.lane_of,
-                pick=pick,
+                pick=picker,
             ):
                 metrics.polled(window[0].topic, len(window))
                 sources = [r for r in window if not skip(r.headers)]
@@ -225,7 +225,8 @@ def _run_transactional(
                 out = handle_window(
                     sources, engine, config, topics, window_id, policy, partial(metrics.executed, lane=lane)
                 )
-                engine_time = engine_time.served(lane, time.perf_counter() - started)
+                if picker.contended:  # the share is of the time both lanes wanted the engine
+                    engine_time = engine_time.served(lane, time.perf_counter() - started)
                 try:
                     txn.add(window, out)
                 except TransactionAbortedError:
@@ -240,18 +241,6 @@ def _run_transactional(
     finally:
         assignment.before_revoke = None
     return stats
-
-
-def _pick(held: list[str], recent: EngineTime, batch_share: float) -> str:
-    """The lane of the next window among those holding records (see windows' `pick`)."""
-    return next_lane("live" in held, "batch" in held, recent, batch_share) or held[0]
-
-
-def _pick_with_room(ready: list[str], flow: Pipeline, batch_share: float) -> str | None:
-    """_pick, or the other lane when the pipeline has no room for the one picked; None: no room.
-    While the pipeline is full windows() keeps polling (commits, rebalances) with the lanes paused."""
-    first = _pick(ready, flow.engine_time, batch_share)
-    return next((lane for lane in (first, *ready) if flow.has_room(lane)), None)
 
 
 def serve(

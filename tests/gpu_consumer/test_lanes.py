@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_consumer.lanes import EngineTime, check_batch_share, next_lane
+from gpu_consumer.lanes import EngineTime, LanePicker, check_batch_share, next_lane
 from kafka_io.settings import Priority
 
 
@@ -65,3 +65,52 @@ def test_batch_share_is_validated(bad: float) -> None:
         check_batch_share(bad)
     with pytest.raises(ValueError, match="engine seconds"):
         EngineTime().served("live", -1.0)
+
+
+def test_the_picker_waits_for_room_for_its_lane_and_never_hands_the_place_to_the_other() -> None:
+    """With the batch lane below its share and room only for a live window (the live lane's extra
+    place), the picker waits: giving that place to live over and over starved the backfill."""
+    behind = EngineTime(live_s=10.0, batch_s=0.1)
+    picker = LanePicker(0.1, lambda: behind, has_room=lambda lane: lane == "live")
+    assert picker(["batch", "live"]) is None and picker.contended
+    picker = LanePicker(0.1, lambda: behind, has_room=lambda lane: True)
+    assert picker(["batch", "live"]) == "batch"
+    assert picker(["live"]) == "live" and not picker.contended
+    assert LanePicker(0.1, EngineTime)([""]) == ""  # no lanes: the one there is
+
+
+def test_only_contended_windows_count_toward_the_share() -> None:
+    """The worker charges engine time only for windows picked while both lanes waited: a backfill
+    that ran alone for a minute does not keep a flood of live records from yielding it its share."""
+
+    def flood(recent: EngineTime) -> list[str]:
+        """40 one-second windows with both lanes waiting, each charged to its lane."""
+        picker, order = LanePicker(0.1, lambda: recent), []
+        for _ in range(40):
+            lane = picker(["batch", "live"])
+            assert lane is not None and picker.contended
+            order.append(lane)
+            recent = recent.served("live" if lane == "live" else "batch", 1.0)
+        return order
+
+    alone = LanePicker(0.1, EngineTime)
+    assert alone(["batch"]) == "batch" and not alone.contended  # the worker charges nothing for these
+    order = flood(EngineTime())
+    assert order[:2] == ["live", "batch"] and abs(order.count("batch") - 4) <= 1
+    banked = EngineTime()
+    for _ in range(60):  # what charging the backfill's minute alone would have done
+        banked = banked.served("batch", 1.0)
+    assert "batch" not in flood(banked)[:30]
+
+
+def test_a_batch_window_on_its_way_is_not_asked_for_again() -> None:
+    """The engine time seen is of windows already run: while the guard's batch window waits for
+    the engine, asking for batch again at every pick overshot the share (17% at 0.1)."""
+    behind = EngineTime(live_s=10.0)
+    waiting = {"batch": 1}
+    picker = LanePicker(0.1, lambda: behind, queued=lambda lane: waiting.get(lane, 0))
+    assert picker(["batch", "live"]) == "live"
+    waiting["batch"] = 0  # it started
+    assert picker(["batch", "live"]) == "batch"
+    waiting["batch"] = 1
+    assert picker(["batch"]) == "batch"  # alone, a backfill queues as many windows as there is room for
