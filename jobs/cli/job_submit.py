@@ -3,8 +3,12 @@ submit (to running workers) and produce (to a named raw topic)."""
 
 from __future__ import annotations
 
+import functools
 import signal
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,10 +26,11 @@ from jobs.cli.options import (
 from jobs.cli.progress_display import ProgressDisplay
 from jobs.cli.validators import checked_job_id, checked_output, opened_input, require_servers
 from jobs.exit_codes import ExitCode
+from jobs.job_input import JobInput
 from jobs.output import OutputFormat
 from jobs.submit import SubmitReport, submit
 from kafka_io.settings import Priority, Topics
-from producers.table_rows import DEFAULT_COLUMNS, Columns
+from producers.table_rows import Columns
 
 
 @click.command()
@@ -134,24 +139,59 @@ def run(
         raise SystemExit(ExitCode.COMPLETED_WITH_ERRORS)
 
 
-def _submit(
-    input_path: str,
-    fmt: str,
-    kind: str,
-    max_image_bytes: int,
-    model: str,
-    job_id: str | None,
-    skip_invalid: bool,
-    bootstrap_servers: str,
-    namespace: str,
-    topic: str | None = None,
-    max_backlog: int | None = None,
-    follow_symlinks: bool = False,
-    columns: Columns = DEFAULT_COLUMNS,
-    priority: Priority = "batch",
-) -> SubmitReport:
-    source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
-    topics = Topics(namespace)
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` and `produce` send: INPUT's records, read as its options say, as job `job_id`
+    of `model` in the `priority` lane of a cluster's namespace."""
+
+    source: JobInput
+    model: str
+    job_id: str | None
+    skip_invalid: bool
+    priority: Priority
+    bootstrap_servers: str
+    namespace: str
+
+
+def as_submission(f: Callable[..., Any]) -> Callable[..., Any]:
+    """INPUT, its reading options, --model, --job-id, --skip-invalid, --priority and the cluster as
+    one `job` argument. The options stay on each command, which gives them its own help."""
+
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any,
+        input_path: str,
+        fmt: str,
+        kind: str,
+        max_image_bytes: int,
+        follow_symlinks: bool,
+        columns: Columns,
+        model: str,
+        job_id: str | None,
+        skip_invalid: bool,
+        priority: Priority,
+        bootstrap_servers: str,
+        namespace: str,
+        **kwargs: Any,
+    ) -> Any:
+        job = Submission(
+            source=opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns),
+            model=model,
+            job_id=job_id,
+            skip_invalid=skip_invalid,
+            priority=priority,
+            bootstrap_servers=bootstrap_servers,
+            namespace=namespace,
+        )
+        return f(*args, job=job, **kwargs)
+
+    return wrapper
+
+
+def _submit(job: Submission, *, topic: str | None = None, max_backlog: int | None = None) -> SubmitReport:
+    """Send `job`'s records, to `topic` if named (it must be the raw topic of their kind and lane)."""
+    source, priority = job.source, job.priority
+    topics = Topics(job.namespace)
     if topic is not None and topic != source.raw_topic(topics, priority):
         # any other topic took the records and registered a job that no worker would ever finish
         raise click.BadParameter(
@@ -161,12 +201,12 @@ def _submit(
             param_hint="'TOPIC'",
         )
     report = submit(
-        require_servers(bootstrap_servers),
+        require_servers(job.bootstrap_servers),
         topics,
         source,
-        model,
-        job_id=job_id,
-        skip_invalid=skip_invalid,
+        job.model,
+        job_id=job.job_id,
+        skip_invalid=job.skip_invalid,
         topic=topic,
         max_backlog=max_backlog,
         priority=priority,
@@ -197,47 +237,19 @@ def _submit(
 @column_options
 @priority_option
 @cluster_options
+@as_submission
 def submit_cmd(
-    wait: bool,
-    max_backlog: int | None,
-    input_path: str,
-    model: str,
-    job_id: str | None,
-    skip_invalid: bool,
-    timeout: float | None,
-    worker_grace: float,
-    fmt: str,
-    kind: str,
-    max_image_bytes: int,
-    follow_symlinks: bool,
-    columns: Columns,
-    priority: Priority,
-    bootstrap_servers: str,
-    namespace: str,
+    wait: bool, max_backlog: int | None, timeout: float | None, worker_grace: float, job: Submission
 ) -> None:
     """Submit INPUT as a job to running workers; prints the job id."""
-    report = _submit(
-        input_path,
-        fmt,
-        kind,
-        max_image_bytes,
-        model,
-        job_id,
-        skip_invalid,
-        bootstrap_servers,
-        namespace,
-        max_backlog=max_backlog,
-        follow_symlinks=follow_symlinks,
-        columns=columns,
-        priority=priority,
-    )
+    report = _submit(job, max_backlog=max_backlog)
     click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
     if wait:
         from jobs.launch.runner import watch_job, worker_liveness
         from jobs.liveness import JobWaitError
 
-        settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+        settings, topics = require_servers(job.bootstrap_servers), Topics(job.namespace)
         display = ProgressDisplay()
         try:
             outcome, seconds = watch_job(
@@ -246,7 +258,7 @@ def submit_cmd(
                 report.job_id,
                 report.submitted,
                 on_progress=display,
-                watchdog=worker_liveness(settings, topics, model, worker_grace),
+                watchdog=worker_liveness(settings, topics, job.model, worker_grace),
                 timeout_s=timeout,
                 submission=report.submission,
             )
@@ -270,37 +282,10 @@ def submit_cmd(
 @column_options
 @priority_option
 @cluster_options
-def produce(
-    topic: str,
-    input_path: str,
-    model: str,
-    job_id: str | None,
-    skip_invalid: bool,
-    fmt: str,
-    kind: str,
-    max_image_bytes: int,
-    follow_symlinks: bool,
-    columns: Columns,
-    priority: Priority,
-    bootstrap_servers: str,
-    namespace: str,
-) -> None:
+@as_submission
+def produce(topic: str, job: Submission) -> None:
     """Produce raw text or image records from a file, folder or stdin to TOPIC, the raw topic of
     their kind (raw.text or raw.image, with the namespace's prefix) in the lane --priority names
     (the live lane's twins are live.raw.text and live.raw.image)."""
-    report = _submit(
-        input_path,
-        fmt,
-        kind,
-        max_image_bytes,
-        model,
-        job_id,
-        skip_invalid,
-        bootstrap_servers,
-        namespace,
-        topic,
-        follow_symlinks=follow_symlinks,
-        columns=columns,
-        priority=priority,
-    )
-    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id} ({priority} lane)", err=True)
+    report = _submit(job, topic=topic)
+    click.echo(f"produced {report.submitted} records to {topic} as job {report.job_id} ({job.priority} lane)", err=True)

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,32 @@ from tests.support.scheduling import Clock, LoneScheduler
 from tests.support.tiny_model import TinyModel
 
 OUTAGE_S = 60
+
+
+@dataclass
+class OwnBroker:
+    """Worker processes on a broker of the test's own, which it freezes or kills and starts again
+    (the session's broker must stay up for the other tests)."""
+
+    broker: EmbeddedBroker
+    pipeline: RunningPipeline
+
+    def restart_empty(self, log_path: Path) -> None:
+        """A new, empty broker on the same port, as after a restart that lost everything."""
+        self.broker = EmbeddedBroker.start(log_path, port=self.broker.port)
+
+
+@pytest.fixture
+def own(tiny: TinyModel, model_repository: Path, tmp_path: Path) -> Iterator[OwnBroker]:
+    """Workers of the tiny model on a broker of the test's own, all stopped at the end."""
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("outage")
+    own = OwnBroker(broker, RunningPipeline(settings, topics, model_repository, tmp_path / "logs"))
+    try:
+        yield own
+    finally:
+        own.pipeline.stop()
+        own.broker.kill()
 
 
 @pytest.mark.slow
@@ -93,14 +121,8 @@ def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
-    tiny: TinyModel, model_repository: Path, tmp_path: Path
-) -> None:
-    # a broker of its own: the session's must not stop for a minute
-    broker = EmbeddedBroker.start(tmp_path / "broker.log")
-    pipeline = RunningPipeline(
-        KafkaSettings(broker.bootstrap_servers), Topics("frozen"), model_repository, tmp_path / "logs"
-    )
+def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(own: OwnBroker, tmp_path: Path) -> None:
+    pipeline = own.pipeline
     rows = example_lines(1200)
     submit_out, submit_err = (tmp_path / "submit.out").open("w"), (tmp_path / "submit.err").open("w")
     try:
@@ -115,7 +137,7 @@ def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
             assert waiting.poll() is None, (tmp_path / "submit.err").read_text()
             time.sleep(0.1)
         follow_until(pipeline, pipeline.topics.results, job_id, 100)
-        os.kill(broker.pid, signal.SIGSTOP)  # no answers, connections kept: a network outage, state intact
+        os.kill(own.broker.pid, signal.SIGSTOP)  # no answers, connections kept: a network outage, state intact
         try:
             frozen = time.monotonic()
             while time.monotonic() - frozen < OUTAGE_S:
@@ -123,50 +145,40 @@ def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(
                 assert waiting.poll() is None, (tmp_path / "submit.err").read_text()
                 time.sleep(1)
         finally:
-            os.kill(broker.pid, signal.SIGCONT)
+            os.kill(own.broker.pid, signal.SIGCONT)
         assert waiting.wait(120) == 0, (tmp_path / "submit.err").read_text()
         pipeline.check_workers()
         assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path / "out.jsonl")
         assert_status_is_exact(pipeline, job_id, len(rows))  # nothing dead-lettered, nothing counted twice
     finally:
-        pipeline.stop()
-        broker.kill()
         submit_out.close()
         submit_err.close()
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(
-    tiny: TinyModel, model_repository: Path, tmp_path: Path
-) -> None:
+def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(own: OwnBroker, tmp_path: Path) -> None:
     # #30 C8: a 2-minute outage wrote ~8,300 lines (a 30 s one 2,232), aiokafka's every reconnect at ERROR
-    broker = EmbeddedBroker.start(tmp_path / "broker.log")
-    pipeline = RunningPipeline(
-        KafkaSettings(broker.bootstrap_servers), Topics("flood"), model_repository, tmp_path / "logs"
-    )
+    pipeline = own.pipeline
     texts = tmp_path / "texts.txt"
     texts.write_text("".join(f"sentence number {i}\n" for i in range(20)))
-    try:
-        worker = pipeline.start("preprocess", "preprocess")
-        follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)  # it consumes
-        broker.kill()  # connections refused throughout
-        down = time.monotonic()
-        while time.monotonic() - down < 30:
-            pipeline.check_workers()
-            time.sleep(1)
-        broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty, as after a restart
-        # the new broker holds nothing: every tensor record in it is the new job's
-        follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)
-        # said once the libraries stopped failing for a few seconds: it may come after the job
-        deadline = time.monotonic() + 60
-        while "answers again after" not in worker.log_path.read_text():
-            assert time.monotonic() < deadline, worker.log_path.read_text()
-            pipeline.check_workers()
-            time.sleep(0.5)
-    finally:
-        pipeline.stop()
-        broker.kill()
+    worker = pipeline.start("preprocess", "preprocess")
+    follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)  # it consumes
+    own.broker.kill()  # connections refused throughout
+    down = time.monotonic()
+    while time.monotonic() - down < 30:
+        pipeline.check_workers()
+        time.sleep(1)
+    own.restart_empty(tmp_path / "broker2.log")
+    # the new broker holds nothing: every tensor record in it is the new job's
+    follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)
+    # said once the libraries stopped failing for a few seconds: it may come after the job
+    deadline = time.monotonic() + 60
+    while "answers again after" not in worker.log_path.read_text():
+        assert time.monotonic() < deadline, worker.log_path.read_text()
+        pipeline.check_workers()
+        time.sleep(0.5)
+    pipeline.stop()  # the whole log, its shutdown lines counted too
     log = worker.log_path.read_text()
     assert len(log.splitlines()) < 50, log
-    assert f"Kafka at {broker.bootstrap_servers} unreachable, waiting for it; records are kept" in log, log
+    assert f"Kafka at {own.broker.bootstrap_servers} unreachable, waiting for it; records are kept" in log, log
