@@ -14,7 +14,7 @@ from pathlib import Path
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import make_engine
 from gpu_consumer.handler import handle_window
-from jobs.registry import JobNotFoundError
+from jobs.registry import JobNotFoundError, find_job, lane_of
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -23,9 +23,9 @@ from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import load_model_config
 
 
-def job_tensors(settings: KafkaSettings, topics: Topics, model: str, job_id: str) -> Iterator[ConsumedRecord]:
-    """The job's tensor records as they are read, never the whole job at once."""
-    return (record for record in read_topics(settings, [topics.tensors(model)]) if record.job_id == job_id)
+def job_tensors(settings: KafkaSettings, topic: str, job_id: str) -> Iterator[ConsumedRecord]:
+    """The job's tensor records in `topic` as they are read, never the whole job at once."""
+    return (record for record in read_topics(settings, [topic]) if record.job_id == job_id)
 
 
 def windows(sources: Iterable[ConsumedRecord], size: int) -> Iterator[list[ConsumedRecord]]:
@@ -51,10 +51,12 @@ def reprocess(
     log: Callable[[str], None] = print,
 ) -> int:
     config = load_model_config(repository, model, version)
+    # a live job's tensors are in the live lane's topic (#35)
+    topic = topics.lane(topics.tensors(model), lane_of(find_job(settings, topics, job_id)))
     policy = BatchPolicy(config.max_batch_size)
     engine, producer = None, None
     done = read = 0
-    for window in windows(job_tensors(settings, topics, model, job_id), default_window(config.max_batch_size)):
+    for window in windows(job_tensors(settings, topic, job_id), default_window(config.max_batch_size)):
         if engine is None or producer is None:  # started at the first record, so a missing job costs no warm-up
             engine = make_engine(config, engine_kind)
             engine.warmup()
@@ -64,6 +66,6 @@ def reprocess(
         read += len(window)
         done += len(out)
     if read == 0:
-        raise JobNotFoundError(f"no tensor records of job {job_id} in {topics.tensors(model)}")
+        raise JobNotFoundError(f"no tensor records of job {job_id} in {topic}")
     log(f"reprocessed {read} tensor records of {job_id} with {model}@{config.version}")
     return done

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from jobs.launch.runner import watch_job
 from tests.support.inputs import example_lines, write_jsonl
@@ -15,15 +16,21 @@ from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import build_tiny_model
 
 
+@pytest.mark.parametrize("priority", ["batch", "live"])
 def test_reprocess_runs_a_job_again_under_a_new_version_without_preprocessing(
-    pipeline: RunningPipeline, model_repository: Path, reference_ids: Callable[[str], list[int]], tmp_path: Path
+    pipeline: RunningPipeline,
+    model_repository: Path,
+    reference_ids: Callable[[str], list[int]],
+    tmp_path: Path,
+    priority: str,
 ) -> None:
+    """A live job's tensors are in the live lane's topic: reprocess once said it had none."""
     model = f"re{uuid.uuid4().hex[:6]}"
     v1 = build_tiny_model(model_repository, name=model, version="1")
     rows = example_lines(40)
     pipeline.start("preprocess", "preprocess")
     gpu = pipeline.start("gpu", "gpu", "--model", model)
-    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), model=model)
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--priority", priority, model=model)
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=120)
     gpu.stop()
 
