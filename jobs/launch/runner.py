@@ -270,8 +270,8 @@ def run_job(
     """Validate, start what is missing (broker, workers), submit, follow to the end, stop what we started.
 
     A wait that ends early (timeout, workers or broker gone) returns the results so far with `failure` set."""
-    validated = source.validate()
-    check_input(source, validated, skip_invalid)  # before any broker or worker starts
+    valid, errors, records = source.validate_keeping()  # the records kept: submit reads the input once
+    check_input(source, (valid, errors), skip_invalid)  # before any broker or worker starts
     topics = Topics(namespace)
     with ExitStack() as stack:
         if bootstrap_servers:
@@ -310,7 +310,8 @@ def run_job(
             model,
             job_id=job_id,
             skip_invalid=skip_invalid,
-            validated=validated,
+            validated=(valid, errors),
+            records=records,
             priority=priority,
         )
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")
