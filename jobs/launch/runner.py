@@ -76,9 +76,13 @@ def watch_job(
     submission: int | None = None,
     every_s: float = 0.5,
     timeout_s: float | None = None,
+    keep_results: bool = True,
 ) -> tuple[JobOutcome, float]:
-    """follow_job into a JobOutcome in memory: (outcome, seconds)."""
-    outcome = JobOutcome(job_id, submission=submission)  # a resubmitted job id: this submission only
+    """follow_job into a JobOutcome in memory: (outcome, seconds). keep_results False keeps each
+    record's version and dead letter only (a wait that reports counts: no InferenceResult made,
+    ~4 us a record, and no job's worth of embeddings held in memory)."""
+    # a resubmitted job id: this submission only
+    outcome = JobOutcome(job_id, submission=submission, keep_results=keep_results)
     seconds = follow_job(
         settings,
         topics,
