@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from jobs.job_input import JobInput, check_input
+from jobs.job_input import JobInput, Record, check_input
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
@@ -87,6 +87,7 @@ def submit(
     job_id: str | None = None,
     skip_invalid: bool = False,
     validated: tuple[int, list[InputError]] | None = None,
+    records: list[Record] | None = None,
     topic: str | None = None,
     max_backlog: int | None = None,
     schedule: str | None = None,
@@ -96,10 +97,15 @@ def submit(
     """Produce every valid record of `source` to raw.text or raw.image as one job.
 
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
-    half-submitted file is worse than a rejected one.
+    half-submitted file is worse than a rejected one. `validated` is source's validation when the
+    caller ran it (and `records` the valid records it kept, JobInput.validate_keeping); else it is
+    run here, keeping the records, so the input is read and parsed once.
     """
     check_model_name(model)
-    valid, errors = validated or source.validate()
+    if validated is None:
+        valid, errors, records = source.validate_keeping()
+    else:
+        valid, errors = validated
     check_input(source, (valid, errors), skip_invalid)
     job_id = job_id or new_job_id()
     topic = topic or source.raw_topic(topics, priority)
@@ -124,7 +130,7 @@ def submit(
     late: list[InputError] = []
     submitted_at = now_us()
     try:
-        count = produce_all(producer, source.out_records(job_id, model, topic, late, submitted_at))
+        count = produce_all(producer, source.out_records(job_id, model, topic, late, submitted_at, records))
     except DeliveryError as exc:
         raise SubmitInterruptedError(
             f"job {job_id}: Kafka at {settings.bootstrap_servers} stopped taking records mid-submit ({exc}). "

@@ -261,6 +261,7 @@ def submit_cmd(
                 watchdog=worker_liveness(settings, topics, job.model, worker_grace),
                 timeout_s=timeout,
                 submission=report.submission,
+                keep_results=False,  # the wait reports counts and dead letters, never the results
             )
         except JobWaitError as exc:
             display.close()

@@ -76,9 +76,13 @@ def watch_job(
     submission: int | None = None,
     every_s: float = 0.5,
     timeout_s: float | None = None,
+    keep_results: bool = True,
 ) -> tuple[JobOutcome, float]:
-    """follow_job into a JobOutcome in memory: (outcome, seconds)."""
-    outcome = JobOutcome(job_id, submission=submission)  # a resubmitted job id: this submission only
+    """follow_job into a JobOutcome in memory: (outcome, seconds). keep_results False keeps each
+    record's version and dead letter only (a wait that reports counts: no InferenceResult made,
+    ~4 us a record, and no job's worth of embeddings held in memory)."""
+    # a resubmitted job id: this submission only
+    outcome = JobOutcome(job_id, submission=submission, keep_results=keep_results)
     seconds = follow_job(
         settings,
         topics,
@@ -270,8 +274,8 @@ def run_job(
     """Validate, start what is missing (broker, workers), submit, follow to the end, stop what we started.
 
     A wait that ends early (timeout, workers or broker gone) returns the results so far with `failure` set."""
-    validated = source.validate()
-    check_input(source, validated, skip_invalid)  # before any broker or worker starts
+    valid, errors, records = source.validate_keeping()  # the records kept: submit reads the input once
+    check_input(source, (valid, errors), skip_invalid)  # before any broker or worker starts
     topics = Topics(namespace)
     with ExitStack() as stack:
         if bootstrap_servers:
@@ -310,7 +314,8 @@ def run_job(
             model,
             job_id=job_id,
             skip_invalid=skip_invalid,
-            validated=validated,
+            validated=(valid, errors),
+            records=records,
             priority=priority,
         )
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")

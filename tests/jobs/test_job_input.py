@@ -1,4 +1,4 @@
-"""A scheduled input's glob as one job input, without a broker."""
+"""A scheduled input's glob as one job input, and what validation keeps for the produce, without a broker."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from jobs.cli.validators import opened_input
-from jobs.job_input import JobInput
+from jobs.job_input import _RECORD_BYTES, JobInput
 from producers import InputRecord
+from schemas import RawText, decode
 
 
 def test_a_glob_is_one_input_whose_ids_name_their_file(tmp_path: Path) -> None:
@@ -56,3 +57,26 @@ def test_one_file_left_out_is_said_in_the_singular(tmp_path: Path, capsys: pytes
     opened_input(str(tmp_path), "auto", "auto", 1000, False)
     err = capsys.readouterr().err
     assert f"left out 1 file of {tmp_path} that is not an image by name (1 .heic; first " in err
+
+
+def test_validation_keeps_the_valid_records_so_the_produce_does_not_read_the_input_again(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"id": "a", "text": "one"}\n{"id": "b", "text": " "}\n{"id": "c", "text": "three"}\n')
+    source = JobInput.open(str(path))
+    valid, errors, kept = source.validate_keeping()
+    assert (valid, [(e.line, e.reason) for e in errors]) == (2, [(2, "text is empty")])
+    path.write_text('{"id": "z", "text": "changed since"}\n')  # read again, this would be produced
+    produced = [decode(r.value or b"", RawText) for r in source.out_records("job", "tiny", "raw.text", [], 1, kept)]
+    assert [(r.record_id, r.seq, r.text) for r in produced] == [("a", 0, "one"), ("c", 1, "three")]
+
+
+def test_records_past_the_memory_cap_are_not_kept_and_the_input_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"id": "a", "text": "one"}\n{"id": "c", "text": "three"}\n')
+    source = JobInput.open(str(path))
+    both = _RECORD_BYTES + len("one") + _RECORD_BYTES + len("three")
+    assert [r.record_id for r in source.validate_keeping(both)[2] or []] == ["a", "c"]
+    valid, errors, kept = source.validate_keeping(both - 1)  # all or none: a part would be produced twice
+    assert (valid, errors, kept) == (2, [], None)
+    produced = [decode(r.value or b"", RawText) for r in source.out_records("job", "tiny", "raw.text", [], 1, kept)]
+    assert [(r.record_id, r.text) for r in produced] == [("a", "one"), ("c", "three")]

@@ -172,6 +172,20 @@ def test_nearline_runs_wait_folds_the_job_into_the_disk_spill_once_per_record(
         assert [item.record_id for item in spill.ordered()] == [f"r{i}" for i in range(n + 1)]
 
 
+def test_a_wait_that_keeps_no_results_counts_every_record_and_keeps_its_dead_letters(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    """`submit --wait` reports counts and dead letters only: it folds the job without holding its results."""
+    from jobs.launch.runner import watch_job
+
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    records = [result(topics.results, "job-w", i) for i in range(5)] + [result(topics.results, "job-w", 0)]
+    produce_all(make_producer(settings), [*records, dead(topics, "job-w", 5)])
+    outcome, _ = watch_job(settings, topics, "job-w", 6, timeout_s=60, keep_results=False)
+    assert (outcome.done, outcome.inferred, outcome.duplicates, list(outcome.dead)) == (6, 5, 1, ["r5"])
+    assert outcome.results == {}
+
+
 def test_results_of_an_unknown_job_are_an_error_and_of_an_unfinished_one_say_so(
     settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:

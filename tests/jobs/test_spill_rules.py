@@ -54,3 +54,39 @@ def test_spill_and_outcome_keep_the_same_result_of_each_record() -> None:
         kept = [(item.record_id, getattr(item, "model_version", None)) for item in spill.ordered()]
     assert kept == [(item.record_id, getattr(item, "model_version", None)) for item in outcome.ordered()]
     assert kept == [("r0", "2"), ("r1", "1"), ("r2", None), ("r3", "10")]
+
+
+def test_a_spilled_result_comes_back_equal_to_the_one_read_field_for_field() -> None:
+    """The spill keeps what a result was decoded into, not its Avro bytes: what it writes out must
+    still be the whole result (labels, attributes, stage times, lengths, every output)."""
+    topics = Topics(namespace="spill-fields")
+    rng = np.random.default_rng(5)
+    sent = [
+        InferenceResult(
+            "job-f",
+            f"r{i}",
+            i,
+            "tiny",
+            "3",
+            (
+                Tensor.from_array("top_index", np.array([2, 0], np.int64)),
+                Tensor.from_array("top_score", rng.random(2, dtype=np.float32)),
+                Tensor.from_array("hidden", rng.standard_normal((2, 3), dtype=np.float32)),
+            ),
+            f"w.{i}",
+            2,
+            {"lang": '"fr"', "n": str(i)},
+            {"submitted": 1_700_000_000_000_000 + i, "inference_end": 1_700_000_000_500_000},
+            ("cat", "dog"),
+            7 + i,
+            16,
+        )
+        for i in (1, 0)  # read out of order
+    ]
+    records = [
+        ConsumedRecord(topics.results, 0, n, encode(r), f"job-f/{r.record_id}".encode()) for n, r in enumerate(sent)
+    ]
+    with ResultSpill("job-f") as spill:
+        spill.add(records, topics)
+        assert list(spill.ordered()) == [sent[1], sent[0]]
+        assert spill.example() == sent[1]
