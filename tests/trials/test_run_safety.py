@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,104 +20,11 @@ from jobs.launch.runner import run_job
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from kafka_io.offsets import end_offsets
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings, Topics
 from tests.support.inputs import many_lines
 from tests.support.pipeline import RunningPipeline, run_embedded
+from tests.support.processes import EmbeddedRun, assert_all_gone, cmdline, descendants, running, stop_mid_job
 from tests.support.tiny_model import TinyModel
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below pid, from /proc (children of every thread)."""
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                kids = Path(f"/proc/{parent}/task/{task}/children").read_text().split()
-            except OSError:
-                continue
-            for kid in map(int, kids):
-                if kid not in found:
-                    found.add(kid)
-                    todo.append(kid)
-    return found
-
-
-def running(pid: int) -> bool:
-    try:
-        return ") Z " not in Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-class EmbeddedRun:
-    """`nearline run` on the embedded broker as a child process whose stderr is read line by line."""
-
-    def __init__(self, *args: str, repository: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}
-        env["NEARLINE_MODEL_REPOSITORY"] = str(repository)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", "run", *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-
-    def wait_for(self, predicate: str, timeout_s: float = 120) -> str:
-        """The first stderr line containing predicate (blocking reads; the run writes often)."""
-        assert self.process.stderr is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if predicate in line:
-                return line
-        raise AssertionError(f"no {predicate!r} in:\n{''.join(self.lines)}")
-
-    def finish(self, timeout_s: float) -> tuple[int, str]:
-        """Exit code and the rest of stderr; the run must end within timeout_s."""
-        _, rest = self.process.communicate(timeout=timeout_s)
-        return self.process.returncode, "".join(self.lines) + rest
-
-
-def stop_mid_job(run: EmbeddedRun, sig: int) -> set[int]:
-    """Send sig to the run once it has shown some results read and before the job can complete;
-    the run's children. Mid-job by construction: the whole job takes about as long as the 5 s
-    between progress lines, so once the results topic holds some, the GPU worker is frozen
-    (nothing more can complete) until the run has shown it read them."""
-    address = run.wait_for("embedded broker on").split("embedded broker on ")[1].split(";")[0].strip()
-    children = descendants(run.process.pid)
-    (gpu,) = [p for p in children if "worker gpu" in cmdline(p)]
-    run.wait_for("submitted")
-    settings, deadline = KafkaSettings(address), time.monotonic() + 120
-    while sum(end_offsets(settings, Topics().results).values()) == 0:
-        assert time.monotonic() < deadline and run.process.poll() is None, "no result was ever stored"
-        time.sleep(0.02)
-    os.kill(gpu, signal.SIGSTOP)
-    try:
-        while run.wait_for("records (").startswith("0/"):
-            pass
-        run.process.send_signal(sig)
-    finally:
-        os.kill(gpu, signal.SIGCONT)
-    return children
 
 
 @pytest.fixture
@@ -129,14 +35,6 @@ def reaper() -> Iterator[set[int]]:
     for pid in pids:
         if running(pid) and ("jobs.cli" in cmdline(pid) or "tansu" in cmdline(pid)):
             os.kill(pid, signal.SIGKILL)
-
-
-def assert_all_gone(pids: set[int], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(running(p) for p in pids):
-        time.sleep(0.1)
-    left = {p: cmdline(p) for p in pids if running(p)}
-    assert not left, f"still running {timeout_s:.0f} s later: {left}"
 
 
 def test_a_missing_output_folder_is_a_usage_error_before_any_work(
