@@ -1,9 +1,9 @@
 """Crash recovery: real worker processes SIGKILLed at random points, restarted, nothing lost.
 
-Trials are few and bounded (3 GPU-worker kills, 2 more with both priority lanes busy, 2
-preprocess-worker kills, 2 submit kills, one two-worker failover); each asserts that every input
-record ends with exactly one result as `nearline results` reports it. Random points come from a
-seeded generator, printed on failure.
+Trials are few and bounded (3 GPU-worker kills, 2 more with both priority lanes busy, 3
+preprocess-worker kills, one with both lanes busy, 2 submit kills, one two-worker failover); each
+asserts that every input record ends with exactly one result as `nearline results` reports it.
+Random points come from a seeded generator, printed on failure.
 """
 
 from __future__ import annotations
@@ -96,6 +96,32 @@ def test_the_gpu_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
     finish_and_check(pipeline, live_id, [r["id"] for r in live_rows], tmp_path, timeout_s=180)
     finish_and_check(pipeline, batch_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
+
+
+@pytest.mark.slow
+def test_the_preprocess_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """Killed while its live agent and its batch agent both had records (#35): each lane's
+    offsets are committed by its own agent, and after a restart each job completes exactly once."""
+    rows = example_lines(1200)
+    live_rows = [{"id": f"live-{r['id']}", "text": r["text"]} for r in example_lines(600)]
+    batch_id = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", rows))
+    live_id = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", live_rows), "--priority", "live")
+    kill_at = RNG.randint(20, 300)
+    pre = pipeline.start("preprocess", "preprocess")
+    live_tensors = pipeline.topics.lane(pipeline.topics.tensors("tiny"), "live")
+    reached = follow_until(pipeline, live_tensors, live_id, kill_at)
+    pre.process.send_signal(signal.SIGKILL)
+    pre.process.wait()
+    tensors = read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")])
+    backfill_tensors = sum(1 for m in tensors if m.job_id == batch_id)
+    assert reached < len(live_rows), f"the kill at {kill_at} landed after the live job was preprocessed"
+    assert backfill_tensors < len(rows), f"the kill at {kill_at} landed after the backfill was preprocessed"
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    finish_and_check(pipeline, live_id, [r["id"] for r in live_rows], tmp_path, timeout_s=240)
+    finish_and_check(pipeline, batch_id, [r["id"] for r in rows], tmp_path, timeout_s=240)
 
 
 @pytest.mark.slow
