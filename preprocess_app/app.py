@@ -179,7 +179,10 @@ def create_app(
             return
         log.warning("backpressure: GPU lag %s over %d records; pausing the %s lane", lag, max_tensor_lag, lane)
         metrics.paused(True)
-        while lane in held_lanes(lag, topics, max_tensor_lag):
+        # Not past a stop: faust's shutdown waits for the batch in hand to be acked, so a held
+        # batch kept a SIGTERMed worker up until its SIGKILL; stopping, the batch is processed
+        # (a little past the bound) and the worker leaves its group at once.
+        while lane in held_lanes(lag, topics, max_tensor_lag) and not app.should_stop:
             await asyncio.sleep(0.2)
         metrics.paused(False)
 

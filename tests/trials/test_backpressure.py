@@ -9,6 +9,7 @@ from pathlib import Path
 from jobs.launch.runner import watch_job
 from kafka_io.reading import read_topics
 from tests.support.inputs import example_lines, write_jsonl
+from tests.support.job_checks import assert_exactly_one_result_each
 from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
 
@@ -53,3 +54,29 @@ def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catch
         pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180
     )
     assert len(outcome.results) == len(rows)
+
+
+def test_a_preprocess_worker_held_by_backpressure_stops_at_once_on_sigterm_and_loses_nothing(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    """Held, it waited for a GPU group that never caught up while faust waited for it: SIGTERM went
+    unanswered (faust's wait_empty every 10 s) until the SIGKILL after the grace; under
+    Kubernetes, every rollout of a held worker. It now finishes the batch in hand and leaves."""
+    rows = example_lines(600)
+    pre = pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    deadline = time.monotonic() + 120  # a bound on a hang, not a measured time
+    while "pausing the batch lane" not in pre.log_tail():
+        pipeline.check_workers()
+        assert time.monotonic() < deadline, "backpressure never held the batch lane"
+        time.sleep(0.5)
+    code = pre.stop(timeout_s=30)  # SIGTERM, then SIGKILL if it has not left by then
+    assert code == 0, f"exit {code}:\n{pre.log_tail()}"
+    assert "wait_empty" not in pre.log_tail(200)
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    outcome, _ = watch_job(
+        pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180
+    )
+    assert sorted(outcome.results) == sorted(r["id"] for r in rows) and not outcome.dead
+    assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path / "out.jsonl")
