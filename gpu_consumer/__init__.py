@@ -10,13 +10,14 @@ The GPU loop, step by step, and where each step lives:
                    engines behind one protocol; torch_engine.py, tensorrt_engine.py)
     emit           handler.py: Emitter, run on pipeline.py's emit thread: postprocess, encode,
                    produce; the broker's delivery reports confirm each window's outputs
-    commit         ledger.py: Ledger.take_committable() gives the offsets of the longest prefix
-                   of windows whose every output is confirmed; worker.py's commit() is the one
-                   place they are written (kafka_io.polling.commit_offsets). --exactly-once
-                   commits them inside the transaction instead (kafka_io/transactions.py).
+    commit         steps.py: the commit step the loop hands each window to owns the commit.
+                   PipelinedStep._commit() is the one place offsets are written: those of the
+                   longest prefix of windows whose every output is confirmed (ledger.py:
+                   Ledger.take_committable()). --exactly-once swaps in TransactionalStep, whose
+                   _commit() commits them inside the transaction (kafka_io/transactions.py).
 
-worker.py wires the loop (serve(): the worker process; run(): the loop itself) and says the
-commit rule in full; pipeline.py keeps at most --max-windows-in-flight windows between poll and
+worker.py holds the loop (run(): one loop for both steps; serve(): the worker process) and says
+the commit rule in full; pipeline.py keeps at most --max-windows-in-flight windows between poll and
 commit. The records' schemas are schemas/avro/tensor_record.avsc (in), inference_result.avsc and
 dead_letter.avsc (out). Also here: model export and import (export.py, importer.py), poison
 isolation (isolation.py: a failing batch bisected down to the records that fail it), and what

@@ -1,19 +1,24 @@
-"""The GPU worker: the batching loop and the commit rule.
+"""The GPU worker: the batching loop (run()) and the worker process (serve()).
 
-    for window in windows(...):        # a poll window: --max-window records or --max-linger-ms
-        prepared = prepare(window)     # decode, sort by length, cut into executed batches, pad
-        flow.submit(prepared, offsets) # the engine thread runs it; the emit thread produces
-        commit()                       # offsets of the longest prefix of windows whose every
-                                       # output the broker has confirmed (gpu_consumer/ledger.py)
+One loop for both delivery guarantees; the commit step it hands each window to owns the commit
+(gpu_consumer/steps.py, arroyo's shape):
 
-The pipeline (gpu_consumer/pipeline.py) keeps at most --max-windows-in-flight windows between
-poll and commit (one more for a live window); while it is full, windows() keeps polling with the
-lanes paused, so commits and rebalances are served. Live windows run before queued batch ones.
-A crash anywhere before a window's commit means it is consumed again:
-at-least-once, and results are keyed by job/record so readers drop the duplicates. Before
-partitions are revoked, every window in flight is finished and committed. --exactly-once runs the
-windows one after the other, and one transaction spans up to --max-windows-in-flight of them
-(kafka_io.transactions.OpenTransaction): their outputs and offsets commit together.
+    for window in windows(...):            # a poll window: --max-window records or --max-linger-ms
+        step.submit(window, ...)           # prepare, execute, emit; commit what may be committed
+    step.finish()                          # commit the rest at the end (exactly-once: an abort
+                                           # rewound its windows, so windows() runs again)
+
+The commit rule: a window's offsets move only once its outputs, and those of every window polled
+before it, are stored. PipelinedStep (at-least-once, the default) runs windows on the pipeline's
+threads (gpu_consumer/pipeline.py), keeps at most --max-windows-in-flight of them between poll
+and commit (one more for a live window), live ones before queued batch ones, and commits the
+offsets of the longest prefix whose every output the broker confirmed (gpu_consumer/ledger.py).
+While it is full, windows() keeps polling with the lanes paused, so commits and rebalances are
+served. A crash before a window's commit means it is consumed again, and results are keyed by
+job/record so readers drop the duplicates. TransactionalStep (--exactly-once) runs the windows
+one after the other, and one transaction spans up to --max-windows-in-flight of them
+(kafka_io.transactions.OpenTransaction): their outputs and offsets commit together. Before
+partitions are revoked, either step commits everything it took (step.before_revoke).
 """
 
 from __future__ import annotations
@@ -22,49 +27,28 @@ import logging
 import os
 import signal
 import socket
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine, make_engine, measure_cost
-from gpu_consumer.handler import handle_window, prepare
-from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, EngineTime, LanePicker
+from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
-from gpu_consumer.pipeline import Pipeline, PipelineConfig
+from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.postprocess import STEPS
+from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, TransactionalStep, WorkerStats
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import Consumer, Producer, check_reachable, close_consumer, make_consumer, make_producer
-from kafka_io.errors import KAFKA_FAULTS
-from kafka_io.polling import (
-    Assignment,
-    WindowLimits,
-    assign_topics,
-    commit_offsets,
-    subscribe,
-    window_offsets,
-    windows,
-)
+from kafka_io.polling import Assignment, WindowLimits, assign_topics, subscribe, windows
 from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
-from kafka_io.transactions import OpenTransaction, TransactionAbortedError, make_transactional_producer
+from kafka_io.transactions import make_transactional_producer
 from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
-
-# The longest an exactly-once transaction stays open while windows keep coming: its results are
-# invisible to read_committed readers until it commits.
-TRANSACTION_AGE_S = 0.1
-
-
-@dataclass
-class WorkerStats:
-    windows: int = 0
-    records: int = 0
 
 
 def run(
@@ -89,158 +73,47 @@ def run(
     """Consume-infer-produce-commit until told to stop. Windows come from one lane at a time, the
     live lane first while the batch lane keeps `batch_share` of the engine time (gpu_consumer/lanes.py)."""
     metrics = metrics or GpuMetrics()
-    if transactional:
-        return _run_transactional(
-            consumer,
-            assignment,
-            new_producer,
-            engine,
-            config,
-            topics,
-            limits,
-            policy,
-            worker_id,
-            drain,
-            should_stop,
-            skip,
-            pipeline or PipelineConfig(),
-            metrics,
-            batch_share,
-        )
-    stats = WorkerStats()
-    flow = Pipeline(engine, config, topics, new_producer, pipeline, metrics)
-
-    def commit() -> None:
-        offsets, records = flow.ledger.take_committable()
-        if not offsets:
-            return
-        try:
-            commit_offsets(consumer, offsets)
-        except KAFKA_FAULTS as exc:
-            # The group moved on (a rebalance, a restarted broker): the outputs are stored and
-            # keyed, so the records' redelivery only makes duplicates that readers drop.
-            log.warning("commit failed (%s); its records may be consumed again", exc)
-        stats.records += records
+    settings = pipeline or PipelineConfig()
+    inference = Inference(engine, config, topics, policy, worker_id)
+    step: CommitStep = (
+        TransactionalStep(consumer, assignment, inference, new_producer(), settings, metrics)
+        if transactional
+        else PipelinedStep(consumer, inference, new_producer, settings, metrics)
+    )
 
     def tick() -> None:  # after every poll, also while no record comes
-        flow.check()  # a stalled delivery is noticed even when no new window arrives
-        commit()
+        step.tick()
         metrics.tick(consumer, assignment)
 
-    def before_revoke() -> None:
-        if not flow.finish(commit):
-            log.warning("windows still unconfirmed at revoke; their records will be consumed again")
-
-    assignment.before_revoke = before_revoke
-    picker = LanePicker(batch_share, lambda: flow.engine_time, flow.has_room, flow.queued)
+    assignment.before_revoke = step.before_revoke
+    picker = LanePicker(batch_share, lambda: step.engine_time, step.has_room, step.queued)
     try:
-        # An idle engine starts on what has come instead of waiting out the linger for more; a
-        # window queued behind a busy engine lets the next one gather until it starts.
-        polled = windows(
-            consumer,
-            assignment,
-            limits,
-            drain=drain,
-            should_stop=should_stop,
-            tick=tick,
-            hurry=flow.engine_idle,
-            hold=flow.window_waiting,
-            lane_of=topics.lane_of,
-            pick=picker,
-        )
-        for window in polled:
-            metrics.polled(window[0].topic, len(window))
-            # records of cancelled jobs are consumed and committed, never run: counted as cancelled
-            sources = [r for r in window if not skip(r.headers)]
-            prepared = prepare(sources, engine, config, topics, f"{worker_id}-{stats.windows}", policy)
-            lane = topics.lane_of(window[0].topic)
-            flow.submit(prepared, window_offsets(window), len(window), lane, contended=picker.contended)
-            stats.windows += 1
-            commit()
-        flow.finish(commit)
-    finally:
-        assignment.before_revoke = None
-        flow.close()
-    return stats
-
-
-def _run_transactional(
-    consumer: Consumer,
-    assignment: Assignment,
-    new_producer: Callable[[], Producer],
-    engine: Engine,
-    config: ModelConfig,
-    topics: Topics,
-    limits: WindowLimits,
-    policy: BatchPolicy,
-    worker_id: str,
-    drain: bool,
-    should_stop: Callable[[], bool],
-    skip: Callable[[Headers], bool],
-    pipeline: PipelineConfig,
-    metrics: GpuMetrics,
-    batch_share: float,
-) -> WorkerStats:
-    """--exactly-once: windows' outputs and offsets in transactions of up to
-    --max-windows-in-flight windows, committed when that many are in or TRANSACTION_AGE_S after
-    the first, at once when no record is waiting, and before partitions are revoked."""
-    stats = WorkerStats()
-    txn = OpenTransaction(new_producer(), consumer, max_windows=pipeline.max_in_flight, max_age_s=TRANSACTION_AGE_S)
-    metrics.follow(lambda: len(txn.windows))
-
-    def commit() -> bool:
-        try:
-            stats.records += txn.commit()
-            return True
-        except TransactionAbortedError:
-            # rewound: its windows come back in later polls, so nothing is caught up until then
-            assignment.at_eof.clear()
-            return False
-
-    def settle() -> None:  # before a revoke, or while no record waits
-        commit()
-
-    assignment.before_revoke = settle
-    engine_time = EngineTime()
-    picker = LanePicker(batch_share, lambda: engine_time)  # reads engine_time as the loop below updates it
-
-    try:
-        while True:  # a drain ends only once its last transaction committed (or on a stop)
+        while True:  # a drain ends only once its last commit held (or on a stop)
             for window in windows(
                 consumer,
                 assignment,
                 limits,
                 drain=drain,
                 should_stop=should_stop,
-                idle=settle,
-                tick=lambda: metrics.tick(consumer, assignment),
+                tick=tick,
+                idle=step.idle,
+                hurry=step.engine_idle,
+                hold=step.window_waiting,
                 lane_of=topics.lane_of,
                 pick=picker,
             ):
                 metrics.polled(window[0].topic, len(window))
+                # records of cancelled jobs are consumed and committed, never run: counted as cancelled
                 sources = [r for r in window if not skip(r.headers)]
-                window_id = f"{worker_id}-{stats.windows}"
-                started = time.perf_counter()
                 lane = topics.lane_of(window[0].topic)
-                out = handle_window(
-                    sources, engine, config, topics, window_id, policy, partial(metrics.executed, lane=lane)
-                )
-                if picker.contended:  # the share is of the time both lanes wanted the engine
-                    engine_time = engine_time.served(lane, time.perf_counter() - started)
-                try:
-                    txn.add(window, out)
-                except TransactionAbortedError:
-                    assignment.at_eof.clear()
-                    continue
-                metrics.produced(out)
-                stats.windows += 1
-                if txn.due():
-                    commit()
-            if commit() or should_stop():
+                step.submit(window, sources, lane, picker.contended)
+            # an exactly-once commit that aborted rewound its windows: poll them again
+            if step.finish() or should_stop():
                 break
     finally:
         assignment.before_revoke = None
-    return stats
+        step.close()
+    return step.stats
 
 
 def serve(

@@ -1,0 +1,281 @@
+"""The GPU loop's commit steps: what each poll window is handed to, and the one place that commits.
+
+worker.py's run() is the loop (getsentry/arroyo's shape: the loop polls, a step takes the
+windows and owns the commit; the Kafka edge, kafka_io/polling.py, knows nothing of either):
+
+    for window in windows(...):            # tick(), idle(), engine_idle(), window_waiting(),
+        step.submit(window, ...)           # has_room() and queued() answer windows() and the
+    step.finish()                          # lane picker between polls; before_revoke() runs
+    step.close()                           # before partitions go
+
+- PipelinedStep (at-least-once, the default): prepare here, execute and emit on the pipeline's
+  threads (pipeline.py); its _commit() writes the offsets of the longest prefix of windows whose
+  every output the broker confirmed (ledger.py).
+- TransactionalStep (--exactly-once): each window prepared, executed and emitted in turn, its
+  outputs produced in an open transaction (kafka_io.transactions.OpenTransaction) that its
+  _commit() commits with the windows' offsets; an abort rewinds them, and they are polled again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
+
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engine import Engine
+from gpu_consumer.handler import handle_window, prepare
+from gpu_consumer.lanes import EngineTime
+from gpu_consumer.metrics import GpuMetrics
+from gpu_consumer.pipeline import Pipeline, PipelineConfig
+from kafka_io.clients import Consumer, Producer
+from kafka_io.errors import KAFKA_FAULTS
+from kafka_io.polling import Assignment, commit_offsets, window_offsets
+from kafka_io.records import ConsumedRecord
+from kafka_io.settings import Priority, Topics
+from kafka_io.transactions import OpenTransaction, TransactionAbortedError
+from schemas.model_config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+# The longest an exactly-once transaction stays open while windows keep coming: its results are
+# invisible to read_committed readers until it commits.
+TRANSACTION_AGE_S = 0.1
+
+
+@dataclass
+class WorkerStats:
+    windows: int = 0
+    records: int = 0
+
+
+@dataclass(frozen=True)
+class Inference:
+    """What every window is run with."""
+
+    engine: Engine
+    config: ModelConfig
+    topics: Topics
+    policy: BatchPolicy
+    worker_id: str  # windows are named <worker_id>-<n>, n counting this worker's windows
+
+    def window_id(self, n: int) -> str:
+        return f"{self.worker_id}-{n}"
+
+
+class CommitStep(Protocol):
+    """Takes the loop's windows and owns their commit. `stats.windows` counts the windows taken,
+    `stats.records` the records committed."""
+
+    stats: WorkerStats
+
+    @property
+    def engine_time(self) -> EngineTime:
+        """The lanes' recent engine seconds, of windows picked while both lanes waited (lanes.py)."""
+        ...
+
+    def submit(
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+    ) -> None:
+        """Run `sources` (the window less cancelled jobs' records); commit `window`'s offsets once
+        their outputs are stored."""
+        ...
+
+    def tick(self) -> None:
+        """After every poll, also while no record comes."""
+        ...
+
+    def idle(self) -> None:
+        """After a poll that left no record waiting."""
+        ...
+
+    def before_revoke(self) -> None: ...
+
+    def has_room(self, lane: str) -> bool:
+        """Whether a window of `lane` may be taken now."""
+        ...
+
+    def queued(self, lane: str) -> int:
+        """Windows of `lane` taken and not started yet."""
+        ...
+
+    def engine_idle(self) -> bool:
+        """Nothing would be gained by lingering: windows() closes a window early."""
+        ...
+
+    def window_waiting(self, lane: str) -> bool:
+        """A window of `lane` closed now would not run any sooner: windows() holds it open."""
+        ...
+
+    def finish(self) -> bool:
+        """At the end of the windows: commit what was taken. False: the commit was undone, and
+        windows() must be polled again for the records it gave back."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PipelinedStep:
+    """At-least-once: windows run on the pipeline's threads; committed over the confirmed prefix."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        inference: Inference,
+        new_producer: Callable[[], Producer],
+        settings: PipelineConfig,
+        metrics: GpuMetrics,
+    ) -> None:
+        self.stats = WorkerStats()
+        self._consumer, self._inference = consumer, inference
+        self._flow = Pipeline(inference.engine, inference.config, inference.topics, new_producer, settings, metrics)
+
+    @property
+    def engine_time(self) -> EngineTime:
+        return self._flow.engine_time  # set by the engine thread
+
+    def submit(
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+    ) -> None:
+        work = self._inference
+        window_id = work.window_id(self.stats.windows)
+        prepared = prepare(sources, work.engine, work.config, work.topics, window_id, work.policy)
+        self._flow.submit(prepared, window_offsets(window), len(window), lane, contended=contended)
+        self.stats.windows += 1
+        self._commit()
+
+    def tick(self) -> None:
+        self._flow.check()  # a stalled delivery is noticed even when no new window arrives
+        self._commit()
+
+    def idle(self) -> None:
+        pass  # tick() has committed what is confirmed
+
+    def before_revoke(self) -> None:
+        if not self._flow.finish(self._commit):
+            log.warning("windows still unconfirmed at revoke; their records will be consumed again")
+
+    def has_room(self, lane: str) -> bool:
+        return self._flow.has_room(lane)
+
+    def queued(self, lane: str) -> int:
+        return self._flow.queued(lane)
+
+    def engine_idle(self) -> bool:
+        # An idle engine starts on what has come instead of waiting out the linger for more.
+        return self._flow.engine_idle()
+
+    def window_waiting(self, lane: str) -> bool:
+        # A window queued behind a busy engine lets the next one gather until it starts.
+        return self._flow.window_waiting(lane)
+
+    def finish(self) -> bool:
+        self._flow.finish(self._commit)
+        return True  # what is still unconfirmed is consumed again after a restart: nothing to poll
+
+    def close(self) -> None:
+        self._flow.close()
+
+    def _commit(self) -> None:
+        """The pipelined worker's one commit site: the longest confirmed prefix of windows."""
+        offsets, records = self._flow.ledger.take_committable()
+        if not offsets:
+            return
+        try:
+            commit_offsets(self._consumer, offsets)
+        except KAFKA_FAULTS as exc:
+            # The group moved on (a rebalance, a restarted broker): the outputs are stored and
+            # keyed, so the records' redelivery only makes duplicates that readers drop.
+            log.warning("commit failed (%s); its records may be consumed again", exc)
+        self.stats.records += records
+
+
+class TransactionalStep:
+    """--exactly-once: windows run one after the other, their outputs and offsets in transactions
+    of up to --max-windows-in-flight windows, committed when that many are in or TRANSACTION_AGE_S
+    after the first, at once when no record is waiting, and before partitions are revoked."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        assignment: Assignment,
+        inference: Inference,
+        producer: Producer,
+        settings: PipelineConfig,
+        metrics: GpuMetrics,
+    ) -> None:
+        self.stats = WorkerStats()
+        self._assignment, self._inference, self._metrics = assignment, inference, metrics
+        self._txn = OpenTransaction(producer, consumer, max_windows=settings.max_in_flight, max_age_s=TRANSACTION_AGE_S)
+        self._engine_time = EngineTime()
+        metrics.follow(lambda: len(self._txn.windows))
+
+    @property
+    def engine_time(self) -> EngineTime:
+        return self._engine_time
+
+    def submit(
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+    ) -> None:
+        work = self._inference
+        started = time.perf_counter()
+        out = handle_window(
+            sources,
+            work.engine,
+            work.config,
+            work.topics,
+            work.window_id(self.stats.windows),
+            work.policy,
+            partial(self._metrics.executed, lane=lane),
+        )
+        if contended:  # the share is of the time both lanes wanted the engine
+            self._engine_time = self._engine_time.served(lane, time.perf_counter() - started)
+        try:
+            self._txn.add(window, out)
+        except TransactionAbortedError:
+            self._assignment.at_eof.clear()
+            return
+        self._metrics.produced(out)
+        self.stats.windows += 1
+        if self._txn.due():
+            self._commit()
+
+    def tick(self) -> None:
+        pass  # the transaction commits when due (submit), idle, revoked or finished
+
+    def idle(self) -> None:
+        self._commit()  # no window is half-gathered, so an abort may rewind
+
+    def before_revoke(self) -> None:
+        self._commit()
+
+    def has_room(self, lane: str) -> bool:
+        return True  # the loop runs each window before it polls the next
+
+    def queued(self, lane: str) -> int:
+        return 0
+
+    def engine_idle(self) -> bool:
+        return False
+
+    def window_waiting(self, lane: str) -> bool:
+        return False
+
+    def finish(self) -> bool:
+        return self._commit()
+
+    def close(self) -> None:
+        pass  # no threads; a transaction left open is aborted when this transactional id starts again
+
+    def _commit(self) -> bool:
+        """The exactly-once worker's one commit site: the open transaction, outputs and offsets."""
+        try:
+            self.stats.records += self._txn.commit()
+            return True
+        except TransactionAbortedError:
+            # rewound: its windows come back in later polls, so nothing is caught up until then
+            self._assignment.at_eof.clear()
+            return False
