@@ -13,8 +13,8 @@ before it, are stored. PipelinedStep (at-least-once, the default) runs windows o
 threads (gpu_consumer/pipeline.py), keeps at most --max-windows-in-flight of them between poll
 and commit (one more for a live window), live ones before queued batch ones, and commits the
 offsets of the longest prefix whose every output the broker confirmed (gpu_consumer/ledger.py).
-While it is full, windows() keeps polling with the lanes paused, so commits and rebalances are
-served. A crash before a window's commit means it is consumed again, and results are keyed by
+While it is full, windows() consumes nothing and commits what finishes every few ms (what
+librdkafka prefetched is kept). A crash before a window's commit means it is consumed again, and results are keyed by
 job/record so readers drop the duplicates. TransactionalStep (--exactly-once) runs the windows
 one after the other, and one transaction spans up to --max-windows-in-flight of them
 (kafka_io.transactions.OpenTransaction): their outputs and offsets commit together. Before

@@ -134,10 +134,12 @@ def windows(
     what librdkafka had prefetched for them: a live record is not queued behind a fetched backfill.
     A paused partition is still polled (rebalances are served) and resumes once its lane is picked;
     its held records wait. `pick` may name no lane (None: the caller has no room for a window now,
-    the pipelined worker with its windows in flight): then every lane with records is paused and
-    polled every few ms, so finished windows are committed (`tick`) and rebalances served while
-    the caller is full. Without `lane_of` every record is in one lane, nothing is paused, and
-    `pick` must name it."""
+    the pipelined worker with its windows in flight): then nothing is consumed and nothing paused
+    or resumed, `tick` runs every few ms (finished windows are committed) and the lanes' waiting
+    records are looked at again, so a live record that comes while the batch lane waits for room
+    is taken in the live lane's own place. Rebalances are served once there is room (within a
+    window's time). Without `lane_of` every record is in one lane, nothing is paused, and `pick`
+    must name it."""
     linger_s = limits.max_linger_ms / 1000.0
     held: dict[str, list[ConsumedRecord]] = {}
     first_at: dict[str, float] = {}
@@ -152,6 +154,11 @@ def windows(
     def ready() -> set[str]:
         return {lane for lane, records in held.items() if records} | waiting
 
+    def blocked() -> bool:
+        """Some lane has records, but `pick` names none: the caller has no room for a window."""
+        lanes_ready = ready()
+        return bool(lanes_ready) and pick(sorted(lanes_ready)) is None
+
     def gathering() -> str | None:
         """The lane a window is gathered from now (None: no record is held in the lane picked)."""
         lanes_ready = ready()
@@ -161,6 +168,7 @@ def windows(
     while True:
         lane = gathering()
         pending = held[lane] if lane is not None else []
+        consuming = True
         if lane is not None:  # lingering: wait for more until the window is full or its linger is over
             polled = consumer.consume(num_messages=max(limits.max_records - len(pending), 1), timeout=0)
             if not polled and not hurried():
@@ -170,11 +178,17 @@ def windows(
                 timeout = first_at[lane] + linger_s - time.monotonic()
                 first = consumer.poll(min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
                 polled = [first] if first is not None else []
+        elif not blocked():
+            # consume(n, timeout) would hold a small job's first records for the whole idle_poll_s
+            polled = consume_ready(consumer, limits.max_records, idle_poll_s)
         else:
-            # consume(n, timeout) would hold a small job's first records for the whole idle_poll_s;
-            # with records waiting for room (their lanes paused), the caller's windows finishing
-            # are what is awaited
-            polled = consume_ready(consumer, limits.max_records, HURRY_CHECK_S if ready() else idle_poll_s)
+            # Records wait, but the caller has no room for their lane: wait for its windows to
+            # finish (tick commits them) without consuming, which keeps what librdkafka has
+            # prefetched. Pausing instead dropped it, and with one window of one record in flight
+            # every window waited for a fresh fetch: 10 records/s.
+            consuming = False
+            time.sleep(HURRY_CHECK_S)
+            polled = []
         for msg in polled:
             record = take(msg, assignment.at_eof)
             if record is None:
@@ -187,7 +201,7 @@ def windows(
             if lanes is not None:
                 lanes.consumed(record)
         if lanes is not None:
-            waiting = lanes.waiting()
+            waiting = lanes.waiting(timed=consuming)
         tick()
         if assignment.revocations != revocations:
             # Records of a partition given away will be redelivered to its new owner; processing
@@ -218,10 +232,11 @@ def windows(
             return
         elif lane is None:
             idle()
-        if lanes is not None:  # every lane with records but the one picked (if any) waits, paused
+        if lanes is not None:  # every lane with records but the one picked waits, paused
             lanes_ready = ready()
             chosen = pick(sorted(lanes_ready)) if lanes_ready else None
-            paused = lanes.pause(lanes_ready - {chosen}, paused)
+            if chosen is not None or not lanes_ready:  # blocked: paused and fetched stay as they are
+                paused = lanes.pause(lanes_ready - {chosen}, paused)
 
 
 # A lane picked for records its high watermark promised that have not come in this long is taken
@@ -248,7 +263,10 @@ class _Lanes:
         self._next.clear()
         self._promised_since.clear()
 
-    def waiting(self) -> set[str]:
+    def waiting(self, timed: bool = True) -> set[str]:
+        """The lanes with records at the broker not consumed yet. `timed`: whether what a high
+        watermark promises may time out (see PROMISE_TIMEOUT_S); not while nothing is consumed
+        (a paused partition, or a caller with no room), since nothing can come then."""
         unknown = [tp for tp in self._assignment.assigned if tp not in self._next]
         if unknown:
             try:
@@ -262,10 +280,10 @@ class _Lanes:
             high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
             if high > self._next.get(tp, high):
                 lane = self._lane_of(tp[0])
-                if tp in self._paused:
-                    # Not fetched, so nothing can come yet: a promise is timed only while its
-                    # lane is fetched. Timed while paused, a backfill behind a live lane served
-                    # for 0.5 s was taken to have no records, and got ~3% of the engine, not its share.
+                if tp in self._paused or not timed:
+                    # Not consumed, so nothing can come yet: a promise is timed only while its
+                    # lane is consumed. Timed while paused, a backfill behind a live lane served
+                    # for 0.5 s was taken to have no records.
                     self._promised_since.pop(lane, None)
                     found.add(lane)
                     continue
