@@ -11,9 +11,8 @@ Three steps, so the worker can overlap them (gpu_consumer/pipeline.py) while tes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -33,12 +32,12 @@ from kafka_io.dead_letters import dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
-from schemas import SerdeError, TensorRecord, now_us
+from schemas import SerdeError, now_us
 from schemas.errors import TensorFormatError
 from schemas.model_config import ModelConfig
 from schemas.records import tensor_array
-from schemas.result_encoding import ResultEncoder
-from schemas.serde import decode_fields
+from schemas.result_encoding import ResultEncoder, encoded_ids, encoded_maps
+from schemas.tensor_record_bytes import TensorRecordParts, read_tensor_record
 
 STAGE = "inference"
 
@@ -52,8 +51,12 @@ class Item:
     record_id: str
     seq: int
     array: np.ndarray  # token ids or pixels
-    attributes: dict[str, str]
-    timestamps: dict[str, int]
+    attributes: Mapping[str, str]  # read-only: records of the same maps share them
+    timestamps: Mapping[str, int]
+    # The record's ids and maps as its bytes hold them, which its result repeats
+    # (schemas/tensor_record_bytes.py); None: encoded from the fields above when it is written.
+    ids: bytes | None = None
+    maps: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -107,32 +110,33 @@ def prepare(
     spec = carried_input(config)
     carried = spec.name
     for src in sources:
-        fields: dict[str, Any] | None = None
+        parts: TensorRecordParts | None = None
         try:
-            fields = decode_fields(src.value, TensorRecord)
-            if fields["model"] != config.name:
-                raise TensorFormatError(f"record is for model {fields['model']!r}, this worker serves {config.name!r}")
+            parts = read_tensor_record(src.value)
+            if parts.model != config.name:
+                raise TensorFormatError(f"record is for model {parts.model!r}, this worker serves {config.name!r}")
             array = None
-            for t in fields["tensors"]:
-                if t["name"] == carried:
-                    array = tensor_array(t["name"], t["dtype"], t["shape"], t["data"])
+            for name, dtype, shape, data in parts.tensors:
+                if name == carried:
+                    array = tensor_array(name, dtype, shape, data)
             if array is None:
-                raise TensorFormatError(
-                    f"record has no {carried!r} tensor (has {sorted(t['name'] for t in fields['tensors'])})"
-                )
+                raise TensorFormatError(f"record has no {carried!r} tensor (has {sorted(t[0] for t in parts.tensors)})")
             check_record_input(config, array, spec)
         except SerdeError as exc:
-            dead.append(_dead(exc, src, topics, config, fields))
+            ids = {"job_id": parts.job_id, "record_id": parts.record_id} if parts else {}
+            dead.append(_dead(exc, src, topics, config, ids))
             continue
         valid.append(
             Item(
                 src,
-                fields["job_id"],
-                fields["record_id"],
-                fields["seq"],
+                parts.job_id,
+                parts.record_id,
+                parts.seq,
                 array,
-                fields["attributes"],
-                fields["timestamps"],
+                parts.attributes,
+                parts.timestamps,
+                parts.ids,
+                parts.maps,
             )
         )
 
@@ -199,14 +203,13 @@ class Emitter:
         out = postprocess(self.config, run.outputs, run.batch, self.done)
         items = run.items
         values = self._encoder.encode_batch(
-            ids=[(i.job_id, i.record_id, i.seq) for i in items],
+            ids=[i.ids if i.ids is not None else encoded_ids(i.job_id, i.record_id, i.seq) for i in items],
             outputs=out.tensors,
             labels=out.labels,
             batch_id=batch_id,
             lengths=run.batch.lengths.tolist() if self._text else [0] * len(items),
             padded_length=run.batch.width,
-            attributes=[i.attributes for i in items],
-            timestamps=[i.timestamps for i in items],
+            maps=[i.maps if i.maps is not None else encoded_maps(i.attributes, i.timestamps) for i in items],
             batch_timestamps={
                 "batch_formed": formed_us,
                 "inference_start": run.started_us,
@@ -265,8 +268,5 @@ def _batch_of(engine: Engine, config: ModelConfig, items: list[Item]) -> PaddedB
     return make_batch(config, [item.array for item in items], width)
 
 
-def _dead(
-    error: Exception, src: ConsumedRecord, topics: Topics, config: ModelConfig, fields: dict[str, Any] | None
-) -> OutRecord:
-    ids = {"job_id": fields["job_id"], "record_id": fields["record_id"]} if fields else {}
+def _dead(error: Exception, src: ConsumedRecord, topics: Topics, config: ModelConfig, ids: dict[str, str]) -> OutRecord:
     return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, **ids)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -25,10 +24,11 @@ def _try_produce(
     producer: Producer, record: OutRecord, on_delivery: Callable[[KafkaError | None, Message], None] | None
 ) -> bool:
     """producer.produce; False if its local queue is full."""
-    # The record's own list, not a copy of it: produce only reads it (a list is invariant, hence the cast).
-    headers = cast(list[tuple[str, str | bytes | None]], record.headers) or None
+    # The record's own list, not a copy of it: produce only reads it (a list is invariant, hence
+    # the ignore: typing.cast would cost ~0.2 µs a record at run time).
+    headers: list[tuple[str, str | bytes | None]] | None = record.headers or None  # type: ignore[assignment]
     try:
-        producer.produce(record.topic, value=record.value, key=record.key, headers=headers, on_delivery=on_delivery)
+        producer.produce(record.topic, record.value, record.key, headers=headers, on_delivery=on_delivery)
     except BufferError:
         return False
     return True
@@ -103,7 +103,8 @@ def send(
 
     try:
         for record in records:
-            produce_one(producer, record, on_delivery)
+            if not _try_produce(producer, record, on_delivery):
+                produce_one(producer, record, on_delivery)  # the local queue is full: wait for room
         producer.poll(0)
     except (KafkaException, SystemError) as exc:
         _raise_if_fatal(exc)

@@ -27,7 +27,7 @@ _LITTLE = {name: np.dtype(name).newbyteorder("<") for name in TENSOR_DTYPES}
 _NAME_OF_LITTLE = {little: name for name, little in _LITTLE.items()}
 
 
-def tensor_array(name: str, dtype: str, shape: tuple[int, ...] | list[int], data: bytes) -> np.ndarray:
+def tensor_array(name: str, dtype: str, shape: tuple[int, ...] | list[int], data: bytes | memoryview) -> np.ndarray:
     """A read-only view on a carried tensor's bytes (no copy), after checking they fit dtype and shape."""
     little = _LITTLE.get(dtype)
     if little is None:

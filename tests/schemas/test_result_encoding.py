@@ -8,7 +8,7 @@ import numpy as np
 from fastavro import schemaless_reader
 
 from schemas import InferenceResult, Tensor, decode, encode
-from schemas.result_encoding import ResultEncoder, RowTensor, avro_long
+from schemas.result_encoding import ResultEncoder, RowTensor, avro_long, encoded_ids, encoded_maps
 from schemas.serde import HEADER_LEN, registry
 
 
@@ -35,14 +35,13 @@ def test_encoded_batches_read_back_as_the_results_serde_would_write() -> None:
         ([RowTensor("top_index", top_index), RowTensor("top_score", top_score)], [("cat", "dog"), ("a",), ()]),
     ]:
         got = encoder.encode_batch(
-            ids=ids,
+            ids=[encoded_ids(*i) for i in ids],
             outputs=outputs,
             labels=labels,
             batch_id="host-1-0.3",
             lengths=[4, 9, 0],
             padded_length=9,
-            attributes=attributes,
-            timestamps=timestamps,
+            maps=[encoded_maps(a, t) for a, t in zip(attributes, timestamps, strict=True)],
             batch_timestamps=shared,
         )
         for row, value in enumerate(got):
