@@ -143,7 +143,6 @@ def windows(
     linger_s = limits.max_linger_ms / 1000.0
     held: dict[str, list[ConsumedRecord]] = {}
     first_at: dict[str, float] = {}
-    paused: set[TP] = set()
     lanes = _Lanes(consumer, assignment, lane_of) if lane_of is not None else None
     waiting: set[str] = set()  # lanes with records at the broker not consumed yet, as of the last poll
     revocations = assignment.revocations
@@ -213,7 +212,7 @@ def windows(
             if lanes is not None:
                 lanes.reassigned()
                 waiting = set()
-                paused = lanes.pause(set(), paused)
+                lanes.pause(set())
         lane = gathering()
         pending = held[lane] if lane is not None else []
         stopping = should_stop()
@@ -236,7 +235,7 @@ def windows(
             lanes_ready = ready()
             chosen = pick(sorted(lanes_ready)) if lanes_ready else None
             if chosen is not None or not lanes_ready:  # blocked: paused and fetched stay as they are
-                paused = lanes.pause(lanes_ready - {chosen}, paused)
+                lanes.pause(lanes_ready - {chosen})
 
 
 # A lane picked for records its high watermark promised that have not come in this long is taken
@@ -296,8 +295,8 @@ class _Lanes:
             self._promised_since.clear()
         return found
 
-    def pause(self, lanes: set[str], paused: set[TP]) -> set[TP]:
-        """Pause the assigned partitions of `lanes`, resume the others paused before; the new set.
+    def pause(self, lanes: set[str]) -> None:
+        """Pause the assigned partitions of `lanes`, resume the others paused before.
 
         A partition assigned since the last call is resumed too: librdkafka keeps a partition's
         pause through a revoke and a later assign of it, and the set of paused ones was dropped
@@ -305,13 +304,12 @@ class _Lanes:
         assigned = set(self._assignment.assigned)
         fresh, self._assigned_seen = assigned - self._assigned_seen, assigned
         want = {tp for tp in assigned if self._lane_of(tp[0]) in lanes}
-        if want - paused:
-            self._consumer.pause([TopicPartition(t, p) for t, p in sorted(want - paused)])
-        back = ((paused | fresh) - want) & assigned
+        if want - self._paused:
+            self._consumer.pause([TopicPartition(t, p) for t, p in sorted(want - self._paused)])
+        back = ((self._paused | fresh) - want) & assigned
         if back:
             self._consumer.resume([TopicPartition(t, p) for t, p in sorted(back)])
         self._paused = want
-        return want
 
 
 def consumer_lag(consumer: Consumer, partitions: Iterable[TP]) -> dict[TP, int]:
