@@ -15,15 +15,18 @@ a change to schemas/avro/tensor_record.avsc must change this module too, which t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
+from typing import TypeVar
 
 from schemas.errors import TruncatedRecordError
 from schemas.records import TensorRecord
 from schemas.result_encoding import encoded_ids, encoded_maps
 from schemas.serde import HEADER_LEN, MAGIC, decode_fields, fingerprint_of
+
+V = TypeVar("V")
 
 # (name, dtype, shape, data): data is a view on the record's own bytes, not a copy
 RawTensor = tuple[str, str, list[int], memoryview]
@@ -128,25 +131,25 @@ def _read(data: bytes) -> TensorRecordParts:
 
 def _read_maps(data: bytes, p: int) -> tuple[Mapping[str, str], Mapping[str, int]]:
     """The attributes and timestamps maps from p, which must end exactly at the record's end."""
-    attributes: dict[str, str] = {}
-    count, p = _count(data, p)
-    while count:
-        for _ in range(count):
-            key, p = _string(data, p)
-            attributes[key], p = _string(data, p)
-        count, p = _count(data, p)
-    timestamps: dict[str, int] = {}
-    count, p = _count(data, p)
-    while count:
-        for _ in range(count):
-            key, p = _string(data, p)
-            timestamps[key], p = _long(data, p)
-        count, p = _count(data, p)
+    attributes, p = _read_map(data, p, _string)
+    timestamps, p = _read_map(data, p, _long)
     if p > len(data):
         raise _malformed(f"{p - len(data)} bytes missing")
     if p < len(data):
         raise TruncatedRecordError(f"{TensorRecord.SCHEMA} body has {len(data) - p} bytes after the end of the record")
     return MappingProxyType(attributes), MappingProxyType(timestamps)
+
+
+def _read_map(data: bytes, p: int, value: Callable[[bytes, int], tuple[V, int]]) -> tuple[dict[str, V], int]:
+    """An Avro map from p (blocks of string keys and `value`s, a zero count ending it); its end."""
+    read: dict[str, V] = {}
+    count, p = _count(data, p)
+    while count:
+        for _ in range(count):
+            key, p = _string(data, p)
+            read[key], p = value(data, p)
+        count, p = _count(data, p)
+    return read, p
 
 
 def _long(data: bytes, p: int) -> tuple[int, int]:
