@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from bench.small_job import local_pipeline
 from gpu_consumer.lanes import DEFAULT_BATCH_SHARE
 from jobs.launch.runner import ensure_model
 from jobs.registry import job_status
+from kafka_io.broker import free_port
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import default_repository
 
@@ -56,12 +56,6 @@ def submit(env: dict[str, str], source: Path, job_id: str, *extra: str) -> float
 
 def done(settings: KafkaSettings, topics: Topics, job_id: str) -> int:
     return job_status(settings, topics, job_id).done
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def lane_engine_seconds(port: int) -> dict[str, float]:
