@@ -87,7 +87,15 @@ def test_the_gpu_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
     gpu = pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
     batch_id = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", rows))
     follow_until(pipeline, pipeline.topics.results, batch_id, 30)  # the backfill is under way
-    live_id = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", live_rows), "--priority", "live")
+    # Both lanes busy by construction: the GPU worker is frozen until every live record waits in
+    # its lane, else a fast machine finishes the backfill before the live job is even submitted.
+    gpu.process.send_signal(signal.SIGSTOP)
+    try:
+        live_id = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", live_rows), "--priority", "live")
+        live_tensors = pipeline.topics.lane(pipeline.topics.tensors("tiny"), "live")
+        follow_until(pipeline, live_tensors, live_id, len(live_rows))
+    finally:
+        gpu.process.send_signal(signal.SIGCONT)
     reached = follow_until(pipeline, pipeline.topics.results, live_id, kill_at)
     gpu.process.send_signal(signal.SIGKILL)
     gpu.process.wait()
