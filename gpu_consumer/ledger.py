@@ -34,6 +34,7 @@ class Entry:
     outputs: list[OutRecord] = field(default_factory=list)
     confirmed: int = 0
     sealed_at: float | None = None  # every output handed to the producer
+    generation: int = 0  # the consumer's group generation it was polled in (kafka_io/incarnation.py)
 
     @property
     def done(self) -> bool:
@@ -46,8 +47,8 @@ class Ledger:
         self._entries: deque[Entry] = deque()
         self.failure: str | None = None
 
-    def open(self, offsets: dict[TP, int], records: int) -> Entry:
-        entry = Entry(offsets, records)
+    def open(self, offsets: dict[TP, int], records: int, generation: int = 0) -> Entry:
+        entry = Entry(offsets, records, generation=generation)
         with self._lock:
             self._entries.append(entry)
         return entry
@@ -74,13 +75,17 @@ class Ledger:
             self.failure = self.failure or reason
             self._lock.notify_all()
 
-    def take_committable(self) -> tuple[dict[TP, int], int]:
-        """The offsets to commit for the confirmed prefix (removed from the ledger), and its records."""
+    def take_committable(self, stale_through: int = -1) -> tuple[dict[TP, int], int]:
+        """The offsets to commit for the confirmed prefix (removed from the ledger), and its records.
+        Windows polled in a generation up to `stale_through` leave without their offsets: they were
+        read at positions of a broker that lost its logs (kafka_io/incarnation.py)."""
         offsets: dict[TP, int] = {}
         records = 0
         with self._lock:
             while self._entries and self._entries[0].done:
                 entry = self._entries.popleft()
+                if entry.generation <= stale_through:
+                    continue
                 records += entry.records
                 for tp, offset in entry.offsets.items():
                     offsets[tp] = max(offsets.get(tp, -1), offset)

@@ -110,13 +110,19 @@ class Pipeline:
     # --- main thread ---
 
     def submit(
-        self, window: Window, offsets: dict[TP, int], records: int, lane: Priority = "batch", contended: bool = False
+        self,
+        window: Window,
+        offsets: dict[TP, int],
+        records: int,
+        lane: Priority = "batch",
+        contended: bool = False,
+        generation: int = 0,
     ) -> None:
         """Queue a prepared window for the engine; `offsets` are committed once its outputs are stored.
         `contended`: both lanes had records when it was picked, so its engine time counts toward
         the lanes' shares (gpu_consumer/lanes.py: LanePicker)."""
         self.check()
-        entry = self.ledger.open(offsets, records)
+        entry = self.ledger.open(offsets, records, generation)
         rank = _FIRST if lane == "live" or contended else _BEHIND
         with self._queued_lock:
             self._queued[(lane, rank)] = self._queued.get((lane, rank), 0) + 1

@@ -33,6 +33,7 @@ from gpu_consumer.metrics import GpuMetrics
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from kafka_io.clients import Consumer, Producer
 from kafka_io.errors import KAFKA_FAULTS
+from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, commit_offsets, window_offsets
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Priority, Topics
@@ -124,6 +125,8 @@ class PipelinedStep:
     def __init__(
         self,
         consumer: Consumer,
+        assignment: Assignment,
+        incarnation: BrokerIncarnation,
         inference: Inference,
         new_producer: Callable[[], Producer],
         settings: PipelineConfig,
@@ -131,6 +134,7 @@ class PipelinedStep:
     ) -> None:
         self.stats = WorkerStats()
         self._consumer, self._inference = consumer, inference
+        self._assignment, self._incarnation = assignment, incarnation
         self._flow = Pipeline(inference.engine, inference.config, inference.topics, new_producer, settings, metrics)
 
     @property
@@ -143,7 +147,14 @@ class PipelinedStep:
         work = self._inference
         window_id = work.window_id(self.stats.windows)
         prepared = prepare(sources, work.engine, work.config, work.topics, window_id, work.policy)
-        self._flow.submit(prepared, window_offsets(window), len(window), lane, contended=contended)
+        self._flow.submit(
+            prepared,
+            window_offsets(window),
+            len(window),
+            lane,
+            contended=contended,
+            generation=self._assignment.revocations,
+        )
         self.stats.windows += 1
         self._commit()
 
@@ -181,7 +192,9 @@ class PipelinedStep:
 
     def _commit(self) -> None:
         """The pipelined worker's one commit site: the longest confirmed prefix of windows."""
-        offsets, records = self._flow.ledger.take_committable()
+        if not self._incarnation.settled(self._consumer):
+            return  # a lost connection: the broker may have come back without the logs these offsets point into
+        offsets, records = self._flow.ledger.take_committable(stale_through=self._incarnation.stale_through)
         if not offsets:
             return
         try:

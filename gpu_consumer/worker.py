@@ -41,6 +41,7 @@ from gpu_consumer.postprocess import STEPS
 from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, TransactionalStep, WorkerStats
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import Consumer, Producer, check_reachable, close_consumer, make_consumer, make_producer
+from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, WindowLimits, assign_topics, subscribe, windows
 from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
@@ -69,6 +70,7 @@ def run(
     pipeline: PipelineConfig | None = None,
     metrics: GpuMetrics | None = None,
     batch_share: float = DEFAULT_BATCH_SHARE,
+    incarnation: BrokerIncarnation | None = None,
 ) -> WorkerStats:
     """Consume-infer-produce-commit until told to stop. Windows come from one lane at a time, the
     live lane first while the batch lane keeps `batch_share` of the engine time (gpu_consumer/lanes.py)."""
@@ -78,7 +80,9 @@ def run(
     step: CommitStep = (
         TransactionalStep(consumer, assignment, inference, new_producer(), settings, metrics)
         if transactional
-        else PipelinedStep(consumer, inference, new_producer, settings, metrics)
+        else PipelinedStep(
+            consumer, assignment, incarnation or BrokerIncarnation(), inference, new_producer, settings, metrics
+        )
     )
 
     def tick() -> None:  # after every poll, also while no record comes
@@ -173,7 +177,8 @@ def serve(
     )
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     client = settings.with_client_id(f"gpu-{worker_id}")
-    consumer = make_consumer(client, topics.gpu_group(model))
+    incarnation = BrokerIncarnation()  # a broker that restarts without its state: kafka_io/incarnation.py
+    consumer = make_consumer(client, topics.gpu_group(model), error_cb=incarnation.on_error)
     # stable per worker instance, so a restarted instance fences its own zombie at once
     transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
 
@@ -195,6 +200,7 @@ def serve(
         assignment = assign_topics(consumer, {t: partitions_of(settings, t, consumer=consumer) for t in lane_topics})
     else:
         assignment = subscribe(consumer, lane_topics)
+    incarnation.generation = lambda: assignment.revocations
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
     try:
         return run(
@@ -214,6 +220,7 @@ def serve(
             pipeline=pipeline,
             metrics=reports,
             batch_share=batch_share,
+            incarnation=incarnation,
         )
     finally:
         cancellations.close()

@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -82,7 +83,12 @@ class EmbeddedBroker:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             proc = subprocess.Popen(
-                [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url],
+                [
+                    *(str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url),
+                    # an id of its own per start: it keeps nothing across a restart, and clients
+                    # tell by the id (kafka_io/incarnation.py)
+                    *("--cluster-id", f"nearline-{uuid.uuid4().hex[:12]}"),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

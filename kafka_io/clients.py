@@ -85,7 +85,7 @@ _librdkafka = logging.getLogger("kafka_io.librdkafka")
 _librdkafka.addFilter(_OncePerMinute())
 
 
-def _log_error(err: KafkaError) -> None:
+def log_error(err: KafkaError) -> None:
     # librdkafka retries transport errors by itself; these are worth a line, not an exception,
     # and like its log lines they repeat at every reconnect: the same filter lets each through
     # once a minute.
@@ -98,7 +98,7 @@ def _base(settings: KafkaSettings) -> dict[str, Any]:
     return {
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": settings.client_id,
-        "error_cb": _log_error,
+        "error_cb": log_error,
         "logger": _librdkafka,
         **settings.extra,
     }
