@@ -35,6 +35,8 @@ PACED = ("--max-batch-size", "1", "--max-window", "1", "--max-windows-in-flight"
 
 pytestmark = [
     pytest.mark.slow,
+    # one subnet (bench/hosts.py), and a topology removes leftover namespaces: one test process only
+    pytest.mark.xdist_group("network-namespaces"),
     pytest.mark.skipif(
         shutil.which("ip") is None or os.geteuid() != 0, reason="hosts are network namespaces: needs root and iproute2"
     ),
