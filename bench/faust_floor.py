@@ -10,7 +10,10 @@ settings and measures the CPU the worker process used from its first event to it
   nothing done to the events: the preprocess worker without its step and its producer;
 - eager: take, with faust's message loop starting each callback at once (preprocess_app/lean.py);
 - quiet: eager, with faust's Monitor sensor keeping no per-event statistics (QuietMonitor), as
-  the preprocess worker runs it.
+  the preprocess worker runs it;
+- consumer: quiet, with each message acked as its conductor callback gets it, and no event,
+  channel or stream made: what faust's consumer and aiokafka alone cost, the floor under a
+  hand-over of each fetch in bulk.
 Figures, never assertions: the machine is shared.
 """
 
@@ -34,7 +37,7 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 
 TOPIC = "floor.raw"
-AGENTS = ["bare", "take", "eager", "quiet"]
+AGENTS = ["bare", "take", "eager", "quiet", "consumer"]
 
 
 def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
@@ -47,7 +50,7 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
 
     exit_on_sigterm()
     prompt_fetches()
-    quiet: dict[str, Any] = {"Monitor": QuietMonitor} if agent == "quiet" else {}
+    quiet: dict[str, Any] = {"Monitor": QuietMonitor} if agent in ("quiet", "consumer") else {}
     with tempfile.TemporaryDirectory(prefix="nearline-floor-") as datadir:
         app = faust.App(
             f"floor-{agent}-{os.getpid()}",
@@ -64,7 +67,7 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
             datadir=datadir,
             **quiet,
         )
-        if agent in ("eager", "quiet"):
+        if agent in ("eager", "quiet", "consumer"):
             drain_eagerly(app)
         seen = [0]
         started = [0.0]
@@ -76,6 +79,17 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
             if seen[0] >= records:
                 out.write_text(f"{time.process_time() - started[0]} {seen[0]}")
                 os._exit(0)
+
+        if agent == "consumer":
+
+            def build(conductor: Any, tp: Any, channels: Any) -> Any:
+                async def on_message(message: Any) -> None:
+                    app.consumer.ack(message)
+                    count(1)
+
+                return on_message
+
+            app.topics._compiler.build = build
 
         @app.agent(app.topic(TOPIC, value_serializer="raw", key_serializer="raw"))
         async def floor(stream: Any) -> None:
