@@ -89,7 +89,7 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
 
                 return on_message
 
-            app.topics._compiler.build = build
+            app.topics._compiler.build = build  # type: ignore[attr-defined]
 
         @app.agent(app.topic(TOPIC, value_serializer="raw", key_serializer="raw"))
         async def floor(stream: Any) -> None:
