@@ -8,6 +8,7 @@ from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
 from preprocess_app.lanes import topic_lane
 from schemas import RawImage, RawText, TensorRecord, encode
+from schemas.raw_text_bytes import RawTextParts
 
 STAGE = "preprocess"
 
@@ -24,7 +25,9 @@ def tensor_out(topics: Topics, record: TensorRecord, src: ConsumedRecord, raw: R
     return job_record(tensors, value, record.job_id, record.record_id, submission)
 
 
-def dead_out(error: Exception, src: ConsumedRecord, topics: Topics, raw: RawText | RawImage | None = None) -> OutRecord:
+def dead_out(
+    error: Exception, src: ConsumedRecord, topics: Topics, raw: RawText | RawTextParts | RawImage | None = None
+) -> OutRecord:
     if raw is None:  # undecodable (not Avro, or the other kind): the headers and key still name it
         job_id = src.job_id
         prefix = f"{job_id}/"

@@ -7,12 +7,16 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.limits import MAX_VALUE_BYTES, too_large
+from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
+from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
-from preprocess_app.outputs import dead_out, tensor_out
-from schemas import RawText, SerdeError, Tensor, TensorRecord, decode, now_us
+from preprocess_app.outputs import dead_out
+from schemas import SerdeError, Tensor, now_us
 from schemas.model_config import ModelError, ModelNotFoundError
+from schemas.raw_text_bytes import RawTextParts, read_raw_text
+from schemas.tensor_record_bytes import TensorRecordBytes
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
 # No token is shorter than one character, and real ones average 4-5, so cutting at 32 characters
@@ -30,13 +34,16 @@ def tokenize(
 
 
 def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, topics: Topics) -> list[OutRecord]:
-    """Decode, tokenize and re-encode a batch. A record that fails becomes a dead letter; the rest go on."""
+    """Decode, tokenize and re-encode a batch. A record that fails becomes a dead letter; the rest go on.
+
+    Records are read and written as bytes (schemas/raw_text_bytes.py, schemas/tensor_record_bytes.py):
+    a TensorRecord repeats its RawText's ids and attributes as they are, and no record object is made."""
     started = now_us()
     out: list[OutRecord] = []
-    by_model: dict[str, list[tuple[ConsumedRecord, RawText]]] = {}
+    by_model: dict[str, list[tuple[ConsumedRecord, RawTextParts]]] = {}
     for src in sources:
         try:
-            raw = decode(src.value, RawText)
+            raw = read_raw_text(src.value)
         except SerdeError as exc:
             out.append(dead_out(exc, src, topics))
             continue
@@ -56,19 +63,18 @@ def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, top
         cfg = model.config
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
-        carried = model.token_dtype or ids_input.dtype
+        carried = np.dtype(model.token_dtype or ids_input.dtype).newbyteorder("<")  # tensors travel little-endian
         token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length, carried)
-        finished = now_us()
+        dtype = Tensor.from_array(ids_input.name, np.zeros(0, carried)).dtype
+        write = TensorRecordBytes(cfg.name, cfg.version, ids_input.name, dtype, started, now_us())
+        lanes: dict[str, str] = {}  # a record's tensors go on in the lane it came in
         for (src, raw), ids in zip(items, token_ids, strict=True):
-            record = TensorRecord(
-                job_id=raw.job_id,
-                record_id=raw.record_id,
-                seq=raw.seq,
-                model=cfg.name,
-                model_version=cfg.version,
-                tensors=(Tensor.from_array(ids_input.name, ids),),
-                attributes=raw.attributes,
-                timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": finished},
-            )
-            out.append(tensor_out(topics, record, src, raw))
+            value = write(raw.ids, ids.tobytes(), len(ids), raw.attributes_map, raw.submitted_at)
+            if len(value) > MAX_VALUE_BYTES:  # the broker would refuse it on every redelivery
+                out.append(dead_out(too_large(f"the tensor record of {raw.record_id}", len(value)), src, topics, raw))
+                continue
+            tensors = lanes.get(src.topic)
+            if tensors is None:
+                tensors = lanes[src.topic] = topics.lane(topics.tensors(cfg.name), topic_lane(topics, src.topic))
+            out.append(job_record(tensors, value, raw.job_id, raw.record_id, raw.submitted_at))
     return out

@@ -1,0 +1,84 @@
+"""Benchmark: the preprocess worker's text step alone, in-process, in CPU time per record.
+
+    .venv/bin/python -m bench.text_step [--records 6400] [--rounds 5]
+
+Runs preprocess_app.text.preprocess_texts, what the worker runs on each batch of 64, over short
+texts (bench.system_cost's) as RawText records, with the packaged MiniLM's tokenizer on one
+thread, and prints the best round's CPU microseconds a record, and the tokenizer alone on the same
+batches: the step's own cost is the difference. No broker, no faust: the figure moves only with
+the step's code, so a change to it can be measured in a few seconds, before and after in one
+sitting (bench/HISTORY.md). Figures, never assertions: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ["RAYON_NUM_THREADS"] = "1"  # read when the tokenizers thread pool starts: before first use
+
+from bench.decoupling import machine
+from bench.system_cost import MODEL, texts_of
+from jobs.launch.runner import ensure_model
+from kafka_io.records import ConsumedRecord
+from kafka_io.settings import Topics
+from preprocess_app.models import Models
+from preprocess_app.text import preprocess_texts
+from schemas.model_config import default_repository
+from schemas.raw_text_bytes import raw_text_bytes
+
+BATCH = 64
+JOB = "job-20261204-110000-abcdef"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=6400)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    repository = default_repository()
+    ensure_model(repository, MODEL, lambda line: None)
+    topics = Topics()
+    texts = texts_of("short", args.records)
+    sources = [
+        ConsumedRecord(
+            topics.raw_text,
+            0,
+            i,
+            raw_text_bytes(JOB, f"r{i}", i, MODEL, text, 1_764_822_600_123_456, {}),
+            f"{JOB}/r{i}".encode(),
+            (("job_id", JOB.encode()),),
+        )
+        for i, text in enumerate(texts)
+    ]
+    batches = [sources[i : i + BATCH] for i in range(0, len(sources), BATCH)]
+    models = Models(repository)
+    model = models(MODEL)
+    assert model.tokenizer is not None
+    text_batches = [texts[i : i + BATCH] for i in range(0, len(texts), BATCH)]
+
+    def best(run: Callable[[], Any]) -> float:
+        fastest = float("inf")
+        for _ in range(args.rounds):
+            started = time.process_time()
+            run()
+            fastest = min(fastest, (time.process_time() - started) / len(texts) * 1e6)
+        return fastest
+
+    tokenizer = model.tokenizer
+    preprocess_texts(batches[0], models, topics)  # warm
+    step = best(lambda: [preprocess_texts(b, models, topics) for b in batches])
+    alone = best(lambda: [tokenizer.encode_batch(b) for b in text_batches])
+    print(f"{len(texts):,} short texts, batches of {BATCH}, one tokenizer thread, CPU us a record", end="")
+    print(f" (best of {args.rounds}):")
+    print(f"  the text step       {step:6.1f}")
+    print(f"  the tokenizer alone {alone:6.1f}")
+    print(f"  the step's own      {step - alone:6.1f}")
+    print(f"machine: {machine()}")
+
+
+if __name__ == "__main__":
+    main()
