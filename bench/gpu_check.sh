@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (the device tool's H200), after `python -m bench.gpu_carry PART` here:
-#   bash bench/gpu_check.sh text [RECORDS] [BATCH] [FEED_RECORDS]
-#       FP16 parity of MiniLM and of an imported text classifier (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH) and the
-#       feed benchmark (FEED_RECORDS: simulated accelerators and the real torch engine)
+#   bash bench/gpu_check.sh text [RECORDS] [BATCH] [FEED_RECORDS] [SYSTEM_RECORDS]
+#       FP16 parity of MiniLM and of an imported text classifier (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH), the
+#       feed benchmark (FEED_RECORDS: simulated accelerators and the real torch engine) and the system cost benchmark
+#       (SYSTEM_RECORDS short texts through real preprocess workers, half as many as the cores, and the torch engine:
+#       CPU per record of every process, and the accelerator's busy fraction)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
 # The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine").
 # Installs the carried wheels and unpacks the carried models and broker into a scratch folder
 # (never into .device/, which must stay the size it was carried at), and writes everything it
 # prints to $OUT/gpu_check_PART.txt. Exits non-zero if any step failed. Its limits add up to
-# 9 minutes, about 4 expected on the GPU; bench/gpu_dryrun.sh runs it on the CPU, smaller, in CI.
+# 11 minutes, about 5 expected on the GPU; bench/gpu_dryrun.sh runs it on the CPU, smaller, in CI.
 set -uo pipefail
 part="${1:-text}"
 records="${2:-1200}"
 batch="${3:-64}"
 feed_records="${4:-8000}"
+system_records="${5:-30000}"
 out="${OUT:-/tmp}/gpu_check_${part}.txt"
 cd "$(dirname "$0")/.."
 work="$(mktemp -d "${TMPDIR:-/tmp}/nearline-device.XXXXXX")"
@@ -52,6 +55,8 @@ if [ "$part" = text ]; then
         --records "$records" --batch-size "$batch"
     step "feed benchmark" 180 python3 -m bench.feed --real-engine torch --model-repository "$models" \
         --records "$feed_records"
+    step "system cost" 120 python3 -m bench.system_cost --engine torch --model-repository "$models" \
+        --records "$system_records" --texts short --preprocess-workers "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))"
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then

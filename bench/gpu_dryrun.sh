@@ -4,8 +4,8 @@
 # untracked-not-ignored files, plus .device/) to a scratch checkout, and run bench/gpu_check.sh
 # there under Python 3.12 with only the GPU image's packages (bench/gpu_image.txt) and the carried
 # wheels, with no nvidia-smi. It shows the carry is complete and fits, FP16 parity holds (on the
-# CPU) for MiniLM and for a text classifier imported with `models import`, and all four benchmark
-# configurations run. What only a GPU shows: docs/benchmarks.md, "On a GPU machine".
+# CPU) for MiniLM and for a text classifier imported with `models import`, all four benchmark
+# configurations run, and the system cost benchmark runs with the torch engine and reports its busy fraction. What only a GPU shows: docs/benchmarks.md, "On a GPU machine".
 #   bash bench/gpu_dryrun.sh [text|images ...]     # both parts by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +50,7 @@ for part in "${parts[@]}"; do
     cp -a .device "$checkout/"
     # only the image's interpreter and packages: no project venv, no PYTHONPATH of ours
     (cd "$checkout" && env -u PYTHONPATH -u VIRTUAL_ENV PATH="$image/bin:/usr/bin:/bin" OUT="$scratch" \
-        bash bench/gpu_check.sh "$part" 96 16 96)
+        bash bench/gpu_check.sh "$part" 96 16 96 400)
     grep -q '"passed": true' "$scratch/gpu_check_$part.txt"
     if [ "$part" = text ]; then  # the imported classifier went through the torch engine's FP16 path
         grep -q '"model": "byo-classifier".*"passed": true' "$scratch/gpu_check_$part.txt"
@@ -58,4 +58,5 @@ for part in "${parts[@]}"; do
     grep '^{' "$scratch/gpu_check_$part.txt" | sed 's/^/gpu dry run checked: /'
 done
 [ ! -f "$scratch/gpu_check_text.txt" ] || grep -q 'zero-cost' "$scratch/gpu_check_text.txt"
+[ ! -f "$scratch/gpu_check_text.txt" ] || grep -q 'engine busy: .* of torch' "$scratch/gpu_check_text.txt"
 echo "gpu dry run: the device path passed on the CPU under $("$image/bin/python3" --version)"

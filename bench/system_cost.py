@@ -1,6 +1,7 @@
 """Benchmark: the CPU the whole platform spends per text, against the one step it must do (tokenize).
 
     .venv/bin/python -m bench.system_cost [--records 30000] [--texts short paragraphs]
+        [--engine zero-cost|torch] [--preprocess-workers N] [--model-repository PATH]
 
 For each kind of text (short: the shipped example's sentences, the hard case where fixed per-record
 costs dominate; paragraphs: the shipped example itself), on the embedded broker:
@@ -14,6 +15,12 @@ costs dominate; paragraphs: the shipped example itself), on the embedded broker:
   a time, one thread, ids to bytes), per record.
 Prints each stage's CPU per record, its ratio to the tokenizer's, and end-to-end records/s (from
 the submit's start to the job's completion). Figures, never assertions: the machine is shared.
+
+On a GPU host (bench/gpu_check.sh): `--engine torch` runs the real torch engine in the GPU worker
+instead, and the benchmark also prints the accelerator's busy fraction over the job (the time the
+worker waited on the engine, over the submit's wall time); `--preprocess-workers N` runs N
+preprocess workers in one group (the raw topics get at least N partitions), as many as the
+host's cores allow, so that the CPU side has the cores to feed the device.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +44,8 @@ from bench.procfs import cpu_seconds
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 MODEL = "minilm"
@@ -105,37 +114,68 @@ def top_threads(before: dict[str, float], after: dict[str, float], records: int,
     return ", ".join(f"{name} {cpu / records * 1e6:.0f}" for cpu, name in used if cpu > 0)
 
 
-def gpu_worker_main(repository: Path) -> None:
-    """The GPU worker with a zero-cost engine, in its own process: `serve`, until SIGTERM."""
+def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None:
+    """The GPU worker in its own process, `serve` until SIGTERM: with a zero-cost engine, or with
+    the real one (`torch`), timed, its busy seconds so far written to busy_path every 0.2 s."""
     from bench.feed import SimulatedAccelerator
+    from bench.feed_engines import TimedEngine
+    from gpu_consumer.engine import Engine, make_engine
     from gpu_consumer.worker import serve
     from kafka_io.settings import KafkaSettings, Topics
     from schemas.model_config import load_model_config
 
     exit_on_sigterm()
-    engine = SimulatedAccelerator(load_model_config(repository, MODEL), rate=0.0, per_call_s=0.0)
+    config = load_model_config(repository, MODEL)
+    engine: Engine
+    if engine_kind == "zero-cost":
+        engine = SimulatedAccelerator(config, rate=0.0, per_call_s=0.0)
+    else:
+        timed = engine = TimedEngine(make_engine(config, engine_kind), engine_kind)
+
+        def report() -> None:
+            while True:
+                busy_path.with_suffix(".tmp").write_text(str(timed.busy_s))
+                busy_path.with_suffix(".tmp").replace(busy_path)
+                time.sleep(0.2)
+
+        threading.Thread(target=report, name="busy", daemon=True).start()
     serve(KafkaSettings(os.environ[ENV_BOOTSTRAP]), Topics(NAMESPACE), repository, MODEL, engine=engine)
 
 
-def measure(kind: str, records: int, repository: Path, work: Path) -> dict[str, float]:
+def busy_seconds(path: Path) -> float:
+    try:
+        return float(path.read_text())
+    except (OSError, ValueError):
+        return 0.0
+
+
+def measure(
+    kind: str, records: int, repository: Path, work: Path, engine: str = "zero-cost", preprocess_workers: int = 1
+) -> dict[str, float]:
     broker = EmbeddedBroker.start(work / f"broker-{kind}.log")
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
     env[ENV_MODEL_REPOSITORY] = str(repository)
     workers: list[WorkerProcess] = []
+    busy_path = work / f"busy-{kind}.txt"
+    gpu_name = "GPU worker (engine free)" if engine == "zero-cost" else f"GPU worker ({engine} engine)"
     try:
-        workers.append(
-            spawn_worker(
-                "preprocess",
-                ["preprocess"],
-                bootstrap_servers=broker.bootstrap_servers,
-                namespace=NAMESPACE,
-                repository=repository,
-                log_path=work / "pre.log",
-                extra_env=PREPROCESS_ENV,
+        topics = Topics(NAMESPACE)  # every preprocess worker of the group gets partitions
+        raw = TopicSpec(topics.raw_text, max(DEFAULT_PARTITIONS, preprocess_workers))
+        ensure_topics(KafkaSettings(broker.bootstrap_servers), lanes(topics, raw))
+        for n in range(preprocess_workers):
+            workers.append(
+                spawn_worker(
+                    "preprocess",
+                    ["preprocess"],
+                    bootstrap_servers=broker.bootstrap_servers,
+                    namespace=NAMESPACE,
+                    repository=repository,
+                    log_path=work / f"pre-{n}.log",
+                    extra_env=PREPROCESS_ENV,
+                )
             )
-        )
         gpu = subprocess.Popen(
-            [sys.executable, "-m", "bench.system_cost", "--gpu-worker"],
+            [sys.executable, "-m", "bench.system_cost", "--gpu-worker", engine, str(busy_path)],
             env=env,
             stdout=(work / "gpu.log").open("wb"),
             stderr=subprocess.STDOUT,
@@ -150,12 +190,19 @@ def measure(kind: str, records: int, repository: Path, work: Path) -> dict[str, 
         texts = texts_of(kind, records)
         source = work / f"{kind}.jsonl"
         source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-        pids = {"preprocess worker": workers[0].process.pid, "GPU worker (engine free)": gpu.pid, "broker": broker.pid}
+        pre = "preprocess worker" if preprocess_workers == 1 else f"{preprocess_workers} preprocess workers"
+        pids = {pre: workers[0].process.pid, gpu_name: gpu.pid, "broker": broker.pid}
+        pre_pids = [w.process.pid for w in workers[:preprocess_workers]]
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if name != "broker"}
+        cpu0[pre] = sum(cpu_seconds(pid) for pid in pre_pids)
+        threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if name != "broker"}  # a first worker's
         job = f"measured-{kind}"
+        busy0 = busy_seconds(busy_path)
         submitted = timed_command([*submit, str(source), "--job-id", job], env)
+        time.sleep(0.5 if engine != "zero-cost" else 0)  # the busy file's next write
+        busy = busy_seconds(busy_path) - busy0
         cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+        cpu[pre] = sum(cpu_seconds(pid) for pid in pre_pids) - cpu0[pre]
         threads = {name: top_threads(threads0[name], thread_cpu(pids[name]), records) for name in threads0}
         out = work / f"{kind}-results.jsonl"
         results = timed_command([sys.executable, "-m", "jobs.cli", "results", job, "-o", str(out)], env)
@@ -175,8 +222,11 @@ def measure(kind: str, records: int, repository: Path, work: Path) -> dict[str, 
     for name, us in [*per_record.items(), ("all of it", total), ("the tokenizer alone (the limit)", limit)]:
         print(f"  {name:32} {us:14.0f} {us / limit:12.1f}")
     for name, line in threads.items():
+        name = "the first preprocess worker" if name == pre and preprocess_workers > 1 else name
         print(f"  {name} by thread, us/record: {line}")
     print(f"  end to end: {records / submitted.wall_s:,.0f} records/s (submit --wait, {submitted.wall_s:.1f} s)")
+    if engine != "zero-cost":
+        print(f"  engine busy: {busy / submitted.wall_s:.0%} of the job's wall time ({busy:.1f} s of {engine})")
     return {"total_us": total, "tokenizer_us": limit, "records_per_s": records / submitted.wall_s}
 
 
@@ -185,16 +235,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=30000)
     parser.add_argument("--texts", nargs="+", choices=["short", "paragraphs"], default=["short", "paragraphs"])
-    parser.add_argument("--gpu-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", choices=["zero-cost", "torch"], default="zero-cost")
+    parser.add_argument("--preprocess-workers", type=int, default=1)
+    parser.add_argument("--model-repository", type=Path, default=None)
+    parser.add_argument("--gpu-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    repository = default_repository()
+    repository = args.model_repository or Path(os.environ.get(ENV_MODEL_REPOSITORY) or default_repository())
     if args.gpu_worker:
-        gpu_worker_main(repository)
+        gpu_worker_main(repository, args.gpu_worker[0], Path(args.gpu_worker[1]))
         return
     ensure_model(repository, MODEL, print)
     with tempfile.TemporaryDirectory(prefix="nearline-system-cost-") as tmp:
         for kind in args.texts:
-            measure(kind, args.records, repository, Path(tmp))
+            measure(kind, args.records, repository, Path(tmp), args.engine, max(1, args.preprocess_workers))
     print(f"\nmachine: {machine()}")
 
 
