@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kafka_io.offsets import end_offsets
@@ -85,11 +87,12 @@ class EmbeddedRun:
         return self.process.returncode, "".join(self.lines) + rest
 
 
-def stop_mid_job(run: EmbeddedRun, sig: int) -> set[int]:
-    """Send sig to the run once it has shown some results read and before the job can complete;
-    the run's children. Mid-job by construction: the whole job takes about as long as the 5 s
-    between progress lines, so once the results topic holds some, the GPU worker is frozen
-    (nothing more can complete) until the run has shown it read them."""
+@contextmanager
+def mid_job(run: EmbeddedRun) -> Iterator[set[int]]:
+    """Inside: the run has shown some results read and its job cannot complete; yields the run's
+    children. Mid-job by construction: the whole job takes about as long as the 5 s between
+    progress lines, so once the results topic holds some, the GPU worker is frozen (nothing more
+    can complete) until the run has shown it read them, and stays frozen until the block ends."""
     address = run.wait_for("embedded broker on").split("embedded broker on ")[1].split(";")[0].strip()
     children = descendants(run.process.pid)
     (gpu,) = [p for p in children if "worker gpu" in cmdline(p)]
@@ -102,9 +105,15 @@ def stop_mid_job(run: EmbeddedRun, sig: int) -> set[int]:
     try:
         while run.wait_for("records (").startswith("0/"):
             pass
-        run.process.send_signal(sig)
+        yield children
     finally:
         os.kill(gpu, signal.SIGCONT)
+
+
+def stop_mid_job(run: EmbeddedRun, sig: int) -> set[int]:
+    """Send sig to the run mid-job (mid_job); the run's children."""
+    with mid_job(run) as children:
+        run.process.send_signal(sig)
     return children
 
 

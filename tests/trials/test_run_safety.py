@@ -19,11 +19,9 @@ from jobs.job_input import JobInput
 from jobs.launch.runner import run_job
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
-from kafka_io.offsets import end_offsets
-from kafka_io.settings import KafkaSettings, Topics
 from tests.support.inputs import many_lines
 from tests.support.pipeline import RunningPipeline, run_embedded
-from tests.support.processes import EmbeddedRun, assert_all_gone, cmdline, descendants, running, stop_mid_job
+from tests.support.processes import EmbeddedRun, assert_all_gone, cmdline, descendants, mid_job, running, stop_mid_job
 from tests.support.tiny_model import TinyModel
 
 
@@ -213,19 +211,13 @@ def test_a_dead_embedded_broker_is_named_at_once_and_the_results_so_far_are_writ
     total = 20_000
     run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", total)), "--model", "tiny", "-o", str(out),
                       repository=model_repository)  # fmt: skip
-    address = run.wait_for("embedded broker on").split("embedded broker on ")[1].split(";")[0].strip()
-    children = descendants(run.process.pid)
-    reaper |= children
-    (broker,) = [p for p in children if "tansu" in cmdline(p)]
-    run.wait_for("submitted")
-    # kill once some results are stored: by the results topic, not by a progress line (one every
-    # 5 s, and the whole run takes about that long now, so the first line could be the last)
-    settings, deadline = KafkaSettings(address), time.monotonic() + 120
-    while sum(end_offsets(settings, Topics().results).values()) == 0:
-        assert time.monotonic() < deadline and run.process.poll() is None, "no result was ever stored"
-        time.sleep(0.02)
-    killed = time.monotonic()
-    os.kill(broker, signal.SIGKILL)
+    # killed once the run has read some results and before the job can complete (mid_job): a
+    # broker killed once results were stored, but before the run read any, left nothing to write
+    with mid_job(run) as children:
+        reaper |= children
+        (broker,) = [p for p in children if "tansu" in cmdline(p)]
+        killed = time.monotonic()
+        os.kill(broker, signal.SIGKILL)
     code, stderr = run.finish(timeout_s=60)
     assert code == 6, stderr
     assert time.monotonic() - killed < 20, stderr
