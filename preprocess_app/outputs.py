@@ -14,15 +14,25 @@ STAGE = "preprocess"
 
 
 def tensor_out(topics: Topics, record: TensorRecord, src: ConsumedRecord, raw: RawText | RawImage) -> OutRecord:
-    """The tensor record, or a dead letter when it is over the record limit: the broker would
-    refuse it on every redelivery, and the worker must not stop on a record's size."""
-    value = encode(record)
+    """The tensor record, or a dead letter when it is over the record limit (encoded_tensor_out)."""
+    return encoded_tensor_out(topics, encode(record), record.model, src, raw, record.timestamps.get("submitted"))
+
+
+def encoded_tensor_out(
+    topics: Topics,
+    value: bytes,
+    model: str,
+    src: ConsumedRecord,
+    raw: RawText | RawTextParts | RawImage,
+    submission: int | None,
+) -> OutRecord:
+    """A tensor record's bytes as its OutRecord, or a dead letter when it is over the record limit:
+    the broker would refuse it on every redelivery, and the worker must not stop on a record's size."""
     if len(value) > MAX_VALUE_BYTES:
         return dead_out(too_large(f"the tensor record of {raw.record_id}", len(value)), src, topics, raw)
-    submission = record.timestamps.get("submitted")
     # the record's lane is the topic it came in: its tensors go on in that lane
-    tensors = topics.lane(topics.tensors(record.model), topic_lane(topics, src.topic))
-    return job_record(tensors, value, record.job_id, record.record_id, submission)
+    tensors = topics.lane(topics.tensors(model), topic_lane(topics, src.topic))
+    return job_record(tensors, value, raw.job_id, raw.record_id, submission)
 
 
 def dead_out(

@@ -7,12 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import ConsumedRecord, OutRecord, job_record
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import Topics
-from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
-from preprocess_app.outputs import dead_out
+from preprocess_app.outputs import dead_out, encoded_tensor_out
 from schemas import SerdeError, Tensor, now_us
 from schemas.model_config import ModelError, ModelNotFoundError
 from schemas.raw_text_bytes import RawTextParts, read_raw_text
@@ -67,14 +65,7 @@ def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, top
         token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length, carried)
         dtype = Tensor.from_array(ids_input.name, np.zeros(0, carried)).dtype
         write = TensorRecordBytes(cfg.name, cfg.version, ids_input.name, dtype, started, now_us())
-        lanes: dict[str, str] = {}  # a record's tensors go on in the lane it came in
         for (src, raw), ids in zip(items, token_ids, strict=True):
             value = write(raw.ids, ids.tobytes(), len(ids), raw.attributes_map, raw.submitted_at)
-            if len(value) > MAX_VALUE_BYTES:  # the broker would refuse it on every redelivery
-                out.append(dead_out(too_large(f"the tensor record of {raw.record_id}", len(value)), src, topics, raw))
-                continue
-            tensors = lanes.get(src.topic)
-            if tensors is None:
-                tensors = lanes[src.topic] = topics.lane(topics.tensors(cfg.name), topic_lane(topics, src.topic))
-            out.append(job_record(tensors, value, raw.job_id, raw.record_id, raw.submitted_at))
+            out.append(encoded_tensor_out(topics, value, cfg.name, src, raw, raw.submitted_at))
     return out
