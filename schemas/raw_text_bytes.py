@@ -22,34 +22,15 @@ from functools import cache
 from schemas.avro_bytes import read_long, read_map, read_string
 from schemas.errors import TruncatedRecordError
 from schemas.records import RawText
-from schemas.result_encoding import avro_string_map, encoded_ids
+from schemas.result_encoding import avro_long, avro_string, avro_string_map, encoded_ids
 from schemas.serde import HEADER_LEN, MAGIC, decode_fields, fingerprint_of
 
-_RAW_TEXT = "nearline.RawText"
 _FIELDS = ("job_id", "record_id", "seq", "model", "text", "attributes", "submitted_at")
 
 
 @cache
 def _header() -> bytes:
-    return MAGIC + fingerprint_of(_RAW_TEXT)
-
-
-def _long(n: int) -> bytes:
-    """Avro's zig-zag varint of a long."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return bytes((z,))
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _string(s: str) -> bytes:
-    data = s.encode("utf-8")
-    return _long(len(data)) + data
+    return MAGIC + fingerprint_of(RawText.SCHEMA)
 
 
 def raw_text_bytes(
@@ -64,20 +45,23 @@ class RawTextBytes:
     and submission time) is encoded once, not once a record."""
 
     def __init__(self, job_id: str, model: str, submitted_at: int) -> None:
-        self._head = _header() + _string(job_id)
-        self._model = _string(model)
-        self._tail = _long(submitted_at)
+        self._head = _header() + avro_string(job_id)
+        self._model = avro_string(model)
+        self._tail = avro_long(submitted_at)
 
     def __call__(self, record_id: str, seq: int, text: str, attributes: dict[str, str]) -> bytes:
-        parts = [self._head, _string(record_id), _long(seq), self._model, _string(text)]
-        if attributes:  # one block of every entry, then the empty block that ends the map, as fastavro writes it
-            parts.append(_long(len(attributes)))
-            for key, value in attributes.items():
-                parts.append(_string(key))
-                parts.append(_string(value))
-        parts.append(b"\x00")
-        parts.append(self._tail)
-        return b"".join(parts)
+        # the map in one block of every entry, then the empty block that ends it, as fastavro writes it
+        return b"".join(
+            (
+                self._head,
+                avro_string(record_id),
+                avro_long(seq),
+                self._model,
+                avro_string(text),
+                avro_string_map(attributes),
+                self._tail,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +106,7 @@ def read_raw_text(data: bytes) -> RawTextParts:
         attributes_map = data[start:p]
         submitted_at, p = read_long(data, p)
     except (IndexError, UnicodeDecodeError) as exc:
-        raise TruncatedRecordError(f"{_RAW_TEXT} body is truncated or malformed: {exc}") from None
+        raise TruncatedRecordError(f"{RawText.SCHEMA} body is truncated or malformed: {exc}") from None
     if p != len(data):
-        raise TruncatedRecordError(f"{_RAW_TEXT} body has {len(data) - p} bytes after the end of the record")
+        raise TruncatedRecordError(f"{RawText.SCHEMA} body has {len(data) - p} bytes after the end of the record")
     return RawTextParts(job_id, record_id, seq, model, text, attributes, submitted_at, ids, attributes_map)
