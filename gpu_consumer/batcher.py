@@ -198,10 +198,15 @@ def edge_batches(config: ModelConfig) -> list[PaddedBatch]:
 
 def warmup_batch(config: ModelConfig) -> PaddedBatch:
     """The largest batch the model accepts: max_batch_size records of the largest shape."""
+    return shaped_batch(config, config.max_batch_size)
+
+
+def shaped_batch(config: ModelConfig, rows: int, length: int = 0) -> PaddedBatch:
+    """`rows` records of `length` tokens each (0: max_length); for image models, `rows` images."""
     spec = carried_input(config)
     if spec.role == "pixels":
         shape = tuple(int(d) for d in spec.dims[1:])
-        return make_batch(config, [np.full(shape, 127, dtype=spec.dtype)] * config.max_batch_size)
+        return make_batch(config, [np.full(shape, 127, dtype=spec.dtype)] * rows)
     assert config.tokenizer is not None
-    row = np.full(config.max_length, config.tokenizer.pad_id + 1, dtype=spec.dtype)
-    return pad_batch(config, [row] * config.max_batch_size)
+    row = np.full(length or config.max_length, config.tokenizer.pad_id + 1, dtype=spec.dtype)
+    return pad_batch(config, [row] * rows)

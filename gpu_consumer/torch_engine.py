@@ -8,6 +8,7 @@ device when asked for, or when it is the only file there (the GPU carry ships FP
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_consumer.batcher import warmup_batch
+from gpu_consumer.batcher import shaped_batch, warmup_batch
 from gpu_consumer.device_postprocess import apply, device_steps
 from gpu_consumer.engine import Engine, EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, plan_buffers
@@ -46,6 +47,14 @@ def batch_bucket(rows: int, max_batch_size: int) -> int:
     while bucket < rows:
         bucket *= 2
     return min(bucket, max_batch_size)
+
+
+def graph_shapes(config: ModelConfig, max_batch_size: int) -> list[tuple[int, int]]:
+    """Every (rows, length) a batch is padded to on CUDA, largest first: one CUDA graph each. Image
+    models have one shape per row count (length 0), text models one per length bucket too."""
+    rows = sorted({batch_bucket(n, max_batch_size) for n in range(1, max_batch_size + 1)}, reverse=True)
+    lengths = sorted(config.buckets, reverse=True) or [0]
+    return [(r, length) for length in lengths for r in rows]
 
 
 def pad_rows(inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
@@ -106,7 +115,17 @@ class TorchEngine(Engine):
         log.info("torch engine for %s:%s on %s in %s", config.name, config.version, self.device, self.precision)
 
     def warmup(self) -> None:
-        self.infer(warmup_batch(self.config).inputs)
+        """Capture a CUDA graph for every shape a batch can take, before the worker consumes: a
+        shape first met mid-job costs two eager passes and a capture (tens of ms) while the device
+        idles, and a short job meets most of them (the first GPU run: 6,113 against 36,793 rec/s)."""
+        if not self.cuda_graphs:
+            self.infer(warmup_batch(self.config).inputs)
+            return
+        started = time.perf_counter()
+        shapes = graph_shapes(self.config, self.max_batch_size)
+        for rows, length in shapes:
+            self.infer(shaped_batch(self.config, rows, length).inputs)
+        log.info("captured %d CUDA graphs in %.1f s", len(shapes), time.perf_counter() - started)
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return next(self.infer_many([inputs]))

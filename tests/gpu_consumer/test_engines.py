@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import make_batch
+from gpu_consumer.batcher import bucket_of, make_batch, shaped_batch
 from gpu_consumer.engine import EngineLoadError, OnnxRuntimeEngine
 from gpu_consumer.torch_engine import (
     TORCHSCRIPT_FILE,
     TORCHSCRIPT_FP16_FILE,
     TorchEngine,
     batch_bucket,
+    graph_shapes,
     pad_rows,
     torchscript_path,
 )
@@ -104,6 +105,18 @@ def test_rows_are_padded_to_a_power_of_two_with_a_real_token_each() -> None:
     padded = pad_rows({"input_ids": np.ones((3, 5), np.int64), "attention_mask": np.ones((3, 5), np.int64)}, 4)
     assert padded["input_ids"].shape == (4, 5)
     assert padded["attention_mask"][3].tolist() == [1, 0, 0, 0, 0]
+
+
+def test_the_cuda_warmup_covers_every_shape_a_batch_can_take(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
+    shapes = graph_shapes(minilm, 48)
+    assert shapes[:8] == [(48, 256), (32, 256), (16, 256), (8, 256), (4, 256), (2, 256), (1, 256), (48, 128)]
+    assert len(shapes) == len(set(shapes)) == 7 * 5
+    met = {(batch_bucket(n, 48), bucket_of(width, minilm.buckets)) for n in range(1, 49) for width in range(1, 257)}
+    assert met == set(shapes)
+    assert {rows for rows, _ in graph_shapes(efficientnet, 64)} == {1, 2, 4, 8, 16, 32, 64}
+    assert len(graph_shapes(efficientnet, 64)) == 7
+    assert shaped_batch(minilm, 4, 32).inputs["input_ids"].shape == (4, 32)
+    assert shaped_batch(efficientnet, 2, 0).inputs["pixels"].shape[0] == 2
 
 
 def test_tensorrt_profiles_follow_the_length_buckets(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
