@@ -7,7 +7,7 @@
 part travels alone, and this script refuses a carry that would not fit. text = the wheels the
 GPU image lacks for Python 3.12 (our Kafka client, serde and faust with what they import), the
 Tansu binary, MiniLM as its FP16 TorchScript and reference embeddings from ONNX Runtime here, and a
-small text classifier imported with `models import` (its FP16 TorchScript, model.onnx and reference logits);
+small text classifier imported with `models import` (its FP16 TorchScript and reference logits);
 images = the same wheels, EfficientNet-Lite0 as FP16 TorchScript and reference top-5s. Large files are packed
 (bench/device_pack.py); gpu_check.sh unpacks them outside .device/. References are computed here in FP32
 on the CPU, so the GPU is checked against ONNX Runtime without carrying ONNX files.
@@ -48,6 +48,7 @@ WHEELS = [
     "orjson==3.13.0",  # jobs.results: JSON Lines results
 ]
 TOOL_LIMIT = 64 * 2**20
+MARGIN = 2**20  # the tool refused a carry counted here at 64.0 MiB: it counts a little more than we do
 
 
 def carry_model(config: ModelConfig) -> None:
@@ -121,9 +122,10 @@ def text_part(repository: Path, texts: int) -> None:
 
 def carry_classifier(texts: int) -> None:
     """A small text classifier through `models import`: a BertForSequenceClassification built here
-    from a seeded transformers config (no hub), imported, carried as FP16 TorchScript (torch engine)
-    and model.onnx (TensorRT builds its engine from it; 2 MB: hidden size 16, as the carry is near
-    its limit), with ONNX Runtime FP32 logits."""
+    from a seeded transformers config (no hub), imported, carried as FP16 TorchScript with ONNX
+    Runtime FP32 logits. No model.onnx: the GPU image has no TensorRT (bench/gpu_image.txt), and its
+    2 MB put the first carry over the device tool's limit."""
+
     import tempfile
 
     from bench.gpu_parity import BYO_CLASSIFIER, token_ids
@@ -137,12 +139,11 @@ def carry_classifier(texts: int) -> None:
         folder = save_classifier(Path(scratch) / "classifier", calibrated=False, hidden_size=16)
         config = import_model(Path(scratch) / "models", folder, BYO_CLASSIFIER)
         carry_model(config)
-        shutil.copy2(config.onnx_path, DEVICE / "models" / config.name / config.version / "model.onnx")
         engine = OnnxRuntimeEngine(config)
         ids = token_ids(config, texts)
         logits = [engine.infer(make_batch(config, ids[s : s + 32]).inputs)["logits"] for s in range(0, len(ids), 32)]
     np.savez_compressed(DEVICE / "reference_classifier.npz", logits=np.concatenate(logits))
-    print(f"carried {BYO_CLASSIFIER} ({config.task}, {config.source}) for the torch and TensorRT parity checks")
+    print(f"carried {BYO_CLASSIFIER} ({config.task}, {config.source}) for the torch parity check")
 
 
 def image_part(repository: Path) -> None:
@@ -193,8 +194,8 @@ def main() -> None:
         f".device/ holds {size / 2**20:.1f} MiB for the {args.part} part; with the working tree "
         f"{total / 2**20:.1f} of the device tool's {TOOL_LIMIT / 2**20:.0f} MiB"
     )
-    if total > TOOL_LIMIT:
-        raise SystemExit(f"the carry is over {TOOL_LIMIT / 2**20:.0f} MiB: the device tool would refuse it")
+    if total > TOOL_LIMIT - MARGIN:
+        raise SystemExit(f"the carry is over {(TOOL_LIMIT - MARGIN) / 2**20:.0f} MiB: the device tool would refuse it")
 
 
 if __name__ == "__main__":

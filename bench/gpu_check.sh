@@ -6,6 +6,8 @@
 #       (SYSTEM_RECORDS short texts through real preprocess workers, half as many as the cores, and the torch engine:
 #       CPU per record of every process, and the accelerator's busy fraction)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
+# Both parts also time the torch engine's CUDA graphs captured as shapes are met against all captured
+# at start-up (bench/graph_warmup.py).
 # The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine").
 # Installs the carried wheels and unpacks the carried models and broker into a scratch folder
 # (never into .device/, which must stay the size it was carried at), and writes everything it
@@ -49,6 +51,8 @@ fi
 models="$work/carry/models"
 
 step "parity $part" 120 python3 -m bench.gpu_parity "$part" --repository "$models"
+model="$([ "$part" = text ] && echo minilm || echo efficientnet-lite0)"
+step "graph warmup" 120 python3 -m bench.graph_warmup --model-repository "$models" --model "$model"
 if [ "$part" = text ]; then
     # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
     step "decoupling benchmark" 240 python3 -m bench.decoupling --engine torch --model-repository "$models" \
