@@ -58,6 +58,8 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
         assert {"submitted", "batch_formed", "inference_start", "inference_end", "result_produced"} <= set(
             result.timestamps
         )
+    # each result's submission header is its own stamp: what readers that count a job go by
+    assert [o.headers for o in out if o.topic == "ns.results"] == [[("job_id", b"job-h"), ("submission", b"1")]] * 3
     assert [(d.source_partition, d.source_offset, d.error_type) for d in dead] == [
         (0, 1, "TensorFormatError"),
         (1, 1, "TensorFormatError"),

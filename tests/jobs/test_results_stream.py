@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from jobs.registry import JobStatus, register
 from kafka_io.clients import make_producer
@@ -106,14 +108,21 @@ def test_a_topic_read_fails_on_idleness_not_on_the_time_its_reader_spends(
     assert seen == 3000
 
 
+@pytest.mark.parametrize("header", ["none", "submission", "mixed"])
 def test_status_counts_only_the_registry_rows_submission_and_everything_for_rows_from_before_submissions(
-    topics: Topics,
+    topics: Topics, header: str
 ) -> None:
+    """Results with a submission header are counted by it and their leading fields (the GPU worker
+    writes one); those without (written before the header was) by their `submitted` stamp."""
+
     def stamped(i: int, submitted: int) -> ConsumedRecord:
         value = encode(
             InferenceResult("job-a", f"r{i}", i, "tiny", "1", (), "b", 1, timestamps={"submitted": submitted})
         )
-        return ConsumedRecord(topics.results, 0, i, value, headers=(("job_id", b"job-a"),))
+        headers = job_record(topics.results, value, "job-a", f"r{i}", submission=submitted).headers
+        if header == "none" or (header == "mixed" and i % 2):
+            headers = [("job_id", b"job-a")]
+        return ConsumedRecord(topics.results, 0, i, value, headers=tuple(headers))
 
     messages = [stamped(i, 100) for i in range(3)] + [stamped(i, 200) for i in range(2)]
     again = JobStatus(Job("job-a", "tiny", "in.jsonl", "text", 3, 200, submission=200))
@@ -122,6 +131,9 @@ def test_status_counts_only_the_registry_rows_submission_and_everything_for_rows
     before = JobStatus(Job("job-a", "tiny", "in.jsonl", "text", 3, 150))  # registered without a submission
     before.add(messages, topics)
     assert (before.state, before.counts()["inferred"]) == ("completed", 3)
+    unlabelled = stamped(2, 200)  # no job_id header: its own fields say whose it is
+    again.add([replace(unlabelled, headers=unlabelled.headers[1:])], topics)
+    assert again.counts()["inferred"] == 3
 
 
 def test_status_folds_a_topic_read_as_it_streams_and_holds_no_record(topics: Topics) -> None:
