@@ -43,6 +43,8 @@ class Cancellations:
         """Whether a record with these headers belongs to a cancelled submission. A record without
         a `submission` header (written before submissions were told apart) follows the job's
         latest registry row, as it always did."""
+        if not self._cancelled and not self._cancelled_submissions:
+            return False  # the usual case, asked of every record: no header read
         job_id = job_of(headers)
         if job_id is None:
             return False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,8 +109,7 @@ class Topics:
 
     def lane_of(self, topic: str) -> Priority:
         """The lane of a stage topic of this namespace, told by its name alone."""
-        prefix = f"{self.namespace}." if self.namespace else ""
-        return "live" if topic.startswith(prefix + LIVE_PREFIX) else "batch"
+        return _lane_of(self.namespace, topic)
 
     def gpu_group(self, model: str) -> str:
         return self._name(f"gpu.{model}")
@@ -117,6 +117,12 @@ class Topics:
     @property
     def preprocess_app_id(self) -> str:
         return self._name("preprocess")
+
+
+@cache  # asked twice for every record a GPU worker polls, of a handful of topics: ~1 us a call unmade
+def _lane_of(namespace: str, topic: str) -> Priority:
+    prefix = f"{namespace}." if namespace else ""
+    return "live" if topic.startswith(prefix + LIVE_PREFIX) else "batch"
 
 
 @dataclass(frozen=True)
