@@ -1,6 +1,6 @@
 """Benchmark: what faust itself costs per event, the floor under the preprocess worker's CPU per record.
 
-    .venv/bin/python -m bench.faust_floor [--records 30000] [--agents bare take]
+    .venv/bin/python -m bench.faust_floor [--records 30000] [--agents bare take] [--pack K]
 
 Fills a topic of the embedded broker with --records records the size of a short text's raw record
 (key, job headers, 200 bytes), then for each agent runs a faust worker with the preprocess app's
@@ -14,6 +14,10 @@ settings and measures the CPU the worker process used from its first event to it
 - consumer: quiet, with each message acked as its conductor callback gets it, and no event,
   channel or stream made: what faust's consumer and aiokafka alone cost, the floor under a
   hand-over of each fetch in bulk.
+--pack K writes records/K records of K times the size instead, as if K texts travelled in one
+Kafka record (not what nearline does: one record per input record on every topic), and prints
+the cost per text too, the worker's and the broker's while it served them: the figures behind
+the packed-records proposal (docs/benchmarks.md, "System cost").
 Figures, never assertions: the machine is shared.
 """
 
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.decoupling import exit_on_sigterm, machine
+from bench.procfs import cpu_seconds
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -107,7 +112,8 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path) -> None:
         worker.execute_from_commandline()
 
 
-def measure(broker: EmbeddedBroker, agent: str, records: int, work: Path) -> float:
+def measure(broker: EmbeddedBroker, agent: str, records: int, work: Path) -> tuple[float, float]:
+    """(the worker's CPU us an event, the broker's CPU us an event meanwhile)."""
     out = work / f"{agent}.txt"
     argv = [
         sys.executable,
@@ -119,9 +125,11 @@ def measure(broker: EmbeddedBroker, agent: str, records: int, work: Path) -> flo
         str(records),
         str(out),
     ]
+    broker_before = cpu_seconds(broker.pid)
     subprocess.run(argv, check=True, timeout=600)
+    broker_s = cpu_seconds(broker.pid) - broker_before
     cpu_s, seen = out.read_text().split()
-    return float(cpu_s) / int(seen) * 1e6
+    return float(cpu_s) / int(seen) * 1e6, broker_s / int(seen) * 1e6
 
 
 def main() -> None:
@@ -133,20 +141,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=30000)
     parser.add_argument("--agents", nargs="+", choices=AGENTS, default=AGENTS)
+    parser.add_argument("--pack", type=int, default=1, help="texts a Kafka record carries (1: as nearline does)")
     args = parser.parse_args()
+    events = max(1, args.records // args.pack)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-floor-") as tmp:
         broker = EmbeddedBroker.start(Path(tmp) / "broker.log")
         try:
             settings = KafkaSettings(broker.bootstrap_servers)
             ensure_topics(settings, [TopicSpec(TOPIC)])
-            value = b"x" * 200
-            written = (
-                job_record(TOPIC, value, "floor-job", f"r{i}", 1_700_000_000_000_000) for i in range(args.records)
-            )
+            value = b"x" * 200 * args.pack
+            written = (job_record(TOPIC, value, "floor-job", f"r{i}", 1_700_000_000_000_000) for i in range(events))
             produce_all(make_producer(settings), written)
-            print(f"{args.records:,} records of {len(value)} bytes, faust worker CPU from its first event to its last:")
+            print(f"{events:,} records of {len(value)} bytes, faust worker CPU from its first event to its last:")
             for agent in args.agents:
-                print(f"  {agent:6} {measure(broker, agent, args.records, Path(tmp)):6.0f} us/event")
+                worker_us, broker_us = measure(broker, agent, events, Path(tmp))
+                line = f"  {agent:8} {worker_us:7.0f} us/event, broker {broker_us:5.0f}"
+                if args.pack > 1:
+                    line += f"; a text: {worker_us / args.pack:5.2f} us, broker {broker_us / args.pack:5.2f}"
+                print(line)
         finally:
             broker.stop()
     print(f"machine: {machine()}")
