@@ -121,10 +121,21 @@ class TorchEngine(Engine):
         if not self.cuda_graphs:
             self.infer(warmup_batch(self.config).inputs)
             return
+        import torch
+
         started = time.perf_counter()
         shapes = graph_shapes(self.config, self.max_batch_size)
-        for rows, length in shapes:
-            self.infer(shaped_batch(self.config, rows, length).inputs)
+        for done, (rows, length) in enumerate(shapes):
+            try:
+                self.infer(shaped_batch(self.config, rows, length).inputs)
+            except torch.cuda.OutOfMemoryError as exc:
+                # at start, not mid-job: the same graphs would have been captured as batches came
+                shape = f"{rows} rows" + (f" of {length} tokens" if length else "")
+                raise EngineLoadError(
+                    f"model {self.config.name}: out of GPU memory capturing the CUDA graph for {shape} "
+                    f"({done} of {len(shapes)} shapes captured): lower max_batch_size or the length_buckets "
+                    f"in {self.config.directory / 'config.json'}, or free the device ({exc})"
+                ) from None
         log.info("captured %d CUDA graphs in %.1f s", len(shapes), time.perf_counter() - started)
 
     def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -119,6 +119,30 @@ def test_the_cuda_warmup_covers_every_shape_a_batch_can_take(minilm: ModelConfig
     assert shaped_batch(efficientnet, 2, 0).inputs["pixels"].shape[0] == 2
 
 
+@pytest.mark.slow
+def test_a_warm_up_out_of_gpu_memory_says_which_shape_and_what_to_change(
+    minilm: ModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    engine = TorchEngine(minilm, device="cpu")
+    engine.cuda_graphs = True  # as on CUDA: a graph per shape; the CPU runs the same calls eagerly
+    shapes: list[tuple[int, ...]] = []
+
+    def infer(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        shapes.append(inputs["input_ids"].shape)
+        if len(shapes) == 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 MiB")
+        return {}
+
+    monkeypatch.setattr(engine, "infer", infer)
+    with pytest.raises(EngineLoadError, match=r"16 rows of 256 tokens \(2 of 35 shapes captured\)") as caught:
+        engine.warmup()
+    assert shapes == [(64, 256), (32, 256), (16, 256)]  # largest first: a device too small fails at once
+    assert "max_batch_size or the length_buckets" in str(caught.value)
+    assert str(minilm.directory / "config.json") in str(caught.value)
+
+
 def test_tensorrt_profiles_follow_the_length_buckets(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
     profiles = derive_profiles(minilm, 64)
     assert [p.width for p in profiles] == [(1, 16), (17, 32), (33, 64), (65, 128), (129, 256)]
