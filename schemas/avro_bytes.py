@@ -57,6 +57,8 @@ def read_string(data: bytes, p: int) -> tuple[str, int]:
         n, p = read_length(data, p)
     else:
         n, p = n >> 1, p + 1
+    if p + n > len(data):  # a slice would cut it short without a word: a reader that stops early must know
+        raise IndexError(f"a string of {n} bytes with {len(data) - p} left")
     return data[p : p + n].decode(), p + n
 
 
