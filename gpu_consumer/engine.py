@@ -168,9 +168,10 @@ def balanced(batches: list[dict[str, np.ndarray]], lanes: int) -> bool:
     return len(sizes) >= 2 and max(sizes) * lanes <= sum(sizes)
 
 
-def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> Engine:
+def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0, max_batch_size: int | None = None) -> Engine:
     """auto: TensorRT if it imports and a GPU is visible, else torch on CUDA, else ONNX Runtime (CPU
-    here; it uses the CUDA/TensorRT execution providers itself where its build has them)."""
+    here; it uses the CUDA/TensorRT execution providers itself where its build has them).
+    max_batch_size: the worker's limit, where the torch engine sizes its buffers and graphs by it."""
     if kind == "tensorrt" or (kind == "auto" and _tensorrt_usable()):
         from gpu_consumer.tensorrt_engine import TensorRTEngine
 
@@ -185,7 +186,7 @@ def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0) -> En
     if kind == "torch" or (kind == "auto" and torchscript and _cuda_torch_usable()):
         from gpu_consumer.torch_engine import TorchEngine
 
-        return TorchEngine(config)
+        return TorchEngine(config, max_batch_size=max_batch_size)
     if kind in ("auto", "onnxruntime"):
         return OnnxRuntimeEngine(config, threads)
     raise EngineLoadError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")

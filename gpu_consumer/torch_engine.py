@@ -82,13 +82,16 @@ class TorchEngine(Engine):
         cuda_graphs: bool = True,
         precision: str | None = None,
         postprocess_on_device: bool = True,
+        max_batch_size: int | None = None,
     ) -> None:
+        """max_batch_size: the worker's own limit where it is below the model's: no buffer or CUDA
+        graph is made for batches it never forms."""
         try:
             import torch
         except ImportError:
             raise EngineLoadError("the torch engine needs torch: pip install 'nearline[gpu]'") from None
         self.config = config
-        self.max_batch_size = config.max_batch_size
+        self.max_batch_size = min(max_batch_size or config.max_batch_size, config.max_batch_size)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
         path, self.precision = torchscript_path(config.directory, precision or ("fp16" if self.cuda else "fp32"))
@@ -128,13 +131,16 @@ class TorchEngine(Engine):
         for done, (rows, length) in enumerate(shapes):
             try:
                 self.infer(shaped_batch(self.config, rows, length).inputs)
-            except torch.cuda.OutOfMemoryError as exc:
-                # at start, not mid-job: the same graphs would have been captured as batches came
+            except (torch.cuda.OutOfMemoryError, RuntimeError) as exc:
+                # TorchScript raises a CUDA out-of-memory inside the module as a plain RuntimeError
+                if not isinstance(exc, torch.cuda.OutOfMemoryError) and "out of memory" not in str(exc).lower():
+                    raise
                 shape = f"{rows} rows" + (f" of {length} tokens" if length else "")
                 raise EngineLoadError(
                     f"model {self.config.name}: out of GPU memory capturing the CUDA graph for {shape} "
-                    f"({done} of {len(shapes)} shapes captured): lower max_batch_size or the length_buckets "
-                    f"in {self.config.directory / 'config.json'}, or free the device ({exc})"
+                    f"({done} of {len(shapes)} shapes captured): run the worker with a lower --max-batch-size, "
+                    f"lower max_batch_size or length_buckets in {self.config.directory / 'config.json'}, "
+                    f"or free the device ({str(exc).strip().splitlines()[-1]})"
                 ) from None
         log.info("captured %d CUDA graphs in %.1f s", len(shapes), time.perf_counter() - started)
 

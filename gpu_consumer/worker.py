@@ -159,7 +159,7 @@ def serve(
     if policy.max_batch_size > config.max_batch_size:
         raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
     limits = WindowLimits(max_window or default_window(policy.max_batch_size), max_linger_ms)
-    engine = engine or make_engine(config, engine_kind, threads)
+    engine = engine or make_engine(config, engine_kind, threads, policy.max_batch_size)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))

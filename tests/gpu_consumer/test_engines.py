@@ -20,7 +20,7 @@ from gpu_consumer.torch_engine import (
     torchscript_path,
 )
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for
-from schemas.model_config import ModelConfig
+from schemas.model_config import ModelConfig, load_model_config
 from tests.support.references import TEXTS, image_batch, text_batch
 
 
@@ -119,28 +119,56 @@ def test_the_cuda_warmup_covers_every_shape_a_batch_can_take(minilm: ModelConfig
     assert shaped_batch(efficientnet, 2, 0).inputs["pixels"].shape[0] == 2
 
 
-@pytest.mark.slow
-def test_a_warm_up_out_of_gpu_memory_says_which_shape_and_what_to_change(
-    minilm: ModelConfig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import torch
-
-    engine = TorchEngine(minilm, device="cpu")
-    engine.cuda_graphs = True  # as on CUDA: a graph per shape; the CPU runs the same calls eagerly
+def warmed_shapes(engine: TorchEngine, monkeypatch: pytest.MonkeyPatch, fail_at: int, error: Exception) -> list:
+    """The input shapes engine.warmup() runs, as on CUDA (a graph per shape; the CPU runs the same
+    calls eagerly), with the fail_at-th call raising `error`."""
+    engine.cuda_graphs = True
     shapes: list[tuple[int, ...]] = []
 
     def infer(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         shapes.append(inputs["input_ids"].shape)
-        if len(shapes) == 3:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 MiB")
+        if len(shapes) == fail_at:
+            raise error
         return {}
 
     monkeypatch.setattr(engine, "infer", infer)
+    return shapes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("raised_as", ["OutOfMemoryError", "TorchScript's RuntimeError"])
+def test_a_warm_up_out_of_gpu_memory_says_which_shape_and_what_to_change(
+    minilm: ModelConfig, monkeypatch: pytest.MonkeyPatch, raised_as: str
+) -> None:
+    import torch
+
+    oom = "CUDA out of memory. Tried to allocate 96.00 MiB"
+    error: Exception = torch.cuda.OutOfMemoryError(oom)
+    if raised_as != "OutOfMemoryError":  # what a TorchScript module raises for the same (torch 2.11, H200)
+        error = RuntimeError(f"The following operation failed in the TorchScript interpreter.\nRuntimeError: {oom}")
+    engine = TorchEngine(minilm, device="cpu")
+    shapes = warmed_shapes(engine, monkeypatch, 3, error)
     with pytest.raises(EngineLoadError, match=r"16 rows of 256 tokens \(2 of 35 shapes captured\)") as caught:
         engine.warmup()
     assert shapes == [(64, 256), (32, 256), (16, 256)]  # largest first: a device too small fails at once
-    assert "max_batch_size or the length_buckets" in str(caught.value)
-    assert str(minilm.directory / "config.json") in str(caught.value)
+    assert "--max-batch-size" in str(caught.value) and str(minilm.directory / "config.json") in str(caught.value)
+    assert str(caught.value).endswith(f"{oom})")  # the error's last line, not a TorchScript traceback
+
+    other = TorchEngine(minilm, device="cpu")
+    warmed_shapes(other, monkeypatch, 1, RuntimeError("expected scalar type Long"))
+    with pytest.raises(RuntimeError, match="scalar type"):  # not a memory error: as it was
+        other.warmup()
+
+
+@pytest.mark.slow
+def test_a_worker_limit_below_the_models_warms_only_the_shapes_it_forms(
+    minilm: ModelConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = TorchEngine(minilm, device="cpu", max_batch_size=8)
+    shapes = warmed_shapes(engine, monkeypatch, 0, RuntimeError())
+    engine.warmup()
+    assert len(shapes) == 4 * 5 and shapes[0] == (8, 256) and max(rows for rows, _ in shapes) == 8
+    assert TorchEngine(minilm, device="cpu", max_batch_size=1000).max_batch_size == minilm.max_batch_size
 
 
 def test_tensorrt_profiles_follow_the_length_buckets(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
@@ -192,3 +220,14 @@ def test_the_tensorrt_engine_says_what_to_install_when_tensorrt_is_missing(minil
 
     with pytest.raises(EngineLoadError, match="NVIDIA TensorRT 10 for Python"):
         TensorRTEngine(minilm)
+
+
+def test_the_tensorrt_engine_refuses_a_model_folder_without_its_onnx_file(minilm: ModelConfig, tmp_path: Path) -> None:
+    from gpu_consumer.tensorrt_engine import TensorRTEngine
+
+    folder = tmp_path / "minilm" / "1"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(minilm.to_json(), encoding="utf-8")  # a carry with no model.onnx
+    config = load_model_config(tmp_path, "minilm")
+    with pytest.raises(EngineLoadError, match=r"model\.onnx is missing: TensorRT builds its engine from"):
+        TensorRTEngine(config)
