@@ -51,6 +51,11 @@ class TensorRTEngine(Engine):
     pad_to_bucket = True  # one profile per bucket: padding to the bucket keeps shapes at the profile opt
 
     def __init__(self, config: ModelConfig, cache_dir: Path | None = None, fp16: bool = True) -> None:
+        if not config.onnx_path.is_file():  # before TensorRT: a broken model folder is said as such anywhere
+            raise EngineLoadError(
+                f"{config.onnx_path} is missing: TensorRT builds its engine from the model's ONNX file "
+                f"(nearline models prepare {config.name}, or import the model again)"
+            )
         trt = import_tensorrt()
         import torch
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -224,6 +225,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], directory: Path) -> ModelConfig:
+        tokenizer = TokenizerSpec(**d["tokenizer"]) if d.get("tokenizer") else None
         return cls(
             name=d["name"],
             version=str(d["version"]),
@@ -232,11 +234,11 @@ class ModelConfig:
             outputs=tuple(_spec(o) for o in d["outputs"]),
             max_batch_size=int(d["max_batch_size"]),
             postprocess=tuple(d["postprocess"]),
-            tokenizer=TokenizerSpec(**d["tokenizer"]) if d.get("tokenizer") else None,
+            tokenizer=tokenizer,
             image=_image_spec(d["image"]) if d.get("image") else None,
             labels_file=d.get("labels_file"),
             top_k=int(d.get("top_k", 5)),
-            length_buckets=tuple(d.get("length_buckets", ())),
+            length_buckets=_length_buckets(d.get("length_buckets", ()), tokenizer),
             result_name=d.get("result_name", "embedding"),
             source=d.get("source", ""),
             directory=directory,
@@ -247,6 +249,25 @@ class ModelConfig:
         path = self.directory / CONFIG_FILE
         path.write_text(self.to_json(), encoding="utf-8")
         return path
+
+
+def _length_buckets(given: Any, tokenizer: TokenizerSpec | None) -> tuple[int, ...]:
+    """A text model's sequence lengths batches are padded to: increasing, the last at least
+    max_length, so every record has a bucket (the engines' buffers, TensorRT profiles and CUDA
+    graphs are made per bucket). Empty: powers of two up to max_length (ModelConfig.buckets)."""
+    buckets = tuple(int(b) for b in given)
+    if not buckets:
+        return ()
+    if tokenizer is None:
+        raise ValueError(f"length_buckets {list(buckets)} is for text models, and this one has no tokenizer")
+    if buckets[0] < 1 or any(a >= b for a, b in pairwise(buckets)):
+        raise ValueError(f"length_buckets must be increasing lengths of at least 1, got {list(buckets)}")
+    if buckets[-1] < tokenizer.max_length:
+        raise ValueError(
+            f"length_buckets {list(buckets)} end below the tokenizer's max_length {tokenizer.max_length}: "
+            "longer records would have no bucket"
+        )
+    return buckets
 
 
 def _image_spec(d: dict[str, Any]) -> ImageSpec:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from gpu_consumer.batcher import (
 )
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
 from schemas import TensorFormatError
+from schemas.model_config import ModelConfig, ModelUnavailableError, load_model_config
 from tests.support.tiny_model import TinyModel
 
 
@@ -102,46 +106,35 @@ def test_default_length_buckets_are_powers_of_two_up_to_the_max_length(tiny: Tin
     assert tiny.config.buckets == (16, 32, 64)
 
 
-def test_the_cost_fit_recovers_call_row_and_token_costs_from_timings() -> None:
-    from gpu_consumer.cost_model import PROBES, CostModel, fit
-
-    truth = CostModel(per_call_s=5e-4, per_row_s=2e-5, per_token_s=3e-7)
-    model = fit([(rows, width, truth.seconds(rows, width)) for rows, width in PROBES])
-    for got, want in zip(
-        (model.per_call_s, model.per_row_s, model.per_token_s),
-        (truth.per_call_s, truth.per_row_s, truth.per_token_s),
-        strict=True,
-    ):
-        assert abs(got - want) <= 1e-9
-
-
-def test_a_burst_of_contention_at_start_up_spoils_no_probe_shape() -> None:
-    from gpu_consumer.cost_model import PROBES, CostModel, measure
-
-    truth = CostModel(per_call_s=5e-4, per_row_s=2e-5, per_token_s=3e-7)
-    calls = [0]
-
-    def timed(rows: int, width: int) -> float:
-        calls[0] += 1
-        # the first 4 calls run 10x slow, as while another process starts on the same cores
-        return truth.seconds(rows, width) * (10 if calls[0] <= len(PROBES) else 1)
-
-    model = measure(timed)
-    assert calls[0] == 5 * len(PROBES)
-    assert abs(model.per_call_s - truth.per_call_s) <= 1e-9
-    assert abs(model.per_token_s - truth.per_token_s) <= 1e-12
+@pytest.mark.parametrize(
+    ("buckets", "refusal"),
+    [
+        ([24, 64], None),
+        ([8, 16, 100], None),  # past max_length (64): the last bucket holds every record anyway
+        ([16, 32], "end below the tokenizer's max_length 64"),
+        ([64, 16], "must be increasing"),
+        ([16, 16, 64], "must be increasing"),
+        ([0, 64], "at least 1"),
+    ],
+)
+def test_explicit_length_buckets_give_every_record_a_bucket_or_the_model_is_refused(
+    tiny: TinyModel, tmp_path: Path, buckets: list[int], refusal: str | None
+) -> None:
+    folder = tmp_path / "tiny" / "1"
+    folder.mkdir(parents=True)
+    d = json.loads(tiny.config.to_json())
+    (folder / "config.json").write_text(json.dumps({**d, "length_buckets": buckets}), encoding="utf-8")
+    if refusal is None:
+        assert load_model_config(tmp_path, "tiny").buckets == tuple(buckets)
+        return
+    with pytest.raises(ModelUnavailableError, match=refusal):
+        load_model_config(tmp_path, "tiny")
 
 
-def test_a_costly_call_fills_batches_and_costly_tokens_cut_at_length_jumps() -> None:
-    from gpu_consumer.cost_model import CostModel
-
-    lengths = [10, 11, 12, 13, 14, 15, 16, 17, 40, 41, 42, 43]
-    gpu = BatchPolicy(max_batch_size=16, cost=CostModel(per_call_s=5e-4, per_token_s=1e-7))
-    # padding 8 rows from 17 to 40 tokens costs 18 us, far less than a 500 us call: one batch
-    assert [len(p) for p in plan_batches(lengths, gpu)] == [12]
-    # the 10% padding-waste rule, without a cost model, cuts it in four: 10-12 (13 would pad
-    # 4 rows to 52 tokens for 46 real, 11.5% waste), 13-16, 17, 40-43
-    assert [len(p) for p in plan_batches(lengths, BatchPolicy(max_batch_size=16))] == [3, 4, 1, 4]
-    cpu = BatchPolicy(max_batch_size=64, cost=CostModel(per_call_s=1e-4, per_token_s=2e-6))
-    # one more token for 8 rows costs 16 us < 100 us; 23 more tokens for 8 rows, 368 us: cut there
-    assert [sorted(lengths[i] for i in p) for p in plan_batches(lengths, cpu)] == [lengths[:8], lengths[8:]]
+def test_length_buckets_on_an_image_model_are_refused(efficientnet: ModelConfig, tmp_path: Path) -> None:
+    folder = tmp_path / "efficientnet-lite0" / "1"
+    folder.mkdir(parents=True)
+    d = json.loads(efficientnet.to_json())
+    (folder / "config.json").write_text(json.dumps({**d, "length_buckets": [224]}), encoding="utf-8")
+    with pytest.raises(ModelUnavailableError, match="for text models"):
+        load_model_config(tmp_path, "efficientnet-lite0")
