@@ -6,6 +6,7 @@
 #       (SYSTEM_RECORDS short texts through real preprocess workers, half as many as the cores, and the torch engine:
 #       CPU per record of every process, and the accelerator's busy fraction)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
+#   bash bench/gpu_check.sh system 0 0 0 [SYSTEM_RECORDS]   # the system cost step alone (text carry)
 # Both parts also time the torch engine's CUDA graphs captured as shapes are met against all captured
 # at start-up (bench/graph_warmup.py).
 # The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine").
@@ -51,9 +52,15 @@ if [ -f "$work/carry/tansu" ]; then
 fi
 models="$work/carry/models"
 
-step "parity $part" 90 python3 -m bench.gpu_parity "$part" --repository "$models"
-model="$([ "$part" = text ] && echo minilm || echo efficientnet-lite0)"
-step "graph warmup" 90 python3 -m bench.graph_warmup --model-repository "$models" --model "$model"
+if [ "$part" != system ]; then
+    step "parity $part" 90 python3 -m bench.gpu_parity "$part" --repository "$models"
+    model="$([ "$part" = text ] && echo minilm || echo efficientnet-lite0)"
+    step "graph warmup" 90 python3 -m bench.graph_warmup --model-repository "$models" --model "$model"
+fi
+if [ "$part" = system ]; then  # the system cost step alone, to look again at one that failed
+    step "system cost" 180 python3 -m bench.system_cost --engine torch --model-repository "$models" \
+        --records "$system_records" --texts short --preprocess-workers "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))"
+fi
 if [ "$part" = text ]; then
     # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
     step "decoupling benchmark" 150 python3 -m bench.decoupling --engine torch --model-repository "$models" \

@@ -158,6 +158,11 @@ def measure(
     workers: list[WorkerProcess] = []
     busy_path = work / f"busy-{kind}.txt"
     gpu_name = "GPU worker (engine free)" if engine == "zero-cost" else f"GPU worker ({engine} engine)"
+    started = time.monotonic()
+
+    def phase(what: str) -> None:  # where a run stopped by its time limit was, on stderr
+        print(f"system cost, {kind}: {what} at {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+
     try:
         topics = Topics(NAMESPACE)  # every preprocess worker of the group gets partitions
         raw = TopicSpec(topics.raw_text, max(DEFAULT_PARTITIONS, preprocess_workers))
@@ -185,7 +190,9 @@ def measure(
         submit = [sys.executable, "-m", "jobs.cli", "submit", "--model", MODEL, "--wait"]
         warm = work / "warm.jsonl"
         warm.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts_of(kind, 50)), encoding="utf-8")
+        phase("workers started")
         timed_command([*submit, str(warm), "--job-id", f"warm-{kind}"], env)
+        phase("the 50-record warm-up job done")
 
         texts = texts_of(kind, records)
         source = work / f"{kind}.jsonl"
@@ -199,6 +206,7 @@ def measure(
         job = f"measured-{kind}"
         busy0 = busy_seconds(busy_path)
         submitted = timed_command([*submit, str(source), "--job-id", job], env)
+        phase(f"the {records:,}-record job done")
         time.sleep(0.5 if engine != "zero-cost" else 0)  # the busy file's next write
         busy = busy_seconds(busy_path) - busy0
         cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
@@ -211,6 +219,11 @@ def measure(
             raise RuntimeError(f"{out} has {lines} results of {records}")
         cpu["nearline submit --wait"] = submitted.cpu_s
         cpu["nearline results (JSON Lines)"] = results.cpu_s
+    except BaseException:  # a time limit's SIGTERM too: what the workers said, before they go
+        for log in sorted(work.glob("*.log")):
+            tail = log.read_text(errors="replace").splitlines()[-15:]
+            print(f"--- the last lines of {log.name}:", *tail, sep="\n", file=sys.stderr, flush=True)
+        raise
     finally:
         stop_all(workers)
         broker.stop()
