@@ -29,18 +29,22 @@ log = logging.getLogger(__name__)
 _LOST = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
 ASK_EVERY_S = 1.0
 ASK_TIMEOUT_S = 2.0
+HELD_WARN_S = 15.0  # commits held this long say so (and again as often): a worker that stalls says why
 
 
 class BrokerIncarnation:
     """Pass `on_error` as the consumer's error_cb and set `generation` to the assignment's
     revocation count (kafka_io.polling.Assignment); ask `settled()` before every commit."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self.generation: Callable[[], int] = lambda: 0
         self.cluster_id: str | None = None
         # the generation of the first connection loss not yet settled; None: nothing to doubt
         self._doubted: int | None = 0  # the id is not known yet at start
         self._asked_at = -ASK_EVERY_S
+        self._doubted_at = clock()  # when commits began to wait on the broker's answer
+        self._warned_at = self._doubted_at
         # windows polled in a generation up to this one read a broker's logs that are gone
         self.stale_through = -1
 
@@ -49,6 +53,7 @@ class BrokerIncarnation:
         log_error(err)
         if err.code() in _LOST and self._doubted is None:
             self._doubted = self.generation()
+            self._doubted_at = self._warned_at = self._clock()
 
     @property
     def doubting(self) -> bool:
@@ -60,13 +65,21 @@ class BrokerIncarnation:
         nothing. Asks the broker at most every ASK_EVERY_S."""
         if self._doubted is None:
             return True
-        now = time.monotonic()
+        now = self._clock()
         if now - self._asked_at < ASK_EVERY_S:
             return False
         self._asked_at = now
         try:
             cluster_id = client.list_topics(timeout=ASK_TIMEOUT_S).cluster_id
-        except KAFKA_FAULTS:
+        except KAFKA_FAULTS as exc:
+            if now - self._warned_at >= HELD_WARN_S:
+                self._warned_at = now
+                log.warning(
+                    "nothing committed for %.0f s: the broker has not answered a metadata request (%s); "
+                    "windows already read wait for it, and no new one is taken once the ledger is full",
+                    now - self._doubted_at,
+                    exc,
+                )
             return False
         if self.cluster_id is not None and cluster_id != self.cluster_id:
             log.warning(

@@ -3,17 +3,19 @@ came back without its state (a new cluster id) makes what was polled before unco
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
 from gpu_consumer.ledger import Ledger
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_consumer
-from kafka_io.incarnation import BrokerIncarnation
+from kafka_io.incarnation import HELD_WARN_S, BrokerIncarnation
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 
@@ -92,3 +94,26 @@ def test_the_ledger_drops_the_offsets_of_stale_windows_and_commits_the_rest() ->
         ledger.seal(entry)
     assert ledger.take_committable(stale_through=3) == ({("t", 0): 2, ("t", 1): 5}, 3)
     assert ledger.in_flight() == 0
+
+
+def test_commits_held_for_long_say_so_with_what_the_broker_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker whose commits wait on a broker that does not answer must not stall in silence."""
+    broker = EmbeddedBroker.start(tmp_path / "broker.log")
+    port = broker.port
+    broker.stop()  # nobody answers on that port
+    consumer = make_consumer(KafkaSettings(f"127.0.0.1:{port}"), "held-group")
+    clock = [time.monotonic()]
+    incarnation = BrokerIncarnation(clock=lambda: clock[0])  # at start the id is unknown: commits wait
+    try:
+        with caplog.at_level(logging.WARNING, logger="kafka_io.incarnation"):
+            assert not incarnation.settled(consumer)
+            assert not caplog.records  # a short wait is normal: said nothing
+            clock[0] += HELD_WARN_S + 1
+            assert not incarnation.settled(consumer)
+        (record,) = caplog.records
+        assert f"nothing committed for {HELD_WARN_S + 1:.0f} s" in record.getMessage()
+        assert "has not answered a metadata request" in record.getMessage()
+    finally:
+        consumer.close()
