@@ -30,7 +30,7 @@ from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from kafka_io.dead_letters import dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import ConsumedRecord, OutRecord, job_headers
+from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
 from schemas import SerdeError, now_us
 from schemas.errors import TensorFormatError
@@ -221,12 +221,7 @@ class Emitter:
         # The submission header is the result's own `submitted` stamp: readers that count a job
         # (submit --wait, status) then read its leading fields only (schemas/inference_result_bytes.py).
         return [
-            OutRecord(
-                results,
-                value,
-                f"{i.job_id}/{i.record_id}".encode(),
-                job_headers(i.job_id, i.timestamps.get("submitted")),
-            )
+            job_record(results, value, i.job_id, i.record_id, i.timestamps.get("submitted"))
             if len(value) <= MAX_VALUE_BYTES
             # refused by the broker on every retry otherwise: a crash loop in the making
             else self._dead(too_large(f"the result of record {i.record_id}", len(value)), i)

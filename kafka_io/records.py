@@ -52,15 +52,10 @@ def job_record(topic: str, value: bytes, job_id: str, record_id: str, submission
     a `job_id` header and, from the submission on, a `submission` header (the submission's
     `submitted_at`, so a resubmitted job id is told apart from its cancelled predecessor);
     job_of() and submission_of() read them back without decoding the value."""
-    return OutRecord(topic, value, f"{job_id}/{record_id}".encode(), job_headers(job_id, submission))
-
-
-def job_headers(job_id: str, submission: int | None = None) -> list[tuple[str, bytes]]:
-    """The `job_id` header and, where there is one, the `submission` header (job_record's)."""
     headers = [("job_id", job_id.encode())]
     if submission is not None:
         headers.append(("submission", str(submission).encode()))
-    return headers
+    return OutRecord(topic, value, f"{job_id}/{record_id}".encode(), headers)
 
 
 def _header(headers: Headers | None, name: str) -> bytes | None:
