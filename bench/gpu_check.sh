@@ -51,6 +51,10 @@ if [ -f "$work/carry/tansu" ]; then
     export NEARLINE_TANSU_BINARY="$work/carry/tansu"
 fi
 models="$work/carry/models"
+system_cost() {  # system_cost SECONDS: short texts through half as many preprocess workers as cores
+    step "system cost" "$1" python3 -m bench.system_cost --engine torch --model-repository "$models" \
+        --records "$system_records" --texts short --preprocess-workers "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))"
+}
 
 if [ "$part" != system ]; then
     step "parity $part" 90 python3 -m bench.gpu_parity "$part" --repository "$models"
@@ -58,8 +62,7 @@ if [ "$part" != system ]; then
     step "graph warmup" 90 python3 -m bench.graph_warmup --model-repository "$models" --model "$model"
 fi
 if [ "$part" = system ]; then  # the system cost step alone, to look again at one that failed
-    step "system cost" 180 python3 -m bench.system_cost --engine torch --model-repository "$models" \
-        --records "$system_records" --texts short --preprocess-workers "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))"
+    system_cost 180
 fi
 if [ "$part" = text ]; then
     # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
@@ -67,8 +70,7 @@ if [ "$part" = text ]; then
         --records "$records" --batch-size "$batch"
     step "feed benchmark" 120 python3 -m bench.feed --real-engine torch --model-repository "$models" \
         --records "$feed_records"
-    step "system cost" 120 python3 -m bench.system_cost --engine torch --model-repository "$models" \
-        --records "$system_records" --texts short --preprocess-workers "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))"
+    system_cost 120
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
