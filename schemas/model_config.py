@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +28,9 @@ TASKS: tuple[Task, ...] = ("text-embedding", "text-classification", "image-class
 # Tasks whose results are labels ({label, index, score}, best first) rather than a tensor
 CLASSIFIER_TASKS: tuple[Task, ...] = ("text-classification", "image-classification")
 CONFIG_FILE = "config.json"
+# A classifier's class names as a JSON array: any string round-trips, a line break included. Models
+# imported before kept one name a line in labels.txt, still read (split on "\n" only).
+LABELS_FILE = "labels.json"
 
 
 # Where models were kept before the per-user cache: ./models of whatever folder a command ran in
@@ -97,6 +102,10 @@ class InvalidModelNameError(ModelError, ValueError):
     """A model name that is not a name: a path, '..', upper case, empty. Never looked up."""
 
 
+class InvalidModelVersionError(InvalidModelNameError):
+    """A model version that is not one path segment: '..', '.', '', a path. Never looked up."""
+
+
 class ModelUnavailableError(ModelError, RuntimeError):
     """The model is in the repository but its files cannot be loaded (a corrupt config or tokenizer):
     the repository's fault, not the record's."""
@@ -109,6 +118,30 @@ MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
 
 def is_model_name(name: str) -> bool:
     return MODEL_NAME.fullmatch(name) is not None and ".." not in name
+
+
+# A version is a folder under the model's: one segment, never '.', '..' or a path, so that nothing a
+# user types can make the importer write or delete outside <repository>/<name>/<version>/.
+MODEL_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def is_model_version(version: str) -> bool:
+    return MODEL_VERSION.fullmatch(version) is not None and ".." not in version
+
+
+def check_model_version(version: str) -> str:
+    """`version` if it is a valid model version, else InvalidModelVersionError saying what is allowed."""
+    if not is_model_version(version):
+        raise InvalidModelVersionError(
+            f"invalid model version {version!r}: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, no '..', at most 64 characters), e.g. 2"
+        )
+    return version
+
+
+def version_folder(repository: Path, name: str, version: str) -> Path:
+    """<repository>/<name>/<version>, once both are checked to be single segments that stay inside it."""
+    return repository / check_model_name(name) / check_model_version(version)
 
 
 def check_model_name(name: str) -> str:
@@ -170,7 +203,7 @@ class ModelConfig:
     postprocess: tuple[str, ...]  # applied in order, e.g. ("mean_pooling", "l2_normalize")
     tokenizer: TokenizerSpec | None = None  # text models
     image: ImageSpec | None = None  # image models
-    labels_file: str | None = None  # classifiers: one class name per line, in index order
+    labels_file: str | None = None  # classifiers: their class names in index order (read_labels)
     top_k: int = 5  # classifiers: how many classes a result carries
     # text: sequence-length profiles of the engine; batches never span two, static-shape engines
     # (TensorRT, CUDA graphs) pad to them. Default: powers of two from 16 to the max length.
@@ -297,7 +330,10 @@ def versions(repository: Path, name: str) -> list[str]:
     folder = repository / name
     if not folder.is_dir():
         return []
-    found = [p.name for p in folder.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file()]
+    # a hidden folder is an import under way or a replaced version being removed, never a version
+    found = [
+        p.name for p in folder.iterdir() if p.is_dir() and is_model_version(p.name) and (p / CONFIG_FILE).is_file()
+    ]
     return sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
 
 
@@ -307,6 +343,8 @@ def load_model_config(repository: Path, name: str, version: str | None = None) -
     InvalidModelNameError for a name that is not one, ModelNotFoundError for a name the repository
     lacks, ModelUnavailableError for a config.json that cannot be read as a config."""
     check_model_name(name)
+    if version is not None:
+        check_model_version(version)
     available = versions(repository, name)
     if not available:
         hint = move_hint(repository, name)
@@ -319,6 +357,42 @@ def load_model_config(repository: Path, name: str, version: str | None = None) -
     directory = repository / name / chosen
     path = directory / CONFIG_FILE
     try:
-        return ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")), directory)
+        config = ModelConfig.from_dict(json.loads(path.read_text(encoding="utf-8")), directory)
     except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and UnicodeError are ValueErrors
         raise ModelUnavailableError(f"model unavailable: {name} version {chosen}: {path}: {exc!r}") from None
+    read_labels(config)  # a label file that does not match the outputs is found here, not in results
+    return config
+
+
+def write_labels(path: Path, labels: Sequence[str]) -> Path:
+    path.write_text(json.dumps(list(labels), ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read_labels(config: ModelConfig) -> tuple[str, ...]:
+    """A classifier's class names in index order, checked against the width of its output: a
+    label too many or too few would shift every name after it. ModelUnavailableError if not."""
+    if not config.labels_file:
+        return ()
+    return _labels_at(config.directory / config.labels_file, config.outputs[0].dims[-1])
+
+
+@cache
+def _labels_at(path: Path, width: str | int) -> tuple[str, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            loaded = json.loads(text)
+            if not isinstance(loaded, list) or not all(isinstance(x, str) for x in loaded):
+                raise ValueError("not a JSON array of strings")
+            labels = tuple(loaded)
+        else:
+            # one name a line; split on "\n" alone: splitlines() also breaks at U+2028, \x1c and others
+            labels = tuple(text[:-1].split("\n") if text.endswith("\n") else text.split("\n"))
+    except (OSError, ValueError) as exc:
+        raise ModelUnavailableError(f"model unavailable: {path}: {exc}") from None
+    if isinstance(width, int) and len(labels) != width:
+        raise ModelUnavailableError(
+            f"model unavailable: {path} holds {len(labels)} labels for the model's {width} outputs"
+        )
+    return labels

@@ -4,6 +4,7 @@ their prerequisites."""
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import click
@@ -290,14 +291,23 @@ def models() -> None:
     """The model repository."""
 
 
+REPLACE_HELP = "Replace the version if it is already in the repository (running workers keep the one they loaded)."
+
+
 @models.command(name="prepare")
 @click.argument("name", type=click.Choice(["minilm", "efficientnet-lite0"]))
+@click.option("--replace", is_flag=True, help=REPLACE_HELP)
 @repository_option
-def models_prepare(name: str, model_repository: Path) -> None:
+def models_prepare(name: str, replace: bool, model_repository: Path) -> None:
     """Export a packaged model to ONNX into the model repository."""
     from gpu_consumer.export import PREPARERS
+    from schemas.model_config import load_model_config, versions
 
-    config = PREPARERS[name](model_repository)
+    if "1" in versions(model_repository, name) and not replace:
+        existing = load_model_config(model_repository, name, "1")
+        click.echo(f"{name} version 1 is already in {model_repository} ({existing.source}); --replace exports it again")
+        return
+    config = PREPARERS[name](model_repository, replace=replace)
     click.echo(f"prepared {config.name} version {config.version} in {config.directory}")
 
 
@@ -325,6 +335,7 @@ Examples:
     help="Embedders: how token vectors become one [default: the folder's, else mean].",
 )
 @click.option("--max-batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--replace", is_flag=True, help=REPLACE_HELP)
 @repository_option
 def models_import(
     source: Path,
@@ -333,13 +344,22 @@ def models_import(
     task: str | None,
     pooling: str | None,
     max_batch_size: int,
+    replace: bool,
     model_repository: Path,
 ) -> None:
     """Import a local model folder (sentence-transformers, transformers, ONNX) into the repository."""
     from gpu_consumer.importer import import_model
+    from schemas.model_config import versions
 
-    config = import_model(model_repository, source, name, version, task, pooling, max_batch_size)
+    existed = version in versions(model_repository, name)
+    config = import_model(model_repository, source, name, version, task, pooling, max_batch_size, replace)
     click.echo(f"imported {config.name} version {config.version} ({config.task}) in {config.directory}")
+    if existed:
+        click.echo(
+            f"replaced the previous {name} version {version}: workers that loaded it keep serving it until they "
+            "restart; restart them to serve this one",
+            err=True,
+        )
 
 
 @models.command(name="list")
@@ -362,14 +382,23 @@ def models_list(model_repository: Path) -> None:
             click.echo(f"{config.name}\t{config.version}\t{config.task}\t{model_detail(config)}\t{config.source}")
 
 
+def _unusual(label: str) -> bool:
+    """A label that would not read as one item in a comma-separated line: quoted when shown."""
+    return not label.isprintable() or "," in label or label != label.strip()
+
+
 def model_detail(config: ModelConfig) -> str:
     """What a model's results hold beyond its task: the pooling of an embedder, a classifier's labels."""
     if config.is_classifier:
+        from schemas.model_config import ModelUnavailableError, read_labels
+
         try:
-            names = (config.directory / (config.labels_file or "")).read_text(encoding="utf-8").splitlines()
-        except OSError:
-            return "labels unreadable"
-        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            names = read_labels(config)
+        except ModelUnavailableError as exc:
+            return f"labels unreadable: {exc}"
+        shown = ", ".join(json.dumps(n, ensure_ascii=False) if _unusual(n) else n for n in names[:4]) + (
+            ", ..." if len(names) > 4 else ""
+        )
         return f"{len(names)} labels: {shown}"
     pooling = f"{config.pooling} pooling" if config.pooling else "pooled in the graph"
     return pooling + (", normalized" if "l2_normalize" in config.postprocess else "")
