@@ -59,7 +59,7 @@ def carry_model(config: ModelConfig) -> None:
     out_dir = DEVICE / "models" / config.name / config.version
     out_dir.mkdir(parents=True, exist_ok=True)
     pack(source, out_dir, fp16=True)
-    for name in ("config.json", "tokenizer.json", "labels.txt"):
+    for name in ("config.json", "tokenizer.json", "labels.json", "labels.txt"):
         if (config.directory / name).exists():
             shutil.copy2(config.directory / name, out_dir / name)
 

@@ -16,7 +16,7 @@ import pytest
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.import_source import ImportRefusedError
 from gpu_consumer.importer import import_model
-from schemas.model_config import ModelConfig
+from schemas.model_config import ModelConfig, read_labels
 from tests.support.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
 
 
@@ -164,7 +164,7 @@ def test_an_imported_classifier_runs_on_the_torch_engine_in_fp32_and_fp16(tmp_pa
 
     config = import_model(tmp_path / "models", save_classifier(tmp_path / "clf"), "clf")
     assert (config.task, config.postprocess, config.result_name) == ("text-classification", ("softmax",), "labels")
-    assert (config.directory / "labels.txt").read_text().split() == ["negative", "neutral", "positive", "spam"]
+    assert read_labels(config) == ("negative", "neutral", "positive", "spam")
     batch = text_batch(config)
     want = OnnxRuntimeEngine(config).infer(batch)["logits"]
     np.testing.assert_allclose(TorchEngine(config, device="cpu").infer(batch)["logits"], want, atol=1e-3)
@@ -225,11 +225,11 @@ def hub_named(folder: Path) -> None:
         (truncate, "model.onnx is not a valid ONNX model (truncated or not ONNX at all)"),
         (lambda f: rewrite_graph(f, rename_inputs), "input 'ids' is not one nearline feeds a text model"),
         (lambda f: rewrite_graph(f, static_batch), "input 'input_ids' has a static batch axis (2)"),
-        (no_tokenizer, "has no tokenizer.json and no tokenizer files to build one from"),
+        (no_tokenizer, "has no tokenizer: it holds no tokenizer.json, and none of vocab.txt"),
         (hub_named, "config.json names the hub model 'BAAI/bge-small-en-v1.5', but nearline has no hub access"),
         (
             lambda f: edit_config(f, id2label={"0": "a", "1": "b", "2": "c"}),
-            "the label map (config.json id2label, 3 labels: [0, 1, 2]) does not match the model's 4 outputs",
+            "the label map (config.json id2label) has 3 labels (keys 0, 1, 2) for the model's 4 outputs",
         ),
     ],
     ids=["not-onnx", "truncated", "input-names", "static-batch", "no-tokenizer", "hub-id", "label-count"],
@@ -265,7 +265,7 @@ def test_an_imported_model_onnx_runs_on_onnxruntime_and_the_torch_engine_refuses
     assert config.source.startswith(f"imported from {onnx_classifier.resolve()} (onnx, model.onnx sha256 ")
     assert sorted(p.name for p in config.directory.iterdir()) == [
         "config.json",
-        "labels.txt",
+        "labels.json",
         "model.onnx",
         "tokenizer.json",
     ]
