@@ -29,7 +29,9 @@ from tests.support.byo_models import save_classifier, save_encoder
 def tree(root: Path) -> dict[str, str]:
     """Every file under root with the sha256 of its bytes: what a refused import must leave as it was."""
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
