@@ -12,16 +12,23 @@ import pytest
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig
+from tests.support.apache_kafka import ApacheKafka
 from tests.support.tiny_model import TinyModel, build_tiny_model
 
 # Fixtures shared by every folder of tests: worker processes, the scheduler's clock (tests/support/).
 pytest_plugins = ["tests.support.fixtures"]
 
 
+# Which broker the session's tests use: the embedded Tansu (the default, what `nearline run` starts),
+# Apache Kafka started from .ci/setup's cache (NEARLINE_TEST_BROKER=kafka), or one already running
+# at $KAFKA_BOOTSTRAP_SERVERS. docs/tests.md says which tests run on which.
+TEST_BROKER = os.environ.get("NEARLINE_TEST_BROKER", "tansu")
+
+
 @pytest.fixture(scope="session")
 def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker | None]:
-    """The embedded Tansu broker for this session, or None when $KAFKA_BOOTSTRAP_SERVERS names one."""
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+    """The embedded Tansu broker for this session, or None when the session runs on another broker."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or TEST_BROKER == "kafka":
         yield None
         return
     broker = EmbeddedBroker.start(tmp_path_factory.mktemp("broker") / "broker.log")
@@ -32,8 +39,23 @@ def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedd
 
 
 @pytest.fixture(scope="session")
-def bootstrap_servers(embedded_broker: EmbeddedBroker | None) -> str:
-    return embedded_broker.bootstrap_servers if embedded_broker else os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
+    """A single-node Apache Kafka (KRaft, data on disk) for this session."""
+    broker = ApacheKafka.start(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers(request: pytest.FixtureRequest, embedded_broker: EmbeddedBroker | None) -> str:
+    if embedded_broker is not None:
+        return embedded_broker.bootstrap_servers
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        return os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    broker: ApacheKafka = request.getfixturevalue("apache_kafka")
+    return broker.bootstrap_servers
 
 
 @pytest.fixture

@@ -1,0 +1,190 @@
+"""A single-node Apache Kafka (KRaft, data on disk) on loopback, for the tests whose guarantees
+depend on the broker and for the benchmarks' `--broker kafka`.
+
+The jars come from Maven Central through `.ci/kafka/pom.xml`; `.ci/setup --tests` copies them into
+a cache outside the repository (kafka_lib()). The broker runs as `kafka.Kafka` on a log folder
+formatted by `kafka.tools.StorageTool`, as Kafka's own scripts do; `restart()` starts it again on
+the same folder and ports, so its logs, committed offsets and transactions survive, unlike Tansu's.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafka_io.broker import free_port
+from kafka_io.children import die_with_parent
+from kafka_io.clients import check_reachable
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import KafkaSettings
+
+KAFKA_VERSION = "4.1.1"  # keep in step with .ci/kafka/pom.xml
+
+# Stock broker settings but for what one node needs (replication factors of 1) and what makes a
+# test session quick without changing a guarantee: fewer internal partitions, no initial
+# rebalance delay, and session timeouts down to 1 s allowed (the workers default to 6 s).
+SERVER_SETTINGS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "5",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "num.partitions": "1",
+}
+
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = {level}
+logger.state.name = state.change.logger
+logger.state.level = warn
+"""
+
+
+def kafka_lib() -> Path:
+    """The folder of the broker's jars, or BrokerUnavailableError saying how to get them."""
+    override = os.environ.get("NEARLINE_KAFKA_LIB")
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    lib = Path(override) if override else base / "nearline" / f"kafka-{KAFKA_VERSION}" / "lib"
+    if not (lib / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
+        raise BrokerUnavailableError(
+            f"Apache Kafka {KAFKA_VERSION} is not in {lib}: run `bash .ci/setup --tests` (it fetches it with Maven)"
+        )
+    return lib
+
+
+def _java(*args: str) -> list[str]:
+    # -Xmx: one node of test traffic; Kafka's scripts default to 1 GiB, this machine has 2 cores and 24 GiB
+    return ["java", "-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-cp", f"{kafka_lib()}/*", *args]
+
+
+@dataclass
+class ApacheKafka:
+    """One KRaft node: broker and controller in one JVM, its data in `folder`/data."""
+
+    folder: Path
+    port: int
+    controller_port: int
+    host: str = "127.0.0.1"
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    starts: int = 0
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "the broker was never started"
+        return self.proc.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / f"broker{self.starts}.log"
+
+    @classmethod
+    def start(cls, folder: Path, port: int | None = None, ready_timeout_s: float = 90.0) -> ApacheKafka:
+        """Format `folder`/data (once) and start the node; returns once it answers metadata."""
+        folder.mkdir(parents=True, exist_ok=True)
+        broker = cls(folder, port or free_port(), free_port())
+        broker._format()
+        broker.restart(ready_timeout_s)
+        return broker
+
+    def _properties(self) -> Path:
+        settings = {
+            **SERVER_SETTINGS,
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "log.dirs": str(self.folder / "data"),
+        }
+        path = self.folder / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
+        return path
+
+    def _format(self) -> None:
+        if (self.folder / "data" / "meta.properties").is_file():
+            return
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")  # Kafka's form of a UUID
+        done = subprocess.run(
+            _java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self._properties())),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise BrokerUnavailableError(f"formatting {self.folder / 'data'} failed: {done.stdout}{done.stderr}")
+
+    def restart(self, ready_timeout_s: float = 90.0) -> None:
+        """Start the node on its folder and ports (after stop() or kill(): the same data)."""
+        if self.alive():
+            raise RuntimeError(f"the broker on {self.bootstrap_servers} is running")
+        self.starts += 1
+        config = self.folder / "log4j2.properties"
+        config.write_text(LOG4J2.format(log=self.log_path, level="INFO"), encoding="utf-8")
+        with (self.folder / f"stdout{self.starts}.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                _java(f"-Dlog4j2.configurationFile={config}", "kafka.Kafka", str(self._properties())),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGKILL),  # never outlive the test session
+            )
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerUnavailableError(
+                    f"Apache Kafka exited with code {self.proc.returncode} at start; see {self.log_path}"
+                )
+            try:
+                check_reachable(KafkaSettings(self.bootstrap_servers), timeout_s=2.0)
+                return
+            except BrokerUnavailableError:
+                time.sleep(0.2)
+        self.kill()
+        raise BrokerUnavailableError(f"Apache Kafka did not answer on {self.bootstrap_servers} in {ready_timeout_s} s")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """A clean shutdown (SIGTERM: Kafka flushes and closes its logs), SIGKILL after `timeout_s`."""
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: what a crashed host looks like; the data on disk is recovered at the next start."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait()
