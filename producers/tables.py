@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from producers.inputs import MAX_TEXT_BYTES
+from producers.temporal import column_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -191,7 +192,7 @@ def _ipc_batches(reader: Any) -> Iterator[pa.RecordBatch]:
 
 
 def _chunk(batch: pa.RecordBatch, names: Sequence[str], start: int) -> Chunk:
-    return Chunk({n: batch.column(n).to_pylist() for n in names}, range(start, start + batch.num_rows))
+    return Chunk({n: column_values(batch.column(n)) for n in names}, range(start, start + batch.num_rows))
 
 
 def _empty(names: Sequence[str]) -> Chunk:
