@@ -390,3 +390,14 @@ def test_the_kept_columns_of_a_job_registered_with_both_x_and_input_x_still_come
     write_items([result], result, None, lines, kept=kept)
     line = json.loads(lines.getvalue())
     assert (line["input.embedding"], line["input.input.embedding"]) == (1, 2)
+
+
+def test_a_kept_time_python_cannot_hold_is_a_problem_of_its_row(tmp_path: Path) -> None:
+    far = pa.array([300_000_000_000_000_000, 0], pa.timestamp("us"))  # year 11476, then 1970
+    pq.write_table(pa.table({"text": ["a", "b"], "far": far}), tmp_path / "in.parquet")
+    source = JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=("far",)))
+    assert errors(source) == [
+        f'{tmp_path}/in.parquet:row 1: column "far" holds a timestamp[us] value Python cannot hold '
+        "(date value out of range)"
+    ]
+    assert [r.attributes for r in items(source) if isinstance(r, InputRecord)] == [{"far": '"1970-01-01T00:00:00"'}]
