@@ -9,7 +9,7 @@ from pathlib import Path
 from producers import InputError
 from producers.images import file_kind
 from producers.inputs import compression
-from producers.table_rows import RESERVED_NAMES, Columns
+from producers.table_rows import DEFAULT_COLUMNS, RESERVED_NAMES, Columns
 
 
 class UnusableInputError(ValueError):
@@ -28,12 +28,64 @@ class InvalidInputError(ValueError):
 
 
 def kept_columns_problem(columns: Columns) -> str | None:
-    """Why --keep-columns cannot be kept as asked, before any file is read."""
+    """Why --keep-columns cannot be kept as asked, before any file is read. A kept column named
+    like a model output comes back as "input.<name>" (jobs/kept.py), so one already named so
+    would be a second column of that name; the model's outputs are not known here, so the pair is
+    refused whatever the model."""
     clash = sorted(set(columns.keep) & RESERVED_NAMES)
     if clash:
         fields = "field" if len(clash) == 1 else "fields"
         return f"--keep-columns: {', '.join(clash)} would shadow the result's own {fields} of that name"
+    for name in columns.keep:
+        if name.startswith("input.") and name.removeprefix("input.") in columns.keep:
+            bare = name.removeprefix("input.")
+            return (
+                f'--keep-columns: "{bare}" and "{name}" would both come back as "{name}" when the model has an '
+                f'output "{bare}" (a kept column named like a model output comes back as "input.<name>"): '
+                "keep one of them"
+            )
     return None
+
+
+# What each reading option applies to, for options_problem.
+TABLE_OPTIONS = {"text": "--text-column", "image": "--image-column", "id": "--id-column", "keep": "--keep-columns"}
+JSONL_OPTIONS = {"text_field": "--text-field", "id_field": "--id-field"}
+TABLE_FORMATS = ("parquet", "arrow", "csv", "tsv")
+
+
+def options_problem(columns: Columns, reads: str, name: str) -> str | None:
+    """Why column options given for input `name` would be ignored: they are refused instead. reads
+    is "table", "jsonl" (texts as JSON Lines) or what else the input is read as ("texts, one per
+    line", "images"). An option at its default was not given, or changes nothing."""
+    options = TABLE_OPTIONS | JSONL_OPTIONS
+    given = [flag for key, flag in options.items() if getattr(columns, key) != getattr(DEFAULT_COLUMNS, key)]
+    if reads == "table":
+        wrong = [f for f in given if f in JSONL_OPTIONS.values()]
+        where = "to JSON Lines input"
+        why = "a table (--text-column and --id-column name its columns)"
+    elif reads == "jsonl":
+        wrong = [f for f in given if f in TABLE_OPTIONS.values()]
+        where = "to table inputs (Parquet, Arrow, CSV, TSV)"
+        why = 'JSON Lines (--text-field and --id-field name its keys; its lines\' "attributes" come back in results)'
+    else:
+        wrong, why = given, reads
+        tables, jsonl = set(wrong) <= set(TABLE_OPTIONS.values()), set(wrong) <= set(JSONL_OPTIONS.values())
+        where = "to table inputs (Parquet, Arrow, CSV, TSV)" if tables else "to JSON Lines input" if jsonl else ""
+        where = where or "to the table inputs (Parquet, Arrow, CSV, TSV) or JSON Lines input they name"
+    if not wrong:
+        return None
+    applies = " and ".join(wrong) + (" applies" if len(wrong) == 1 else " apply")
+    return f"{applies} only {where}: {name} is read as {why}"
+
+
+def stdin_format_problem(fmt: str) -> str | None:
+    """Why stdin cannot be read in format fmt: a table is a file (its schema, its row groups)."""
+    if fmt not in TABLE_FORMATS:
+        return None
+    return (
+        f"--format {fmt}: stdin is read as texts, one per line, or JSON Lines (--format jsonl); "
+        f"a {fmt} table must be a file: write it to one and name it as INPUT"
+    )
 
 
 def unreadable_input(path: Path, folder_ok: bool) -> str | None:

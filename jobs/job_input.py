@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import glob
 import io
+import itertools
 import json
-import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -21,11 +21,13 @@ from jobs.input_problems import (
     compressed_input,
     fifo_advice,
     kept_columns_problem,
+    options_problem,
+    stdin_format_problem,
     unreadable_input,
 )
 from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import DEFAULT_PRIORITY, Priority, Topics
-from producers import InputError, InputFormat, InputRecord, read_text_input
+from producers import JSONL_SUFFIXES, InputError, InputFormat, InputRecord, read_text_input
 from producers.images import (
     MAX_IMAGE_BYTES,
     ImageFileError,
@@ -50,6 +52,7 @@ Record = InputRecord | ImageRecord
 # short JSON Lines text on the 2-core EPYC, ~4% of all `nearline submit --wait` spends on it.
 KEEP_BYTES = 64 * 2**20
 _RECORD_BYTES = 400
+STDIN = Path("<stdin>")
 
 
 def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
@@ -108,8 +111,9 @@ class JobInput:
     fmt: InputFormat = "auto"
     max_image_bytes: int = MAX_IMAGE_BYTES
     _stdin: bytes | None = None
-    # Several files or folders read as one job (a scheduled input's glob); each record id is
-    # prefixed with its file's path relative to the others, so ids stay unique across files.
+    # The files or folders a glob matched, read as one job (a scheduled input's): each record id
+    # is prefixed with its file's path below the glob's fixed folder (glob_base), so ids stay
+    # unique across files and the same whether the glob matched one file or many.
     parts: tuple[Path, ...] = ()
     follow_symlinks: bool = False  # folder inputs: read symlinks that lead out of the folder
     columns: Columns = DEFAULT_COLUMNS
@@ -128,14 +132,11 @@ class JobInput:
         columns: Columns = DEFAULT_COLUMNS,
     ) -> JobInput:
         if name == "-":
-            return cls(
-                Path("<stdin>"),
-                "text",
-                "lines" if fmt == "auto" else fmt,
-                max_image_bytes,
-                sys.stdin.buffer.read(),
-                columns=columns,
-            )
+            problem = stdin_format_problem(fmt)
+            if problem:
+                raise UnusableInputError(problem)
+            stdin = cls(STDIN, "text", "lines" if fmt == "auto" else fmt, max_image_bytes, columns=columns)
+            return replace(stdin.checked(), _stdin=sys.stdin.buffer.read())
         problem = kept_columns_problem(columns)
         if problem:
             raise UnusableInputError(problem)
@@ -146,9 +147,9 @@ class JobInput:
         tables = table_parts(path, fmt) if unreadable_input(path, folder_ok=True) is None else ()
         if tables:
             kind = table_kind(tables, columns, _table_fmt(fmt)) if kind == "auto" else kind
-            return cls(path, kind, fmt, max_image_bytes, columns=columns, tables=tables)
+            return cls(path, kind, fmt, max_image_bytes, columns=columns, tables=tables).checked()
         kind = detect_kind(path) if kind == "auto" else kind
-        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks, columns=columns)
+        return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks, columns=columns).checked()
 
     @classmethod
     def matching(
@@ -166,13 +167,14 @@ class JobInput:
         if not paths:
             missing = f"{pattern}: matches no file" if glob.has_magic(pattern) else f"{pattern}: no such file"
             raise UnusableInputError(missing)
-        if len(paths) == 1:
-            return cls.open(str(paths[0]), fmt, kind, max_image_bytes, columns=columns)
         tables = [table_parts(p, fmt) for p in paths]
+        if len(paths) == 1 and not (glob.has_magic(pattern) and not tables[0]):
+            # a plain path, or a glob's one table: a glob's other inputs keep the glob's ids whatever it matches
+            return cls.open(str(paths[0]), fmt, kind, max_image_bytes, columns=columns)
         if all(tables):
             files = tuple(f for part in tables for f in part)
             kind = table_kind(files, columns, _table_fmt(fmt)) if kind == "auto" else kind
-            return cls(Path(pattern), kind, fmt, max_image_bytes, columns=columns, tables=files)
+            return cls(Path(pattern), kind, fmt, max_image_bytes, columns=columns, tables=files).checked()
         if any(tables):
             raise UnusableInputError(
                 f"{pattern}: matches both table files (Parquet, CSV, Arrow) and others; one job reads one kind"
@@ -180,7 +182,26 @@ class JobInput:
         kinds = {detect_kind(p) for p in paths}
         if len(kinds) > 1:
             raise ValueError(f"{pattern}: matches both text and image inputs; one job holds one kind")
-        return cls(Path(pattern), kinds.pop(), parts=tuple(paths), columns=columns)
+        return cls(Path(pattern), kinds.pop(), parts=tuple(paths), columns=columns).checked()
+
+    def checked(self) -> JobInput:
+        """Itself, or UnusableInputError naming the column options it would ignore."""
+        problem = options_problem(self.columns, self.reads, "stdin" if self.path == STDIN else str(self.path))
+        if problem:
+            raise UnusableInputError(problem)
+        return self
+
+    @property
+    def reads(self) -> str:
+        """What the input is read as: "table", "jsonl" (texts), else in words."""
+        if self.tables:
+            return "table"
+        if self.kind == "image":
+            return "images"
+        paths = self.parts or (self.path,)
+        if self.fmt == "jsonl" or (self.fmt == "auto" and any(p.suffix.lower() in JSONL_SUFFIXES for p in paths)):
+            return "jsonl"
+        return "texts, one per line"
 
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         if self.parts:
@@ -217,9 +238,9 @@ class JobInput:
         return None if schema is None else schema.serialize().to_pybytes()
 
     def _read_parts(self) -> Iterator[InputRecord | ImageRecord | InputError]:
-        common = Path(os.path.commonpath(self.parts))  # matching() makes parts only of two or more
+        base = glob_base(str(self.path))
         for part in self.parts:
-            prefix = part.relative_to(common).as_posix()
+            prefix = part.relative_to(base).as_posix()
             for item in replace(self, path=part, parts=()).read():
                 yield item if isinstance(item, InputError) else replace(item, record_id=f"{prefix}:{item.record_id}")
 
@@ -306,6 +327,15 @@ class JobInput:
                 value = raw_text(item.record_id, seq, item.text, item.attributes)
             yield job_record(topic, value, job_id, item.record_id, submitted_at)
             seq += 1
+
+
+def glob_base(pattern: str) -> Path:
+    """The folder a glob's matches are named from in their record ids: its leading components
+    without a wildcard ("/data/in" of "/data/in/*.jsonl", "/data" of "/data/*/x.jsonl"). Fixed
+    by the pattern, not by what it matches, so a schedule's ids do not change between ticks."""
+    parts = Path(pattern).parts[:-1]
+    fixed = list(itertools.takewhile(lambda part: not glob.has_magic(part), parts))
+    return Path(*fixed) if fixed else Path()
 
 
 def _held_bytes(record: Record) -> int:

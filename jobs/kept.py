@@ -5,7 +5,8 @@ and Arrow types travel once, in the job's registry row (Job.columns, an Arrow IP
 Lines output shows each as a JSON value of its own key; Parquet and Arrow output as its own column
 of the type it had in the input (int64 stays int64, a timestamp a timestamp), turned back from JSON.
 A type JSON text cannot bring back exactly (a list of timestamps, say) comes back as its JSON text.
-A kept column named like one of the model's outputs comes back as "input.<name>".
+A kept column named like one of the model's outputs comes back as "input.<name>"; submit refuses
+keeping both "x" and "input.x" (jobs/input_problems.py), which would then share a name.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import time, timedelta
 from typing import TYPE_CHECKING, Any
+
+from producers.temporal import NS, nanoseconds, time_nanoseconds
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,9 +46,16 @@ class KeptColumns:
         return values, {k: v for k, v in attributes.items() if k not in values}
 
     def output_names(self, taken: Iterable[str]) -> list[str]:
-        """Each kept column's name in an output whose own fields are `taken`."""
-        used = set(taken)
-        return [f"input.{name}" if name in used else name for name in self.schema.names]
+        """Each kept column's name in an output whose own fields are `taken`: "input.<name>" where
+        the name is taken, prefixed again while that is taken too, so no two columns share a name
+        (submit refuses keeping both "x" and "input.x"; a job registered before it did still reads)."""
+        used, names = set(taken), []
+        for name in self.schema.names:
+            while name in used:
+                name = f"input.{name}"
+            used.add(name)
+            names.append(name)
+        return names
 
     def fields(self, taken: Iterable[str]) -> list[pa.Field]:
         import pyarrow as pa
@@ -103,8 +113,20 @@ def typed_array(values: list[Any], typ: pa.DataType) -> pa.Array:
         values = [float(v) if isinstance(v, str) else v for v in values]
     elif t.is_timestamp(typ) or t.is_date(typ) or t.is_decimal(typ):
         return pa.array(values, pa.string()).cast(typ)
+    elif (t.is_time64(typ) or t.is_duration(typ)) and typ.unit == "ns":
+        return pa.array([None if v is None else _nanoseconds(v, typ) for v in values], pa.int64()).cast(typ)
     elif t.is_time(typ):
         values = [None if v is None else time.fromisoformat(v) for v in values]
     elif t.is_duration(typ):
         values = [None if v is None else timedelta(seconds=v) for v in values]
     return pa.array(values, typ)
+
+
+def _nanoseconds(value: str | float, typ: pa.DataType) -> int:
+    """A nanosecond time or duration's JSON value (producers/temporal.py) as its integer; a
+    duration kept before it travelled as exact text is a number of seconds."""
+    import pyarrow as pa
+
+    if pa.types.is_time(typ):
+        return time_nanoseconds(str(value))
+    return nanoseconds(value) if isinstance(value, str) else round(value * NS)

@@ -199,8 +199,11 @@ def read_outcome(
     *,
     keep_results: bool = True,
     keep_timings: bool = False,
+    submission: int | None = None,
 ) -> JobOutcome:
-    outcome = JobOutcome(job_id, model_version, keep_results=keep_results, keep_timings=keep_timings)
+    outcome = JobOutcome(
+        job_id, model_version, submission=submission, keep_results=keep_results, keep_timings=keep_timings
+    )
     outcome.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
     return outcome
 

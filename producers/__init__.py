@@ -28,4 +28,4 @@ def read_text_input(
     return read_lines(path, stream)
 
 
-__all__ = ["InputError", "InputFormat", "InputRecord", "read_text_input"]
+__all__ = ["JSONL_SUFFIXES", "InputError", "InputFormat", "InputRecord", "read_text_input"]

@@ -131,6 +131,9 @@ def column_problem(schema: pa.Schema, columns: Columns, kind: str, kept_types: d
                 f" and {len(schema.names) - 30} more" if len(schema.names) > 30 else ""
             )
             return f'no column "{name}" ({flag}); its columns are: {shown or "none"}'
+        if name is not None and len(found := schema.get_all_field_indices(name)) > 1:
+            places = ", ".join(str(i + 1) for i in found[:-1]) + f" and {found[-1] + 1}"
+            return f'columns {places} are all named "{name}" ({flag}): give each column its own name'
     typ = schema.field(value_column).type
     if kind == "text" and not _is_text(typ):
         return f'column "{value_column}" holds {typ}, not text ({option} names the column of texts)'
@@ -305,6 +308,6 @@ def kept_schema(files: Sequence[Path], columns: Columns, fmt: TableFormat | None
             schema = Table(path, fmt or table_format(path) or "parquet").schema
         except TableError:
             continue
-        if all(name in schema.names for name in columns.keep):
+        if all(schema.get_field_index(name) >= 0 for name in columns.keep):  # -1: absent, or named twice
             return pa.schema([schema.field(name) for name in columns.keep])
     return None

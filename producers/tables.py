@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from producers.inputs import MAX_TEXT_BYTES
+from producers.temporal import column_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -191,7 +192,23 @@ def _ipc_batches(reader: Any) -> Iterator[pa.RecordBatch]:
 
 
 def _chunk(batch: pa.RecordBatch, names: Sequence[str], start: int) -> Chunk:
-    return Chunk({n: batch.column(n).to_pylist() for n in names}, range(start, start + batch.num_rows))
+    """The batch's needed columns; a value Python cannot hold (a date past year 9999) makes its row bad."""
+    chunk = Chunk({}, range(start, start + batch.num_rows))
+    for name in names:
+        column = batch.column(name)
+        try:
+            chunk.columns[name] = column_values(column)
+        except (ValueError, OverflowError):
+            chunk.columns[name] = [_value(scalar, name, i, chunk.bad) for i, scalar in enumerate(column)]
+    return chunk
+
+
+def _value(scalar: pa.Scalar, name: str, i: int, bad: dict[int, str]) -> Any:
+    try:
+        return scalar.as_py()
+    except (ValueError, OverflowError) as exc:
+        bad.setdefault(i, f'column "{name}" holds a {scalar.type} value Python cannot hold ({exc})')
+        return None
 
 
 def _empty(names: Sequence[str]) -> Chunk:

@@ -65,17 +65,21 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     from jobs.registry import JobNotFoundError, find_job
     from jobs.reports.profile import profile
     from jobs.results import read_outcome
+    from schemas import Job
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    outcome = read_outcome(settings, topics, job_id, keep_results=False, keep_timings=True)
+    try:
+        job: Job | None = find_job(settings, topics, job_id)
+    except JobNotFoundError:  # results of a job no longer (or never) registered: all of them
+        job = None
+    # a job id submitted again is profiled by its latest submission, the one status and results count
+    submission = job.submission if job is not None else None
+    outcome = read_outcome(settings, topics, job_id, keep_results=False, keep_timings=True, submission=submission)
     if not outcome.timings:
         click.echo(f"error: no results for job {job_id}", err=True)
         raise SystemExit(ExitCode.FAILED)
     report = profile(outcome.timings)
-    try:  # the lane it ran in: live records wait less behind a backfill
-        lane: str | None = find_job(settings, topics, job_id).priority
-    except JobNotFoundError:  # results of a job no longer (or never) registered
-        lane = None
+    lane = job.priority if job is not None else None  # live records wait less behind a backfill
     if as_json:
         click.echo(json.dumps({**report.to_dict(), "lane": lane}, indent=2))
     else:

@@ -27,6 +27,27 @@ def test_a_glob_is_one_input_whose_ids_name_their_file(tmp_path: Path) -> None:
     assert source.validate() == (3, [])
 
 
+def test_a_globs_ids_are_the_same_whether_it_matches_one_file_or_many(tmp_path: Path) -> None:
+    """A schedule's glob matched one file on one tick and two on the next: its ids changed
+    ("1" then "a.jsonl:1"), so the same record had two ids. The prefix is now the path below the
+    glob's fixed folder, whatever it matches."""
+    drop = tmp_path / "drop"
+    (drop / "2024").mkdir(parents=True)
+    (drop / "2024" / "a.jsonl").write_text('{"text": "one"}\n')
+
+    def ids(pattern: Path) -> list[str]:
+        return [r.record_id for r in JobInput.matching(str(pattern)).read() if isinstance(r, InputRecord)]
+
+    assert ids(drop / "*" / "*.jsonl") == ["2024/a.jsonl:1"]
+    assert ids(drop / "2024" / "*.jsonl") == ["a.jsonl:1"]
+    (drop / "2024" / "b.jsonl").write_text('{"text": "two"}\n')
+    (drop / "2025").mkdir()
+    (drop / "2025" / "c.jsonl").write_text('{"text": "three"}\n')
+    assert ids(drop / "*" / "*.jsonl") == ["2024/a.jsonl:1", "2024/b.jsonl:1", "2025/c.jsonl:1"]
+    assert ids(drop / "2024" / "*.jsonl") == ["a.jsonl:1", "b.jsonl:1"]
+    assert ids(drop / "2024" / "a.jsonl") == ["1"]  # a plain path is not a glob: no prefix
+
+
 def test_a_glob_that_matches_nothing_or_mixes_kinds_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="matches no file"):
         JobInput.matching(str(tmp_path / "*.jsonl"))

@@ -292,3 +292,112 @@ def test_image_bytes_over_the_limit_or_null_are_named_by_row_and_hugging_face_im
     pq.write_table(pa.table({"image": hf}), tmp_path / "hf.parquet")
     (record,) = items(JobInput.open(str(tmp_path / "hf.parquet")))
     assert isinstance(record, ImageRecord) and record.data == png
+
+
+NANOS = pa.table(
+    {
+        "text": ["one", "two", "three"],
+        "at": pa.array([1_700_000_000_123_456_789, None, -1], pa.timestamp("ns")),
+        "at_ny": pa.array([1_700_000_000_123_456_789, 5, None], pa.timestamp("ns", tz="America/New_York")),
+        "clock": pa.array([3_723_123_456_789, None, 1], pa.time64("ns")),
+        "took": pa.array([1_123_456_789, -1, None], pa.duration("ns")),
+    }
+)
+
+
+def test_nanosecond_times_are_kept_exactly_in_parquet_and_as_nine_digit_text_in_json_lines(tmp_path: Path) -> None:
+    pq.write_table(NANOS, tmp_path / "in.parquet")
+    keep = ("at", "at_ny", "clock", "took")
+    source = JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=keep))
+    assert errors(source) == []
+    table = kept_table(source)
+    for name in keep:
+        assert table.schema.field(name).type == NANOS.schema.field(name).type, name
+        assert table.column(name).cast(pa.int64()).to_pylist() == NANOS.column(name).cast(pa.int64()).to_pylist()
+
+    kept = KeptColumns.of(source.kept_schema())
+    records = [r for r in source.read() if isinstance(r, InputRecord)]
+    results = [
+        InferenceResult("job", r.record_id, i, "tiny", "1", (), "b", 1, r.attributes) for i, r in enumerate(records)
+    ]
+    out = io.StringIO()
+    write_items(results, results[0], None, out, kept=kept)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [{k: line[k] for k in keep} for line in lines] == [
+        {
+            "at": "2023-11-14T22:13:20.123456789",
+            "at_ny": "2023-11-14T17:13:20.123456789-05:00",
+            "clock": "01:02:03.123456789",
+            "took": "1.123456789",
+        },
+        {"at": None, "at_ny": "1969-12-31T19:00:00.000000005-05:00", "clock": None, "took": "-0.000000001"},
+        {"at": "1969-12-31T23:59:59.999999999", "at_ny": None, "clock": "00:00:00.000000001", "took": None},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("header", "columns", "message"),
+    [
+        ("text,text,id", Columns(), 'columns 1 and 2 are all named "text" (--text-column)'),
+        ("a,a,text", Columns(keep=("a",)), 'columns 1 and 2 are all named "a" (--keep-columns)'),
+        ("text,id,id,id", Columns(id="id"), 'columns 2, 3 and 4 are all named "id" (--id-column)'),
+    ],
+)
+def test_a_column_named_twice_is_refused_naming_the_name_and_its_places(
+    tmp_path: Path, header: str, columns: Columns, message: str
+) -> None:
+    path = tmp_path / "in.csv"
+    path.write_text(f"{header}\n" + ",".join(["x"] * header.count(",")) + ",1\n", encoding="utf-8")
+    source = JobInput.open(str(path), columns=columns)
+    assert errors(source) == [f"{path}: {message}: give each column its own name"]
+    with pytest.raises(UnusableInputError, match="nothing was submitted"):
+        check_input(source, source.validate(), skip_invalid=True)
+    assert source.kept_schema() is None  # read no further than the refusal: it once raised KeyError
+
+
+def test_a_column_named_twice_that_no_option_names_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "in.csv").write_text("text,b,b\none,1,2\n", encoding="utf-8")
+    assert [r.text for r in items(JobInput.open(str(tmp_path / "in.csv"))) if isinstance(r, InputRecord)] == ["one"]
+
+
+def test_keeping_x_and_input_x_is_refused_naming_both(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"text": ["a"], "embedding": [1], "input.embedding": [2]}), tmp_path / "in.parquet")
+    with pytest.raises(UnusableInputError) as refused:
+        JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=("embedding", "input.embedding")))
+    assert str(refused.value).startswith(
+        '--keep-columns: "embedding" and "input.embedding" would both come back as "input.embedding" '
+        'when the model has an output "embedding"'
+    )
+    alone = JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=("input.embedding",)))
+    assert errors(alone) == []
+
+
+def test_the_kept_columns_of_a_job_registered_with_both_x_and_input_x_still_come_back_apart() -> None:
+    """A job submitted before the refusal: both columns come back, each under its own name."""
+    schema = pa.schema([("embedding", pa.int64()), ("input.embedding", pa.int64())])
+    kept = KeptColumns(schema)
+    result = InferenceResult(
+        "job", "1", 0, "tiny", "1", (Tensor.from_array("embedding", np.ones(2, np.float32)),), "b", 1,
+        {"embedding": "1", "input.embedding": "2"},
+    )  # fmt: skip
+    out = io.BytesIO()
+    write_columnar([result], result, out, OutputFormat.PARQUET, kept)
+    table = pq.read_table(io.BytesIO(out.getvalue()))
+    assert table.column_names.count("input.embedding") == 1
+    assert table.column("input.embedding").to_pylist() == [1]
+    assert table.column("input.input.embedding").to_pylist() == [2]
+    lines = io.StringIO()
+    write_items([result], result, None, lines, kept=kept)
+    line = json.loads(lines.getvalue())
+    assert (line["input.embedding"], line["input.input.embedding"]) == (1, 2)
+
+
+def test_a_kept_time_python_cannot_hold_is_a_problem_of_its_row(tmp_path: Path) -> None:
+    far = pa.array([300_000_000_000_000_000, 0], pa.timestamp("us"))  # year 11476, then 1970
+    pq.write_table(pa.table({"text": ["a", "b"], "far": far}), tmp_path / "in.parquet")
+    source = JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=("far",)))
+    assert errors(source) == [
+        f'{tmp_path}/in.parquet:row 1: column "far" holds a timestamp[us] value Python cannot hold '
+        "(date value out of range)"
+    ]
+    assert [r.attributes for r in items(source) if isinstance(r, InputRecord)] == [{"far": '"1970-01-01T00:00:00"'}]

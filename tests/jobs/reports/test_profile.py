@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from jobs.reports.profile import Timings, busy_time_us, profile
 from schemas import InferenceResult
-from tests.support.inputs import result
+from tests.support.inputs import example_lines, result, write_jsonl
+from tests.support.pipeline import RunningPipeline
+from tests.support.tiny_model import TinyModel
 
 
 def test_busy_time_is_the_union_of_the_engine_intervals() -> None:
@@ -70,3 +75,22 @@ def test_a_bottleneck_other_than_the_slowest_stage_is_explained() -> None:
     own = profile([result("c", "b2", [0, 0, 90_000, 91_000, 91_000, 92_000, 93_000])])
     assert own.bottleneck == "preprocess"
     assert own.bottleneck_reason.startswith("the slowest stage itself, 90.0 ms a record on average; to go faster:")
+
+
+@pytest.mark.timeout(240)
+def test_profile_of_a_job_id_submitted_again_counts_its_latest_submission_as_status_and_results_do(
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+) -> None:
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "8", "--max-linger-ms", "0")
+    for name, n in (("first.jsonl", 50), ("second.jsonl", 2)):
+        source = str(write_jsonl(tmp_path / name, example_lines(n)))
+        done = pipeline.cli("submit", source, "--model", "tiny", "--job-id", "job-twice", "--wait")
+        assert done.returncode == 0, done.stderr
+    status = json.loads(pipeline.cli("status", "job-twice", "--json").stdout)
+    assert status["counts"]["inferred"] == 2
+    results = pipeline.cli("results", "job-twice")
+    assert len(results.stdout.splitlines()) == 2
+    profiled = pipeline.cli("profile", "job-twice", "--json")
+    assert profiled.returncode == 0, profiled.stderr
+    assert json.loads(profiled.stdout)["records"] == 2  # was 52: both submissions
