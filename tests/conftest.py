@@ -19,18 +19,27 @@ from tests.support.tiny_model import TinyModel, build_tiny_model
 pytest_plugins = ["tests.support.fixtures"]
 
 
-# Which broker the session's tests use: the embedded Tansu (the default, what `nearline run` starts),
-# Apache Kafka started from .ci/setup's cache (NEARLINE_TEST_BROKER=kafka), or one already running
-# at $KAFKA_BOOTSTRAP_SERVERS. docs/tests.md says which tests run on which.
-TEST_BROKER = os.environ.get("NEARLINE_TEST_BROKER", "tansu")
+# Which broker a test runs on. The trials and the end-to-end tests run on Apache Kafka (KRaft, data
+# on disk, from .ci/setup's cache), the broker our users run, whose guarantees they check; the
+# rest on the embedded Tansu, the default `nearline run` starts. NEARLINE_TEST_BROKER=tansu or
+# =kafka runs every test on one; $KAFKA_BOOTSTRAP_SERVERS names a broker already running.
+# docs/tests.md says which tests run on which and why.
+KAFKA_FOLDERS = ("trials", "end_to_end")
+
+
+def broker_kind(test_path: Path) -> str:
+    chosen = os.environ.get("NEARLINE_TEST_BROKER")
+    if chosen:
+        if chosen not in ("tansu", "kafka"):
+            raise pytest.UsageError(f"NEARLINE_TEST_BROKER={chosen!r}: use tansu or kafka")
+        return chosen
+    folder = test_path.relative_to(Path(__file__).parent).parts[0]
+    return "kafka" if folder in KAFKA_FOLDERS else "tansu"
 
 
 @pytest.fixture(scope="session")
-def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker | None]:
-    """The embedded Tansu broker for this session, or None when the session runs on another broker."""
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or TEST_BROKER == "kafka":
-        yield None
-        return
+def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """The embedded Tansu broker of this session, started when a test first needs it."""
     broker = EmbeddedBroker.start(tmp_path_factory.mktemp("broker") / "broker.log")
     try:
         yield broker
@@ -40,7 +49,7 @@ def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedd
 
 @pytest.fixture(scope="session")
 def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka]:
-    """A single-node Apache Kafka (KRaft, data on disk) for this session."""
+    """A single-node Apache Kafka (KRaft, data on disk) of this session, started when first needed."""
     broker = ApacheKafka.start(tmp_path_factory.mktemp("kafka"))
     try:
         yield broker
@@ -48,14 +57,21 @@ def apache_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKaf
         broker.stop()
 
 
-@pytest.fixture(scope="session")
-def bootstrap_servers(request: pytest.FixtureRequest, embedded_broker: EmbeddedBroker | None) -> str:
-    if embedded_broker is not None:
-        return embedded_broker.bootstrap_servers
+@pytest.fixture
+def test_broker(request: pytest.FixtureRequest) -> EmbeddedBroker | ApacheKafka | None:
+    """The broker this test runs on (broker_kind); None: the one at $KAFKA_BOOTSTRAP_SERVERS."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        return os.environ["KAFKA_BOOTSTRAP_SERVERS"]
-    broker: ApacheKafka = request.getfixturevalue("apache_kafka")
-    return broker.bootstrap_servers
+        return None
+    kind = broker_kind(request.node.path)
+    broker: EmbeddedBroker | ApacheKafka = request.getfixturevalue(
+        "apache_kafka" if kind == "kafka" else "embedded_broker"
+    )
+    return broker
+
+
+@pytest.fixture
+def bootstrap_servers(test_broker: EmbeddedBroker | ApacheKafka | None) -> str:
+    return test_broker.bootstrap_servers if test_broker else os.environ["KAFKA_BOOTSTRAP_SERVERS"]
 
 
 @pytest.fixture

@@ -1,21 +1,27 @@
 """Guarantees only a real Apache Kafka can show (tests/support/apache_kafka.py: one KRaft node, its
 data on disk): a crashed exactly-once worker's transaction aborted, not made visible; a broker
 restarted on its own logs and offsets, which the workers must not treat as a new, empty one; and
-records near the size limit on a broker whose own default limit is 1 MB."""
+images at the 10 MiB input cap on a broker whose own default record limit is 1 MB."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from jobs.launch.runner import watch_job
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
+from producers.images import MAX_IMAGE_BYTES
+from schemas.model_config import ModelConfig
 from tests.support.apache_kafka import ApacheKafka
+from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.pipeline import RunningPipeline, follow_until, submit
@@ -112,3 +118,41 @@ def test_a_broker_restarted_on_its_own_data_mid_job_loses_and_duplicates_nothing
     finally:
         pipeline.stop()
         broker.stop()
+
+
+def noise_png(path: Path, side: int, seed: int) -> Path:
+    """A PNG of random pixels: it does not compress, so its size is about side * side * 3 bytes."""
+    pixels = np.random.default_rng(seed).integers(0, 256, size=(side, side, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path, "PNG", compress_level=0)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_images_up_to_the_10_mib_cap_go_through_a_stock_kafka_and_one_past_it_is_refused_at_submit(
+    kafka_pipeline: RunningPipeline, efficientnet: ModelConfig, tmp_path: Path
+) -> None:
+    pipeline = kafka_pipeline
+    folder = tmp_path / "images"
+    folder.mkdir()
+    biggest = noise_png(folder / "big.png", 1868, seed=1)  # stock Kafka's message.max.bytes is ~1 MB
+    assert 9 * 2**20 < biggest.stat().st_size <= MAX_IMAGE_BYTES
+    noise_png(folder / "medium.png", 1200, seed=2)
+    for photo in real_photos()[:3]:
+        shutil.copy2(photo, folder / photo.name)
+    pipeline.start("preprocess", "preprocess")
+    pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
+    job_id = submit(pipeline, folder, model="efficientnet-lite0")
+    outcome, _ = watch_job(pipeline.settings, pipeline.topics, job_id, 5, check=pipeline.check_workers, timeout_s=300)
+    assert sorted(outcome.results) == sorted(p.name for p in folder.iterdir())
+    assert not outcome.dead
+
+    too_big = tmp_path / "too-big"
+    too_big.mkdir()
+    noise_png(too_big / "huge.png", 1900, seed=3)
+    assert (too_big / "huge.png").stat().st_size > MAX_IMAGE_BYTES
+    refused = pipeline.cli("submit", str(too_big), "--model", "efficientnet-lite0")
+    assert refused.returncode == 2, refused.stderr
+    assert "huge.png" in refused.stderr and f"over the record limit of {MAX_IMAGE_BYTES}" in refused.stderr, (
+        refused.stderr
+    )

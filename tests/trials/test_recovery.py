@@ -26,6 +26,7 @@ from jobs.registry import find_job, job_status
 from jobs.results import JobOutcome, read_outcome
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower, read_topics
+from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
@@ -234,21 +235,21 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
 
 @pytest.mark.slow
 def test_workers_ride_out_a_short_broker_outage(
-    pipeline: RunningPipeline, tiny: TinyModel, embedded_broker: EmbeddedBroker | None, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, test_broker: EmbeddedBroker | ApacheKafka | None, tmp_path: Path
 ) -> None:
-    if embedded_broker is None:
-        pytest.skip("needs the embedded broker, to freeze it")
+    if test_broker is None:
+        pytest.skip("needs a broker this session started, to freeze it")
     rows = example_lines(1200)
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
     follow_until(pipeline, pipeline.topics.results, job_id, 100)
-    os.kill(embedded_broker.pid, signal.SIGSTOP)  # the broker stops answering; its connections stay open
+    os.kill(test_broker.pid, signal.SIGSTOP)  # the broker stops answering; its connections stay open
     try:
         time.sleep(5)
         pipeline.check_workers()  # still running, not crashed
     finally:
-        os.kill(embedded_broker.pid, signal.SIGCONT)
+        os.kill(test_broker.pid, signal.SIGCONT)
     finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
