@@ -166,7 +166,12 @@ class PipelinedStep:
         pass  # tick() has committed what is confirmed
 
     def before_revoke(self) -> None:
-        if not self._flow.finish(self._commit):
+        # Inside the consumer's poll: commit only what needs no question to the broker. While a
+        # connection loss is unexplained nothing can be committed, so there is nothing to wait for.
+        if self._incarnation.doubting:
+            log.warning("a revoke while the broker is in doubt; the windows in flight will be consumed again")
+            return
+        if not self._flow.finish(partial(self._commit, ask=False)):
             log.warning("windows still unconfirmed at revoke; their records will be consumed again")
 
     def has_room(self, lane: str) -> bool:
@@ -190,9 +195,10 @@ class PipelinedStep:
     def close(self) -> None:
         self._flow.close()
 
-    def _commit(self) -> None:
-        """The pipelined worker's one commit site: the longest confirmed prefix of windows."""
-        if not self._incarnation.settled(self._consumer):
+    def _commit(self, *, ask: bool = True) -> None:
+        """The pipelined worker's one commit site: the longest confirmed prefix of windows.
+        ask=False: never ask the broker who it is (inside a rebalance callback)."""
+        if not self._incarnation.settled(self._consumer, ask=ask):
             return  # a lost connection: the broker may have come back without the logs these offsets point into
         offsets, records = self._flow.ledger.take_committable(stale_through=self._incarnation.stale_through)
         if not offsets:

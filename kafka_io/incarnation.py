@@ -60,11 +60,15 @@ class BrokerIncarnation:
         """A connection loss is not explained yet."""
         return self._doubted is not None
 
-    def settled(self, client: Consumer) -> bool:
+    def settled(self, client: Consumer, *, ask: bool = True) -> bool:
         """False while a connection loss is unexplained (the broker does not answer yet): commit
-        nothing. Asks the broker at most every ASK_EVERY_S."""
+        nothing. Asks the broker at most every ASK_EVERY_S, and never with ask=False: inside a
+        rebalance callback a metadata request on the consumer that runs it aborts the process
+        (kafka_io.polling.Assignment.before_revoke)."""
         if self._doubted is None:
             return True
+        if not ask:
+            return False
         now = self._clock()
         if now - self._asked_at < ASK_EVERY_S:
             return False

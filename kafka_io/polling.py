@@ -49,6 +49,11 @@ class Assignment:
     at_eof: set[TP] = field(default_factory=set)
     revocations: int = 0
     # Runs before partitions go: the pipelined worker finishes and commits its windows in flight.
+    # It runs inside the consumer's poll (a rebalance callback): it may commit (a plain blocking
+    # call), but must not call list_topics() on the consumer. confluent-kafka keeps the state of
+    # the poll that runs the callback in a per-client thread-local slot, and a list_topics() on
+    # the same client clears that slot when it returns: the poll's next callback (an error_cb in
+    # an outage) then aborts the process (CallState_get: Assertion `cs != NULL' failed).
     before_revoke: Callable[[], None] | None = None
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -56,13 +61,29 @@ class Assignment:
         log.info("assigned %s", sorted(self.assigned))
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        gone = {(p.topic, p.partition) for p in partitions}
         if self.before_revoke is not None:
             self.before_revoke()
+        self._give_up(partitions)
+        log.info("revoked %s", sorted((p.topic, p.partition) for p in partitions))
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group dropped this member (its session timed out: a broker outage): the partitions
+        are gone already, and no commit for them can succeed. Nothing is finished here: in an
+        outage before_revoke would wait inside the poll, for as long as the outage lasts, for
+        windows that cannot be committed, and a SIGTERM would not be seen until it ended. Windows
+        in flight still commit later where the group takes it; what is never committed is
+        consumed again."""
+        self._give_up(partitions)
+        log.warning(
+            "lost %s (the group dropped this member); they are read again after a rejoin",
+            sorted((p.topic, p.partition) for p in partitions),
+        )
+
+    def _give_up(self, partitions: list[TopicPartition]) -> None:
+        gone = {(p.topic, p.partition) for p in partitions}
         self.assigned -= gone
         self.at_eof -= gone
         self.revocations += 1
-        log.info("revoked %s", sorted(gone))
 
     def caught_up(self) -> bool:
         return bool(self.assigned) and self.assigned <= self.at_eof
@@ -74,7 +95,7 @@ def subscribe(consumer: Consumer, topics: list[str]) -> Assignment:
         topics,
         on_assign=assignment.on_assign,
         on_revoke=assignment.on_revoke,
-        on_lost=assignment.on_revoke,
+        on_lost=assignment.on_lost,
     )
     return assignment
 

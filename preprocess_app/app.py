@@ -38,6 +38,7 @@ from preprocess_app.lanes import batch_topic, held_lanes, model_of_tensors, topi
 from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
+from preprocess_app.outage import ride_out_outages
 from preprocess_app.quiet import BrokerWait, OncePerCause, quiet_root_handlers
 from preprocess_app.sole import take_every_partition
 from preprocess_app.take import tick_take
@@ -113,6 +114,7 @@ def create_app(
     broker_wait: BrokerWait | None = None,  # what the worker's log says in an outage (preprocess_app/quiet.py)
 ) -> faust.App:
     prompt_fetches()
+    ride_out_outages()
     metrics = metrics or PreprocessMetrics()
     app = faust.App(
         topics.preprocess_app_id,

@@ -182,3 +182,40 @@ def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(own
     log = worker.log_path.read_text()
     assert len(log.splitlines()) < 50, log
     assert f"Kafka at {own.broker.bootstrap_servers} unreachable, waiting for it; records are kept" in log, log
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_workers_that_served_a_job_ride_out_a_minute_of_refused_connections_and_stop_cleanly(
+    own: OwnBroker, tmp_path: Path
+) -> None:
+    # #40 2: ~10 s into the outage the GPU worker aborted (CallState_get: Assertion `cs != NULL'),
+    # its group session's timeout having run a metadata request inside the consumer's callback; and
+    # a SIGTERMed preprocess worker hung until its SIGKILL, waiting on a commit nobody answered
+    pipeline = own.pipeline
+    workers = [pipeline.start("preprocess", "preprocess"), pipeline.start("gpu", "gpu", "--model", "tiny")]
+    rows = example_lines(3)
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", rows)), "--model", "tiny", "--wait")
+    assert done.returncode == 0, done.stderr
+    own.broker.kill()  # connections refused for the whole minute
+    down = time.monotonic()
+    while time.monotonic() - down < OUTAGE_S:
+        pipeline.check_workers()
+        time.sleep(1)
+    # the broker comes back empty (Tansu keeps nothing): both workers take a new job through
+    own.restart_empty(tmp_path / "broker2.log")
+    rows_after = [{**row, "id": f"after-{row['id']}"} for row in example_lines(5)]
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / "after.jsonl", rows_after)), "--model", "tiny", "--wait")
+    assert done.returncode == 0, done.stderr
+    assert_exactly_one_result_each(pipeline, done.stdout.strip(), [r["id"] for r in rows_after], tmp_path / "out.jsonl")
+    pipeline.check_workers()
+    # and a SIGTERM in a second outage, the kind that had them hang
+    own.broker.kill()
+    down = time.monotonic()
+    while time.monotonic() - down < 15:  # past the GPU worker's group session (6 s): the abort came here
+        pipeline.check_workers()
+        time.sleep(1)
+    for worker in workers:
+        assert worker.stop() == 0, worker.log_tail(40)  # stop(): SIGTERM, then SIGKILL after 15 s
+        log = worker.log_path.read_text()
+        assert "Traceback" not in log and "Fatal Python error" not in log, log
