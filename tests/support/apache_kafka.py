@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import signal
+import socket
 import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_io.broker import free_port
 from kafka_io.children import die_with_parent
 from kafka_io.clients import check_reachable
 from kafka_io.errors import BrokerUnavailableError
@@ -75,6 +76,19 @@ def kafka_lib() -> Path:
     return lib
 
 
+def server_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, below Linux's ephemeral range (32768-60999 by default)."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        return port
+
+
 def _java(*args: str) -> list[str]:
     # -Xmx: one node of test traffic; Kafka's scripts default to 1 GiB, this machine has 2 cores and 24 GiB
     return ["java", "-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-cp", f"{kafka_lib()}/*", *args]
@@ -105,13 +119,22 @@ class ApacheKafka:
         return self.folder / f"broker{self.starts}.log"
 
     @classmethod
-    def start(cls, folder: Path, port: int | None = None, ready_timeout_s: float = 90.0) -> ApacheKafka:
-        """Format `folder`/data (once) and start the node; returns once it answers metadata."""
+    def start(cls, folder: Path, ready_timeout_s: float = 90.0) -> ApacheKafka:
+        """Format `folder`/data (once) and start the node; returns once it answers metadata. Its
+        two ports are free ones below the ephemeral range, where no client's outgoing connection
+        can take one between the pick and the JVM's bind (or its restart's); a port some other
+        server took meanwhile is picked again."""
         folder.mkdir(parents=True, exist_ok=True)
-        broker = cls(folder, port or free_port(), free_port())
-        broker._format()
-        broker.restart(ready_timeout_s)
-        return broker
+        for attempt in range(3):
+            broker = cls(folder, server_port(), server_port())
+            broker._format()
+            try:
+                broker.restart(ready_timeout_s)
+                return broker
+            except BrokerUnavailableError as exc:
+                if "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def _properties(self) -> Path:
         settings = {
@@ -158,7 +181,7 @@ class ApacheKafka:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrokerUnavailableError(
-                    f"Apache Kafka exited with code {self.proc.returncode} at start; see {self.log_path}"
+                    f"Apache Kafka exited with code {self.proc.returncode} at start ({self.log_path}):\n{self._tail()}"
                 )
             try:
                 check_reachable(KafkaSettings(self.bootstrap_servers), timeout_s=2.0)
@@ -166,7 +189,17 @@ class ApacheKafka:
             except BrokerUnavailableError:
                 time.sleep(0.2)
         self.kill()
-        raise BrokerUnavailableError(f"Apache Kafka did not answer on {self.bootstrap_servers} in {ready_timeout_s} s")
+        raise BrokerUnavailableError(
+            f"Apache Kafka did not answer on {self.bootstrap_servers} in {ready_timeout_s} s:\n{self._tail()}"
+        )
+
+    def _tail(self, lines: int = 30) -> str:
+        text = "".join(
+            p.read_text(errors="replace")
+            for p in (self.log_path, self.folder / f"stdout{self.starts}.log")
+            if p.is_file()
+        )
+        return "\n".join(text.splitlines()[-lines:])
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
