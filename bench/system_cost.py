@@ -47,6 +47,7 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
+from tests.support.apache_kafka import ApacheKafka
 
 MODEL = "minilm"
 NAMESPACE = "system-cost"
@@ -149,10 +150,23 @@ def busy_seconds(path: Path) -> float:
         return 0.0
 
 
+def start_broker(which: str, work: Path, kind: str) -> EmbeddedBroker | ApacheKafka:
+    """The embedded Tansu, or a one-node Apache Kafka with its data on disk (tests/support/apache_kafka.py)."""
+    if which == "kafka":
+        return ApacheKafka.start(Path(tempfile.mkdtemp(dir=work, prefix=f"kafka-{kind}-")))
+    return EmbeddedBroker.start(work / f"broker-{kind}.log")
+
+
 def measure(
-    kind: str, records: int, repository: Path, work: Path, engine: str = "zero-cost", preprocess_workers: int = 1
+    kind: str,
+    records: int,
+    repository: Path,
+    work: Path,
+    engine: str = "zero-cost",
+    preprocess_workers: int = 1,
+    broker_kind: str = "tansu",
 ) -> dict[str, float]:
-    broker = EmbeddedBroker.start(work / f"broker-{kind}.log")
+    broker = start_broker(broker_kind, work, kind)
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
     env[ENV_MODEL_REPOSITORY] = str(repository)
     workers: list[WorkerProcess] = []
@@ -198,11 +212,11 @@ def measure(
         source = work / f"{kind}.jsonl"
         source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
         pre = "preprocess worker" if preprocess_workers == 1 else f"{preprocess_workers} preprocess workers"
-        pids = {pre: workers[0].process.pid, gpu_name: gpu.pid, "broker": broker.pid}
+        pids = {pre: workers[0].process.pid, gpu_name: gpu.pid, f"broker ({broker_kind})": broker.pid}
         pre_pids = [w.process.pid for w in workers[:preprocess_workers]]
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         cpu0[pre] = sum(cpu_seconds(pid) for pid in pre_pids)
-        threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if name != "broker"}  # a first worker's
+        threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if not name.startswith("broker")}
         job = f"measured-{kind}"
         busy0 = busy_seconds(busy_path)
         submitted = timed_command([*submit, str(source), "--job-id", job], env)
@@ -230,7 +244,8 @@ def measure(
     limit = tokenizer_us(repository, texts)
     per_record = {name: seconds / records * 1e6 for name, seconds in cpu.items()}
     total = sum(per_record.values())
-    print(f"\n{records:,} {kind} texts ({np.mean([len(t) for t in texts]):.0f} characters on average):")
+    average = np.mean([len(t) for t in texts])
+    print(f"\n{records:,} {kind} texts ({average:.0f} characters on average), on {broker_kind}:")
     print(f"  {'stage':32} {'CPU us/record':>14} {'x tokenizer':>12}")
     for name, us in [*per_record.items(), ("all of it", total), ("the tokenizer alone (the limit)", limit)]:
         print(f"  {name:32} {us:14.0f} {us / limit:12.1f}")
@@ -251,6 +266,13 @@ def main() -> None:
     parser.add_argument("--engine", choices=["zero-cost", "torch"], default="zero-cost")
     parser.add_argument("--preprocess-workers", type=int, default=1)
     parser.add_argument("--model-repository", type=Path, default=None)
+    parser.add_argument(
+        "--broker",
+        nargs="+",
+        choices=["tansu", "kafka"],
+        default=["tansu"],
+        help="the broker(s) to measure on, one after the other in this sitting (kafka: .ci/setup --tests fetches it)",
+    )
     parser.add_argument("--gpu-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     repository = args.model_repository or Path(os.environ.get(ENV_MODEL_REPOSITORY) or default_repository())
@@ -260,7 +282,9 @@ def main() -> None:
     ensure_model(repository, MODEL, print)
     with tempfile.TemporaryDirectory(prefix="nearline-system-cost-") as tmp:
         for kind in args.texts:
-            measure(kind, args.records, repository, Path(tmp), args.engine, max(1, args.preprocess_workers))
+            for broker in args.broker:
+                workers = max(1, args.preprocess_workers)
+                measure(kind, args.records, repository, Path(tmp), args.engine, workers, broker)
     print(f"\nmachine: {machine()}")
 
 
