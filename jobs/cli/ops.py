@@ -57,7 +57,7 @@ REPLAY_SUFFIXES = (".jsonl", ".ndjson")
 
 
 @click.command(name="replay")
-@click.option("--topic", required=True)
+@click.option("--topic", required=True, help="A topic, without the namespace's prefix (e.g. results, raw.text).")
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="One partition [default: all].")
 @click.option("--from-offset", type=click.IntRange(min=0), default=None)
 @click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
@@ -84,7 +84,7 @@ def replay_cmd(
     """
     import json
 
-    from jobs.replay import message_json, replay_messages
+    from jobs.replay import message_json, namespace_hint, replay_messages
 
     if output is not None and output.suffix.lower() not in REPLAY_SUFFIXES:
         # it wrote JSON Lines whatever the name said: a .parquet or .csv that no reader could open
@@ -95,12 +95,13 @@ def replay_cmd(
         )
     messages = replay_messages(
         require_servers(bootstrap_servers),
-        topic,
+        Topics(namespace).name(topic),
         partition=partition,
         from_offset=from_offset,
         from_time=from_time,
         to_offset=to_offset,
         to_time=to_time,
+        hint=namespace_hint(namespace, topic),
     )
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     count = 0
@@ -119,18 +120,24 @@ def offsets() -> None:
     """Consumer-group offsets: where a group is, and moving it."""
 
 
+# --group and --topic are named inside --namespace, as `worker gpu --model m` names its group gpu.m
+GROUP_HELP = "A consumer group, without the namespace's prefix (e.g. gpu.minilm, preprocess)."
+TOPIC_HELP = "A topic, without the namespace's prefix (e.g. tensors.minilm, raw.text)."
+
+
 @offsets.command(name="show")
-@click.option("--group", required=True)
-@click.option("--topic", required=True)
+@click.option("--group", required=True, help=GROUP_HELP)
+@click.option("--topic", required=True, help=TOPIC_HELP)
 @cluster_options
 def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
     """Committed offset, end and lag per partition."""
-    from jobs.replay import require_group, require_topic
+    from jobs.replay import namespace_hint, require_group, require_topic
     from kafka_io.offsets import group_offsets
 
-    settings = require_servers(bootstrap_servers)
-    require_topic(settings, topic)
-    require_group(settings, group)
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    require_topic(settings, topics.name(topic), hint=namespace_hint(namespace, topic))
+    require_group(settings, topics.name(group), hint=namespace_hint(namespace, group))
+    group, topic = topics.name(group), topics.name(topic)
     rows = group_offsets(settings, group, topic)
     click.echo("partition\tcommitted\tend\tlag")
     for r in rows:
@@ -140,8 +147,8 @@ def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str)
 
 
 @offsets.command(name="reset")
-@click.option("--group", required=True)
-@click.option("--topic", required=True)
+@click.option("--group", required=True, help=GROUP_HELP)
+@click.option("--topic", required=True, help=TOPIC_HELP)
 @click.option("--to-earliest", "to", flag_value="earliest")
 @click.option("--to-latest", "to", flag_value="latest")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None)
@@ -159,14 +166,16 @@ def offsets_reset(
     namespace: str,
 ) -> None:
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
-    from jobs.replay import require_group, reset_targets
+    from jobs.replay import namespace_hint, require_group, reset_targets
     from kafka_io.errors import KafkaIOError
     from kafka_io.groups import live_groups
     from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
-    settings = require_servers(bootstrap_servers)
-    target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
-    require_group(settings, group)  # a reset of a typo created a new group
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    hints = namespace_hint(namespace, topic), namespace_hint(namespace, group)
+    group, topic = topics.name(group), topics.name(topic)
+    target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time, hint=hints[0])
+    require_group(settings, group, hint=hints[1])  # a reset of a typo created a new group
     # Asked before the moves are printed: Kafka refuses them all while the group has members, and
     # a list of moves followed by that refusal reads as if they had been made.
     live = bool(live_groups(settings, [group]))
