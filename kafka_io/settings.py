@@ -96,6 +96,11 @@ class Topics:
     def dead_letters(self) -> str:
         return self.name("dead.letters")
 
+    @property
+    def dlq_replays(self) -> str:
+        """The log of `dlq replay` runs (claims and releases): one replay at a time (jobs/dlq_lock.py)."""
+        return self.name("dlq.replays")
+
     def tensors(self, model: str) -> str:
         return self.name(f"tensors.{model}")
 
