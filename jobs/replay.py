@@ -26,7 +26,16 @@ class UnknownTopicError(ReplaySpecError):
     """A command that only reads or moves offsets named a topic the cluster does not have."""
 
 
-def require_topic(settings: KafkaSettings, topic: str, shown: int = 20) -> None:
+def namespace_hint(namespace: str, given: str) -> str:
+    """What to say where a name given inside a namespace already carried its prefix: operators
+    typed whole names while --namespace was ignored, and one now finds no `ns.ns.results`."""
+    prefix = f"{namespace}."
+    if namespace and given.startswith(prefix):
+        return f"; --namespace {namespace} prefixes every name given: give {given.removeprefix(prefix)!r}"
+    return ""
+
+
+def require_topic(settings: KafkaSettings, topic: str, shown: int = 20, hint: str = "") -> None:
     """UnknownTopicError, naming the topics that exist (the closest names first), unless `topic`
     exists. Asked before any read: reading a missing topic would create it where the broker
     auto-creates topics, and a typo would leave an empty topic behind and report "0 records"."""
@@ -38,7 +47,7 @@ def require_topic(settings: KafkaSettings, topic: str, shown: int = 20) -> None:
     more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
     there = f"its topics, closest first: {', '.join(listed[:shown])}{more}" if listed else "it has no topics"
     raise UnknownTopicError(
-        f"no topic {topic!r} at {settings.bootstrap_servers} (nothing was read or created); {there}"
+        f"no topic {topic!r} at {settings.bootstrap_servers} (nothing was read or created); {there}{hint}"
     )
 
 
@@ -46,7 +55,7 @@ class UnknownGroupError(ReplaySpecError):
     """`offsets show/reset` named a consumer group the cluster does not know."""
 
 
-def require_group(settings: KafkaSettings, group: str, shown: int = 20) -> None:
+def require_group(settings: KafkaSettings, group: str, shown: int = 20, hint: str = "") -> None:
     """UnknownGroupError, naming the groups that exist (the closest names first), unless `group`
     has committed offsets or live members. `offsets show --group nosuch` printed lag as if the
     group existed, and `offsets reset --group nosuch` created it."""
@@ -61,7 +70,7 @@ def require_group(settings: KafkaSettings, group: str, shown: int = 20) -> None:
     there = f"its groups, closest first: {', '.join(listed[:shown])}{more}" if listed else "it has no consumer groups"
     raise UnknownGroupError(
         f"no consumer group {group!r} at {settings.bootstrap_servers} with committed offsets or members "
-        f"(nothing was read or changed); {there}"
+        f"(nothing was read or changed); {there}{hint}"
     )
 
 
@@ -120,12 +129,13 @@ def replay_messages(
     from_time: str | None = None,
     to_offset: int | None = None,
     to_time: str | None = None,
+    hint: str = "",
 ) -> Iterator[ConsumedRecord]:
     if (from_offset is None) == (from_time is None):
         raise ReplaySpecError("give exactly one of --from-offset and --from-time")
     from_ms = parse_time_ms(from_time) if from_time else None
     to_ms = parse_time_ms(to_time) if to_time else None
-    require_topic(settings, topic)
+    require_topic(settings, topic, hint=hint)
     ends = end_offsets(settings, topic)
     if partition is not None and partition not in ends:
         raise ReplaySpecError(f"{topic} has no partition {partition}: its partitions are 0-{len(ends) - 1}")
@@ -155,13 +165,14 @@ def reset_targets(
     to: str | None = None,
     to_offset: int | None = None,
     to_time: str | None = None,
+    hint: str = "",
 ) -> dict[int, int]:
     """Where `offsets reset` moves a group on each partition: to="earliest" or "latest", an
     offset (capped at each partition's end) or the first record at or after an ISO 8601 time."""
     if sum(x is not None for x in (to, to_offset, to_time)) != 1:
         raise ReplaySpecError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
     at_ms = parse_time_ms(str(to_time)) if to_time is not None else None
-    require_topic(settings, topic)
+    require_topic(settings, topic, hint=hint)
     ends = end_offsets(settings, topic)
     if to == "earliest":
         return dict.fromkeys(ends, 0)

@@ -137,6 +137,35 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
         raise DeliveryError(str(exc), counts.confirmed) from None
 
 
+def produce_located(producer: Producer, record: OutRecord, timeout_s: float = 60.0) -> tuple[int, int]:
+    """Send one record and wait for its delivery report: the partition and offset the broker
+    stored it at (a log read back up to one's own entry: jobs/dlq_lock.py). DeliveryError if the
+    broker did not take it within timeout_s."""
+    where: list[tuple[int, int]] = []
+    failures: list[str] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
+        else:
+            where.append((msg.partition() or 0, msg.offset() or 0))
+
+    try:
+        produce_one(producer, record, on_delivery)
+        deadline = time.monotonic() + timeout_s
+        while not where and not failures and time.monotonic() < deadline:
+            producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    except (KafkaException, SystemError) as exc:
+        _raise_if_fatal(exc)
+        raise
+    if failures:
+        raise DeliveryError(failures[0])
+    if not where:
+        discard(producer)
+        raise DeliveryError(f"a record to {record.topic} unconfirmed after {timeout_s:.0f} s")
+    return where[0]
+
+
 class _Deliveries:
     """What produce_all's delivery reports said. Counted by a plain closure (on_delivery), as
     before this class: how confluent-kafka calls a callback while a fatal error is pending is

@@ -58,15 +58,24 @@ class _Idle:
 class TopicFollower:
     """All partitions of some topics from the beginning, by assign(): no group, no commits, no rebalance."""
 
-    def __init__(self, settings: KafkaSettings, topics: list[str], *, fetch_wait_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: list[str],
+        *,
+        fetch_wait_ms: int | None = None,
+        only_partition: int | None = None,
+    ) -> None:
         """fetch_wait_ms: how long the broker may hold an empty fetch (kafka_io/clients.py): a
-        follower nobody waits on asks less often than the default's ten times a second."""
+        follower nobody waits on asks less often than the default's ten times a second.
+        only_partition: that partition of each topic, not all of them (one keyed log)."""
         extra = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
         # librdkafka wants a group.id even for assign(); a throwaway one that never commits.
         self._consumer: Consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}", **extra)
         self.partitions: set[tuple[str, int]] = set()
         for topic in topics:
-            self.partitions |= {(topic, p) for p in partitions_of(settings, topic, consumer=self._consumer)}
+            found = partitions_of(settings, topic, consumer=self._consumer)
+            self.partitions |= {(topic, p) for p in found if only_partition in (None, p)}
         if not self.partitions:
             raise BrokerUnavailableError(f"none of {topics} exists at {settings.bootstrap_servers}")
         self._consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(self.partitions)])

@@ -63,39 +63,46 @@ class Topics:
     def from_env(cls, namespace: str | None = None) -> Topics:
         return cls(namespace if namespace is not None else os.environ.get(ENV_NAMESPACE, ""))
 
-    def _name(self, base: str) -> str:
+    def name(self, base: str) -> str:
+        """`base` inside the namespace: the name of a topic or group a user gives without its
+        prefix (`replay --topic`, `offsets --group`), as every name below is made."""
         return f"{self.namespace}.{base}" if self.namespace else base
 
     @property
     def raw_text(self) -> str:
-        return self._name("raw.text")
+        return self.name("raw.text")
 
     @property
     def raw_image(self) -> str:
-        return self._name("raw.image")
+        return self.name("raw.image")
 
     @property
     def results(self) -> str:
-        return self._name("results")
+        return self.name("results")
 
     @property
     def jobs(self) -> str:
-        return self._name("jobs")
+        return self.name("jobs")
 
     @property
     def schedules(self) -> str:
-        return self._name("schedules")
+        return self.name("schedules")
 
     @property
     def schedule_ticks(self) -> str:
-        return self._name("schedule.ticks")
+        return self.name("schedule.ticks")
 
     @property
     def dead_letters(self) -> str:
-        return self._name("dead.letters")
+        return self.name("dead.letters")
+
+    @property
+    def dlq_replays(self) -> str:
+        """The log of `dlq replay` runs (claims and releases): one replay at a time (jobs/dlq_lock.py)."""
+        return self.name("dlq.replays")
 
     def tensors(self, model: str) -> str:
-        return self._name(f"tensors.{model}")
+        return self.name(f"tensors.{model}")
 
     def lane(self, topic: str, priority: Priority) -> str:
         """The `priority` lane of a stage topic (raw_text, raw_image, tensors(model)): the batch lane
@@ -105,18 +112,18 @@ class Topics:
             return topic
         prefix = f"{self.namespace}." if self.namespace else ""
         assert topic.startswith(prefix), f"{topic!r} is not a topic of namespace {self.namespace!r}"
-        return self._name(LIVE_PREFIX + topic[len(prefix) :])
+        return self.name(LIVE_PREFIX + topic[len(prefix) :])
 
     def lane_of(self, topic: str) -> Priority:
         """The lane of a stage topic of this namespace, told by its name alone."""
         return _lane_of(self.namespace, topic)
 
     def gpu_group(self, model: str) -> str:
-        return self._name(f"gpu.{model}")
+        return self.name(f"gpu.{model}")
 
     @property
     def preprocess_app_id(self) -> str:
-        return self._name("preprocess")
+        return self.name("preprocess")
 
 
 @cache  # asked twice for every record a GPU worker polls, of a handful of topics: ~1 us a call unmade

@@ -13,7 +13,7 @@ import csv
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from producers.inputs import MAX_TEXT_BYTES
 from producers.temporal import column_values
@@ -94,10 +94,10 @@ class Table:
             raise TableError(f"not a readable {_NAMES[self.fmt]} file: {_arrow_message(exc)}") from None
 
     def _csv_header(self) -> list[str]:
-        with self.path.open(encoding="utf-8-sig", newline="") as f:
+        with self.path.open("rb") as f:
             try:
-                header = next(csv.reader(f, delimiter=self._delimiter), None)
-            except (csv.Error, UnicodeDecodeError) as exc:
+                header = next(csv.reader(_utf8_lines(f), delimiter=self._delimiter), None)
+            except (csv.Error, NotUtf8Error) as exc:
                 raise TableError(f"cannot read the header row: {exc}") from None
         if not header:
             raise TableError("no header row: a CSV input's first line names its columns")
@@ -136,8 +136,8 @@ class Table:
     def _csv_chunks(self, names: Sequence[str], rows: int) -> Iterator[Chunk]:
         header = self.schema.names
         wanted = [header.index(n) for n in names]
-        with self.path.open(encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f, delimiter=self._delimiter)
+        with self.path.open("rb") as f:
+            reader = csv.reader(_utf8_lines(f), delimiter=self._delimiter)
             chunk = _empty(names)
             line = 1
             try:
@@ -157,12 +157,42 @@ class Table:
                     if len(chunk.numbers) >= rows:
                         yield chunk
                         chunk = _empty(names)
-            except (csv.Error, UnicodeDecodeError) as exc:
+            except NotUtf8Error as exc:
+                if chunk.numbers:
+                    yield chunk
+                raise TableError(f"unreadable from line {exc.line} on: {exc}") from None
+            except csv.Error as exc:
                 if chunk.numbers:
                     yield chunk
                 raise TableError(f"unreadable from line {line} on: {exc}") from None
             if chunk.numbers:
                 yield chunk
+
+
+class NotUtf8Error(ValueError):
+    """A CSV line that is not UTF-8, named by its line in the file."""
+
+    def __init__(self, line: int, exc: UnicodeDecodeError) -> None:
+        bad = exc.object[exc.start : exc.end]
+        super().__init__(f"byte 0x{bad[0]:02x} at byte {exc.start + 1} of line {line} is not UTF-8 ({exc.reason})")
+        self.line = line
+
+
+def _utf8_lines(f: BinaryIO) -> Iterator[str]:
+    """The file's lines decoded one at a time, as a text file opened with newline="" splits them
+    (at \n, \r\n and a lone \r), so csv's line_num counts the same lines. A whole text file
+    decodes a block ahead of the rows read: a bad byte on line 200,002 of a file was reported at
+    line 199,852, the last row read when the block failed, and a bad byte on line 3 as a header
+    that could not be read. Line by line, the line named is the bad byte's own."""
+    number = 0
+    for raw in f:
+        for piece in raw.splitlines(keepends=True) if b"\r" in raw else (raw,):
+            number += 1
+            try:
+                text = piece.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise NotUtf8Error(number, exc) from None
+            yield text.removeprefix("\ufeff") if number == 1 else text  # a byte-order mark is no header
 
 
 _NAMES = {"parquet": "Parquet", "arrow": "Arrow IPC", "csv": "CSV", "tsv": "TSV"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +58,7 @@ REPLAY_SUFFIXES = (".jsonl", ".ndjson")
 
 
 @click.command(name="replay")
-@click.option("--topic", required=True)
+@click.option("--topic", required=True, help="A topic, without the namespace's prefix (e.g. results, raw.text).")
 @click.option("--partition", type=click.IntRange(min=0), default=None, help="One partition [default: all].")
 @click.option("--from-offset", type=click.IntRange(min=0), default=None)
 @click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
@@ -84,7 +85,7 @@ def replay_cmd(
     """
     import json
 
-    from jobs.replay import message_json, replay_messages
+    from jobs.replay import message_json, namespace_hint, replay_messages
 
     if output is not None and output.suffix.lower() not in REPLAY_SUFFIXES:
         # it wrote JSON Lines whatever the name said: a .parquet or .csv that no reader could open
@@ -95,12 +96,13 @@ def replay_cmd(
         )
     messages = replay_messages(
         require_servers(bootstrap_servers),
-        topic,
+        Topics(namespace).name(topic),
         partition=partition,
         from_offset=from_offset,
         from_time=from_time,
         to_offset=to_offset,
         to_time=to_time,
+        hint=namespace_hint(namespace, topic),
     )
     out = output.open("w", encoding="utf-8") if output else sys.stdout
     count = 0
@@ -119,18 +121,24 @@ def offsets() -> None:
     """Consumer-group offsets: where a group is, and moving it."""
 
 
+# --group and --topic are named inside --namespace, as `worker gpu --model m` names its group gpu.m
+GROUP_HELP = "A consumer group, without the namespace's prefix (e.g. gpu.minilm, preprocess)."
+TOPIC_HELP = "A topic, without the namespace's prefix (e.g. tensors.minilm, raw.text)."
+
+
 @offsets.command(name="show")
-@click.option("--group", required=True)
-@click.option("--topic", required=True)
+@click.option("--group", required=True, help=GROUP_HELP)
+@click.option("--topic", required=True, help=TOPIC_HELP)
 @cluster_options
 def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str) -> None:
     """Committed offset, end and lag per partition."""
-    from jobs.replay import require_group, require_topic
+    from jobs.replay import namespace_hint, require_group, require_topic
     from kafka_io.offsets import group_offsets
 
-    settings = require_servers(bootstrap_servers)
-    require_topic(settings, topic)
-    require_group(settings, group)
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    require_topic(settings, topics.name(topic), hint=namespace_hint(namespace, topic))
+    require_group(settings, topics.name(group), hint=namespace_hint(namespace, group))
+    group, topic = topics.name(group), topics.name(topic)
     rows = group_offsets(settings, group, topic)
     click.echo("partition\tcommitted\tend\tlag")
     for r in rows:
@@ -140,8 +148,8 @@ def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str)
 
 
 @offsets.command(name="reset")
-@click.option("--group", required=True)
-@click.option("--topic", required=True)
+@click.option("--group", required=True, help=GROUP_HELP)
+@click.option("--topic", required=True, help=TOPIC_HELP)
 @click.option("--to-earliest", "to", flag_value="earliest")
 @click.option("--to-latest", "to", flag_value="latest")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None)
@@ -159,14 +167,16 @@ def offsets_reset(
     namespace: str,
 ) -> None:
     """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
-    from jobs.replay import require_group, reset_targets
+    from jobs.replay import namespace_hint, require_group, reset_targets
     from kafka_io.errors import KafkaIOError
     from kafka_io.groups import live_groups
     from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
-    settings = require_servers(bootstrap_servers)
-    target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time)
-    require_group(settings, group)  # a reset of a typo created a new group
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    hints = namespace_hint(namespace, topic), namespace_hint(namespace, group)
+    group, topic = topics.name(group), topics.name(topic)
+    target = reset_targets(settings, topic, to=to, to_offset=to_offset, to_time=to_time, hint=hints[0])
+    require_group(settings, group, hint=hints[1])  # a reset of a typo created a new group
     # Asked before the moves are printed: Kafka refuses them all while the group has members, and
     # a list of moves followed by that refusal reads as if they had been made.
     live = bool(live_groups(settings, [group]))
@@ -246,8 +256,25 @@ def dlq_list(
     click.echo(f"{len(chosen)} dead letters" + (f", {outstanding} outstanding" if show_all else ""), err=True)
 
 
+_DIGITS = re.compile(r"[0-9]+")  # no sign, no "1.5", no "²" (a digit to str.isdigit, not to int)
+
+
+def _letter_ids(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    """Each id as PARTITION:OFFSET, two whole numbers (01:7 is 1:7); anything else is a usage
+    error (exit 2): `dlq show abc` said "no dead letter at abc" and exited 1, as if it had looked."""
+    ids = []
+    for text in value:
+        partition, colon, offset = text.strip().partition(":")
+        if not (colon and _DIGITS.fullmatch(partition) and _DIGITS.fullmatch(offset)):
+            raise click.BadParameter(
+                f"{text!r} is not a dead letter id: PARTITION:OFFSET, e.g. 2:17 (nearline dlq list shows them)"
+            )
+        ids.append(f"{int(partition)}:{int(offset)}")
+    return tuple(ids)
+
+
 @dlq.command(name="show")
-@click.argument("ids", nargs=-1, required=True, metavar="PARTITION:OFFSET...")
+@click.argument("ids", nargs=-1, required=True, metavar="PARTITION:OFFSET...", callback=_letter_ids)
 @cluster_options
 def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> None:
     """Everything about some dead letters, the payload included (base64): JSON Lines, one object
@@ -266,24 +293,63 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
 
 
 @dlq.command(name="replay")
-@click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]")
+@click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]", callback=_letter_ids)
 @click.option("--force", is_flag=True, help="Replay again letters an earlier replay put back that have no outcome yet.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    metavar="SECONDS",
+    help="How long to wait for another `dlq replay` of this dead-letter topic to finish before refusing (exit 1).",
+)
 @_dlq_filters
 def dlq_replay(
-    ids: tuple[str, ...], force: bool, job_id: str | None, stage: str | None, bootstrap_servers: str, namespace: str
+    ids: tuple[str, ...],
+    force: bool,
+    wait_s: float,
+    job_id: str | None,
+    stage: str | None,
+    bootstrap_servers: str,
+    namespace: str,
 ) -> None:
     """Re-inject outstanding dead letters into the topic they failed on, after a fix.
 
     Each record that has no result yet is replayed once, from its latest dead letter; a record
     that fails again gets a new one, which the next replay takes. A record replayed again before
-    its stage has taken it is skipped (status replayed) unless --force: its results are kept once."""
-    from jobs.dlq import OUTSTANDING, REPLAYED, RESOLVED, SUPERSEDED, entries, replay, select
+    its stage has taken it is skipped (status replayed) unless --force: its results are kept once.
+
+    One replay runs at a time per dead-letter topic: a second one started meanwhile waits for the
+    first (up to --wait) and then replays only what is still outstanding."""
+    from jobs.dlq_lock import ReplayBusyError, replay_turn
 
     if not (ids or job_id or stage):
         raise click.UsageError("name dead letters (PARTITION:OFFSET), a --job or a --stage")
     settings = require_servers(bootstrap_servers)
-    every = entries(settings, Topics(namespace), job_id=job_id)
-    _known_job(settings, Topics(namespace), job_id, every)
+    try:
+        with replay_turn(
+            settings, Topics(namespace), wait_s=wait_s, on_wait=lambda s: click.echo(s, err=True)
+        ) as check:
+            _replay_outstanding(settings, Topics(namespace), ids, force, job_id, stage, check)
+    except ReplayBusyError as exc:
+        click.echo(str(exc), err=True)
+        raise SystemExit(ExitCode.FAILED) from None
+
+
+def _replay_outstanding(
+    settings: KafkaSettings,
+    topics: Topics,
+    ids: tuple[str, ...],
+    force: bool,
+    job_id: str | None,
+    stage: str | None,
+    check: Callable[[], None],
+) -> None:
+    """`dlq replay`'s work, while it holds the dead-letter topic's replay claim."""
+    from jobs.dlq import OUTSTANDING, REPLAYED, RESOLVED, SUPERSEDED, entries, replay, select
+
+    every = entries(settings, topics, job_id=job_id)
+    _known_job(settings, topics, job_id, every)
     named = select(every, job_id=job_id, stage=stage, ids=ids, status=None)
     missing = set(ids) - {e.id for e in named}
     if missing:  # said before anything is replayed, as `dlq show` says it
@@ -313,5 +379,6 @@ def dlq_replay(
             f"(sha256 {e.letter.payload_sha256}); submit the original again",
             err=True,
         )
-    sent = replay(settings, Topics(namespace), [e for e in chosen if not e.letter.truncated])
+    check()  # the claim still holds: nobody else replays meanwhile
+    sent = replay(settings, topics, [e for e in chosen if not e.letter.truncated])
     click.echo(f"replayed {sent} dead letters", err=True)

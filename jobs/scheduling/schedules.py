@@ -69,7 +69,7 @@ def new_schedule(
 
 
 def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:
-    """Why `model`'s jobs would wait, if no GPU worker serves it on the cluster now, else None.
+    """What becomes of `model`'s jobs, if no GPU worker serves it on the cluster now, else None.
 
     A note, not a refusal: the workers may start later, or only at the tick's hour. It is there
     for the typo that would otherwise submit a job each tick that nothing ever runs."""
@@ -80,7 +80,16 @@ def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str |
     known = [g.removeprefix(prefix) for g in group_names(settings, prefix)]
     close = difflib.get_close_matches(model, [m for m in known if m != model], n=1)
     waits = f"no GPU worker serves {model} on this cluster now (consumer group {group} has no member)"
-    return f"{waits}, so its jobs will wait for one" + (f"; did you mean {close[0]}?" if close else "")
+    mean = f"; did you mean {close[0]}?" if close else "."
+    # Not "its jobs will wait": the model is looked up by the preprocess workers, in their own
+    # repository, which neither this command nor the scheduler reads (deploy/kubernetes/config.yaml).
+    # Where it lacks the model, each record is dead-lettered at once, and waits for nothing.
+    return (
+        f"{waits}{mean} Its jobs' records wait for one only if the preprocess workers' model repository has "
+        f"{model}; if it does not, every record is dead-lettered at preprocessing (ModelNotFoundError) until "
+        f"{model} is added there (nearline models prepare|import), and `nearline dlq replay --job JOB` puts "
+        "them back"
+    )
 
 
 def load_schedules(settings: KafkaSettings, topics: Topics) -> dict[str, Schedule]:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 from jobs.dlq import letters
+from jobs.dlq_lock import LEASE_S, LOCK_KEY, replay_turn
 from jobs.launch.runner import watch_job
 from jobs.results import read_outcome
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import OutRecord
 from schemas import DeadLetter, RawText, decode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
@@ -173,3 +183,61 @@ def test_dlq_of_a_job_nobody_submitted_says_so(pipeline: RunningPipeline, tmp_pa
     assert done.returncode == 0, done.stderr
     listed = pipeline.cli("dlq", "list", "--job", job)  # a job that exists and has none: 0, exit 0
     assert listed.returncode == 0 and "0 dead letters" in listed.stderr, listed.stderr
+
+
+def _dead_job(pipeline: RunningPipeline, tmp_path: Path, n: int) -> str:
+    """A job of n records whose model is missing, every record dead-lettered, and no worker left
+    to take a replayed record: what a replay puts back stays in raw.text, to be counted."""
+    model = f"gone{uuid.uuid4().hex[:6]}"
+    job = f"job-dlq-{uuid.uuid4().hex[:6]}"
+    rows = example_lines(n)
+    done = pipeline.cli("submit", str(write_jsonl(tmp_path / f"{job}.jsonl", rows)), "--model", model, "--job-id", job)
+    assert done.returncode == 0, done.stderr
+    pipeline.start("preprocess", "preprocess")
+    dead_letters_of(pipeline, job, n)
+    pipeline.stop()
+    return job
+
+
+def _raw_keys(pipeline: RunningPipeline) -> list[str]:
+    return [msg.key_text for msg in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
+
+
+def test_two_replays_started_together_replay_each_letter_once(pipeline: RunningPipeline, tmp_path: Path) -> None:
+    """Two `dlq replay --job J` started together both replayed every letter: 100 records into
+    raw.text for 50 (#40, 11). One replays them; the other waits for it and replays none."""
+    job = _dead_job(pipeline, tmp_path, 50)
+    before = _raw_keys(pipeline)
+    assert len(before) == 50
+    command = [sys.executable, "-m", "jobs.cli", "dlq", "replay", "--job", job]
+    runs = [subprocess.Popen(command, env=pipeline.env(), stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [run.communicate(timeout=120)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errs
+    counts = sorted(int(re.findall(r"replayed (\d+) dead letters", err)[-1]) for err in errs)
+    assert counts == [0, 50], errs
+    late = next(err for err in errs if "replayed 0 dead letters" in err)
+    assert "not replayed: 50 dead letters an earlier replay put back" in late, late
+    after = _raw_keys(pipeline)
+    assert sorted(after) == sorted(before * 2)  # each record once more, no more
+
+
+def test_a_replay_waits_for_one_that_holds_the_topic_and_refuses_after_wait(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    job = _dead_job(pipeline, tmp_path, 4)
+    with replay_turn(pipeline.settings, pipeline.topics, wait_s=0):  # a replay in progress, in this process
+        refused = pipeline.cli("dlq", "replay", "--job", job, "--wait", "1")
+    assert refused.returncode == 1, refused.stderr
+    assert f"started by {socket.gethostname()} pid {os.getpid()}" in refused.stderr, refused.stderr
+    assert "still holds" in refused.stderr and "nothing was replayed" in refused.stderr
+    assert "waiting for the dlq replay" in refused.stderr and "Traceback" not in refused.stderr
+    assert len(_raw_keys(pipeline)) == 4
+    # a run killed while it held the claim never releases it: its claim lapses
+    stale = {"event": "claim", "run": "killed", "who": "gone", "at_ms": int((time.time() - LEASE_S - 5) * 1000)}
+    produce_all(
+        make_producer(pipeline.settings),
+        [OutRecord(pipeline.topics.dlq_replays, json.dumps(stale).encode(), key=LOCK_KEY)],
+    )
+    done = pipeline.cli("dlq", "replay", "--job", job, "--wait", "0")
+    assert done.returncode == 0 and "replayed 4 dead letters" in done.stderr, done.stderr
+    assert len(_raw_keys(pipeline)) == 8

@@ -14,6 +14,7 @@ from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
+from kafka_io.settings import Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode
 from tests.support.pipeline import RunningPipeline
@@ -41,11 +42,13 @@ def test_replay_from_an_offset_decodes_records_and_stops_at_the_end(pipeline: Ru
     by_partition: dict[int, list[str]] = {}
     for msg in read_topics(pipeline.settings, [topic]):
         by_partition.setdefault(msg.partition, []).append(key(msg))
-    lines = replay(pipeline, tmp_path, "--topic", topic, "--partition", "1", "--from-offset", "1", "--to-offset", "3")
+    lines = replay(
+        pipeline, tmp_path, "--topic", "raw.text", "--partition", "1", "--from-offset", "1", "--to-offset", "3"
+    )
     assert [(line["partition"], line["offset"]) for line in lines] == [(1, 1), (1, 2)]
     assert [line["record"]["text"] for line in lines] == by_partition[1][1:3]
     assert all(line["type"] == "nearline.RawText" for line in lines)
-    everything = replay(pipeline, tmp_path, "--topic", topic, "--from-offset", "0")
+    everything = replay(pipeline, tmp_path, "--topic", "raw.text", "--from-offset", "0")
     assert len(everything) == 20
 
 
@@ -61,9 +64,9 @@ def test_a_replay_with_nothing_in_its_range_ends_at_once_with_no_record(
         ("--from-offset", "15", "--to-offset", "5"),
         ("--from-offset", "3", "--to-offset", "3"),
     ):
-        assert replay(pipeline, tmp_path, "--topic", topic, *args) == [], args  # exit 0, not 3 after 60 s
-    produce_texts(pipeline, "nothing-yet-" + topic, [])
-    assert replay(pipeline, tmp_path, "--topic", "nothing-yet-" + topic, "--from-offset", "0") == []
+        assert replay(pipeline, tmp_path, "--topic", "raw.text", *args) == [], args  # exit 0, not 3 after 60 s
+    produce_texts(pipeline, pipeline.topics.name("nothing-yet"), [])
+    assert replay(pipeline, tmp_path, "--topic", "nothing-yet", "--from-offset", "0") == []
 
 
 def test_replay_from_a_time_returns_only_later_records(pipeline: RunningPipeline, tmp_path: Path) -> None:
@@ -73,9 +76,9 @@ def test_replay_from_a_time_returns_only_later_records(pipeline: RunningPipeline
     cut = datetime.now(UTC)
     time.sleep(1.5)
     produce_texts(pipeline, topic, [f"after {i}" for i in range(7)])
-    later = replay(pipeline, tmp_path, "--topic", topic, "--from-time", cut.isoformat())
+    later = replay(pipeline, tmp_path, "--topic", "raw.text", "--from-time", cut.isoformat())
     assert sorted(line["record"]["text"] for line in later) == sorted(f"after {i}" for i in range(7))
-    earlier = replay(pipeline, tmp_path, "--topic", topic, "--from-offset", "0", "--to-time", cut.isoformat())
+    earlier = replay(pipeline, tmp_path, "--topic", "raw.text", "--from-offset", "0", "--to-time", cut.isoformat())
     assert sorted(line["record"]["text"] for line in earlier) == sorted(f"before {i}" for i in range(5))
 
 
@@ -86,23 +89,25 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: RunningPipeline) -> No
     first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
     commit_window(consumer, first)
     consumer.close()
+    names = ("--group", "gpu.replay", "--topic", "raw.text")  # inside the namespace (NEARLINE_NAMESPACE)
 
-    shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
+    shown = pipeline.cli("offsets", "show", *names)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"
-    dry = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-offset", "2", "--dry-run")
+    dry = pipeline.cli("offsets", "reset", *names, "--to-offset", "2", "--dry-run")
     assert f"{topic}/0: 5 -> 2" in dry.stdout
-    assert pipeline.cli("offsets", "show", "--group", group, "--topic", topic).stdout.splitlines()[1] == "0\t5\t12\t7"
+    assert pipeline.cli("offsets", "show", *names).stdout.splitlines()[1] == "0\t5\t12\t7"
     for args, committed in ((["--to-offset", "2"], 2), (["--to-latest"], 12), (["--to-earliest"], 0)):
-        done = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, *args)
+        done = pipeline.cli("offsets", "reset", *names, *args)
         assert done.returncode == 0, done.stderr
-        row = pipeline.cli("offsets", "show", "--group", group, "--topic", topic).stdout.splitlines()[1]
+        row = pipeline.cli("offsets", "show", *names).stdout.splitlines()[1]
         assert row.split("\t")[1] == str(committed)
 
 
 def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_error(pipeline: RunningPipeline) -> None:
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, ["a", "b"])
+    topic = "raw.text"  # inside the namespace
     group = ("--group", "g-untouched", "--topic", topic)
     cases = {
         ("replay", "--topic", topic, "--from-time", "yesterday"): "'yesterday' is not an ISO 8601 time",
@@ -139,7 +144,7 @@ def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not
     """Reading a missing topic created it (Tansu auto-creates on metadata), and a typo then read as "0 records"."""
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, ["a", "b"])
-    typo = topic + "x"
+    typo = "raw.textx"
     group = ("--group", "g-untouched", "--topic", typo)
     for args in (
         ("replay", "--topic", typo, "--from-offset", "0"),
@@ -150,11 +155,13 @@ def test_a_topic_that_does_not_exist_is_named_with_the_topics_that_do_and_is_not
     ):
         done = pipeline.cli(*args)
         assert done.returncode == 2, (args, done.stderr)
-        assert f"no topic '{typo}'" in done.stderr and "nothing was read or created" in done.stderr, args
+        assert (
+            f"no topic '{pipeline.topics.name(typo)}'" in done.stderr and "nothing was read or created" in done.stderr
+        ), args
         assert f"its topics, closest first: {topic}," in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and not done.stdout, args
     admin = make_admin(pipeline.settings)
-    assert typo not in admin.list_topics(timeout=10).topics
+    assert pipeline.topics.name(typo) not in admin.list_topics(timeout=10).topics
 
 
 def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(pipeline: RunningPipeline) -> None:
@@ -165,16 +172,18 @@ def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(p
     try:
         first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
         commit_window(consumer, first)  # a member now, and it stays one until closed
-        refused = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-earliest")
+        refused = pipeline.cli("offsets", "reset", "--group", "gpu.live", "--topic", "raw.text", "--to-earliest")
         assert refused.returncode == 1, refused.stderr
         assert f"group {group} has active members: stop its workers, then reset" in refused.stderr
         assert "KafkaError" not in refused.stderr and not refused.stdout
-        dry = pipeline.cli("offsets", "reset", "--group", group, "--topic", topic, "--to-earliest", "--dry-run")
+        dry = pipeline.cli(
+            "offsets", "reset", "--group", "gpu.live", "--topic", "raw.text", "--to-earliest", "--dry-run"
+        )
         assert dry.returncode == 0, dry.stderr
         assert f"{topic}/0: 5 -> 0" in dry.stdout and "has active members" in dry.stderr
     finally:
         consumer.close()
-    shown = pipeline.cli("offsets", "show", "--group", group, "--topic", topic)
+    shown = pipeline.cli("offsets", "show", "--group", "gpu.live", "--topic", "raw.text")
     assert shown.stdout.splitlines()[1] == "0\t5\t12\t7"  # nothing moved
 
 
@@ -186,12 +195,48 @@ def test_offsets_of_an_unknown_group_are_refused_naming_the_groups_that_exist(pi
     first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
     commit_window(consumer, first)
     consumer.close()
-    typo = group + "x"
+    typo = "gpu.knownx"
     for args in (("show",), ("reset", "--to-earliest"), ("reset", "--to-latest", "--dry-run")):
-        done = pipeline.cli("offsets", *args, "--group", typo, "--topic", topic)
+        done = pipeline.cli("offsets", *args, "--group", typo, "--topic", "raw.text")
         assert done.returncode == 2, (args, done.stderr)
-        assert f"no consumer group {typo!r}" in done.stderr and "nothing was read or changed" in done.stderr
+        assert (
+            f"no consumer group {pipeline.topics.name(typo)!r}" in done.stderr
+            and "nothing was read or changed" in done.stderr
+        )
         assert f"its groups, closest first: {group}" in done.stderr, done.stderr
         assert not done.stdout and "Traceback" not in done.stderr
-    assert typo not in group_names(pipeline.settings)  # nothing created
-    assert pipeline.cli("offsets", "show", "--group", group, "--topic", topic).returncode == 0
+    assert pipeline.topics.name(typo) not in group_names(pipeline.settings)  # nothing created
+    assert pipeline.cli("offsets", "show", "--group", "gpu.known", "--topic", "raw.text").returncode == 0
+
+
+def test_namespace_prefixes_the_topic_and_group_that_replay_and_offsets_name(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    """--namespace (NEARLINE_NAMESPACE, which the deploy manifests set) was ignored by `replay`
+    and `offsets`: they read the bare names, another pipeline's topics or none (#40, 12)."""
+    mine, other = pipeline.topics, Topics(pipeline.topics.namespace + "b")
+    for topics, count, committed in ((mine, 6, 2), (other, 9, 4)):
+        produce_texts(pipeline, topics.raw_text, [f"{topics.namespace} {i}" for i in range(count)], partitions=1)
+        consumer = make_consumer(pipeline.settings, topics.gpu_group("ns"))
+        first = next(windows(consumer, subscribe(consumer, [topics.raw_text]), WindowLimits(committed, 5000)))
+        commit_window(consumer, first)
+        consumer.close()
+    names = ("--group", "gpu.ns", "--topic", "raw.text")
+    for flag, topics, count, committed in (((), mine, 6, 2), (("--namespace", other.namespace), other, 9, 4)):
+        lines = replay(pipeline, tmp_path, "--topic", "raw.text", "--from-offset", "0", *flag)
+        assert {line["topic"] for line in lines} == {topics.raw_text} and len(lines) == count, flag
+        shown = pipeline.cli("offsets", "show", *names, *flag)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines()[1] == f"0\t{committed}\t{count}\t{count - committed}", flag
+        moved = pipeline.cli("offsets", "reset", *names, "--to-earliest", *flag)
+        assert moved.returncode == 0 and f"{topics.raw_text}/0: {committed} -> 0" in moved.stdout, moved.stderr
+        assert f"group {topics.gpu_group('ns')} reset on {topics.raw_text}" in moved.stderr
+    # the other namespace's group was moved only by the run that named it
+    assert pipeline.cli("offsets", "show", *names).stdout.splitlines()[1] == "0\t0\t6\t6"
+    # a whole name, typed as before the fix, is named with the prefix that doubled it
+    whole = pipeline.cli("replay", "--topic", mine.raw_text, "--from-offset", "0")
+    assert whole.returncode == 2, whole.stderr
+    assert f"no topic '{mine.name(mine.raw_text)}'" in whole.stderr, whole.stderr
+    assert f"--namespace {mine.namespace} prefixes every name given: give 'raw.text'" in whole.stderr
+    group = pipeline.cli("offsets", "show", "--group", mine.gpu_group("ns"), "--topic", "raw.text")
+    assert group.returncode == 2 and "give 'gpu.ns'" in group.stderr, group.stderr

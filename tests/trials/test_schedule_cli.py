@@ -100,8 +100,15 @@ def test_schedule_add_notes_a_model_no_gpu_worker_serves_and_the_name_one_does(p
     assert typo.returncode == 0, typo.stderr  # workers may come later: a note, not a refusal
     assert (
         f"note: no GPU worker serves tinny on this cluster now (consumer group {pipeline.topics.gpu_group('tinny')} "
-        "has no member), so its jobs will wait for one; did you mean tiny?"
+        "has no member); did you mean tiny?"
     ) in typo.stderr
+    # it said "so its jobs will wait for one", but a model the preprocess workers' repository lacks
+    # has every record dead-lettered at once (tests/jobs/test_dlq.py), which waits for nothing (#40, 13)
+    assert "will wait for one" not in typo.stderr
+    assert (
+        "Its jobs' records wait for one only if the preprocess workers' model repository has tinny; if it does "
+        "not, every record is dead-lettered at preprocessing (ModelNotFoundError) until tinny is added there"
+    ) in typo.stderr and "nearline dlq replay --job JOB" in typo.stderr
 
 
 def test_schedule_add_refuses_a_name_that_could_not_begin_a_job_id(pipeline: RunningPipeline) -> None:

@@ -212,3 +212,13 @@ def test_an_output_format_that_contradicts_the_file_name_is_a_usage_error(
     assert done.returncode == 2, done.stderr
     assert f"{name} names {named} but --output-format says {forced}" in done.stderr, done.stderr
     assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize("text", ["abc", "1:", ":5", "1:2:3", "1:x", "1.0:2", "1:²"])
+@pytest.mark.parametrize("verb", ["show", "replay"])
+def test_a_dead_letter_id_that_is_not_partition_offset_is_a_usage_error(verb: str, text: str) -> None:
+    """`dlq show abc` exited 1, "no dead letter at abc", as if it had looked (#40, 13)."""
+    done = nearline("dlq", verb, "2:17", text)
+    assert done.returncode == 2, done.stderr
+    assert f"{text!r} is not a dead letter id: PARTITION:OFFSET, e.g. 2:17" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not done.stdout
