@@ -13,14 +13,15 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from jobs.liveness import JobCancelledError
 from jobs.progress import Progress, format_eta
-from jobs.results import JobOutcome
+from jobs.results import JobFold, JobOutcome
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
 from kafka_io.settings import KafkaSettings, Priority, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
-from schemas import Job, encode, now_us
+from schemas import Job, SerdeError, decode, encode, now_us
 
 
 class JobNotFoundError(LookupError):
@@ -196,6 +197,43 @@ def watch_status(
                 progress = Progress(status.job.total, now, status.done, baseline=status.done)
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"job {job_id} still {status.state.value} after {timeout_s:.0f} s")
+
+
+class CancelWatch:
+    """A follow_job watchdog that stops a wait once the submission it follows is cancelled
+    (JobCancelledError). It follows the jobs topic itself, a poll that returns at once each tick,
+    so a cancel is noticed within a poll or two of reaching the registry. A context manager: its
+    reader is closed on leaving."""
+
+    def __init__(self, settings: KafkaSettings, topics: Topics, job_id: str, submission: int | None) -> None:
+        self._topics, self._job_id, self._submission = topics, job_id, submission
+        self._follower = TopicFollower(settings, [topics.jobs])
+        self._cancelled: Job | None = None
+
+    def __enter__(self) -> CancelWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._follower.close()
+
+    def __call__(self, fold: JobFold) -> None:
+        for record in self._follower.poll(0):
+            if record.key_text != self._job_id or record.deleted:
+                continue
+            try:
+                job = decode(record.value, Job)
+            except SerdeError:
+                continue
+            # Only rows of this submission: a cancelled earlier submission of the same job id
+            # (resubmitted since) says nothing about this one.
+            if job.submission == self._submission:
+                self._cancelled = job if job.cancelled_at is not None else None
+        if self._cancelled is not None and fold.done < self._cancelled.total:
+            raise JobCancelledError(
+                f"job {self._job_id} was cancelled (nearline cancel) with {fold.done} of {self._cancelled.total} "
+                "records done; results of records already in flight may still land: nearline status "
+                f"{self._job_id} counts them"
+            )
 
 
 def cancel(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:

@@ -18,6 +18,7 @@ from jobs.kept import KeptColumns
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
+from jobs.registry import CancelWatch
 from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import SubmitReport, pipeline_topics, submit
@@ -148,6 +149,19 @@ def follow_job(
         progress.done, progress.failed = fold.done, fold.failed
         on_progress(progress)
     return time.monotonic() - started
+
+
+Watchdog = Callable[[JobFold], None]
+
+
+def all_of(*watchdogs: Watchdog) -> Watchdog:
+    """One watchdog that asks each of `watchdogs` in turn: the first to raise stops the wait."""
+
+    def check(outcome: JobFold) -> None:
+        for watchdog in watchdogs:
+            watchdog(outcome)
+
+    return check
 
 
 def worker_liveness(
@@ -323,15 +337,17 @@ def run_job(
         # on disk, not in memory: a job of millions of embeddings is gigabytes of results
         spill = ResultSpill(report.job_id, submission=report.submission, kept=KeptColumns.of(source.kept_schema()))
         try:
-            seconds = follow_job(
-                settings,
-                topics,
-                spill,
-                report.submitted,
-                on_progress=on_progress,
-                watchdog=watchdog,
-                timeout_s=timeout_s,
-            )
+            # a job cancelled mid-run (nearline cancel, on a cluster or on the broker the run started)
+            with CancelWatch(settings, topics, report.job_id, report.submission) as cancelled:
+                seconds = follow_job(
+                    settings,
+                    topics,
+                    spill,
+                    report.submitted,
+                    on_progress=on_progress,
+                    watchdog=all_of(cancelled, watchdog),
+                    timeout_s=timeout_s,
+                )
             if not bootstrap_servers:
                 # Every result is read, and the memory-only broker is discarded with all it holds:
                 # a graceful stop (faust leaving its group, final commits, Tansu's shutdown) would
