@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -100,6 +101,8 @@ class JobStatus:
         return JobState.RUNNING if self.preprocessed or self.done else JobState.SUBMITTED
 
     def counts(self) -> dict[str, int]:
+        # cancelled: records with no result or dead letter at the time of asking. Records already
+        # in flight when the cancel came (polled, in a batch) still land, so it shrinks for a while.
         cancelled = self.job.total - self.done if self.state is JobState.CANCELLED else 0
         return {
             "submitted": self.job.total,
@@ -120,6 +123,8 @@ class JobStatus:
             "schedule": self.job.schedule,
             "state": self.state.value,
             "error": self.job.error,
+            # when the cancel was registered; counts.cancelled is as of now (see counts())
+            "cancelled_at": _iso(self.job.cancelled_at),
             "counts": self.counts(),
             "records_per_s": rate,
             "eta_s": progress.eta(now) if progress is not None and self.done < self.job.total else None,
@@ -134,10 +139,14 @@ class JobStatus:
             f"{self.job.job_id} {self.state.value}{' (live lane)' if self.job.priority == 'live' else ''}: "
             f"{self.done}/{c['submitted']} done "
             f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
-            + (f", cancelled {c['cancelled']}" if c["cancelled"] else "")
+            + (f", cancelled {c['cancelled']} not done yet, fewer as in-flight results land" if c["cancelled"] else "")
             + ")"
             + (f"  {progress.rate(now):.1f} rec/s  ETA {format_eta(progress.eta(now))}" if progress else "")
         )
+
+
+def _iso(us: int | None) -> str | None:
+    return None if us is None else datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="seconds")
 
 
 def job_tensors_topic(topics: Topics, job: Job) -> str:
