@@ -341,3 +341,23 @@ def test_submit_wait_stops_with_exit_8_soon_after_its_job_is_cancelled(
     again, _ = submit_wait(pipeline, source, "--job-id", job_id, "--timeout", "100")
     assert again.returncode == 0, again.stderr
 
+
+def test_submit_wait_gives_up_with_exit_6_soon_after_the_only_gpu_worker_is_sigkilled(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    # #40 defect 5: Tansu keeps the group of a SIGKILLed GPU worker STABLE with no members listed
+    # for minutes; going by state alone the wait ran to --timeout (exit 7)
+    pipeline.start("preprocess", "preprocess")
+    gpu = pipeline.start("gpu", "gpu", "--model", "tiny")
+    warm, _ = submit_wait(pipeline, many_lines(tmp_path / "warm.jsonl", 5), "--worker-grace", "10")
+    assert warm.returncode == 0, warm.stderr  # a live GPU worker with nothing left to do is not blamed
+    group = pipeline.topics.gpu_group("tiny")
+    assert live_groups(pipeline.settings, [group]) == {group}
+    gpu.process.send_signal(signal.SIGKILL)
+    gpu.process.wait()
+    done, seconds = submit_wait(
+        pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "10", "--timeout", "100"
+    )
+    assert done.returncode == 6, done.stderr
+    assert "no GPU worker for tiny alive" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert seconds < 60, done.stderr  # grace 10 s: well under the --timeout of 100 s
