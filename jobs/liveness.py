@@ -26,6 +26,12 @@ class JobTimeoutError(JobWaitError, TimeoutError):  # callers that caught Timeou
     exit_code = ExitCode.TIMED_OUT
 
 
+class JobCancelledError(JobWaitError):
+    """The job's submission was cancelled while a wait followed it: no more of it will be run."""
+
+    exit_code = ExitCode.CANCELLED
+
+
 class JobInterrupted(JobWaitError):
     """Ctrl-C, SIGTERM or SIGHUP while waiting: the shell's convention, 128 + the signal number."""
 

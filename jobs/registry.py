@@ -10,17 +10,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from jobs.liveness import JobCancelledError
 from jobs.progress import Progress, format_eta
-from jobs.results import JobOutcome
+from jobs.results import JobFold, JobOutcome
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
 from kafka_io.settings import KafkaSettings, Priority, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
-from schemas import Job, encode, now_us
+from schemas import Job, SerdeError, decode, encode, now_us
 
 
 class JobNotFoundError(LookupError):
@@ -99,6 +101,8 @@ class JobStatus:
         return JobState.RUNNING if self.preprocessed or self.done else JobState.SUBMITTED
 
     def counts(self) -> dict[str, int]:
+        # cancelled: records with no result or dead letter at the time of asking. Records already
+        # in flight when the cancel came (polled, in a batch) still land, so it shrinks for a while.
         cancelled = self.job.total - self.done if self.state is JobState.CANCELLED else 0
         return {
             "submitted": self.job.total,
@@ -119,6 +123,8 @@ class JobStatus:
             "schedule": self.job.schedule,
             "state": self.state.value,
             "error": self.job.error,
+            # when the cancel was registered; counts.cancelled is as of now (see counts())
+            "cancelled_at": _iso(self.job.cancelled_at),
             "counts": self.counts(),
             "records_per_s": rate,
             "eta_s": progress.eta(now) if progress is not None and self.done < self.job.total else None,
@@ -133,10 +139,14 @@ class JobStatus:
             f"{self.job.job_id} {self.state.value}{' (live lane)' if self.job.priority == 'live' else ''}: "
             f"{self.done}/{c['submitted']} done "
             f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
-            + (f", cancelled {c['cancelled']}" if c["cancelled"] else "")
+            + (f", cancelled {c['cancelled']} not done yet, fewer as in-flight results land" if c["cancelled"] else "")
             + ")"
             + (f"  {progress.rate(now):.1f} rec/s  ETA {format_eta(progress.eta(now))}" if progress else "")
         )
+
+
+def _iso(us: int | None) -> str | None:
+    return None if us is None else datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="seconds")
 
 
 def job_tensors_topic(topics: Topics, job: Job) -> str:
@@ -196,6 +206,43 @@ def watch_status(
                 progress = Progress(status.job.total, now, status.done, baseline=status.done)
             if timeout_s is not None and now - started > timeout_s:
                 raise TimeoutError(f"job {job_id} still {status.state.value} after {timeout_s:.0f} s")
+
+
+class CancelWatch:
+    """A follow_job watchdog that stops a wait once the submission it follows is cancelled
+    (JobCancelledError). It follows the jobs topic itself, a poll that returns at once each tick,
+    so a cancel is noticed within a poll or two of reaching the registry. A context manager: its
+    reader is closed on leaving."""
+
+    def __init__(self, settings: KafkaSettings, topics: Topics, job_id: str, submission: int | None) -> None:
+        self._topics, self._job_id, self._submission = topics, job_id, submission
+        self._follower = TopicFollower(settings, [topics.jobs])
+        self._cancelled: Job | None = None
+
+    def __enter__(self) -> CancelWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._follower.close()
+
+    def __call__(self, fold: JobFold) -> None:
+        for record in self._follower.poll(0):
+            if record.key_text != self._job_id or record.deleted:
+                continue
+            try:
+                job = decode(record.value, Job)
+            except SerdeError:
+                continue
+            # Only rows of this submission: a cancelled earlier submission of the same job id
+            # (resubmitted since) says nothing about this one.
+            if job.submission == self._submission:
+                self._cancelled = job if job.cancelled_at is not None else None
+        if self._cancelled is not None and fold.done < self._cancelled.total:
+            raise JobCancelledError(
+                f"job {self._job_id} was cancelled (nearline cancel) with {fold.done} of {self._cancelled.total} "
+                "records done; results of records already in flight may still land: nearline status "
+                f"{self._job_id} counts them"
+            )
 
 
 def cancel(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:

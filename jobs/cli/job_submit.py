@@ -246,27 +246,30 @@ def submit_cmd(
     click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
     if wait:
-        from jobs.launch.runner import watch_job, worker_liveness
-        from jobs.liveness import JobWaitError
+        from jobs.launch.runner import all_of, watch_job, worker_liveness
+        from jobs.liveness import JobCancelledError, JobWaitError
+        from jobs.registry import CancelWatch
 
         settings, topics = require_servers(job.bootstrap_servers), Topics(job.namespace)
         display = ProgressDisplay()
         try:
-            outcome, seconds = watch_job(
-                settings,
-                topics,
-                report.job_id,
-                report.submitted,
-                on_progress=display,
-                watchdog=worker_liveness(settings, topics, job.model, worker_grace),
-                timeout_s=timeout,
-                submission=report.submission,
-                keep_results=False,  # the wait reports counts and dead letters, never the results
-            )
+            with CancelWatch(settings, topics, report.job_id, report.submission) as cancelled:
+                outcome, seconds = watch_job(
+                    settings,
+                    topics,
+                    report.job_id,
+                    report.submitted,
+                    on_progress=display,
+                    # a cancelled job is named as such, even when its workers are gone too
+                    watchdog=all_of(cancelled, worker_liveness(settings, topics, job.model, worker_grace)),
+                    timeout_s=timeout,
+                    submission=report.submission,
+                    keep_results=False,  # the wait reports counts and dead letters, never the results
+                )
         except JobWaitError as exc:
             display.close()
             # the job stays submitted: workers that come back finish it (nearline status/results)
-            click.echo(f"error: {exc}", err=True)
+            click.echo(str(exc) if isinstance(exc, JobCancelledError) else f"error: {exc}", err=True)
             raise SystemExit(exc.exit_code) from None
         click.echo(f"job {report.job_id} done in {seconds:.1f} s: {len(outcome.dead)} dead-lettered", err=True)
         if outcome.dead:

@@ -18,6 +18,7 @@ from jobs.kept import KeptColumns
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
+from jobs.registry import CancelWatch
 from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import SubmitReport, pipeline_topics, submit
@@ -25,8 +26,9 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import AdminClient, check_not_refused, make_admin
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups, committed_total
+from kafka_io.offsets import group_lag
 from kafka_io.reading import TopicFollower
-from kafka_io.settings import DEFAULT_PRIORITY, KafkaSettings, Priority, Topics
+from kafka_io.settings import DEFAULT_PRIORITY, PRIORITIES, KafkaSettings, Priority, Topics
 from kafka_io.topics import ensure_topics
 from schemas.model_config import ModelConfig, ModelNotFoundError, load_model_config, move_hint
 
@@ -150,6 +152,19 @@ def follow_job(
     return time.monotonic() - started
 
 
+Watchdog = Callable[[JobFold], None]
+
+
+def all_of(*watchdogs: Watchdog) -> Watchdog:
+    """One watchdog that asks each of `watchdogs` in turn: the first to raise stops the wait."""
+
+    def check(outcome: JobFold) -> None:
+        for watchdog in watchdogs:
+            watchdog(outcome)
+
+    return check
+
+
 def worker_liveness(
     settings: KafkaSettings, topics: Topics, model: str, grace_s: float, every_s: float = 2.0
 ) -> Callable[[JobFold], None]:
@@ -157,15 +172,18 @@ def worker_liveness(
     still needs has had no member in its consumer group, and no record completed, for grace_s.
 
     Both stages count: with no preprocess worker, nothing reaches the GPU group, which stays live
-    and waits for ever. The preprocess app's group is a slow signal on Tansu (it stayed STABLE for
-    24 s+ after its faust worker had stopped), which only delays the verdict. A broker that does
-    not answer says nothing about the workers: an outage never counts against them."""
+    and waits for ever. A group's state alone is not trusted: Tansu reports the group of a
+    SIGKILLed worker STABLE, listing no members, for minutes (shared/docs/tansu.md), so a group
+    "live" by state whose committed offsets did not move for grace_s counts as gone too (see
+    _Stall), and is then blamed only if the job still needs it. A broker that does not answer says
+    nothing about the workers: an outage never counts against them."""
     stages = {"GPU": topics.gpu_group(model), "preprocess": topics.preprocess_app_id}
     started = time.monotonic()
     liveness = {stage: Liveness(grace_s, last_alive=started) for stage in stages}
+    stalls = {stage: _Stall(settings, group, grace_s, started) for stage, group in stages.items()}
+    stalled: set[str] = set()  # the stages last seen "live" by state but committing nothing
     last_asked = float("-inf")
     admin = make_admin(settings)  # one for the whole watch (kafka_io.groups.answered_live_groups)
-    preprocessing = _Progress(settings, stages["preprocess"], grace_s, started)
 
     def check(outcome: JobFold) -> None:
         nonlocal last_asked
@@ -173,10 +191,11 @@ def worker_liveness(
         if now - last_asked >= every_s:
             last_asked = now
             live = answered_live_groups(settings, list(stages.values()), admin=admin)
-            preprocess = stages["preprocess"]
-            if live is not None and preprocess in live and not preprocessing.moved(now, admin):
-                live.discard(preprocess)  # "live" by state, but it commits nothing: see _Progress
+            stalled.clear()
             for stage, group in stages.items():
+                if live is not None and group in live and not stalls[stage].moved(now, admin):
+                    live.discard(group)
+                    stalled.add(stage)
                 liveness[stage].observe(now, live is None or group in live, outcome.done)
         for stage, group in stages.items():
             silent = liveness[stage].gone_for(now)
@@ -193,8 +212,18 @@ def worker_liveness(
                     "start one (nearline worker preprocess) and wait again with "
                     f"nearline status {outcome.job_id} --watch"
                 )
+            why = f"consumer group {group} has no members"
+            if stage in stalled:
+                waiting = _gpu_backlog(settings, topics, model)
+                if not waiting:  # idle with nothing to do (or unknown): the preprocess side is the one to watch
+                    liveness[stage].observe(now, True, outcome.done)
+                    continue
+                why = (
+                    f"consumer group {group} committed nothing for {silent:.0f} s while {waiting} tensor record(s) "
+                    "wait past its offsets"
+                )
             raise WorkersGoneError(
-                f"no GPU worker for {model} alive for {silent:.0f} s (consumer group {group} has no members): "
+                f"no GPU worker for {model} alive for {silent:.0f} s ({why}): "
                 "start workers (nearline worker preprocess / nearline worker gpu) and wait again with "
                 f"nearline status {outcome.job_id} --watch"
             )
@@ -202,12 +231,13 @@ def worker_liveness(
     return check
 
 
-class _Progress:
+class _Stall:
     """Whether a group's committed offsets moved in the last grace_s. Tansu calls a group STABLE,
-    listing no members, for a while after its only member was SIGKILLed, and `submit --wait`
-    waited on it: a preprocess group that is "live" by state but committed nothing for grace_s
-    is treated as gone, and the watchdog then asks whether the job still needs that stage (an
-    idle worker with nothing of the job left to do is not blamed)."""
+    listing no members, for minutes after its only member was SIGKILLed, and `submit --wait`
+    waited on it: a group that is "live" by state but committed nothing for grace_s is treated
+    as gone, and the watchdog then asks whether the job still needs that stage (an idle worker
+    with nothing of the job left to do is not blamed). On Kafka a live worker's offsets move
+    just the same, so the signal is as honest there."""
 
     def __init__(self, settings: KafkaSettings, group: str, grace_s: float, now: float) -> None:
         self._settings, self._group, self._grace_s = settings, group, grace_s
@@ -221,6 +251,17 @@ class _Progress:
         if total != self._total:
             self._total, self._moved_at = total, now
         return now - self._moved_at <= self._grace_s
+
+
+def _gpu_backlog(settings: KafkaSettings, topics: Topics, model: str) -> int | None:
+    """Tensor records, of any job, past the GPU group's committed offsets in both lanes; None if
+    that cannot be read now. Asked once the GPU stage looks gone, not every poll: it reads the
+    lanes' true ends (kafka_io.offsets)."""
+    tensors, group = topics.tensors(model), topics.gpu_group(model)
+    try:
+        return sum(group_lag(settings, group, topics.lane(tensors, lane)) for lane in PRIORITIES)
+    except KAFKA_FAULTS:
+        return None
 
 
 def _not_preprocessed(settings: KafkaSettings, topics: Topics, job_id: str) -> int | None:
@@ -323,15 +364,17 @@ def run_job(
         # on disk, not in memory: a job of millions of embeddings is gigabytes of results
         spill = ResultSpill(report.job_id, submission=report.submission, kept=KeptColumns.of(source.kept_schema()))
         try:
-            seconds = follow_job(
-                settings,
-                topics,
-                spill,
-                report.submitted,
-                on_progress=on_progress,
-                watchdog=watchdog,
-                timeout_s=timeout_s,
-            )
+            # a job cancelled mid-run (nearline cancel, on a cluster or on the broker the run started)
+            with CancelWatch(settings, topics, report.job_id, report.submission) as cancelled:
+                seconds = follow_job(
+                    settings,
+                    topics,
+                    spill,
+                    report.submitted,
+                    on_progress=on_progress,
+                    watchdog=all_of(cancelled, watchdog),
+                    timeout_s=timeout_s,
+                )
             if not bootstrap_servers:
                 # Every result is read, and the memory-only broker is discarded with all it holds:
                 # a graceful stop (faust leaving its group, final commits, Tansu's shutdown) would

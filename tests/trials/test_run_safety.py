@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -297,3 +298,66 @@ def test_an_input_with_no_record_is_refused_by_name(tiny: TinyModel, model_repos
     assert done.returncode == 2, done.stderr
     assert f"error: {empty} holds no records: nothing was submitted" in done.stderr
     assert "embedded broker" not in done.stderr and not out.exists()
+
+
+def job_state(pipeline: RunningPipeline, job_id: str) -> str | None:
+    status = pipeline.cli("status", job_id, "--json")
+    return json.loads(status.stdout)["state"] if status.returncode == 0 else None
+
+
+def test_submit_wait_stops_with_exit_8_soon_after_its_job_is_cancelled(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    # #40 defect 4: the wait sat on its progress line until --timeout (then exit 7, no word of the cancel)
+    source = many_lines(tmp_path / "in.jsonl", 40)
+    job_id = "job-cwait"
+    pipeline.start("preprocess", "preprocess")  # no GPU worker: the job cannot complete by itself
+    # neither --worker-grace nor --timeout may be what ends this wait
+    args = ["submit", str(source), "--model", "tiny", "--job-id", job_id, "--wait", "--worker-grace", "600"]
+    wait = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", *args, "--timeout", "100"],
+        env=pipeline.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (state := job_state(pipeline, job_id)) != "running":  # registered, and being worked on
+            assert time.monotonic() < deadline and wait.poll() is None, state
+            time.sleep(0.5)
+        assert pipeline.cli("cancel", job_id).returncode == 0
+        cancelled = time.monotonic()
+        _, stderr = wait.communicate(timeout=90)
+    finally:
+        wait.kill()
+    assert wait.returncode == 8, stderr
+    assert time.monotonic() - cancelled < 30, stderr  # well under the --timeout of 100 s
+    assert f"job {job_id} was cancelled (nearline cancel) with 0 of 40 records done" in stderr, stderr
+    assert "error:" not in stderr and "Traceback" not in stderr
+
+    # the same job id submitted again is a new submission: the old one's cancel does not stop its wait
+    pipeline.start("gpu", "gpu", "--model", "tiny")
+    again, _ = submit_wait(pipeline, source, "--job-id", job_id, "--timeout", "100")
+    assert again.returncode == 0, again.stderr
+
+
+def test_submit_wait_gives_up_with_exit_6_soon_after_the_only_gpu_worker_is_sigkilled(
+    pipeline: RunningPipeline, tmp_path: Path
+) -> None:
+    # #40 defect 5: Tansu keeps the group of a SIGKILLed GPU worker STABLE with no members listed
+    # for minutes; going by state alone the wait ran to --timeout (exit 7)
+    pipeline.start("preprocess", "preprocess")
+    gpu = pipeline.start("gpu", "gpu", "--model", "tiny")
+    warm, _ = submit_wait(pipeline, many_lines(tmp_path / "warm.jsonl", 5), "--worker-grace", "10")
+    assert warm.returncode == 0, warm.stderr  # a live GPU worker with nothing left to do is not blamed
+    group = pipeline.topics.gpu_group("tiny")
+    assert live_groups(pipeline.settings, [group]) == {group}
+    gpu.process.send_signal(signal.SIGKILL)
+    gpu.process.wait()
+    done, seconds = submit_wait(
+        pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "10", "--timeout", "100"
+    )
+    assert done.returncode == 6, done.stderr
+    assert "no GPU worker for tiny alive" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert seconds < 60, done.stderr  # grace 10 s: well under the --timeout of 100 s
