@@ -35,6 +35,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,7 +48,9 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
-from tests.support.apache_kafka import ApacheKafka
+
+if TYPE_CHECKING:
+    from tests.support.apache_kafka import ApacheKafka
 
 MODEL = "minilm"
 NAMESPACE = "system-cost"
@@ -153,6 +156,8 @@ def busy_seconds(path: Path) -> float:
 def start_broker(which: str, work: Path, kind: str) -> EmbeddedBroker | ApacheKafka:
     """The embedded Tansu, or a one-node Apache Kafka with its data on disk (tests/support/apache_kafka.py)."""
     if which == "kafka":
+        from tests.support.apache_kafka import ApacheKafka  # only here: the GPU image's dry run has no Kafka
+
         return ApacheKafka.start(Path(tempfile.mkdtemp(dir=work, prefix=f"kafka-{kind}-")))
     return EmbeddedBroker.start(work / f"broker-{kind}.log")
 
