@@ -181,8 +181,9 @@ def _install(
         export(scratch)
         for name, source in files.items():
             shutil.copy2(source, scratch / name)
-        _check_parity(replace_fields(config, directory=scratch), reference, sample)
-        replace_fields(config, directory=scratch).write()
+        staged = replace_fields(config, directory=scratch)
+        _check_parity(staged, reference, sample)
+        staged.write()
         scratch.chmod(0o755)  # mkdtemp made it private
         refuse_existing(repository, config.name, config.version, replace)  # another import may have won meanwhile
         target.parent.mkdir(parents=True, exist_ok=True)

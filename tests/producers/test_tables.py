@@ -401,6 +401,8 @@ def test_a_kept_time_python_cannot_hold_is_a_problem_of_its_row(tmp_path: Path) 
         "(date value out of range)"
     ]
     assert [r.attributes for r in items(source) if isinstance(r, InputRecord)] == [{"far": '"1970-01-01T00:00:00"'}]
+
+
 @pytest.mark.parametrize("bad_line", [3, 200_002])
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 def test_a_byte_that_is_not_utf8_is_named_by_its_own_line_in_the_file(

@@ -16,7 +16,6 @@ import pytest
 from PIL import Image
 
 from jobs.launch.runner import watch_job
-from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from producers.images import MAX_IMAGE_BYTES
 from schemas.model_config import ModelConfig
@@ -25,16 +24,8 @@ from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.pipeline import RunningPipeline, follow_until, submit
-from tests.support.records import key
+from tests.support.records import copies_of
 from tests.support.tiny_model import TinyModel
-
-
-def copies_of(settings: KafkaSettings, topic: str) -> dict[str, int]:
-    """How many times each job/record key is in the topic, as a read_committed reader sees it."""
-    copies: dict[str, int] = {}
-    for msg in read_topics(settings, [topic]):
-        copies[key(msg)] = copies.get(key(msg), 0) + 1
-    return copies
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.pipeline import RunningPipeline, follow_until, submit
-from tests.support.records import key
+from tests.support.records import copies_of
 from tests.support.tiny_model import TinyModel
 
 RNG = random.Random(20261129)
@@ -226,9 +226,7 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
     assert reached < len(rows)
     pipeline.start("gpu", *args)
     watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
-    copies: dict[str, int] = {}
-    for msg in read_topics(pipeline.settings, [pipeline.topics.results]):  # read_committed, not deduplicated
-        copies[key(msg)] = copies.get(key(msg), 0) + 1
+    copies = copies_of(pipeline.settings, pipeline.topics.results)
     assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
     assert set(copies.values()) == {1}
 
