@@ -43,6 +43,11 @@ class ConsumedRecord:
         return job_of(self.headers)
 
     @property
+    def records(self) -> int:
+        """How many records it holds: a pack's `records` header, else 1 (schemas/packs.py)."""
+        return records_of(self.headers)
+
+    @property
     def submission(self) -> int | None:
         return submission_of(self.headers)
 
@@ -56,6 +61,26 @@ def job_record(topic: str, value: bytes, job_id: str, record_id: str, submission
     if submission is not None:
         headers.append(("submission", str(submission).encode()))
     return OutRecord(topic, value, f"{job_id}/{record_id}".encode(), headers)
+
+
+def pack_record(
+    topic: str, value: bytes, job_id: str, first_record_id: str, records: int, submission: int | None = None
+) -> OutRecord:
+    """A pack of `records` records of a job (schemas/packs.py) as every stage writes it: as
+    job_record writes a record (keyed by the job and its first record, so a job's packs spread
+    over partitions), with a `records` header that counts its records without decoding it."""
+    out = job_record(topic, value, job_id, first_record_id, submission)
+    out.headers.append((RECORDS_HEADER, str(records).encode()))
+    return out
+
+
+RECORDS_HEADER = "records"
+
+
+def records_of(headers: Headers | None) -> int:
+    """The records a Kafka record holds: its `records` header (a pack), else 1."""
+    value = _header(headers, RECORDS_HEADER)
+    return int(value) if value is not None and value.isdigit() and value != b"0" else 1
 
 
 def _header(headers: Headers | None, name: str) -> bytes | None:

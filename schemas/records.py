@@ -220,6 +220,7 @@ class DeadLetter(AvroFields):
     model_version: str | None = None
     payload_size: int | None = None
     payload_sha256: str | None = None
+    source_index: int | None = None  # the record's index in its source pack (schemas/packs.py)
 
     @property
     def truncated(self) -> bool:
@@ -237,8 +238,10 @@ class DeadLetter(AvroFields):
         record_id: str | None = None,
         model: str | None = None,
         model_version: str | None = None,
+        index: int | None = None,
     ) -> DeadLetter:
         """The dead letter for a record that `error` stopped at `stage`; source is (topic, partition, offset, value).
+        `index`: the record's index in the pack at that offset, whose value is then the record alone.
 
         Size-capped whatever the record and the error (kafka_io/limits.py): a dead letter must fit
         where the record that failed may not have."""
@@ -259,6 +262,7 @@ class DeadLetter(AvroFields):
             model_version,
             size,
             sha256,
+            index,
         )
 
 
