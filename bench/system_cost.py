@@ -26,8 +26,11 @@ host's cores allow, so that the CPU side has the cores to feed the device.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,7 +48,8 @@ from bench.procfs import cpu_seconds
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.offsets import group_lag
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, PRIORITIES, KafkaSettings, Topics
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
@@ -85,11 +89,19 @@ class Command:
     stdout: str
 
 
-def timed_command(argv: list[str], env: dict[str, str]) -> Command:
-    """Run argv to its end; its wall time and the CPU it (and its children) used, from wait4."""
+def timed_command(
+    argv: list[str], env: dict[str, str], stderr_to: Path | None = None, pids: list[int] | None = None
+) -> Command:
+    """Run argv to its end; its wall time and the CPU it (and its children) used, from wait4.
+    `stderr_to`: its stderr in that file (a .log there is shown when a run stalls or fails)."""
     started = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (
+        tempfile.TemporaryFile() as out,
+        stderr_to.open("w+b") if stderr_to is not None else tempfile.TemporaryFile() as err,
+    ):
         proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err)
+        if pids is not None:
+            pids.append(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - started
@@ -129,6 +141,7 @@ def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None
     from schemas.model_config import load_model_config
 
     exit_on_sigterm()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stall_report's question, as `nearline` answers it
     config = load_model_config(repository, MODEL)
     engine: Engine
     if engine_kind == "zero-cost":
@@ -151,6 +164,34 @@ def busy_seconds(path: Path) -> float:
         return float(path.read_text())
     except (OSError, ValueError):
         return 0.0
+
+
+# A measured job that has not completed after this long (plus a second per STALL_RECORDS_PER_S
+# records) has stalled: the H200 run of 2026-12-04 waited silently for its whole time limit.
+STALL_AFTER_S = 90.0
+STALL_RECORDS_PER_S = 500
+
+
+def stall_report(workers: list[WorkerProcess], submit_pid: int | None, settings: KafkaSettings, work: Path) -> None:
+    """What each process is doing: every thread's stack (SIGUSR1: `nearline` registers faulthandler,
+    faust's worker answers with its own dump) into its log, each group's lag, the logs' tails."""
+    print("system cost: the job stopped moving; asking each process for its stacks", file=sys.stderr, flush=True)
+    for pid in [w.process.pid for w in workers] + ([submit_pid] if submit_pid else []):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+    time.sleep(2)
+    topics = Topics(NAMESPACE)
+    for group, topic in [
+        *((topics.preprocess_app_id, topics.lane(topics.raw_text, lane)) for lane in PRIORITIES),
+        *((topics.gpu_group(MODEL), topics.lane(topics.tensors(MODEL), lane)) for lane in PRIORITIES),
+    ]:
+        try:
+            print(f"  lag of {group} on {topic}: {group_lag(settings, group, topic)}", file=sys.stderr)
+        except Exception as exc:  # a report of a stall must not stop at a broker that does not answer
+            print(f"  lag of {group} on {topic}: unknown ({exc})", file=sys.stderr)
+    for log in sorted(work.glob("*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-60:]
+        print(f"--- the last lines of {log.name}:", *tail, sep="\n", file=sys.stderr, flush=True)
 
 
 def start_broker(which: str, work: Path, kind: str) -> EmbeddedBroker | ApacheKafka:
@@ -224,7 +265,21 @@ def measure(
         threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if not name.startswith("broker")}
         job = f"measured-{kind}"
         busy0 = busy_seconds(busy_path)
-        submitted = timed_command([*submit, str(source), "--job-id", job], env)
+        done = threading.Event()
+        submit_err, submit_pid = work / "submit.log", list[int]()
+
+        def watch() -> None:
+            limit = STALL_AFTER_S + records / STALL_RECORDS_PER_S
+            while not done.wait(limit):
+                stall_report(
+                    workers, submit_pid[0] if submit_pid else None, KafkaSettings(broker.bootstrap_servers), work
+                )
+
+        threading.Thread(target=watch, name="stall-watch", daemon=True).start()
+        try:
+            submitted = timed_command([*submit, str(source), "--job-id", job], env, submit_err, submit_pid)
+        finally:
+            done.set()
         phase(f"the {records:,}-record job done")
         time.sleep(0.5 if engine != "zero-cost" else 0)  # the busy file's next write
         busy = busy_seconds(busy_path) - busy0

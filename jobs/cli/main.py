@@ -3,7 +3,9 @@ is also an environment variable (shown in --help)."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 
 import click
 
@@ -26,6 +28,9 @@ from jobs.cli.group import NearlineGroup
 def cli(log_level: str) -> None:
     """nearline: durable near-line batch inference over Kafka."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # `kill -USR1 PID` writes every thread's stack to stderr (a worker's log): what a process that
+    # stalled is doing, without stopping it (bench.system_cost asks so when a job stops moving)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 # The command modules define their commands standalone; the root group gathers them here.
