@@ -8,11 +8,15 @@ import threading
 from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, Headers, job_of, submission_of
 from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import ensure_topics, jobs_topic
 from schemas import Job, SerdeError, decode
 
 log = logging.getLogger(__name__)
 
 CANCEL_FETCH_WAIT_MS = 500
+# A jobs topic that does not exist yet (a worker started before the first submit) or a broker that
+# does not answer is asked for again this often: a worker must not stop following for good.
+FOLLOW_RETRY_S = 2.0
 
 
 class Cancellations:
@@ -59,15 +63,34 @@ class Cancellations:
             self._thread.join(timeout=5)
 
     def _follow(self) -> None:
-        try:
-            # A cancellation may take half a second to reach a worker; idle, this follower then
-            # costs the broker two empty fetches a second instead of ten (every worker has one).
-            with TopicFollower(self._settings, [self._topics.jobs], fetch_wait_ms=CANCEL_FETCH_WAIT_MS) as follower:
-                while not self._stop.is_set():
-                    for record in follower.poll(0.5):
-                        self._apply(record)
-        except Exception:  # the registry is advisory for workers: never let it take one down
-            log.exception("following %s failed; cancellations will not be seen", self._topics.jobs)
+        """Follow until close(); a follower that cannot start or fails is made again, from the
+        topic's start (applying a registry row twice changes nothing)."""
+        told = False
+        while not self._stop.is_set():
+            try:
+                # Made here as the registry is made, not left to the metadata request of the
+                # follower: a Kafka that auto-creates topics would make it uncompacted, with a 1 MB
+                # record limit, and every later submit would refuse that topic.
+                ensure_topics(self._settings, [jobs_topic(self._topics)])
+                # A cancellation may take half a second to reach a worker; idle, this follower then
+                # costs the broker two empty fetches a second instead of ten (every worker has one).
+                with TopicFollower(self._settings, [self._topics.jobs], fetch_wait_ms=CANCEL_FETCH_WAIT_MS) as follower:
+                    if told:
+                        log.warning("following %s now: cancellations are seen again", self._topics.jobs)
+                        told = False
+                    while not self._stop.is_set():
+                        for record in follower.poll(0.5):
+                            self._apply(record)
+            except Exception as exc:  # the registry is advisory for workers: never let it take one down
+                if not told:
+                    log.warning(
+                        "cannot follow %s yet (%s); cancellations are not seen until it can, asking every %.0f s",
+                        self._topics.jobs,
+                        exc,
+                        FOLLOW_RETRY_S,
+                    )
+                    told = True
+                self._stop.wait(FOLLOW_RETRY_S)
 
     def _apply(self, record: ConsumedRecord) -> None:
         try:
