@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,9 @@ AVRO = Path(__file__).resolve().parents[2] / "schemas" / "avro"
 def plain_read(name: str, data: bytes) -> dict:
     """fastavro alone on the shipped .avsc, past the 10-byte single-object header."""
     schema = parse_schema(json.loads((AVRO / name).read_text()))
-    return schemaless_reader(io.BytesIO(data[10:]), schema)
+    read = schemaless_reader(io.BytesIO(data[10:]), schema)
+    assert isinstance(read, dict)
+    return read
 
 
 def test_a_raw_text_pack_reads_back_and_as_any_avro_reader_reads_it() -> None:
@@ -99,7 +102,7 @@ def test_single_records_are_not_packs() -> None:
         lambda d: d[:10] + b"\xff" * 4,  # garbage body
     ],
 )
-def test_a_malformed_pack_raises_a_serde_error(cut) -> None:
+def test_a_malformed_pack_raises_a_serde_error(cut: Callable[[bytes], bytes]) -> None:
     data = raw_text_pack_bytes("j", "m", 1, ["a"], [0], ["t"], [{}])
     with pytest.raises(SerdeError):
         read_raw_text_pack(cut(data))
