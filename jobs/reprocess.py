@@ -16,8 +16,8 @@ from gpu_consumer.engine import make_engine
 from gpu_consumer.handler import handle_window
 from jobs.registry import JobNotFoundError, find_job, lane_of
 from kafka_io.clients import make_producer
-from kafka_io.produce import produce_all
 from kafka_io.polling import records_in
+from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
