@@ -126,17 +126,22 @@ def carried_input(config: ModelConfig) -> TensorSpec:
     raise TensorFormatError(f"model {config.name}: no token_ids or pixels input in its config")
 
 
+def check_input_dtype(config: ModelConfig, dtype: np.dtype, spec: TensorSpec) -> None:
+    """Raise TensorFormatError unless the carried input may travel as `dtype`: the graph's own, or
+    token ids narrower than the graph takes them (schemas.model_config.token_id_dtype), which
+    padding widens. A pack's records share one dtype: checked once a pack."""
+    graph = np.dtype(spec.dtype)
+    if dtype != graph and not (spec.role == "token_ids" and dtype.kind in "iu" and dtype.itemsize < graph.itemsize):
+        raise TensorFormatError(f"{spec.name}: dtype {dtype.name}, model {config.name} takes {spec.dtype}")
+
+
 def check_record_input(config: ModelConfig, array: np.ndarray, spec: TensorSpec | None = None) -> None:
     """Raise TensorFormatError unless `array` is something this model can take as one record.
 
     `spec` is carried_input(config), for callers that check many records. Token ids may travel
     narrower than the graph takes them (schemas.model_config.token_id_dtype): padding widens them."""
     spec = spec or carried_input(config)
-    graph = np.dtype(spec.dtype)
-    if array.dtype != graph and not (
-        spec.role == "token_ids" and array.dtype.kind in "iu" and array.dtype.itemsize < graph.itemsize
-    ):
-        raise TensorFormatError(f"{spec.name}: dtype {array.dtype.name}, model {config.name} takes {spec.dtype}")
+    check_input_dtype(config, array.dtype, spec)
     if spec.role == "pixels":
         want = tuple(d for d in spec.dims[1:])
         if array.shape != want:

@@ -21,6 +21,7 @@ from gpu_consumer.batcher import (
     PaddedBatch,
     bucket_of,
     carried_input,
+    check_input_dtype,
     check_record_input,
     make_batch,
     plan_batches,
@@ -35,8 +36,9 @@ from kafka_io.settings import Topics
 from schemas import SerdeError, now_us
 from schemas.errors import TensorFormatError
 from schemas.model_config import ModelConfig
+from schemas.packs import TensorPack, kind_of, read_tensor_pack
 from schemas.records import tensor_array
-from schemas.result_encoding import ResultEncoder, encoded_ids, encoded_maps
+from schemas.result_encoding import ResultEncoder, avro_long, avro_string, encoded_ids, encoded_maps
 from schemas.tensor_record_bytes import TensorRecordParts, read_tensor_record
 
 STAGE = "inference"
@@ -57,6 +59,14 @@ class Item:
     # (schemas/tensor_record_bytes.py); None: encoded from the fields above when it is written.
     ids: bytes | None = None
     maps: bytes | None = None
+    # The pack the record came in and its index there (None: a single record): a record of a
+    # pack that fails is dead-lettered alone, as the single record pack.single(index) makes.
+    pack: TensorPack | None = None
+    index: int = 0
+
+    def packed(self) -> tuple[int, bytes] | None:
+        """For a dead letter: (its index in the pack, the record alone), made only when one is written."""
+        return (self.index, self.pack.single(self.index)) if self.pack is not None else None
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,9 @@ def prepare(
 ) -> Window:
     """Decode and check every record, sort by length and cut into padded batches (plan_batches).
 
-    A record that cannot be decoded or fed to this model is dead-lettered here."""
+    A source is a TensorPack (many records of one job, schemas/packs.py) or a single TensorRecord
+    (image models, foreign producers, dlq replays). A record that cannot be decoded or fed to this
+    model is dead-lettered here; a record of a pack alone, its neighbours run."""
     formed = now_us()
     policy = policy or BatchPolicy(engine.max_batch_size)
     dead: list[OutRecord] = []
@@ -110,6 +122,9 @@ def prepare(
     spec = carried_input(config)
     carried = spec.name
     for src in sources:
+        if kind_of(src.value) == "TensorPack":
+            _prepare_pack(src, config, topics, valid, dead)
+            continue
         parts: TensorRecordParts | None = None
         try:
             parts = read_tensor_record(src.value)
@@ -147,6 +162,64 @@ def prepare(
         items = [valid[i] for i in rows]
         planned.append(Planned(items, _batch_of(engine, config, items)))
     return Window(window_id, formed, planned, dead)
+
+
+def _prepare_pack(
+    src: ConsumedRecord, config: ModelConfig, topics: Topics, valid: list[Item], dead: list[OutRecord]
+) -> None:
+    """The records of the pack `src` holds into `valid`, or dead-lettered alone into `dead`.
+
+    What a pack's records share (model, tensor, dtype, the job and its stamps) is checked and
+    encoded once; a record costs its length check, a view on its ids, its ids' bytes and an Item.
+    A pack that cannot be read at all is dead-lettered whole: it names no record to key it by."""
+    try:
+        pack = read_tensor_pack(src.value)
+    except SerdeError as exc:
+        dead.append(_dead(exc, src, topics, config, {}))
+        return
+    job_id, record_ids, attributes, timestamps = pack.job_id, pack.record_ids, pack.attributes, pack.timestamps
+    try:
+        spec = carried_input(config)
+        if pack.model != config.name:
+            raise TensorFormatError(f"pack is for model {pack.model!r}, this worker serves {config.name!r}")
+        if pack.tensor != spec.name:
+            raise TensorFormatError(f"pack carries tensor {pack.tensor!r}, model {config.name} takes {spec.name!r}")
+        if spec.role != "token_ids":
+            raise TensorFormatError(f"a pack carries token ids; model {config.name} takes {spec.role}")
+        check_input_dtype(config, pack.ids.dtype, spec)
+    except TensorFormatError as exc:  # every record of the pack is unfit: each dead-lettered alone
+        for i, record_id in enumerate(record_ids):
+            ids = {"job_id": job_id, "record_id": record_id}
+            dead.append(_dead(exc, src, topics, config, ids, (i, pack.single(i))))
+        return
+    job = avro_string(job_id)  # a result's ids are the job's, then the record's id and seq
+    bare = encoded_maps({}, timestamps)  # most records have no attributes: their maps are the pack's stamps
+    ids_of, offsets, seqs = pack.ids, pack.offsets.tolist(), pack.seqs.tolist()
+    longest = config.max_length
+    for i, record_id in enumerate(record_ids):
+        start, end = offsets[i], offsets[i + 1]
+        if not 0 < end - start <= longest:
+            error = TensorFormatError(f"{spec.name}: {end - start} tokens, model {config.name} takes 1 to {longest}")
+            ids = {"job_id": job_id, "record_id": record_id}
+            dead.append(_dead(error, src, topics, config, ids, (i, pack.single(i))))
+            continue
+        attrs = attributes[i]
+        seq = seqs[i]
+        valid.append(
+            Item(
+                src,
+                job_id,
+                record_id,
+                seq,
+                ids_of[start:end],
+                attrs,
+                timestamps,
+                job + avro_string(record_id) + avro_long(seq),
+                encoded_maps(attrs, timestamps) if attrs else bare,
+                pack,
+                i,
+            )
+        )
 
 
 def execute(engine: Engine, window: Window, config: ModelConfig) -> Iterator[Executed | Poisoned]:
@@ -230,7 +303,7 @@ class Emitter:
 
     def _dead(self, error: Exception, item: Item) -> OutRecord:
         ids = {"job_id": item.job_id, "record_id": item.record_id}
-        return _dead(error, item.source, self.topics, self.config, ids)
+        return _dead(error, item.source, self.topics, self.config, ids, item.packed())
 
     def dead(self, poisoned: Poisoned) -> OutRecord:
         return self._dead(poisoned.error, poisoned.item)
@@ -270,5 +343,13 @@ def _batch_of(engine: Engine, config: ModelConfig, items: list[Item]) -> PaddedB
     return make_batch(config, [item.array for item in items], width)
 
 
-def _dead(error: Exception, src: ConsumedRecord, topics: Topics, config: ModelConfig, ids: dict[str, str]) -> OutRecord:
-    return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, **ids)
+def _dead(
+    error: Exception,
+    src: ConsumedRecord,
+    topics: Topics,
+    config: ModelConfig,
+    ids: dict[str, str],
+    packed: tuple[int, bytes] | None = None,
+) -> OutRecord:
+    """A dead letter of `src`, or with `packed` (index, the record alone) of one record of its pack."""
+    return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, packed=packed, **ids)

@@ -34,7 +34,7 @@ from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from kafka_io.clients import Consumer, Producer
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.incarnation import BrokerIncarnation
-from kafka_io.polling import Assignment, commit_offsets, window_offsets
+from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Priority, Topics
 from kafka_io.transactions import OpenTransaction, TransactionAbortedError
@@ -150,7 +150,7 @@ class PipelinedStep:
         self._flow.submit(
             prepared,
             window_offsets(window),
-            len(window),
+            records_in(window),  # records, not Kafka records: a pack counts as what it holds
             lane,
             contended=contended,
             generation=self._assignment.revocations,

@@ -42,7 +42,7 @@ from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, Transaction
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import Consumer, Producer, check_reachable, close_consumer, make_consumer, make_producer
 from kafka_io.incarnation import BrokerIncarnation
-from kafka_io.polling import Assignment, WindowLimits, assign_topics, subscribe, windows
+from kafka_io.polling import Assignment, WindowLimits, assign_topics, records_in, subscribe, windows
 from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
@@ -106,7 +106,7 @@ def run(
                 lane_of=topics.lane_of,
                 pick=picker,
             ):
-                metrics.polled(window[0].topic, len(window))
+                metrics.polled(window[0].topic, records_in(window))
                 # records of cancelled jobs are consumed and committed, never run: counted as cancelled
                 sources = [r for r in window if not skip(r.headers)]
                 lane = topics.lane_of(window[0].topic)

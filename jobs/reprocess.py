@@ -16,6 +16,7 @@ from gpu_consumer.engine import make_engine
 from gpu_consumer.handler import handle_window
 from jobs.registry import JobNotFoundError, find_job, lane_of
 from kafka_io.clients import make_producer
+from kafka_io.polling import records_in
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
@@ -63,7 +64,7 @@ def reprocess(
             producer = make_producer(settings.with_client_id(f"reprocess-{job_id}"))
         out = handle_window(window, engine, config, topics, f"reprocess-{read}", policy)
         produce_all(producer, out)
-        read += len(window)
+        read += records_in(window)  # a pack counts as the records it holds
         done += len(out)
     if read == 0:
         raise JobNotFoundError(f"no tensor records of job {job_id} in {topic}")

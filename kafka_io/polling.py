@@ -31,6 +31,9 @@ HURRY_CHECK_S = 0.005
 
 @dataclass(frozen=True)
 class WindowLimits:
+    """max_records counts records, not Kafka records: a pack (schemas/packs.py) counts as the
+    records its `records` header names, and is never split across windows."""
+
     max_records: int = 256
     max_linger_ms: float = 20.0
 
@@ -163,6 +166,8 @@ def windows(
     must name it."""
     linger_s = limits.max_linger_ms / 1000.0
     held: dict[str, list[ConsumedRecord]] = {}
+    counts: dict[str, int] = {}  # the records (not Kafka records) held per lane
+    per_message = 1  # records in the last Kafka record consumed: how many Kafka records to ask for
     first_at: dict[str, float] = {}
     lanes = _Lanes(consumer, assignment, lane_of) if lane_of is not None else None
     waiting: set[str] = set()  # lanes with records at the broker not consumed yet, as of the last poll
@@ -190,7 +195,8 @@ def windows(
         pending = held[lane] if lane is not None else []
         consuming = True
         if lane is not None:  # lingering: wait for more until the window is full or its linger is over
-            polled = consumer.consume(num_messages=max(limits.max_records - len(pending), 1), timeout=0)
+            wanted = -(-(limits.max_records - counts[lane]) // per_message)  # ceil: whole packs
+            polled = consumer.consume(num_messages=max(wanted, 1), timeout=0)
             if not polled and not hurried():
                 # Nothing queued: wait for the next record or partition end, a few ms at a time so
                 # that an engine turning idle is noticed (consume() would wait for a full window).
@@ -200,7 +206,7 @@ def windows(
                 polled = [first] if first is not None else []
         elif not blocked():
             # consume(n, timeout) would hold a small job's first records for the whole idle_poll_s
-            polled = consume_ready(consumer, limits.max_records, idle_poll_s)
+            polled = consume_ready(consumer, max(limits.max_records // per_message, 1), idle_poll_s)
         else:
             # Records wait, but the caller has no room for their lane: wait for its windows to
             # finish (tick commits them) without consuming, which keeps what librdkafka has
@@ -217,7 +223,10 @@ def windows(
             records = held.setdefault(lane, [])
             if not records:
                 first_at[lane] = time.monotonic()
+                counts[lane] = 0
             records.append(record)
+            per_message = record.records
+            counts[lane] += per_message
             if lanes is not None:
                 lanes.consumed(record)
         if lanes is not None:
@@ -233,7 +242,7 @@ def windows(
             # so). Such a partition is read again from its committed offset.
             revocations = assignment.revocations
             dropped = {(r.topic, r.partition) for records in held.values() for r in records}
-            held = {}
+            held, counts = {}, {}
             rewind_to_committed(consumer, dropped & assignment.assigned, should_stop)
             if lanes is not None:
                 lanes.reassigned()
@@ -244,12 +253,14 @@ def windows(
         stopping = should_stop()
         if lane is not None and (
             stopping
-            or len(pending) >= limits.max_records
+            or counts[lane] >= limits.max_records
             or (time.monotonic() >= first_at[lane] + linger_s and not hold(lane))
             or (drain and assignment.caught_up())
             or hurried()
         ):
-            window, held[lane] = pending[: limits.max_records], pending[limits.max_records :]
+            cut, taken = _cut(pending, limits.max_records)
+            window, held[lane] = pending[:cut], pending[cut:]
+            counts[lane] -= taken
             if held[lane]:
                 first_at[lane] = time.monotonic()
             yield window
@@ -262,6 +273,25 @@ def windows(
             chosen = pick(sorted(lanes_ready)) if lanes_ready else None
             if chosen is not None or not lanes_ready:  # blocked: paused and fetched stay as they are
                 lanes.pause(lanes_ready - {chosen})
+
+
+def _cut(pending: list[ConsumedRecord], max_records: int) -> tuple[int, int]:
+    """How many of `pending`'s Kafka records make a window, and the records they hold: whole
+    packs up to max_records records, at least one Kafka record (a pack may hold more alone)."""
+    taken = pending[0].records
+    cut = 1
+    while cut < len(pending):
+        more = pending[cut].records
+        if taken + more > max_records:
+            break
+        taken += more
+        cut += 1
+    return cut, taken
+
+
+def records_in(window: Iterable[ConsumedRecord]) -> int:
+    """The records a window holds: a pack counts as its records."""
+    return sum(record.records for record in window)
 
 
 # How long one ask for a rewound partition's committed offset may take, and the pause between asks

@@ -17,7 +17,7 @@ import time
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from kafka_io.clients import make_producer
-from kafka_io.polling import next_offsets
+from kafka_io.polling import next_offsets, records_in
 from kafka_io.produce import produce_one
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings
@@ -77,7 +77,8 @@ class OpenTransaction:
         )
 
     def commit(self, timeout_s: float = 60.0) -> int:
-        """Commit the open windows' outputs and offsets; the records committed (0 if none was open).
+        """Commit the open windows' outputs and offsets; the records committed (0 if none was open),
+        a pack counting as the records it holds.
 
         TransactionAbortedError after an abortable failure: aborted, every window rewound."""
         if not self.windows:
@@ -91,7 +92,7 @@ class OpenTransaction:
         except KafkaException as exc:
             self._abort(exc, timeout_s)
         self.windows = []
-        return len(consumed)
+        return records_in(consumed)
 
     def _abort(self, exc: KafkaException, timeout_s: float = 60.0) -> None:
         error = exc.args[0]

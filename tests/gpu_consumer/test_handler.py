@@ -8,6 +8,7 @@ from gpu_consumer.handler import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
+from schemas.packs import tensor_pack_bytes
 from tests.support.records import value
 from tests.support.tiny_model import TinyModel
 
@@ -121,3 +122,108 @@ def test_a_shape_whose_product_overflows_int64_is_a_dead_letter_not_a_crash(tiny
     assert (dead.error_type, dead.source_offset, dead.record_id) == ("TensorFormatError", 0, "r0")
     assert "needs 147573952589676412928 bytes" in dead.error
     assert [decode(value(o), InferenceResult).record_id for o in out if o.topic == "results"] == ["r1"]
+
+
+# --- packs (#41): many records of one job in one Kafka record ---
+
+STAMPS = {"submitted": 11, "preprocess_start": 12, "preprocess_end": 13}
+
+
+def pack_of(first: int, arrays: list[np.ndarray], attributes: list[dict[str, str]] | None = None) -> bytes:
+    n = len(arrays)
+    return tensor_pack_bytes(
+        "job-p",
+        "tiny",
+        "1",
+        [f"r{first + i}" for i in range(n)],
+        [first + i for i in range(n)],
+        "input_ids",
+        arrays,
+        attributes or [{}] * n,
+        STAMPS,
+    )
+
+
+def test_a_window_of_a_pack_and_a_single_record_gives_one_result_per_record(tiny: TinyModel) -> None:
+    topics = Topics("ns")
+    rng = np.random.default_rng(7)
+    arrays = [rng.integers(1, 30000, size=n, dtype=np.int64) for n in (5, 2, 9, 3, 7)]
+    attributes = [{}, {"lang": "fr"}, {}, {}, {"src": "a", "k": "v"}]
+    single = np.array([101, 4000, 4001, 102])
+    sources = [
+        ConsumedRecord("ns.tensors.tiny", 0, 3, pack_of(0, arrays, attributes), headers=(("records", b"5"),)),
+        ConsumedRecord("ns.tensors.tiny", 1, 8, tensor_record(9, single)),  # a foreign producer's record
+    ]
+    engine = OnnxRuntimeEngine(tiny.config, threads=1)
+    out = handle_window(sources, engine, tiny.config, topics, "w-0", BatchPolicy(16, max_padding_waste=None))
+
+    assert all(o.topic == "ns.results" for o in out)
+    results = {r.record_id: r for r in (decode(value(o), InferenceResult) for o in out)}
+    assert sorted(results) == ["r0", "r1", "r2", "r3", "r4", "r9"]
+    for i, ids in enumerate(arrays):
+        r = results[f"r{i}"]
+        assert (r.job_id, r.seq, r.length, r.attributes) == ("job-p", i, len(ids), attributes[i])
+        np.testing.assert_allclose(r.arrays()["embedding"], tiny.expected(ids), rtol=1e-5, atol=1e-6)
+        assert {k: r.timestamps[k] for k in STAMPS} == STAMPS
+        assert {"batch_formed", "inference_start", "inference_end", "result_produced"} <= set(r.timestamps)
+    np.testing.assert_allclose(results["r9"].arrays()["embedding"], tiny.expected(single), rtol=1e-5, atol=1e-6)
+    assert (results["r9"].job_id, results["r9"].seq) == ("job-h", 9)
+    headers = {o.key: o.headers for o in out}
+    assert headers[b"job-p/r3"] == [("job_id", b"job-p"), ("submission", b"11")]
+    assert headers[b"job-h/r9"] == [("job_id", b"job-h"), ("submission", b"1")]
+
+
+def test_a_record_of_a_pack_with_no_tokens_or_too_many_is_dead_lettered_alone(tiny: TinyModel) -> None:
+    topics = Topics("ns")
+    too_long = np.full(tiny.config.max_length + 1, 7, dtype=np.int64)
+    arrays = [np.array([101, 5, 102]), np.array([], dtype=np.int64), np.array([101, 6, 102]), too_long]
+    arrays.append(np.array([101, 8, 102]))
+    src = ConsumedRecord("ns.tensors.tiny", 2, 40, pack_of(10, arrays), headers=(("records", b"5"),))
+    out = handle_window([src], OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, "w-0")
+
+    results = {r.record_id: r for r in (decode(value(o), InferenceResult) for o in out if o.topic == "ns.results")}
+    assert sorted(results) == ["r10", "r12", "r14"]
+    for i in (0, 2, 4):
+        np.testing.assert_allclose(results[f"r1{i}"].arrays()["embedding"], tiny.expected(arrays[i]), atol=1e-6)
+    letters = [(o.key, decode(value(o), DeadLetter)) for o in out if o.topic == "ns.dead.letters"]
+    assert [(key, d.record_id, d.source_index) for key, d in letters] == [
+        (b"job-p/r11", "r11", 1),
+        (b"job-p/r13", "r13", 3),
+    ]
+    for (_, letter), index in zip(letters, (1, 3), strict=True):
+        assert (letter.source_topic, letter.source_partition, letter.source_offset) == ("ns.tensors.tiny", 2, 40)
+        assert letter.error_type == "TensorFormatError" and letter.job_id == "job-p"
+        alone = decode(letter.payload, TensorRecord)  # what dlq replay sends back: a record of its own
+        assert (alone.job_id, alone.record_id, alone.seq, alone.timestamps) == (
+            "job-p",
+            f"r1{index}",
+            10 + index,
+            STAMPS,
+        )
+        np.testing.assert_array_equal(alone.tensors[0].to_array(), arrays[index])
+    assert "0 tokens" in letters[0][1].error and f"{tiny.config.max_length + 1} tokens" in letters[1][1].error
+
+
+def test_a_record_of_a_pack_that_breaks_the_engine_is_dead_lettered_alone(tiny: TinyModel) -> None:
+    arrays = [np.array([101, 2000 + i, 102]) for i in range(6)]
+    arrays[4] = np.array([101, 99999, 102])  # outside the vocabulary: Gather fails on its whole batch
+    src = ConsumedRecord("ns.tensors.tiny", 0, 5, pack_of(0, arrays), headers=(("records", b"6"),))
+    engine = OnnxRuntimeEngine(tiny.config, threads=1)
+    out = handle_window([src], engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
+    results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
+    assert sorted(r.record_id for r in results) == ["r0", "r1", "r2", "r3", "r5"]
+    (letter,) = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    assert (letter.record_id, letter.source_index, letter.source_offset) == ("r4", 4, 5)
+    np.testing.assert_array_equal(decode(letter.payload, TensorRecord).tensors[0].to_array(), arrays[4])
+
+
+def test_a_pack_for_another_model_dead_letters_each_record_alone(tiny: TinyModel) -> None:
+    other = tensor_pack_bytes(
+        "job-o", "other", "1", ["a", "b"], [0, 1], "input_ids", [np.array([1, 2])] * 2, [{}] * 2, {}
+    )
+    out = handle_window(
+        [ConsumedRecord("t", 0, 0, other)], OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, Topics(), "w"
+    )
+    letters = [decode(value(o), DeadLetter) for o in out]
+    assert [(d.record_id, d.source_index) for d in letters] == [("a", 0), ("b", 1)]
+    assert all("pack is for model 'other'" in d.error for d in letters)

@@ -13,10 +13,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
-from kafka_io.polling import WindowLimits, assign_all, commit_window, subscribe, windows
+from kafka_io.polling import WindowLimits, assign_all, commit_window, records_in, subscribe, windows
 from kafka_io.produce import fatal_error, produce_all
 from kafka_io.reading import TopicFollower, read_topics
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.records import ConsumedRecord, OutRecord, pack_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
 
@@ -51,6 +51,26 @@ def test_batches_close_at_size_then_drain_stops_at_the_end(settings: KafkaSettin
     assert sum(sizes) == 45
     assert max(sizes) == 10
     assert sizes.count(10) >= 3  # full batches close at size, not at the 2 s linger
+
+
+def test_a_window_holds_whole_packs_and_closes_by_their_records(settings: KafkaSettings, topics: Topics) -> None:
+    """#41: max_records counts records, a pack (its `records` header) as the records it holds, and a
+    window never splits a pack: it ends before the pack that would take it past max_records,
+    unless that pack comes first (larger than a window, it is a window alone)."""
+    sizes = [4, 3, 5, 1, 6, 2, 10, 4]
+    ensure_topics(settings, [TopicSpec(topics.raw_text, 1)])
+    packs = [pack_record(topics.raw_text, f"pack{i}".encode(), "job", f"r{i}", n) for i, n in enumerate(sizes)]
+    produce_all(make_producer(settings), packs)
+    consumer = make_consumer(settings, topics.gpu_group("x"))
+    assignment = subscribe(consumer, [topics.raw_text])
+    got = []
+    for window in windows(consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000), drain=True):
+        got.append([r.records for r in window])
+        assert records_in(window) == sum(got[-1])
+        commit_window(consumer, window)
+    consumer.close()
+    # full windows close at 8 records, not at 8 Kafka records or the 5 s linger; the last at the end
+    assert got == [[4, 3], [5, 1], [6, 2], [10], [4]]
 
 
 def test_a_partial_batch_closes_after_the_linger(settings: KafkaSettings, topics: Topics) -> None:

@@ -16,15 +16,22 @@ import pytest
 from PIL import Image
 
 from jobs.launch.runner import watch_job
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import pack_record
 from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
 from producers.images import MAX_IMAGE_BYTES
+from schemas import InferenceResult, decode
 from schemas.model_config import ModelConfig
+from schemas.packs import tensor_pack_bytes
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.pipeline import RunningPipeline, follow_until, submit
-from tests.support.records import copies_of
+from tests.support.records import copies_of, value
 from tests.support.tiny_model import TinyModel
 
 
@@ -147,3 +154,52 @@ def test_images_up_to_the_10_mib_cap_go_through_a_stock_kafka_and_one_past_it_is
     assert "huge.png" in refused.stderr and f"over the record limit of {MAX_IMAGE_BYTES}" in refused.stderr, (
         refused.stderr
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_an_exactly_once_worker_sigkilled_with_tensor_packs_in_flight_loses_and_duplicates_no_record(
+    kafka_pipeline: RunningPipeline, tiny: TinyModel
+) -> None:
+    """#41: tensors.<model> carries packs; a window of packs commits as a whole, and the records of a
+    pack whose transaction the kill aborted are each produced once by the worker that takes over."""
+    pipeline = kafka_pipeline
+    job_id, submitted = "packed-job", 1_700_000_000_000_000
+    stamps = {"submitted": submitted, "preprocess_start": submitted + 1, "preprocess_end": submitted + 2}
+    rng = np.random.default_rng(41)
+    arrays = [rng.integers(1000, 30000, size=int(rng.integers(3, 20)), dtype=np.int64) for _ in range(1200)]
+    sizes = rng.integers(1, 24, size=len(arrays))  # packs of varied sizes: windows of whole packs
+    tensors = pipeline.topics.tensors("tiny")
+    # made here as the worker makes them: a follower of results must not auto-create it first
+    ensure_topics(
+        pipeline.settings, [TopicSpec(t) for t in (tensors, pipeline.topics.results, pipeline.topics.dead_letters)]
+    )
+    packs, start = [], 0
+    for size in sizes:
+        end = min(start + int(size), len(arrays))
+        if start == end:
+            break
+        ids = [f"r{i}" for i in range(start, end)]
+        packed = tensor_pack_bytes(
+            job_id, "tiny", "1", ids, range(start, end), "input_ids", arrays[start:end], [{}] * len(ids), stamps
+        )
+        packs.append(pack_record(tensors, packed, job_id, ids[0], len(ids), submitted))
+        start = end
+    assert start == len(arrays)
+    produce_all(make_producer(pipeline.settings), packs)
+    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", "--exactly-once", "--instance-id", "eos-p")
+    gpu = pipeline.start("gpu", *args)
+    reached = follow_until(pipeline, pipeline.topics.results, job_id, 300)
+    gpu.process.send_signal(signal.SIGKILL)  # windows of 32 records, batches of 4: a transaction is open
+    gpu.process.wait()
+    assert reached < len(arrays), "the kill must land mid-job"
+    pipeline.start("gpu", *args)  # fences the dead one and aborts its transaction
+    follow_until(pipeline, pipeline.topics.results, job_id, len(arrays), timeout_s=240)
+    copies = copies_of(pipeline.settings, pipeline.topics.results)
+    assert sorted(copies) == sorted(f"{job_id}/r{i}" for i in range(len(arrays)))
+    assert set(copies.values()) == {1}, {k: n for k, n in copies.items() if n > 1}
+    for msg in read_topics(pipeline.settings, [pipeline.topics.results]):
+        result = decode(value(msg), InferenceResult)
+        np.testing.assert_allclose(result.arrays()["embedding"], tiny.expected(arrays[result.seq]), atol=1e-5)
+        assert (result.record_id, result.timestamps["submitted"]) == (f"r{result.seq}", submitted)
+        assert msg.submission == submitted
