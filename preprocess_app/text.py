@@ -11,7 +11,8 @@ that fails is dead-lettered alone and its neighbours go on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,60 +49,84 @@ def tokenize(
 
 
 @dataclass(frozen=True, slots=True)
-class _Text:
-    """One text of the batch, and where it came from: record `index` of `pack`, or a single record."""
+class _Texts:
+    """Texts that go on into the same tensor packs, column-wise (no object per record: a pack's
+    records cost a Python object each only where one is needed): the good records of one input
+    pack, or single records of one job submission and model from one topic (their lane)."""
 
-    src: ConsumedRecord
+    topic: str  # where they came from
     job_id: str
-    record_id: str
-    seq: int
-    model: str
-    text: str
-    attributes: Mapping[str, str]
     submitted_at: int
-    pack: RawTextPack | None = None
-    index: int = 0
-    single: RawTextParts | None = None
-
-    def dead(self, error: Exception, topics: Topics) -> OutRecord:
-        """This record's dead letter: alone, even when it came in a pack."""
-        if self.pack is not None:
-            return dead_out(error, self.src, topics, self.pack, packed=self.index)
-        return dead_out(error, self.src, topics, self.single)
+    record_ids: list[str]
+    seqs: Sequence[int] | np.ndarray
+    texts: list[str]
+    attributes: Sequence[Mapping[str, str]]
+    # record i's dead letter, alone even when it came in a pack
+    dead: Callable[[int, Exception], OutRecord]
 
 
-# Texts that go on into the same tensor packs: those of one input pack (by its identity), or single
-# records of one job submission and model from one topic (which is their lane).
-_Group = tuple[str, str, int, str] | int
+def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: list[OutRecord]) -> _Texts:
+    """A pack's records that go on; an empty one is dead-lettered here (producers refuse these,
+    other writers of raw.text may not)."""
+    kept = [i for i, t in enumerate(pack.texts) if t and not t.isspace()]
+    attributes: Sequence[Mapping[str, str]]
+    if len(kept) == len(pack):
+        ids, seqs, texts, attributes = pack.record_ids, pack.seqs, pack.texts, pack.attributes
+    else:
+        for i in sorted(set(range(len(pack))) - set(kept)):
+            error = ValueError(f"text of record {pack.record_ids[i]!r} is empty")
+            out.append(dead_out(error, src, topics, pack, packed=i))
+        ids, seqs = [pack.record_ids[i] for i in kept], pack.seqs[kept]
+        texts, attributes = [pack.texts[i] for i in kept], [pack.attributes[i] for i in kept]
+
+    def dead(j: int, error: Exception) -> OutRecord:
+        return dead_out(error, src, topics, pack, packed=kept[j])
+
+    return _Texts(src.topic, pack.job_id, pack.submitted_at, ids, seqs, texts, attributes, dead)
 
 
-def _texts(sources: Sequence[ConsumedRecord], topics: Topics, out: list[OutRecord]) -> Iterator[_Text]:
-    """Every record of `sources`, packed or single; a source that cannot be read is a dead letter."""
+def _single_texts(singles: list[tuple[ConsumedRecord, RawTextParts]], topics: Topics) -> _Texts:
+    first_src, first = singles[0]
+
+    def dead(j: int, error: Exception) -> OutRecord:
+        src, raw = singles[j]
+        return dead_out(error, src, topics, raw)
+
+    return _Texts(
+        first_src.topic,
+        first.job_id,
+        first.submitted_at,
+        [raw.record_id for _, raw in singles],
+        [raw.seq for _, raw in singles],
+        [raw.text for _, raw in singles],
+        [raw.attributes for _, raw in singles],
+        dead,
+    )
+
+
+def _read(sources: Sequence[ConsumedRecord], topics: Topics, out: list[OutRecord]) -> dict[str, list[_Texts]]:
+    """The batch's texts by model; a source that cannot be read at all is a dead letter whole."""
+    by_model: dict[str, list[_Texts]] = {}
+    singles: dict[tuple[str, str, int, str], list[tuple[ConsumedRecord, RawTextParts]]] = {}
     for src in sources:
         try:
             if kind_of(src.value) == "RawTextPack":
                 pack = read_raw_text_pack(src.value)
-                for i in range(len(pack)):
-                    yield _Text(
-                        src,
-                        pack.job_id,
-                        pack.record_ids[i],
-                        int(pack.seqs[i]),
-                        pack.model,
-                        pack.texts[i],
-                        pack.attributes[i],
-                        pack.submitted_at,
-                        pack,
-                        i,
-                    )
+                texts = _pack_texts(src, pack, topics, out)
+                if texts.record_ids:
+                    by_model.setdefault(pack.model, []).append(texts)
                 continue
             raw = read_raw_text(src.value)
-        except SerdeError as exc:  # not Avro, the other kind, or a malformed pack: dead-lettered whole
+        except SerdeError as exc:  # not Avro, the other kind, or a malformed pack
             out.append(dead_out(exc, src, topics))
             continue
-        yield _Text(
-            src, raw.job_id, raw.record_id, raw.seq, raw.model, raw.text, raw.attributes, raw.submitted_at, single=raw
-        )
+        if not raw.text.strip():  # producers refuse these; other writers of raw.text may not
+            out.append(dead_out(ValueError(f"text of record {raw.record_id!r} is empty"), src, topics, raw))
+            continue
+        singles.setdefault((raw.job_id, raw.model, raw.submitted_at, src.topic), []).append((src, raw))
+    for (_, model, _, _), group in singles.items():
+        by_model.setdefault(model, []).append(_single_texts(group, topics))
+    return by_model
 
 
 def preprocess_texts(
@@ -119,88 +144,82 @@ def preprocess_texts(
     started = now_us()
     limits = limits or PackLimits()
     out: list[OutRecord] = []
-    by_model: dict[str, list[_Text]] = {}
-    for t in _texts(sources, topics, out):
-        if not t.text.strip():  # producers refuse these; other writers of raw.text may not
-            out.append(t.dead(ValueError(f"text of record {t.record_id!r} is empty"), topics))
-            continue
-        by_model.setdefault(t.model, []).append(t)
-
-    for name, items in by_model.items():
+    for name, groups in _read(sources, topics, out).items():
         try:
             model = models(name)
             if model.tokenizer is None:
                 raise ModelNotFoundError(f"model {name!r} is for {model.config.task}, not for text")
         except ModelError as exc:  # a bad or unknown name, or a model that cannot be loaded
-            out.extend(t.dead(exc, topics) for t in items)
+            out.extend(g.dead(j, exc) for g in groups for j in range(len(g.record_ids)))
             continue
         cfg = model.config
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
         carried = np.dtype(model.token_dtype or ids_input.dtype).newbyteorder("<")  # tensors travel little-endian
-        token_ids = tokenize(model.tokenizer, [t.text for t in items], cfg.max_length, carried)
+        # every text of the model in one call, whichever record brought it
+        token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
         stamps = {"preprocess_start": started, "preprocess_end": now_us()}
-        groups: dict[_Group, list[tuple[_Text, np.ndarray]]] = {}
-        for t, ids in zip(items, token_ids, strict=True):
-            key: _Group = id(t.pack) if t.pack is not None else (t.job_id, t.model, t.submitted_at, t.src.topic)
-            groups.setdefault(key, []).append((t, ids))
-        for group in groups.values():
-            first = group[0][0]
+        at = 0
+        for g in groups:
+            arrays = token_ids[at : at + len(g.texts)]
+            at += len(g.texts)
             # the records' lane is the topic they came in: their tensors go on in that lane
-            topic = topics.lane(topics.tensors(cfg.name), topic_lane(topics, first.src.topic))
-            timestamps = {"submitted": first.submitted_at, **stamps}
+            topic = topics.lane(topics.tensors(cfg.name), topic_lane(topics, g.topic))
+            timestamps = {"submitted": g.submitted_at, **stamps}
+            # attributes are mostly empty: a map costs a sum only where it has entries
             sizes = [
-                ids.nbytes + len(t.record_id) + sum(len(k) + len(v) for k, v in t.attributes.items()) + RECORD_BYTES
-                for t, ids in group
+                ids.nbytes + len(r) + RECORD_BYTES + (sum(len(k) + len(v) for k, v in a.items()) if a else 0)
+                for ids, r, a in zip(arrays, g.record_ids, g.attributes, strict=True)
             ]
+            write = functools.partial(
+                _tensor_packs,
+                topics,
+                topic,
+                g,
+                arrays,
+                cfg.name,
+                cfg.version,
+                ids_input.name,
+                timestamps,
+                max_value_bytes,
+            )
             for start, end in pack_spans(sizes, limits):
-                out.extend(
-                    _tensor_packs(
-                        topics,
-                        topic,
-                        group[start:end],
-                        cfg.name,
-                        cfg.version,
-                        ids_input.name,
-                        timestamps,
-                        max_value_bytes,
-                    )
-                )
+                out.extend(write(start, end))
     return out
 
 
 def _tensor_packs(
     topics: Topics,
     topic: str,
-    records: Sequence[tuple[_Text, np.ndarray]],
+    g: _Texts,
+    arrays: Sequence[np.ndarray],
     model: str,
     version: str,
     tensor: str,
     timestamps: Mapping[str, int],
     max_value_bytes: int,
+    start: int,
+    end: int,
 ) -> list[OutRecord]:
-    """`records` as one tensor pack, or as several when one would be over the broker's record
-    limit (halved until each fits); a record too large alone is dead-lettered, since the broker
-    would refuse it on every redelivery and the worker must not stop on a record's size."""
-    texts = [t for t, _ in records]
-    first = texts[0]
+    """Records [start, end) of `g` as one tensor pack, or as several when one would be over the
+    broker's record limit (halved until each fits); a record too large alone is dead-lettered,
+    since the broker would refuse it on every redelivery and the worker must not stop on a
+    record's size."""
     value = tensor_pack_bytes(
-        first.job_id,
+        g.job_id,
         model,
         version,
-        [t.record_id for t in texts],
-        [t.seq for t in texts],
+        g.record_ids[start:end],
+        g.seqs[start:end],
         tensor,
-        [ids for _, ids in records],
-        [t.attributes for t in texts],
+        arrays[start:end],
+        g.attributes[start:end],
         timestamps,
     )
     if len(value) <= max_value_bytes:
-        return [pack_record(topic, value, first.job_id, first.record_id, len(records), first.submitted_at)]
-    if len(records) == 1:
-        return [first.dead(too_large(f"the tensor record of {first.record_id}", len(value)), topics)]
-    half = len(records) // 2
-    return [
-        *_tensor_packs(topics, topic, records[:half], model, version, tensor, timestamps, max_value_bytes),
-        *_tensor_packs(topics, topic, records[half:], model, version, tensor, timestamps, max_value_bytes),
-    ]
+        return [pack_record(topic, value, g.job_id, g.record_ids[start], end - start, g.submitted_at)]
+    if end - start == 1:
+        return [g.dead(start, too_large(f"the tensor record of {g.record_ids[start]}", len(value)))]
+    half = (start + end) // 2
+    args = (topics, topic, g, arrays, model, version, tensor, timestamps, max_value_bytes)
+    return [*_tensor_packs(*args, start, half), *_tensor_packs(*args, half, end)]
