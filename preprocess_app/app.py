@@ -1,5 +1,8 @@
 """The preprocess worker: faust wiring only. The work itself is preprocess_app.text and .image.
 
+Events are Kafka records: for texts, packs of many records (schemas/packs.py); batch sizes, metrics
+and backpressure count the records in them.
+
 Commit rule: a batch's events are acked, so faust may commit past them, only after every tensor
 record and dead letter it produced has been confirmed by the broker.
 """
@@ -30,11 +33,11 @@ from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.records import ConsumedRecord, OutRecord, records_of
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priority, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from preprocess_app.image import preprocess_images
-from preprocess_app.lanes import batch_topic, held_lanes, model_of_tensors, topic_lane
+from preprocess_app.lanes import RecordsPerPack, batch_topic, held_lanes, model_of_tensors, topic_lane
 from preprocess_app.lean import QuietMonitor, drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
@@ -153,8 +156,12 @@ def create_app(
     # topic, batches wait before they are processed; faust then stops fetching once its stream
     # buffer is full, so memory stays bounded however far ahead the producers are. The lag is
     # measured every second and, in between, raised by what this worker itself produced, so a
-    # fast tokenizer cannot overshoot the bound by a second's worth of records.
+    # fast tokenizer cannot overshoot the bound by a second's worth of records. Both in records:
+    # the measured lag counts Kafka records, which are packs of text tensors, so it is scaled by
+    # the records per pack this worker has written to that topic (RecordsPerPack); the raise counts
+    # each output's `records` header.
     lag: dict[str, int] = {}
+    per_pack = RecordsPerPack()
 
     producer = ServedProducer(make_producer(settings, idempotent=False))
 
@@ -163,7 +170,8 @@ def create_app(
         if max_tensor_lag is not None:
             loop = asyncio.get_running_loop()
             tensor_topics = known_topics - {topics.dead_letters}
-            lag.update(await loop.run_in_executor(None, tensor_lags, settings, topics, tensor_topics))
+            packs = await loop.run_in_executor(None, tensor_lags, settings, topics, tensor_topics)
+            lag.update({t: per_pack.records(t, n) for t, n in packs.items()})
 
     @app.timer(2.0)
     async def notice_broker_back() -> None:
@@ -192,7 +200,8 @@ def create_app(
         """On an executor thread: preprocess a batch and hand its outputs to the producer."""
         started = time.perf_counter()
         out = step(sources)
-        metrics.batch(topic, len(sources), time.perf_counter() - started, topic_lane(topics, topic))
+        consumed = sum(s.records for s in sources)  # records, packs counted by their `records` header
+        metrics.batch(topic, consumed, time.perf_counter() - started, topic_lane(topics, topic))
         new = {r.topic for r in out} - known_topics
         if new:
             # both lanes of a model's tensors at once, born alike: the GPU group reads the pair
@@ -221,7 +230,11 @@ def create_app(
             in_flight.release()
 
         lane = topic_lane(topics, topic)
-        async for events in tick_take(stream, batch_size, batch_within_s):
+        # batch_size bounds the records of a batch, not its events: faust's events are packs
+        # (or single records), and tick_take adds up their `records` headers. An event is never
+        # split, so a pack over batch_size is a batch alone; no batch then holds more records than
+        # max(batch_size - 1 + a pack, a pack), and the tokenizer still gets its texts in one call.
+        async for events in tick_take(stream, batch_size, batch_within_s, event_records):
             await wait_for_gpus(lane)
             await in_flight.acquire()
             confirmed: asyncio.Future[str | None] = loop.create_future()
@@ -246,7 +259,9 @@ def create_app(
                 fail("preprocess worker failed; exiting so the batch is redelivered")
             for r in out:
                 if r.topic != topics.dead_letters:
-                    lag[r.topic] = lag.get(r.topic, 0) + 1
+                    records = records_of(r.headers)
+                    lag[r.topic] = lag.get(r.topic, 0) + records
+                    per_pack.add(r.topic, records)
             # acked only once the broker has every output: until then faust commits nothing past them
             acking = asyncio.ensure_future(ack_once_confirmed(confirmed, events, out))
             held.add(acking)  # the loop keeps only a weak reference to a task
@@ -274,6 +289,12 @@ def add_agent(app: faust.App, topic: str, step: Step, batch_size: int, run_batch
     app.agent(app.topic(topic, value_serializer="raw", key_serializer="raw"), name=preprocess.__name__)(preprocess)
 
 
+def event_records(event: Any) -> int:
+    """The records a faust event holds: its message's `records` header (a pack), else 1."""
+    headers = event.message.headers
+    return records_of(headers if isinstance(headers, dict) else pairs(headers))
+
+
 def pairs(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
     """A faust message's headers (a mapping or a list of pairs) as ConsumedRecord keeps them."""
     if not headers:
@@ -289,7 +310,7 @@ def fail(reason: str) -> NoReturn:
 
 
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:
-    """Records each model's GPU group has yet to consume from its tensor topic."""
+    """Kafka records (packs, for texts) each model's GPU group has yet to consume from its tensor topic."""
     return {t: group_lag(settings, topics.gpu_group(model_of_tensors(topics, t)), t) for t in tensor_topics}
 
 

@@ -38,3 +38,22 @@ def held_lanes(lags: Mapping[str, int], topics: Topics, max_lag: int | None) -> 
     if max_lag is None:
         return frozenset()
     return frozenset(p for p in PRIORITIES if any(n > max_lag for t, n in lags.items() if topic_lane(topics, t) == p))
+
+
+class RecordsPerPack:
+    """Records per Kafka record this worker wrote to each tensor topic, to turn a GPU group's lag
+    (kafka_io.offsets.group_lag counts Kafka records: packs) into records, the unit of
+    --max-tensor-lag. An estimate: the mean over what this worker produced, 1 for a topic it has
+    not written to yet (the lag of packs another worker wrote then counts one record a pack until
+    this worker's own first batch, an undercount that holds back nothing it should not)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[int, int]] = {}  # topic: (records, packs)
+
+    def add(self, topic: str, records: int) -> None:
+        held, packs = self._seen.get(topic, (0, 0))
+        self._seen[topic] = (held + records, packs + 1)
+
+    def records(self, topic: str, packs: int) -> int:
+        held, seen = self._seen.get(topic, (1, 1))
+        return round(packs * held / seen)

@@ -1,5 +1,7 @@
 """What the preprocess worker measures for Prometheus, once per batch of raw records.
 
+Every count is of records: a pack counts the records its `records` header names (schemas/packs.py).
+
 Records consumed and produced per topic, seconds per batch, whether backpressure holds the worker
 (--max-tensor-lag), and every few seconds the consumer lag of the raw topics faust reads. Without
 --metrics-port the app holds the base PreprocessMetrics, whose methods do nothing.
@@ -14,7 +16,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram
 
 from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, serve_metrics
-from kafka_io.records import OutRecord
+from kafka_io.records import OutRecord, records_of
 from kafka_io.settings import MetricsEndpoint
 
 log = logging.getLogger(__name__)
@@ -67,7 +69,12 @@ class PrometheusPreprocessMetrics(PreprocessMetrics):
         LANE_RECORDS.labels(lane).inc(consumed)
 
     def produced(self, records: Sequence[OutRecord]) -> None:
-        self.traffic.produced_records(records)
+        # records, not Kafka records: a tensor pack counts its `records` header, a dead letter 1
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.topic] = counts.get(r.topic, 0) + records_of(r.headers)
+        for topic, n in counts.items():
+            self.traffic.produced(topic, n)
 
     def paused(self, paused: bool) -> None:
         BACKPRESSURE_PAUSED.set(1 if paused else 0)

@@ -8,6 +8,7 @@ from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
 from preprocess_app.lanes import topic_lane
 from schemas import RawImage, RawText, TensorRecord, encode
+from schemas.packs import RawTextPack
 from schemas.raw_text_bytes import RawTextParts
 
 STAGE = "preprocess"
@@ -36,8 +37,28 @@ def encoded_tensor_out(
 
 
 def dead_out(
-    error: Exception, src: ConsumedRecord, topics: Topics, raw: RawText | RawTextParts | RawImage | None = None
+    error: Exception,
+    src: ConsumedRecord,
+    topics: Topics,
+    raw: RawText | RawTextParts | RawImage | RawTextPack | None = None,
+    *,
+    packed: int | None = None,
 ) -> OutRecord:
+    """The dead letter of `src` (with `raw`, what could be read of it), or with `packed`, of record
+    `packed` of the pack `raw` alone: its payload that record as a single RawText (schemas/packs.py)."""
+    if isinstance(raw, RawTextPack):
+        if packed is None:
+            raise ValueError("a pack's dead letter names the record of it that failed (packed=index)")
+        return dead_letter(
+            STAGE,
+            error,
+            src,
+            topics,
+            job_id=raw.job_id,
+            record_id=raw.record_ids[packed],
+            model=raw.model,
+            packed=(packed, raw.single(packed)),
+        )
     if raw is None:  # undecodable (not Avro, or the other kind): the headers and key still name it
         job_id = src.job_id
         prefix = f"{job_id}/"

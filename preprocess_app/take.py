@@ -6,27 +6,39 @@ idle, beside the engine on a one-host pipeline. Here an empty buffer waits for i
 with no timeout, then for the next tick of the same `within`-second clock (or a full buffer), so a
 record waits as long as under faust's tick (up to `within`, half of it on average) and an idle
 worker sleeps. Acks stay with the caller, as with `noack_take`.
+
+A batch is full at `max_` records, not events, when `weight` says how many records an event holds
+(a pack's `records` header): the batch size means the same to a worker fed packs as to one fed
+single records. An event is never split, so one pack larger than `max_` is a batch alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 
-async def tick_take(stream: Any, max_: int, within: float) -> AsyncIterator[list[Any]]:
-    """Lists of up to `max_` events of `stream`, each handed over at the first tick of a
-    `within`-second clock after its first event arrived, or as soon as it is full."""
+def _one(event: Any) -> int:
+    return 1
+
+
+async def tick_take(
+    stream: Any, max_: int, within: float, weight: Callable[[Any], int] = _one
+) -> AsyncIterator[list[Any]]:
+    """Lists of events of `stream` holding up to `max_` records (`weight` of an event: 1 unless
+    told), each handed over at the first tick of a `within`-second clock after its first event
+    arrived, or as soon as it is full."""
     loop = asyncio.get_running_loop()
     buffer: list[Any] = []
+    held = 0  # records in the buffer
     first = asyncio.Event()  # the buffer holds a record: the tick is armed
     full = asyncio.Event()
     consumed = asyncio.Event()
     consuming: asyncio.Future[None] | None = None  # set while the caller holds a batch
 
     async def add_to_buffer(value: Any) -> Any:
-        nonlocal consuming
+        nonlocal consuming, held
         try:
             if consuming is not None:  # a batch is being handed over: the next one starts after it
                 try:
@@ -37,11 +49,12 @@ async def tick_take(stream: Any, max_: int, within: float) -> AsyncIterator[list
             if event is None:
                 raise RuntimeError("take buffer found current_event is None")
             buffer.append(event)
+            held += weight(event)
             first.set()
-            if len(buffer) >= max_:
+            if held >= max_:
                 full.set()
                 consumed.clear()
-                await stream.wait(consumed)  # never more than max_ in one batch
+                await stream.wait(consumed)  # never more than max_ in one batch (or one event over it)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # as faust's take does: the stream crashes, the worker with it
@@ -66,6 +79,7 @@ async def tick_take(stream: Any, max_: int, within: float) -> AsyncIterator[list
                 yield list(buffer)
             finally:
                 buffer.clear()
+                held = 0
                 first.clear()
                 full.clear()
                 handed.set_result(None)

@@ -1,25 +1,42 @@
-"""Text preprocessing as pure functions: raw.text records in, tensor records and dead letters out."""
+"""Text preprocessing as pure functions: raw.text packs (and single records) in, tensor packs and
+dead letters out.
+
+raw.text carries RawTextPacks (schemas/packs.py): many texts of one job submission in one Kafka
+record. A single RawText still comes from foreign producers and `dlq replay`; every reader takes
+both. A step tokenizes every text of a model in one call, whichever record brought it, and writes
+its token ids as TensorPacks: those of an input pack go on as one or more packs of their own (cut
+by bytes), and single records of one job submission, model and lane are packed together. A record
+that fails is dead-lettered alone and its neighbours go on.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.limits import MAX_VALUE_BYTES, too_large
+from kafka_io.records import ConsumedRecord, OutRecord, pack_record
 from kafka_io.settings import Topics
+from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
-from preprocess_app.outputs import dead_out, encoded_tensor_out
-from schemas import SerdeError, Tensor, now_us
+from preprocess_app.outputs import dead_out
+from schemas import SerdeError, now_us
 from schemas.model_config import ModelError, ModelNotFoundError
+from schemas.packs import PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
 from schemas.raw_text_bytes import RawTextParts, read_raw_text
-from schemas.tensor_record_bytes import TensorRecordBytes
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
 # No token is shorter than one character, and real ones average 4-5, so cutting at 32 characters
 # per token keeps every token the truncation keeps.
 CHARS_PER_TOKEN_BOUND = 32
+
+# What a record adds to a pack besides its token ids, its record id and its attributes: its seq
+# and its offset (8 bytes each) and Avro's length prefixes. Sizes only decide where packs are cut.
+RECORD_BYTES = 32
 
 
 def tokenize(
@@ -31,41 +48,178 @@ def tokenize(
     return [np.asarray(e.ids, dtype=dtype) for e in encodings]
 
 
-def preprocess_texts(sources: Sequence[ConsumedRecord], models: ModelLookup, topics: Topics) -> list[OutRecord]:
-    """Decode, tokenize and re-encode a batch. A record that fails becomes a dead letter; the rest go on.
+@dataclass(frozen=True, slots=True)
+class _Texts:
+    """Texts that go on into the same tensor packs, column-wise (no object per record: a pack's
+    records cost a Python object each only where one is needed): the good records of one input
+    pack, or single records of one job submission and model from one topic (their lane)."""
 
-    Records are read and written as bytes (schemas/raw_text_bytes.py, schemas/tensor_record_bytes.py):
-    a TensorRecord repeats its RawText's ids and attributes as they are, and no record object is made."""
-    started = now_us()
-    out: list[OutRecord] = []
-    by_model: dict[str, list[tuple[ConsumedRecord, RawTextParts]]] = {}
+    topic: str  # where they came from
+    job_id: str
+    submitted_at: int
+    record_ids: list[str]
+    seqs: Sequence[int] | np.ndarray
+    texts: list[str]
+    attributes: Sequence[Mapping[str, str]]
+    # record i's dead letter, alone even when it came in a pack
+    dead: Callable[[int, Exception], OutRecord]
+
+
+def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: list[OutRecord]) -> _Texts:
+    """A pack's records that go on; an empty one is dead-lettered here (producers refuse these,
+    other writers of raw.text may not)."""
+    kept = [i for i, t in enumerate(pack.texts) if t and not t.isspace()]
+    attributes: Sequence[Mapping[str, str]]
+    if len(kept) == len(pack):
+        ids, seqs, texts, attributes = pack.record_ids, pack.seqs, pack.texts, pack.attributes
+    else:
+        for i in sorted(set(range(len(pack))) - set(kept)):
+            error = ValueError(f"text of record {pack.record_ids[i]!r} is empty")
+            out.append(dead_out(error, src, topics, pack, packed=i))
+        ids, seqs = [pack.record_ids[i] for i in kept], pack.seqs[kept]
+        texts, attributes = [pack.texts[i] for i in kept], [pack.attributes[i] for i in kept]
+
+    def dead(j: int, error: Exception) -> OutRecord:
+        return dead_out(error, src, topics, pack, packed=kept[j])
+
+    return _Texts(src.topic, pack.job_id, pack.submitted_at, ids, seqs, texts, attributes, dead)
+
+
+def _single_texts(singles: list[tuple[ConsumedRecord, RawTextParts]], topics: Topics) -> _Texts:
+    first_src, first = singles[0]
+
+    def dead(j: int, error: Exception) -> OutRecord:
+        src, raw = singles[j]
+        return dead_out(error, src, topics, raw)
+
+    return _Texts(
+        first_src.topic,
+        first.job_id,
+        first.submitted_at,
+        [raw.record_id for _, raw in singles],
+        [raw.seq for _, raw in singles],
+        [raw.text for _, raw in singles],
+        [raw.attributes for _, raw in singles],
+        dead,
+    )
+
+
+def _read(sources: Sequence[ConsumedRecord], topics: Topics, out: list[OutRecord]) -> dict[str, list[_Texts]]:
+    """The batch's texts by model; a source that cannot be read at all is a dead letter whole."""
+    by_model: dict[str, list[_Texts]] = {}
+    singles: dict[tuple[str, str, int, str], list[tuple[ConsumedRecord, RawTextParts]]] = {}
     for src in sources:
         try:
+            if kind_of(src.value) == "RawTextPack":
+                pack = read_raw_text_pack(src.value)
+                texts = _pack_texts(src, pack, topics, out)
+                if texts.record_ids:
+                    by_model.setdefault(pack.model, []).append(texts)
+                continue
             raw = read_raw_text(src.value)
-        except SerdeError as exc:
+        except SerdeError as exc:  # not Avro, the other kind, or a malformed pack
             out.append(dead_out(exc, src, topics))
             continue
         if not raw.text.strip():  # producers refuse these; other writers of raw.text may not
-            out.append(dead_out(ValueError("text is empty"), src, topics, raw))
+            out.append(dead_out(ValueError(f"text of record {raw.record_id!r} is empty"), src, topics, raw))
             continue
-        by_model.setdefault(raw.model, []).append((src, raw))
+        singles.setdefault((raw.job_id, raw.model, raw.submitted_at, src.topic), []).append((src, raw))
+    for (_, model, _, _), group in singles.items():
+        by_model.setdefault(model, []).append(_single_texts(group, topics))
+    return by_model
 
-    for name, items in by_model.items():
+
+def preprocess_texts(
+    sources: Sequence[ConsumedRecord],
+    models: ModelLookup,
+    topics: Topics,
+    limits: PackLimits | None = None,
+    max_value_bytes: int = MAX_VALUE_BYTES,
+) -> list[OutRecord]:
+    """Decode, tokenize and pack a batch. A record that fails becomes a dead letter; the rest go on.
+
+    `limits` cut the tensor packs (by default schemas.packs' own); a pack is never over
+    `max_value_bytes` (the broker's record limit): it is cut smaller, and a record too large alone
+    is dead-lettered."""
+    started = now_us()
+    limits = limits or PackLimits()
+    out: list[OutRecord] = []
+    for name, groups in _read(sources, topics, out).items():
         try:
             model = models(name)
             if model.tokenizer is None:
                 raise ModelNotFoundError(f"model {name!r} is for {model.config.task}, not for text")
         except ModelError as exc:  # a bad or unknown name, or a model that cannot be loaded
-            out.extend(dead_out(exc, src, topics, raw) for src, raw in items)
+            out.extend(g.dead(j, exc) for g in groups for j in range(len(g.record_ids)))
             continue
         cfg = model.config
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
         carried = np.dtype(model.token_dtype or ids_input.dtype).newbyteorder("<")  # tensors travel little-endian
-        token_ids = tokenize(model.tokenizer, [raw.text for _, raw in items], cfg.max_length, carried)
-        dtype = Tensor.from_array(ids_input.name, np.zeros(0, carried)).dtype
-        write = TensorRecordBytes(cfg.name, cfg.version, ids_input.name, dtype, started, now_us())
-        for (src, raw), ids in zip(items, token_ids, strict=True):
-            value = write(raw.ids, ids.tobytes(), len(ids), raw.attributes_map, raw.submitted_at)
-            out.append(encoded_tensor_out(topics, value, cfg.name, src, raw, raw.submitted_at))
+        # every text of the model in one call, whichever record brought it
+        token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
+        stamps = {"preprocess_start": started, "preprocess_end": now_us()}
+        at = 0
+        for g in groups:
+            arrays = token_ids[at : at + len(g.texts)]
+            at += len(g.texts)
+            # the records' lane is the topic they came in: their tensors go on in that lane
+            topic = topics.lane(topics.tensors(cfg.name), topic_lane(topics, g.topic))
+            timestamps = {"submitted": g.submitted_at, **stamps}
+            # attributes are mostly empty: a map costs a sum only where it has entries
+            sizes = [
+                ids.nbytes + len(r) + RECORD_BYTES + (sum(len(k) + len(v) for k, v in a.items()) if a else 0)
+                for ids, r, a in zip(arrays, g.record_ids, g.attributes, strict=True)
+            ]
+            write = functools.partial(
+                _tensor_packs,
+                topics,
+                topic,
+                g,
+                arrays,
+                cfg.name,
+                cfg.version,
+                ids_input.name,
+                timestamps,
+                max_value_bytes,
+            )
+            for start, end in pack_spans(sizes, limits):
+                out.extend(write(start, end))
     return out
+
+
+def _tensor_packs(
+    topics: Topics,
+    topic: str,
+    g: _Texts,
+    arrays: Sequence[np.ndarray],
+    model: str,
+    version: str,
+    tensor: str,
+    timestamps: Mapping[str, int],
+    max_value_bytes: int,
+    start: int,
+    end: int,
+) -> list[OutRecord]:
+    """Records [start, end) of `g` as one tensor pack, or as several when one would be over the
+    broker's record limit (halved until each fits); a record too large alone is dead-lettered,
+    since the broker would refuse it on every redelivery and the worker must not stop on a
+    record's size."""
+    value = tensor_pack_bytes(
+        g.job_id,
+        model,
+        version,
+        g.record_ids[start:end],
+        g.seqs[start:end],
+        tensor,
+        arrays[start:end],
+        g.attributes[start:end],
+        timestamps,
+    )
+    if len(value) <= max_value_bytes:
+        return [pack_record(topic, value, g.job_id, g.record_ids[start], end - start, g.submitted_at)]
+    if end - start == 1:
+        return [g.dead(start, too_large(f"the tensor record of {g.record_ids[start]}", len(value)))]
+    half = (start + end) // 2
+    args = (topics, topic, g, arrays, model, version, tensor, timestamps, max_value_bytes)
+    return [*_tensor_packs(*args, start, half), *_tensor_packs(*args, half, end)]

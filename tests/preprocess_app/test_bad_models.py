@@ -14,7 +14,8 @@ from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from schemas import DeadLetter, RawText, TensorRecord, decode, encode
+from schemas import DeadLetter, RawText, decode, encode
+from schemas.packs import read_tensor_pack
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import broken_repository
 
@@ -41,20 +42,20 @@ def test_a_worker_dead_letters_path_names_and_broken_models_and_keeps_serving(
         models = ["tiny", "tiny/.", str(repository / "tiny"), "badtok", "badcfg", "tiny"]
         produce_texts(settings, topics, "job-a", models)
         produce_texts(settings, topics, "job-b", ["tiny", "badtok"])  # after the broken ones: still served
-        seen: dict[str, DeadLetter | TensorRecord] = {}
+        seen: dict[str, DeadLetter | str] = {}
         deadline = time.monotonic() + 180
         with TopicFollower(settings, [topics.dead_letters, topics.tensors("tiny")]) as follower:
             while len(seen) < 8:
                 pipeline.check_workers()  # the old worker exited on the batch, and again on every redelivery
                 assert time.monotonic() < deadline, seen
                 for m in follower.poll(0.5):
-                    record: DeadLetter | TensorRecord
                     if m.topic == topics.dead_letters:
-                        record = decode(m.value, DeadLetter)
-                    else:
-                        record = decode(m.value, TensorRecord)
-                    seen[f"{record.job_id}/{record.record_id}"] = record
-        outcome = {k: getattr(v, "error_type", "tensor") for k, v in seen.items()}
+                        letter = decode(m.value, DeadLetter)
+                        seen[f"{letter.job_id}/{letter.record_id}"] = letter
+                    else:  # a tensor pack: single records of one job submission travel together
+                        pack = read_tensor_pack(m.value)
+                        seen.update({f"{pack.job_id}/{r}": "tensor" for r in pack.record_ids})
+        outcome = {k: v if isinstance(v, str) else v.error_type for k, v in seen.items()}
         assert outcome == {
             "job-a/r0": "tensor",
             "job-a/r1": "InvalidModelNameError",

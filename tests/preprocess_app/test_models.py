@@ -11,13 +11,14 @@ from kafka_io.settings import Topics
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
-from schemas import DeadLetter, RawImage, RawText, TensorRecord, decode, encode
+from schemas import DeadLetter, RawImage, RawText, decode, encode
 from schemas.model_config import (
     InvalidModelNameError,
     ModelUnavailableError,
     check_model_name,
     load_model_config,
 )
+from schemas.packs import read_tensor_pack
 from tests.support.records import value
 from tests.support.tiny_model import broken_repository
 
@@ -56,10 +57,10 @@ def test_bad_names_and_unloadable_models_are_dead_letters_and_the_batch_goes_on(
     lookup = Models(repository)
     for _ in range(2):  # the broken models fail again, without taking the worker or the batch down
         out = preprocess_texts(sources, lookup, topics)
-        tensors = [decode(value(o), TensorRecord) for o in out if o.topic == "ns.tensors.tiny"]
+        tensors = [read_tensor_pack(value(o)) for o in out if o.topic == "ns.tensors.tiny"]
         dead = {d.record_id: d for d in (decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters")}
         assert {o.topic for o in out} == {"ns.tensors.tiny", "ns.dead.letters"}
-        assert [t.record_id for t in tensors] == ["r0", "r5"]
+        assert [t.record_ids for t in tensors] == [["r0", "r5"]]  # one job submission: one pack
         assert {k: d.error_type for k, d in dead.items()} == {
             "r1": "InvalidModelNameError",
             "r2": "InvalidModelNameError",

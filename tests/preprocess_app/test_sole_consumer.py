@@ -11,7 +11,7 @@ from kafka_io.groups import live_groups
 from kafka_io.offsets import group_lag
 from kafka_io.reading import read_topics
 from kafka_io.topics import partitions_of
-from schemas import TensorRecord, decode
+from schemas.packs import read_tensor_pack
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
@@ -19,7 +19,7 @@ from tests.support.tiny_model import TinyModel
 
 def tensor_ids(pipeline: RunningPipeline) -> Counter[str]:
     records = read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")], idle_timeout_s=30)
-    return Counter(decode(r.value or b"", TensorRecord).record_id for r in records)
+    return Counter(record_id for r in records for record_id in read_tensor_pack(r.value or b"").record_ids)
 
 
 def wait_for(condition, what: str, pipeline: RunningPipeline, timeout_s: float = 90) -> None:  # type: ignore[no-untyped-def]
