@@ -62,7 +62,7 @@ def short_texts(n: int) -> list[str]:
 
 
 def fill(settings: KafkaSettings, topics: Topics, repository: Path, n: int, workdir: Path) -> None:
-    """n real tensor records in tensors.minilm, written by the real preprocess worker."""
+    """n real tensor records in tensors.minilm (in packs), written by the real preprocess worker."""
     workload = workdir / "texts.jsonl"
     workload.write_text("".join(json.dumps({"text": t}) + "\n" for t in short_texts(n)), encoding="utf-8")
     pre = spawn_worker(
@@ -77,7 +77,8 @@ def fill(settings: KafkaSettings, topics: Topics, repository: Path, n: int, work
     try:
         submit(settings, topics, JobInput(workload, "text"), "minilm")
         deadline = time.monotonic() + 600
-        while sum(1 for _ in read_topics(settings, [topics.tensors("minilm")])) < n:
+        # tensor packs: a Kafka record holds its `records` header's count
+        while sum(r.records for r in read_topics(settings, [topics.tensors("minilm")])) < n:
             pre.check_alive()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the preprocess worker did not write {n} tensor records in 600 s")
