@@ -131,6 +131,12 @@ def make_consumer(settings: KafkaSettings, group_id: str, *, group_protocol: str
     if group_protocol == "consumer":
         defaults = {k: v for k, v in CONSUMER_DEFAULTS.items() if k not in CLASSIC_ONLY}
         defaults["group.protocol"] = "consumer"
+        # The broker assigns; its default assignor (uniform) balances partition counts over all
+        # the topics of a subscription: of two workers on a model's two lanes (4 partitions
+        # each), one got the whole batch lane and the other the whole live lane, idle through
+        # every batch job (the trial of two GPU workers). Range, as on the classic protocol,
+        # splits each topic over the members. Kafka's group.consumer.assignors has it by default.
+        defaults["group.remote.assignor"] = "range"
     return Consumer({**defaults, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED})
 
 
@@ -164,7 +170,7 @@ class _Lines:
 def check_group_protocol(settings: KafkaSettings, protocol: str, timeout_s: float = 10.0) -> None:
     """GroupProtocolError unless the brokers offer `protocol`. The classic one every broker does;
     Kafka 4's consumer protocol only a broker that answers ConsumerGroupHeartbeat (KIP-848). A
-    consumer of that protocol on a broker without it never joins and says nothing (Tansu 0.5: no
+    consumer of that protocol on a broker without it never joins and says nothing (Tansu 0.6.0: no
     error, no assignment), so it is asked at start: librdkafka judges each broker's ApiVersions,
     and says so in a debug line ("Enabling feature BrokerBalancedConsumer", or "Disabling").
     Where it says neither (another librdkafka's wording), the worker starts and a warning says
