@@ -192,7 +192,7 @@ def serve(
     client = settings.with_client_id(f"gpu-{worker_id}")
     incarnation = BrokerIncarnation()  # a broker that restarts without its state: kafka_io/incarnation.py
     consumer = make_consumer(
-        client, topics.gpu_group(model), group_protocol=group_protocol, error_cb=incarnation.on_error
+        client, topics.gpu_group(model), **{"group.protocol": group_protocol}, error_cb=incarnation.on_error
     )
     # stable per worker instance, so a restarted instance fences its own zombie at once
     transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"

@@ -122,15 +122,13 @@ def make_producer(settings: KafkaSettings, *, idempotent: bool = True, **extra: 
     return Producer({**PRODUCER_DEFAULTS, **_base(settings), **extra, **fixed})
 
 
-def make_consumer(settings: KafkaSettings, group_id: str, *, group_protocol: str = "classic", **extra: Any) -> Consumer:
-    """`group_protocol`: "classic" (any broker), or "consumer" (Kafka 4's KIP-848, where the broker
-    assigns partitions and moves them one at a time; check_group_protocol says whether it can)."""
-    if group_protocol not in GROUP_PROTOCOLS:
-        raise ValueError(f"group protocol {group_protocol!r}: use one of {GROUP_PROTOCOLS}")
+def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consumer:
+    """`extra` may ask for Kafka 4's consumer group protocol ("group.protocol": "consumer", KIP-848:
+    the broker assigns and moves partitions one at a time; check_group_protocol says whether it
+    can): the defaults the broker then decides are left out."""
     defaults = CONSUMER_DEFAULTS
-    if group_protocol == "consumer":
+    if extra.get("group.protocol") == "consumer":
         defaults = {k: v for k, v in CONSUMER_DEFAULTS.items() if k not in CLASSIC_ONLY}
-        defaults["group.protocol"] = "consumer"
         # The broker assigns; its default assignor (uniform) balances partition counts over all
         # the topics of a subscription: of two workers on a model's two lanes (4 partitions
         # each), one got the whole batch lane and the other the whole live lane, idle through
@@ -178,7 +176,8 @@ def check_group_protocol(settings: KafkaSettings, protocol: str, timeout_s: floa
     if protocol == "classic":
         return
     capture = _Lines()
-    admin = AdminClient({**_base(settings), "logger": capture, "debug": "feature"})
+    config: dict[str, Any] = {**_base(settings), "logger": capture, "debug": "feature"}
+    admin = AdminClient(config)
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:

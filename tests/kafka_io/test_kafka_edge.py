@@ -245,9 +245,9 @@ def test_the_consumer_group_protocol_is_refused_at_start_by_a_broker_without_it(
 def test_a_consumer_of_the_consumer_group_protocol_leaves_out_what_its_broker_decides(settings: KafkaSettings) -> None:
     # librdkafka refuses session.timeout.ms, heartbeat.interval.ms and partition.assignment.strategy
     # with group.protocol=consumer: made without them, the consumer is made
-    make_consumer(settings, "kip848", group_protocol="consumer").close()
-    with pytest.raises(KafkaException, match="group.protocol=consumer"):
-        make_consumer(settings, "kip848", group_protocol="consumer", **{"session.timeout.ms": 6000})
+    make_consumer(settings, "kip848", **{"group.protocol": "consumer"}).close()
+    with pytest.raises(KafkaException, match=r"group\.protocol=consumer"):
+        make_consumer(settings, "kip848", **{"group.protocol": "consumer", "session.timeout.ms": 6000})
 
 
 def test_an_unreachable_broker_fails_fast_naming_the_servers() -> None:

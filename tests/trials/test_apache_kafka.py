@@ -55,8 +55,8 @@ def test_an_exactly_once_worker_sigkilled_mid_transaction_is_taken_over_with_no_
     pipeline = kafka_pipeline
     rows = example_lines(1200)
     pipeline.start("preprocess", "preprocess")
-    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", "--exactly-once", "--instance-id", "eos-a")
-    args += ("--group-protocol", group_protocol)
+    eos = ("--exactly-once", "--instance-id", "eos-a", "--group-protocol", group_protocol)
+    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", *eos)
     gpu = pipeline.start("gpu", *args)
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
     reached = follow_until(pipeline, pipeline.topics.results, job_id, 300)
