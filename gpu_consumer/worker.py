@@ -40,7 +40,15 @@ from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.postprocess import STEPS
 from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, TransactionalStep, WorkerStats
 from kafka_io.cancellations import Cancellations
-from kafka_io.clients import Consumer, Producer, check_reachable, close_consumer, make_consumer, make_producer
+from kafka_io.clients import (
+    Consumer,
+    Producer,
+    check_group_protocol,
+    check_reachable,
+    close_consumer,
+    make_consumer,
+    make_producer,
+)
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, WindowLimits, assign_topics, records_in, subscribe, windows
 from kafka_io.records import Headers
@@ -141,16 +149,21 @@ def serve(
     sole_consumer: bool = False,
     metrics: MetricsEndpoint | None = None,
     batch_share: float = DEFAULT_BATCH_SHARE,
+    group_protocol: str = "classic",
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
     `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator).
     `sole_consumer` takes every partition without a group join: only for a worker known to be the
     group's one member (the embedded `nearline run`); two such workers would both read everything.
-    `metrics`: serve Prometheus metrics there (gpu_consumer/metrics.py)."""
+    `metrics`: serve Prometheus metrics there (gpu_consumer/metrics.py).
+    `group_protocol`: "consumer" joins with Kafka 4's consumer group protocol (KIP-848; refused at
+    start by a broker without it), where a member that joins or leaves moves only the partitions
+    that change owner, not every member's (docs/brokers.md)."""
     if metrics is not None:
         start_endpoint(metrics)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
+    check_group_protocol(settings, group_protocol)
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
@@ -178,7 +191,9 @@ def serve(
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     client = settings.with_client_id(f"gpu-{worker_id}")
     incarnation = BrokerIncarnation()  # a broker that restarts without its state: kafka_io/incarnation.py
-    consumer = make_consumer(client, topics.gpu_group(model), error_cb=incarnation.on_error)
+    consumer = make_consumer(
+        client, topics.gpu_group(model), **{"group.protocol": group_protocol}, error_cb=incarnation.on_error
+    )
     # stable per worker instance, so a restarted instance fences its own zombie at once
     transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
 

@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from kafka_io.errors import BrokerUnavailableError
+from kafka_io.errors import BrokerUnavailableError, GroupProtocolError
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings
 
@@ -47,6 +47,11 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     # consumer then sends ten empty fetches a second; a busy one never waits.
     "fetch.wait.max.ms": 100,
 }
+# Kafka 4's consumer group protocol (KIP-848) takes the session, the heartbeat and the assignment
+# to the broker (group.consumer.*): librdkafka refuses a consumer that sets them ("not supported
+# for group.protocol=consumer ... defined broker side").
+GROUP_PROTOCOLS = ("classic", "consumer")
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 # Offsets move only when the application says its outputs are stored; EOF is the caught-up signal.
 CONSUMER_FIXED: dict[str, Any] = {
     "enable.auto.commit": False,
@@ -118,7 +123,19 @@ def make_producer(settings: KafkaSettings, *, idempotent: bool = True, **extra: 
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consumer:
-    return Consumer({**CONSUMER_DEFAULTS, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED})
+    """`extra` may ask for Kafka 4's consumer group protocol ("group.protocol": "consumer", KIP-848:
+    the broker assigns and moves partitions one at a time; check_group_protocol says whether it
+    can): the defaults the broker then decides are left out."""
+    defaults = CONSUMER_DEFAULTS
+    if extra.get("group.protocol") == "consumer":
+        defaults = {k: v for k, v in CONSUMER_DEFAULTS.items() if k not in CLASSIC_ONLY}
+        # The broker assigns; its default assignor (uniform) balances partition counts over all
+        # the topics of a subscription: of two workers on a model's two lanes (4 partitions
+        # each), one got the whole batch lane and the other the whole live lane, idle through
+        # every batch job (the trial of two GPU workers). Range, as on the classic protocol,
+        # splits each topic over the members. Kafka's group.consumer.assignors has it by default.
+        defaults["group.remote.assignor"] = "range"
+    return Consumer({**defaults, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED})
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
@@ -136,6 +153,53 @@ def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
         raise BrokerUnavailableError(
             f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
         ) from None
+
+
+class _Lines:
+    """A librdkafka `logger` that keeps its lines (the client calls log(level, format, *args))."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        self.lines.append(fmt % args)
+
+
+def check_group_protocol(settings: KafkaSettings, protocol: str, timeout_s: float = 10.0) -> None:
+    """GroupProtocolError unless the brokers offer `protocol`. The classic one every broker does;
+    Kafka 4's consumer protocol only a broker that answers ConsumerGroupHeartbeat (KIP-848). A
+    consumer of that protocol on a broker without it never joins and says nothing (Tansu 0.6.0: no
+    error, no assignment), so it is asked at start: librdkafka judges each broker's ApiVersions,
+    and says so in a debug line ("Enabling feature BrokerBalancedConsumer", or "Disabling").
+    Where it says neither (another librdkafka's wording), the worker starts and a warning says
+    the protocol was not checked."""
+    if protocol == "classic":
+        return
+    capture = _Lines()
+    config: dict[str, Any] = {**_base(settings), "logger": capture, "debug": "feature"}
+    admin = AdminClient(config)
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
+        ) from None
+    for _ in range(100):  # the log lines come through the client's queue: serve what is there
+        if not admin.poll(0.05):
+            break
+    said = [line for line in capture.lines if "feature BrokerBalancedConsumer" in line]
+    if any("Disabling feature" in line for line in said):
+        raise GroupProtocolError(
+            f"Kafka at {settings.bootstrap_servers} does not offer the consumer group protocol "
+            "(KIP-848: no ConsumerGroupHeartbeat in its ApiVersions; Apache Kafka 4.0+ has it): "
+            "run with --group-protocol classic"
+        )
+    if not any("Enabling feature" in line for line in said):
+        _librdkafka.warning(
+            "could not tell whether Kafka at %s offers the consumer group protocol (KIP-848); "
+            "a consumer that never gets partitions may need --group-protocol classic",
+            settings.bootstrap_servers,
+        )
 
 
 def refusal(settings: KafkaSettings, timeout_s: float = 1.0) -> str | None:

@@ -24,6 +24,10 @@ class SecuritySettingsError(KafkaIOError):
     """NEARLINE_KAFKA_* security settings that a client cannot apply as given."""
 
 
+class GroupProtocolError(KafkaIOError):
+    """A consumer group protocol the brokers do not offer (--group-protocol consumer before Kafka 4)."""
+
+
 class TopicConfigError(KafkaIOError):
     """An existing topic whose settings cannot carry what nearline sends it (e.g. a lower record limit)."""
 

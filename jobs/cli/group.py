@@ -50,7 +50,7 @@ class NearlineGroup(click.Group):
         from jobs.registry import JobNotFoundError
         from jobs.replay import ReplaySpecError
         from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
-        from kafka_io.errors import SecuritySettingsError, TopicConfigError
+        from kafka_io.errors import GroupProtocolError, SecuritySettingsError, TopicConfigError
 
         try:
             return super().invoke(ctx)
@@ -76,6 +76,7 @@ class NearlineGroup(click.Group):
         except (
             InvalidModelNameError,
             SecuritySettingsError,
+            GroupProtocolError,
             TopicConfigError,
             ScheduleSpecError,
             ScheduleExistsError,

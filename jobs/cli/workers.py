@@ -12,6 +12,7 @@ import click
 from gpu_consumer import ENGINES
 from jobs.cli.options import HOME, FiniteFloat, batch_options, cluster_options, metrics_option, repository_option
 from jobs.cli.validators import require_servers
+from kafka_io.clients import GROUP_PROTOCOLS
 from kafka_io.settings import ENV_BOOTSTRAP, MetricsEndpoint, Topics
 from schemas.model_config import ModelConfig
 
@@ -140,6 +141,16 @@ def worker_preprocess(
     show_envvar=True,
     help="The batch lane's minimum share of engine time while live records keep coming (priority lanes).",
 )
+@click.option(
+    "--group-protocol",
+    type=click.Choice(GROUP_PROTOCOLS),
+    default="classic",
+    show_envvar=True,
+    help="consumer: Kafka 4's consumer group protocol (KIP-848): a worker that joins or leaves moves "
+    "only the partitions that change owner, without pausing the others; the broker's "
+    "group.consumer.session.timeout.ms is then how soon a dead worker's partitions move. Refused "
+    "at start by a broker without it (before Kafka 4, Tansu).",
+)
 @batch_options
 @metrics_option
 @cluster_options
@@ -154,6 +165,7 @@ def worker_gpu(
     max_windows_in_flight: int,
     sole_consumer: bool,
     batch_share: float,
+    group_protocol: str,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_window: int | None,
@@ -185,6 +197,7 @@ def worker_gpu(
         sole_consumer=sole_consumer,
         metrics=metrics,
         batch_share=batch_share,
+        group_protocol=group_protocol,
     )
     click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.clients import check_reachable, make_consumer, make_producer
-from kafka_io.errors import BrokerUnavailableError, DeliveryError
+from kafka_io.clients import check_group_protocol, check_reachable, make_consumer, make_producer
+from kafka_io.errors import BrokerUnavailableError, DeliveryError, GroupProtocolError
 from kafka_io.polling import WindowLimits, assign_all, commit_window, records_in, subscribe, windows
 from kafka_io.produce import fatal_error, produce_all
 from kafka_io.reading import TopicFollower, read_topics
@@ -253,6 +253,21 @@ def test_a_sole_consumer_reads_every_partition_without_a_join_and_commits_to_its
     seen = sorted(m.value or b"" for m in [*first, *rest])
     assert len(first) == 12
     assert seen == sorted(f"v{i}".encode() for i in range(30))  # each record once: nothing lost or repeated
+
+
+def test_the_consumer_group_protocol_is_refused_at_start_by_a_broker_without_it(settings: KafkaSettings) -> None:
+    # Tansu has no ConsumerGroupHeartbeat: a KIP-848 consumer there never joins and says nothing
+    check_group_protocol(settings, "classic")
+    with pytest.raises(GroupProtocolError, match="--group-protocol classic"):
+        check_group_protocol(settings, "consumer")
+
+
+def test_a_consumer_of_the_consumer_group_protocol_leaves_out_what_its_broker_decides(settings: KafkaSettings) -> None:
+    # librdkafka refuses session.timeout.ms, heartbeat.interval.ms and partition.assignment.strategy
+    # with group.protocol=consumer: made without them, the consumer is made
+    make_consumer(settings, "kip848", **{"group.protocol": "consumer"}).close()
+    with pytest.raises(KafkaException, match=r"group\.protocol=consumer"):
+        make_consumer(settings, "kip848", **{"group.protocol": "consumer", "session.timeout.ms": 6000})
 
 
 def test_an_unreachable_broker_fails_fast_naming_the_servers() -> None:

@@ -53,13 +53,17 @@ def kafka_pipeline(
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
+# Also under Kafka 4's consumer group protocol (KIP-848): the transactions' offsets carry the
+# member's epoch, which the broker checks (TxnOffsetCommit) instead of the classic generation.
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
 def test_an_exactly_once_worker_sigkilled_mid_transaction_is_taken_over_with_no_result_twice_or_lost(
-    kafka_pipeline: RunningPipeline, tmp_path: Path
+    kafka_pipeline: RunningPipeline, tmp_path: Path, group_protocol: str
 ) -> None:
     pipeline = kafka_pipeline
     rows = example_lines(1200)
     pipeline.start("preprocess", "preprocess")
-    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", "--exactly-once", "--instance-id", "eos-a")
+    eos = ("--exactly-once", "--instance-id", "eos-a", "--group-protocol", group_protocol)
+    args = ("gpu", "--model", "tiny", "--max-batch-size", "4", *eos)
     gpu = pipeline.start("gpu", *args)
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
     reached = follow_until(pipeline, pipeline.topics.results, job_id, 300)

@@ -182,13 +182,27 @@ def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing
 
 
 @pytest.mark.slow
+# Under Kafka 4's consumer group protocol (KIP-848) too: partitions move one by one, assigned by the
+# broker, and the dead member's after the broker's group.consumer.session.timeout.ms (6 s on the
+# test broker, tests/support/apache_kafka.py).
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
 def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_dies(
-    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
+    pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, group_protocol: str
 ) -> None:
     # long enough at batch 1 for the second worker's join (a few seconds) to land mid-job
     rows = [{"id": f"{k}-{r['id']}", "text": r["text"]} for k in range(5) for r in example_lines(1200)]
     pipeline.start("preprocess", "preprocess")
-    args = ("gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
+    args = (
+        "gpu",
+        "--model",
+        "tiny",
+        "--max-batch-size",
+        "1",
+        "--max-linger-ms",
+        "0",
+        "--group-protocol",
+        group_protocol,
+    )
     first, second = pipeline.start("gpu-a", *args), pipeline.start("gpu-b", *args)
     # small jobs until both members have joined the group and produced results
     workers: set[str] = set()
