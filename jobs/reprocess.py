@@ -29,12 +29,16 @@ def job_tensors(settings: KafkaSettings, topic: str, job_id: str) -> Iterator[Co
 
 
 def windows(sources: Iterable[ConsumedRecord], size: int) -> Iterator[list[ConsumedRecord]]:
+    """Windows of about `size` records: counted by what each Kafka record holds (a text model's
+    are packs, schemas/packs.py), closed once they reach it."""
     window: list[ConsumedRecord] = []
+    held = 0
     for source in sources:
         window.append(source)
-        if len(window) == size:
+        held += source.records
+        if held >= size:
             yield window
-            window = []
+            window, held = [], 0
     if window:
         yield window
 
@@ -63,7 +67,7 @@ def reprocess(
             producer = make_producer(settings.with_client_id(f"reprocess-{job_id}"))
         out = handle_window(window, engine, config, topics, f"reprocess-{read}", policy)
         produce_all(producer, out)
-        read += len(window)
+        read += sum(source.records for source in window)
         done += len(out)
     if read == 0:
         raise JobNotFoundError(f"no tensor records of job {job_id} in {topic}")
