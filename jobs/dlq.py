@@ -63,6 +63,8 @@ class Entry:
             "model": d.model,
             "model_version": d.model_version,
             "source": f"{d.source_topic}/{d.source_partition}/{d.source_offset}",
+            # the record's index in the pack at that offset (schemas/packs.py); None: a record of its own
+            "source_index": d.source_index,
             "failed_at_us": d.failed_at,
         }
 

@@ -25,7 +25,7 @@ from jobs.input_problems import (
     stdin_format_problem,
     unreadable_input,
 )
-from kafka_io.records import OutRecord, job_record
+from kafka_io.records import OutRecord, job_record, pack_record
 from kafka_io.settings import DEFAULT_PRIORITY, Priority, Topics
 from producers import JSONL_SUFFIXES, InputError, InputFormat, InputRecord, read_text_input
 from producers.images import (
@@ -41,7 +41,7 @@ from producers.images import (
 from producers.table_rows import DEFAULT_COLUMNS, Columns, kept_schema, read_tables, table_kind
 from producers.tables import TableFormat, table_files, table_format
 from schemas import RawImage, encode, now_us
-from schemas.raw_text_bytes import RawTextBytes
+from schemas.packs import PackLimits, raw_text_pack_bytes
 
 InputKind = Literal["auto", "text", "image"]
 Record = InputRecord | ImageRecord
@@ -53,6 +53,10 @@ Record = InputRecord | ImageRecord
 KEEP_BYTES = 64 * 2**20
 _RECORD_BYTES = 400
 STDIN = Path("<stdin>")
+# Where a submission's texts are cut into packs in raw.text (schemas/packs.py: 128 texts or 512 KiB,
+# far under Kafka's default 1 MB message.max.bytes). submit(pack_limits=...) takes others, e.g.
+# for a broker whose message.max.bytes is lower.
+DEFAULT_PACK_LIMITS = PackLimits()
 
 
 def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
@@ -287,15 +291,19 @@ class JobInput:
         late: list[InputError] | None = None,
         submitted_at: int | None = None,
         records: list[Record] | None = None,
+        limits: PackLimits = DEFAULT_PACK_LIMITS,
     ) -> Iterator[OutRecord]:
         """The valid records, encoded: `records` when validate_keeping kept them, else the input
-        read again. What is invalid now is left out and added to `late`: with validation run just
-        before, that is an image that changed since (gone, replaced by something that is not a
-        regular file, or grown past the cap). `submitted_at` names the submission (the registry
-        row's), which every stage carries on, so a cancellation skips only the submission it names."""
+        read again. Texts go out in packs (schemas/packs.py) cut by `limits`, each a Kafka record
+        whose `records` header counts its texts; an image is a Kafka record of its own. Sequence
+        numbers run 0.. over the records in input order, packs or not. What is invalid now is
+        left out and added to `late`: with validation run just before, that is an image that
+        changed since (gone, replaced by something that is not a regular file, or grown past the
+        cap). `submitted_at` names the submission (the registry row's), which every stage carries
+        on, so a cancellation skips only the submission it names."""
         submitted_at = submitted_at if submitted_at is not None else now_us()
         seq = 0
-        raw_text = RawTextBytes(job_id, model, submitted_at)
+        texts = _TextPacker(job_id, model, topic, submitted_at, limits)
         items: Iterable[Record | InputError] = self.read() if records is None else records
         for item in items:
             if isinstance(item, InputError):
@@ -322,11 +330,69 @@ class JobInput:
                         item.attributes,
                     )
                 )
+                yield from texts.flush()  # a job is one kind; were it mixed, the order would still hold
+                yield job_record(topic, value, job_id, item.record_id, submitted_at)
             else:
-                # encode(RawText(...))'s bytes without fastavro's per-call schema walk: the hot loop of a submit
-                value = raw_text(item.record_id, seq, item.text, item.attributes)
-            yield job_record(topic, value, job_id, item.record_id, submitted_at)
+                yield from texts.add(item, seq)
             seq += 1
+        yield from texts.flush()
+
+
+class _TextPacker:
+    """Consecutive texts of one submission gathered into packs: a pack is closed before the text
+    that would take it past limits.max_records records or limits.max_bytes bytes (as
+    schemas.packs.pack_spans cuts), so at most one pack's texts are held at a time.
+
+    A text's size is an upper bound on what it adds to the pack's Avro body (its id, text and
+    attributes, each length a varint of at most 5 bytes, its 8-byte sequence number), and the
+    budget is max_bytes less an upper bound on the envelope (header, job id, model, time, array
+    framing): every pack's Kafka value is at most max_bytes, unless one text alone is larger,
+    which is then a pack of its own."""
+
+    def __init__(self, job_id: str, model: str, topic: str, submitted_at: int, limits: PackLimits) -> None:
+        self._job_id, self._model, self._topic, self._submitted_at = job_id, model, topic, submitted_at
+        self._limits = limits
+        self._budget = limits.max_bytes - (_PACK_ENVELOPE + len(job_id.encode()) + len(model.encode()))
+        self._ids: list[str] = []
+        self._seqs: list[int] = []
+        self._texts: list[str] = []
+        self._attributes: list[dict[str, str]] = []
+        self._held = 0
+
+    def add(self, record: InputRecord, seq: int) -> Iterator[OutRecord]:
+        size = _packed_bytes(record)
+        if self._ids and (len(self._ids) >= self._limits.max_records or self._held + size > self._budget):
+            yield from self.flush()
+        self._ids.append(record.record_id)
+        self._seqs.append(seq)
+        self._texts.append(record.text)
+        self._attributes.append(record.attributes)
+        self._held += size
+
+    def flush(self) -> Iterator[OutRecord]:
+        if not self._ids:
+            return
+        value = raw_text_pack_bytes(
+            self._job_id, self._model, self._submitted_at, self._ids, self._seqs, self._texts, self._attributes
+        )
+        yield pack_record(self._topic, value, self._job_id, self._ids[0], len(self._ids), self._submitted_at)
+        self._ids, self._seqs, self._texts, self._attributes, self._held = [], [], [], [], 0
+
+
+# Upper bounds, in bytes, of what a RawTextPack's envelope takes besides its job id and model (the
+# single-object header 10, two string lengths 10, submitted_at 10, four arrays' block counts and
+# ends 24, the seqs buffer's length 5), and of what each record adds besides its strings (three
+# string lengths 15, seq 8, its attribute map's count and end 6); each attribute adds 10 more.
+_PACK_ENVELOPE = 64
+_PACK_RECORD = 32
+_PACK_ATTRIBUTE = 10
+
+
+def _packed_bytes(record: InputRecord) -> int:
+    size = _PACK_RECORD + len(record.record_id.encode()) + len(record.text.encode())
+    if record.attributes:
+        size += sum(_PACK_ATTRIBUTE + len(k.encode()) + len(v.encode()) for k, v in record.attributes.items())
+    return size
 
 
 def glob_base(pattern: str) -> Path:

@@ -23,6 +23,7 @@ from kafka_io.settings import KafkaSettings, Priority, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
 from schemas import Job, SerdeError, decode, encode, now_us
+from schemas.packs import kind_of, read_tensor_pack
 
 
 class JobNotFoundError(LookupError):
@@ -57,6 +58,19 @@ def find_job(settings: KafkaSettings, topics: Topics, job_id: str) -> Job:
         raise JobNotFoundError(f"no job {job_id} in {topics.jobs}") from None
 
 
+def _record_keys(msg: ConsumedRecord) -> Iterable[str]:
+    """The `job/record` keys of the records a tensors Kafka record holds: a TensorPack's every
+    record (schemas/packs.py), else its own key. A pack that cannot be read counts as the one
+    key it is stored under, as a malformed single record does: the GPU worker dead-letters it."""
+    if kind_of(msg.value) == "TensorPack":
+        try:
+            pack = read_tensor_pack(msg.value)
+        except SerdeError:
+            return (msg.key_text,)
+        return (f"{pack.job_id}/{record_id}" for record_id in pack.record_ids)
+    return (msg.key_text,)
+
+
 @dataclass
 class JobStatus:
     """Per-stage counts of one job, folded from the tensor, result and dead-letter topics."""
@@ -79,7 +93,7 @@ class JobStatus:
         for msg in messages:
             if msg.topic == tensors:
                 if msg.job_id == self.job.job_id and self._of_submission(msg.headers):
-                    self.preprocessed.add(msg.key_text)
+                    self.preprocessed.update(_record_keys(msg))
             else:
                 self.outcome.add((msg,), topics)
 

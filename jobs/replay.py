@@ -14,6 +14,7 @@ from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import topic_names
 from schemas import SerdeError
+from schemas.packs import RAW_TEXT_PACK, TENSOR_PACK, kind_of, read_raw_text_pack, read_tensor_pack
 from schemas.serde import decode_any
 
 
@@ -110,9 +111,15 @@ def message_json(msg: ConsumedRecord) -> dict[str, Any]:
         "key": msg.key_text or None,
     }
     try:
-        record = decode_any(value)
-        line["type"] = record.SCHEMA
-        line["record"] = plain(record.to_avro())
+        kind = kind_of(value)
+        if kind is None:
+            record = decode_any(value)
+            line["type"] = record.SCHEMA
+            line["record"] = plain(record.to_avro())
+        else:  # a pack (schemas/packs.py): each of its records as one would be on its own
+            pack = read_raw_text_pack(value) if kind == "RawTextPack" else read_tensor_pack(value)
+            line["type"] = RAW_TEXT_PACK if kind == "RawTextPack" else TENSOR_PACK
+            line["records"] = [plain(decode_any(pack.single(i)).to_avro()) for i in range(len(pack))]
     except SerdeError as exc:
         line["type"] = None
         line["error"] = str(exc)

@@ -30,12 +30,16 @@ def job_tensors(settings: KafkaSettings, topic: str, job_id: str) -> Iterator[Co
 
 
 def windows(sources: Iterable[ConsumedRecord], size: int) -> Iterator[list[ConsumedRecord]]:
+    """Windows of about `size` records: counted by what each Kafka record holds (a text model's
+    are packs, schemas/packs.py), closed once they reach it."""
     window: list[ConsumedRecord] = []
+    held = 0
     for source in sources:
         window.append(source)
-        if len(window) == size:
+        held += source.records
+        if held >= size:
             yield window
-            window = []
+            window, held = [], 0
     if window:
         yield window
 

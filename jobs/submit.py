@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from jobs.job_input import JobInput, Record, check_input
+from jobs.job_input import DEFAULT_PACK_LIMITS, JobInput, Record, check_input
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
-from kafka_io.offsets import group_lag
+from kafka_io.offsets import group_offsets
 from kafka_io.produce import produce_all
+from kafka_io.reading import read_range
+from kafka_io.records import OutRecord, records_of
 from kafka_io.settings import DEFAULT_PRIORITY, KafkaSettings, Priority, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
 from producers import InputError
 from schemas import Job, now_us
 from schemas.model_config import check_model_name
+from schemas.packs import PackLimits
 
 
 class SubmitInterruptedError(BrokerUnavailableError):
@@ -57,15 +62,70 @@ def new_job_id() -> str:
 
 
 def backlog(
-    settings: KafkaSettings, topics: Topics, model: str, raw_topic: str, priority: Priority = DEFAULT_PRIORITY
+    settings: KafkaSettings,
+    topics: Topics,
+    model: str,
+    raw_topic: str,
+    priority: Priority = DEFAULT_PRIORITY,
+    *,
+    packed: bool = True,
+    pack_limits: PackLimits = DEFAULT_PACK_LIMITS,
 ) -> dict[str, int]:
     """Records submitted but not yet consumed, in the job's lane: by the preprocess app, and by the
-    model's GPU group (a live job is not refused for a batch backfill it will overtake)."""
+    model's GPU group (a live job is not refused for a batch backfill it will overtake). `packed`:
+    the job's topics carry packs (texts; an image is a Kafka record of its own), whose offsets
+    count packs, not records (lag_records)."""
     tensors = topics.lane(topics.tensors(model), priority)
+    max_records = pack_limits.max_records if packed else 1
     return {
-        raw_topic: group_lag(settings, topics.preprocess_app_id, raw_topic),
-        tensors: group_lag(settings, topics.gpu_group(model), tensors),
+        raw_topic: lag_records(settings, topics.preprocess_app_id, raw_topic, max_records),
+        tensors: lag_records(settings, topics.gpu_group(model), tensors, max_records),
     }
+
+
+# A packed topic's lag is counted in records by reading the `records` header of every Kafka record
+# past the group's offsets while there are at most this many (at most 512 MiB at 512 KiB a pack,
+# a few MiB for short texts); past that, each counts as a full pack, an upper bound.
+COUNTED_LAG = 1000
+
+
+def lag_records(settings: KafkaSettings, group: str, topic: str, max_records: int = 1) -> int:
+    """Records of `topic` the group has yet to consume. Offsets count Kafka records, and one may be
+    a pack of up to max_records records: the unconsumed ones are read and their `records` headers
+    summed, exactly, while there are at most COUNTED_LAG of them; beyond, lag * max_records, so a
+    --max-backlog check may refuse early, never let a job past the maximum."""
+    offsets = group_offsets(settings, group, topic)
+    lag = sum(o.lag for o in offsets)
+    if max_records == 1 or lag == 0:
+        return lag
+    if lag > COUNTED_LAG:
+        return lag * max_records
+    start = {o.partition: max(o.committed, 0) for o in offsets if o.lag > 0}
+    return sum(record.records for record in read_range(settings, topic, start))
+
+
+class _Sent:
+    """How many records each Kafka record of a submit holds (a pack's `records` header), by key,
+    for produce_all to count records, not Kafka records, as the broker confirms them: a delivery
+    report carries the key, not the headers. Two Kafka records of one key go to one partition,
+    whose reports come in produce order, hence a queue per key. Holds a key per pack, not per record."""
+
+    def __init__(self) -> None:
+        self._held: dict[bytes | None, deque[int]] = {}
+
+    def counting(self, records: Iterable[OutRecord]) -> Iterator[OutRecord]:
+        for record in records:
+            self._held.setdefault(record.key, deque()).append(records_of(record.headers))
+            yield record
+
+    def weight(self, key: bytes | None) -> int:
+        held = self._held.get(key)
+        if not held:
+            return 1  # never the case: every confirmed record was sent through counting()
+        count = held.popleft()
+        if not held:
+            del self._held[key]
+        return count
 
 
 def pipeline_topics(topics: Topics, model: str) -> list[TopicSpec]:
@@ -93,8 +153,10 @@ def submit(
     schedule: str | None = None,
     attributes: dict[str, str] | None = None,
     priority: Priority = DEFAULT_PRIORITY,
+    pack_limits: PackLimits = DEFAULT_PACK_LIMITS,
 ) -> SubmitReport:
-    """Produce every valid record of `source` to raw.text or raw.image as one job.
+    """Produce every valid record of `source` to raw.text or raw.image as one job: texts in packs
+    cut by `pack_limits` (JobInput.out_records), counted as the records they hold.
 
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one. `validated` is source's validation when the
@@ -116,7 +178,9 @@ def submit(
             "split it into jobs of at most that many records, or raise --max-backlog"
         )
     if max_backlog is not None:
-        current = backlog(settings, topics, model, topic, priority)
+        current = backlog(
+            settings, topics, model, topic, priority, packed=source.kind == "text", pack_limits=pack_limits
+        )
         if sum(current.values()) + valid > max_backlog:
             waiting = ", ".join(f"{t}: {n}" for t, n in current.items())
             raise BacklogRefusedError(
@@ -129,8 +193,10 @@ def submit(
     producer = make_producer(settings.with_client_id(f"submit-{job_id}"), idempotent=False)
     late: list[InputError] = []
     submitted_at = now_us()
+    sent = _Sent()
     try:
-        count = produce_all(producer, source.out_records(job_id, model, topic, late, submitted_at, records))
+        out = source.out_records(job_id, model, topic, late, submitted_at, records, pack_limits)
+        count = produce_all(producer, sent.counting(out), weight=sent.weight)
     except DeliveryError as exc:
         raise SubmitInterruptedError(
             f"job {job_id}: Kafka at {settings.bootstrap_servers} stopped taking records mid-submit ({exc}). "

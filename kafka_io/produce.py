@@ -111,7 +111,13 @@ def send(
         raise
 
 
-def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: float = 60.0) -> int:
+def produce_all(
+    producer: Producer,
+    records: Iterable[OutRecord],
+    timeout_s: float = 60.0,
+    *,
+    weight: Callable[[bytes | None], int] | None = None,
+) -> int:
     """Send every record and wait for all delivery reports; raise DeliveryError on any failure.
 
     `flush()` returning 0 only means the queue is empty, not that the broker stored the
@@ -123,18 +129,22 @@ def produce_all(producer: Producer, records: Iterable[OutRecord], timeout_s: flo
     The first failure ends the call: no further record is produced, what is still queued is
     dropped, and DeliveryError.confirmed says how many the broker did store. The broker taking
     nothing for timeout_s, with the queue full or at the end, is a failure too.
+
+    With `weight`, what is counted (returned, and in DeliveryError.confirmed) is weight(key) for
+    each confirmed record: how many records a pack holds (schemas/packs.py). By key, because a
+    delivery report carries the key but not the headers.
     """
-    counts = _Deliveries()
+    counts = _Deliveries(weight)
     try:
         return _produce_and_confirm(producer, records, timeout_s, counts)
     except (KafkaException, SystemError) as exc:
-        _raise_if_fatal(exc, counts.confirmed)
+        _raise_if_fatal(exc, counts.weighed)
         raise
     except DeliveryError as exc:
         discard(producer)
         with contextlib.suppress(KafkaException):
             producer.poll(0)  # the purged records' reports, to this call's counts: the producer is left empty
-        raise DeliveryError(str(exc), counts.confirmed) from None
+        raise DeliveryError(str(exc), counts.weighed) from None
 
 
 def produce_located(producer: Producer, record: OutRecord, timeout_s: float = 60.0) -> tuple[int, int]:
@@ -171,20 +181,24 @@ class _Deliveries:
     before this class: how confluent-kafka calls a callback while a fatal error is pending is
     fragile, and a callable object there once gave a SystemError of another kind."""
 
-    def __init__(self) -> None:
-        self.confirmed = 0
+    def __init__(self, weight: Callable[[bytes | None], int] | None = None) -> None:
+        self.confirmed = 0  # Kafka records
+        self.weighed = 0  # what they hold, by `weight` (else the same)
+        self._weight = weight
         self.failures: list[str] = []
         self._reports_seen = 0
         self._since = time.monotonic()
 
     def on_delivery(self) -> Callable[[KafkaError | None, Message], None]:
         failures = self.failures
+        weight = self._weight
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
             else:
                 self.confirmed += 1
+                self.weighed += 1 if weight is None else weight(msg.key())
 
         return on_delivery
 
@@ -229,4 +243,4 @@ def _produce_and_confirm(
         raise DeliveryError(counts.failures[0] + (f" (and {more} more records)" if more else ""))
     if counts.confirmed < sent:
         raise DeliveryError(f"{sent - counts.confirmed} of {sent} records unconfirmed after {timeout_s:.0f} s")
-    return counts.confirmed
+    return counts.weighed

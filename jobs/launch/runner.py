@@ -219,8 +219,8 @@ def worker_liveness(
                     liveness[stage].observe(now, True, outcome.done)
                     continue
                 why = (
-                    f"consumer group {group} committed nothing for {silent:.0f} s while {waiting} tensor record(s) "
-                    "wait past its offsets"
+                    f"consumer group {group} committed nothing for {silent:.0f} s while {waiting} Kafka record(s) of "
+                    "tensors (each a record or a pack of them) wait past its offsets"
                 )
             raise WorkersGoneError(
                 f"no GPU worker for {model} alive for {silent:.0f} s ({why}): "
@@ -254,9 +254,10 @@ class _Stall:
 
 
 def _gpu_backlog(settings: KafkaSettings, topics: Topics, model: str) -> int | None:
-    """Tensor records, of any job, past the GPU group's committed offsets in both lanes; None if
-    that cannot be read now. Asked once the GPU stage looks gone, not every poll: it reads the
-    lanes' true ends (kafka_io.offsets)."""
+    """Kafka records of tensors, of any job, past the GPU group's committed offsets in both lanes;
+    None if that cannot be read now. Asked once the GPU stage looks gone, not every poll: it reads
+    the lanes' true ends (kafka_io.offsets). Kafka records, not records: a text model's are packs
+    (schemas/packs.py), and whether any wait is all the watchdog asks; the message says which."""
     tensors, group = topics.tensors(model), topics.gpu_group(model)
     try:
         return sum(group_lag(settings, group, topics.lane(tensors, lane)) for lane in PRIORITIES)

@@ -23,6 +23,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from schemas import DeadLetter, RawText, decode
 from tests.support.inputs import example_lines, write_jsonl
+from tests.support.packs import record_keys_in
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel, build_tiny_model
 
@@ -200,7 +201,7 @@ def _dead_job(pipeline: RunningPipeline, tmp_path: Path, n: int) -> str:
 
 
 def _raw_keys(pipeline: RunningPipeline) -> list[str]:
-    return [msg.key_text for msg in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
+    return record_keys_in(read_topics(pipeline.settings, [pipeline.topics.raw_text]))
 
 
 def test_two_replays_started_together_replay_each_letter_once(pipeline: RunningPipeline, tmp_path: Path) -> None:

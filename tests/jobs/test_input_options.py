@@ -14,7 +14,8 @@ import pytest
 from jobs.registry import load_jobs
 from kafka_io.reading import read_topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from schemas import RawText, decode
+from schemas import RawText
+from tests.support.packs import raw_texts_in
 from tests.support.pipeline import RunningPipeline
 
 # The CLI in a process where pandas cannot be imported, as on a machine without it: pyarrow then
@@ -36,7 +37,7 @@ TABLES = "table inputs (Parquet, Arrow, CSV, TSV)"
 
 def raw_texts(pipeline: RunningPipeline, job_id: str) -> list[RawText]:
     ensure_topics(pipeline.settings, [TopicSpec(pipeline.topics.raw_text)])
-    records = [decode(m.value, RawText) for m in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
+    records = raw_texts_in(read_topics(pipeline.settings, [pipeline.topics.raw_text]))
     return [r for r in records if r.job_id == job_id]
 
 

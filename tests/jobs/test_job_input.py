@@ -9,7 +9,9 @@ import pytest
 from jobs.cli.validators import opened_input
 from jobs.job_input import _RECORD_BYTES, JobInput
 from producers import InputRecord
-from schemas import RawText, decode
+from schemas.packs import PackLimits, read_raw_text_pack
+from tests.support.packs import raw_texts_in
+from tests.support.records import value
 
 
 def test_a_glob_is_one_input_whose_ids_name_their_file(tmp_path: Path) -> None:
@@ -87,7 +89,7 @@ def test_validation_keeps_the_valid_records_so_the_produce_does_not_read_the_inp
     valid, errors, kept = source.validate_keeping()
     assert (valid, [(e.line, e.reason) for e in errors]) == (2, [(2, "text is empty")])
     path.write_text('{"id": "z", "text": "changed since"}\n')  # read again, this would be produced
-    produced = [decode(r.value or b"", RawText) for r in source.out_records("job", "tiny", "raw.text", [], 1, kept)]
+    produced = raw_texts_in(value(r) for r in source.out_records("job", "tiny", "raw.text", [], 1, kept))
     assert [(r.record_id, r.seq, r.text) for r in produced] == [("a", 0, "one"), ("c", 1, "three")]
 
 
@@ -99,5 +101,20 @@ def test_records_past_the_memory_cap_are_not_kept_and_the_input_is_read_again(tm
     assert [r.record_id for r in source.validate_keeping(both)[2] or []] == ["a", "c"]
     valid, errors, kept = source.validate_keeping(both - 1)  # all or none: a part would be produced twice
     assert (valid, errors, kept) == (2, [], None)
-    produced = [decode(r.value or b"", RawText) for r in source.out_records("job", "tiny", "raw.text", [], 1, kept)]
+    produced = raw_texts_in(value(r) for r in source.out_records("job", "tiny", "raw.text", [], 1, kept))
     assert [(r.record_id, r.text) for r in produced] == [("a", "one"), ("c", "three")]
+
+
+def test_texts_go_out_in_packs_of_at_most_max_records_with_seqs_in_input_order(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(f'{{"id": "r{i}", "text": "text {i}", "lang": "en"}}\n' for i in range(7)))
+    source = JobInput.open(str(path))
+    out = list(source.out_records("job", "tiny", "raw.text", [], 5, limits=PackLimits(max_records=3)))
+    assert [r.key for r in out] == [b"job/r0", b"job/r3", b"job/r6"]
+    assert [dict(r.headers)["records"] for r in out] == [b"3", b"3", b"1"]
+    packs = [read_raw_text_pack(value(r)) for r in out]
+    assert [p.record_ids for p in packs] == [["r0", "r1", "r2"], ["r3", "r4", "r5"], ["r6"]]
+    assert [p.seqs.tolist() for p in packs] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert [p.texts for p in packs] == [["text 0", "text 1", "text 2"], ["text 3", "text 4", "text 5"], ["text 6"]]
+    assert {(p.job_id, p.model, p.submitted_at) for p in packs} == {("job", "tiny", 5)}
+    assert [p.attributes for p in packs] == [[{}, {}, {}], [{}, {}, {}], [{}]]

@@ -15,6 +15,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import job_record
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode, now_us
+from tests.support.packs import record_keys_in
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
@@ -43,8 +44,8 @@ def test_produce_refuses_a_topic_that_is_not_the_raw_topic_of_its_kind_and_sends
     assert done.returncode == 0, done.stderr
     assert f"produced 2 records to {ns.raw_text} as job job-right" in done.stderr
     ensure_topics(pipeline.settings, [TopicSpec(ns.raw_text)])
-    keys = sorted(m.key or b"" for m in read_topics(pipeline.settings, [ns.raw_text]))
-    assert keys == [b"job-right/1", b"job-right/2"]
+    keys = sorted(record_keys_in(read_topics(pipeline.settings, [ns.raw_text])))
+    assert keys == ["job-right/1", "job-right/2"]
 
 
 @pytest.mark.timeout(180)
