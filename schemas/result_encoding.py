@@ -28,6 +28,8 @@ _LAST = [bytes(((z & 0x7F) | 0x80, z >> 7)) if z >= 0x80 else bytes((z,)) for z 
 
 def avro_long(n: int) -> bytes:
     """Avro's int/long: zig-zag, then a base-128 varint, low group first."""
+    if 0 <= n < 0x2000:  # lengths, sequence numbers, counts: most longs a result has, a lookup
+        return _LAST[n << 1]
     z = (n << 1) ^ (n >> 63)
     if z < 0x80:
         return _ONE[z]
