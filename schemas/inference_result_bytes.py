@@ -14,8 +14,8 @@ show it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
+from typing import NamedTuple
 
 from schemas.avro_bytes import read_long, read_string
 from schemas.errors import TruncatedRecordError
@@ -28,9 +28,9 @@ def _header() -> bytes:
     return MAGIC + fingerprint_of(InferenceResult.SCHEMA)
 
 
-@dataclass(frozen=True)
-class ResultHead:
-    """A result's leading fields: enough to count it, keep one per record and pick its version."""
+class ResultHead(NamedTuple):
+    """A result's leading fields: enough to count it, keep one per record and pick its version.
+    A tuple: made once per result a wait counts, where a frozen dataclass cost ~1 us more."""
 
     job_id: str
     record_id: str
