@@ -168,10 +168,17 @@ def balanced(batches: list[dict[str, np.ndarray]], lanes: int) -> bool:
     return len(sizes) >= 2 and max(sizes) * lanes <= sum(sizes)
 
 
-def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0, max_batch_size: int | None = None) -> Engine:
+def make_engine(
+    config: ModelConfig,
+    kind: str = "auto",
+    threads: int = 0,
+    max_batch_size: int | None = None,
+    max_batch_tokens: int | None = None,
+) -> Engine:
     """auto: TensorRT if it imports and a GPU is visible, else torch on CUDA, else ONNX Runtime (CPU
     here; it uses the CUDA/TensorRT execution providers itself where its build has them).
-    max_batch_size: the worker's limit, where the torch engine sizes its buffers and graphs by it."""
+    max_batch_size, max_batch_tokens: the worker's limits, where the torch engine sizes its buffers
+    and graphs by them."""
     if kind == "tensorrt" or (kind == "auto" and _tensorrt_usable()):
         from gpu_consumer.tensorrt_engine import TensorRTEngine
 
@@ -186,10 +193,40 @@ def make_engine(config: ModelConfig, kind: str = "auto", threads: int = 0, max_b
     if kind == "torch" or (kind == "auto" and torchscript and _cuda_torch_usable()):
         from gpu_consumer.torch_engine import TorchEngine
 
-        return TorchEngine(config, max_batch_size=max_batch_size)
+        return TorchEngine(config, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
     if kind in ("auto", "onnxruntime"):
         return OnnxRuntimeEngine(config, threads)
     raise EngineLoadError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")
+
+
+def resolved_kind(config: ModelConfig, kind: str = "auto") -> str:
+    """The engine make_engine(config, kind) makes, without making it: "cuda-torch" for the torch
+    engine on a visible GPU, else the kind's name."""
+    if kind == "tensorrt" or (kind == "auto" and _tensorrt_usable()):
+        return "tensorrt"
+    if kind == "torch" or (kind == "auto" and _has_torchscript(config) and _cuda_torch_usable()):
+        return "cuda-torch" if _cuda_torch_usable() else "torch"
+    return kind if kind != "auto" else "onnxruntime"
+
+
+# On a GPU the call, not the row, is what an executed batch of short texts costs: the torch engine
+# there takes up to CUDA_BATCH_ROWS rows while their padded tokens stay within CUDA_BATCH_TOKENS
+# (a batch of 64 rows of 256 tokens, the old bound at full length, is the same budget). Chosen
+# before the engine's rate against batch size was measured on a device: `bench.engine_curve` in
+# bench/gpu_check.sh measures it; see docs/benchmarks.md.
+CUDA_BATCH_ROWS = 512
+CUDA_BATCH_TOKENS = 16384
+
+
+def batch_limits(
+    config: ModelConfig, kind: str, max_batch_size: int | None, max_batch_tokens: int | None
+) -> tuple[int, int | None]:
+    """The executed batch's bounds (rows, padded tokens): the ones asked for, else the model's rows
+    and no token budget, except for the torch engine on CUDA with neither asked for, whose
+    defaults let the token budget bound short texts' batches (CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS)."""
+    if max_batch_size is None and max_batch_tokens is None and kind == "cuda-torch" and config.tokenizer is not None:
+        return CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS
+    return max_batch_size or config.max_batch_size, max_batch_tokens
 
 
 def infer_all(engine: Engine, batches: list[dict[str, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:

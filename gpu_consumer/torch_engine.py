@@ -49,12 +49,22 @@ def batch_bucket(rows: int, max_batch_size: int) -> int:
     return min(bucket, max_batch_size)
 
 
-def graph_shapes(config: ModelConfig, max_batch_size: int) -> list[tuple[int, int]]:
+def graph_shapes(
+    config: ModelConfig, max_batch_size: int, max_batch_tokens: int | None = None
+) -> list[tuple[int, int]]:
     """Every (rows, length) a batch is padded to on CUDA, largest first: one CUDA graph each. Image
-    models have one shape per row count (length 0), text models one per length bucket too."""
-    rows = sorted({batch_bucket(n, max_batch_size) for n in range(1, max_batch_size + 1)}, reverse=True)
+    models have one shape per row count (length 0), text models one per length bucket too. Under a
+    token budget a length bucket takes only the rows the planner forms there (at most
+    max_batch_tokens // length, at least one), padded up to their power of two."""
     lengths = sorted(config.buckets, reverse=True) or [0]
-    return [(r, length) for length in lengths for r in rows]
+    shapes = []
+    for length in lengths:
+        most = max_batch_size
+        if max_batch_tokens is not None and length:
+            most = max(1, min(max_batch_size, max_batch_tokens // length))
+        rows = sorted({batch_bucket(n, max_batch_size) for n in range(1, most + 1)}, reverse=True)
+        shapes += [(r, length) for r in rows]
+    return shapes
 
 
 def pad_rows(inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
@@ -83,15 +93,20 @@ class TorchEngine(Engine):
         precision: str | None = None,
         postprocess_on_device: bool = True,
         max_batch_size: int | None = None,
+        max_batch_tokens: int | None = None,
     ) -> None:
-        """max_batch_size: the worker's own limit where it is below the model's: no buffer or CUDA
-        graph is made for batches it never forms."""
+        """max_batch_size: the worker's own limit: no buffer or CUDA graph is made for batches it
+        never forms. It may pass the model's max_batch_size (which sizes ONNX and TensorRT
+        profiles) when max_batch_tokens bounds a batch's padded tokens instead: TorchScript takes
+        any batch, and a CUDA graph is captured only for the shapes the budget allows."""
         try:
             import torch
         except ImportError:
             raise EngineLoadError("the torch engine needs torch: pip install 'nearline[gpu]'") from None
         self.config = config
-        self.max_batch_size = min(max_batch_size or config.max_batch_size, config.max_batch_size)
+        self.max_batch_tokens = max_batch_tokens
+        wanted = max_batch_size or config.max_batch_size
+        self.max_batch_size = wanted if max_batch_tokens is not None else min(wanted, config.max_batch_size)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
         path, self.precision = torchscript_path(config.directory, precision or ("fp16" if self.cuda else "fp32"))
@@ -127,7 +142,7 @@ class TorchEngine(Engine):
         import torch
 
         started = time.perf_counter()
-        shapes = graph_shapes(self.config, self.max_batch_size)
+        shapes = graph_shapes(self.config, self.max_batch_size, self.max_batch_tokens)
         for done, (rows, length) in enumerate(shapes):
             try:
                 self.infer(shaped_batch(self.config, rows, length).inputs)

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.engine import Engine, make_engine, measure_cost
+from gpu_consumer.engine import Engine, batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig
@@ -168,11 +168,19 @@ def serve(
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
-    policy = policy or BatchPolicy(max_batch_size or config.max_batch_size, max_batch_tokens)
-    if policy.max_batch_size > config.max_batch_size:
-        raise ValueError(f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size}")
+    kind = resolved_kind(config, engine_kind) if engine is None else engine.name
+    if policy is None:
+        rows, tokens = batch_limits(config, kind, max_batch_size, max_batch_tokens)
+        policy = BatchPolicy(rows, tokens)
+    if policy.max_batch_size > config.max_batch_size and not (
+        kind == "cuda-torch" and policy.max_batch_tokens is not None
+    ):
+        raise ValueError(
+            f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size} "
+            "(only the torch engine on CUDA takes more, with --max-batch-tokens bounding a batch)"
+        )
     limits = WindowLimits(max_window or default_window(policy.max_batch_size), max_linger_ms)
-    engine = engine or make_engine(config, engine_kind, threads, policy.max_batch_size)
+    engine = engine or make_engine(config, engine_kind, threads, policy.max_batch_size, policy.max_batch_tokens)
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))

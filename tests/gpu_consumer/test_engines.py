@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import bucket_of, make_batch, shaped_batch
-from gpu_consumer.engine import EngineLoadError, OnnxRuntimeEngine
+from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches, shaped_batch
+from gpu_consumer.engine import CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS, EngineLoadError, OnnxRuntimeEngine, batch_limits
 from gpu_consumer.torch_engine import (
     TORCHSCRIPT_FILE,
     TORCHSCRIPT_FP16_FILE,
@@ -117,6 +117,29 @@ def test_the_cuda_warmup_covers_every_shape_a_batch_can_take(minilm: ModelConfig
     assert len(graph_shapes(efficientnet, 64)) == 7
     assert shaped_batch(minilm, 4, 32).inputs["input_ids"].shape == (4, 32)
     assert shaped_batch(efficientnet, 2, 0).inputs["pixels"].shape[0] == 2
+
+
+def test_under_a_token_budget_the_cuda_warmup_covers_the_batches_the_planner_forms(minilm: ModelConfig) -> None:
+    shapes = graph_shapes(minilm, 512, 16384)
+    # a 32-token bucket takes 512 rows; a 256-token one 64, as the old fixed bound did
+    assert (512, 32) in shapes and (64, 256) in shapes and (128, 256) not in shapes
+    assert min(rows for rows, length in shapes if length == 256) == 1  # one record alone is always a batch
+    # every executed batch the planner cuts under that budget, padded to its buckets, is a captured shape
+    policy = BatchPolicy(512, 16384)
+    for width in (5, 20, 33, 64, 100, 200, 256):
+        lengths = [width] * 700
+        for rows in plan_batches(lengths, policy, minilm.buckets, pad_to_bucket=True):
+            assert (batch_bucket(len(rows), 512), bucket_of(width, minilm.buckets)) in shapes
+
+
+def test_only_the_torch_engine_on_cuda_lets_a_token_budget_bound_a_batch_by_default(
+    minilm: ModelConfig, efficientnet: ModelConfig
+) -> None:
+    assert batch_limits(minilm, "cuda-torch", None, None) == (CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS)
+    assert batch_limits(minilm, "cuda-torch", 32, None) == (32, None)  # what a user asks for stands
+    assert batch_limits(minilm, "onnxruntime", None, None) == (minilm.max_batch_size, None)
+    assert batch_limits(minilm, "tensorrt", None, None) == (minilm.max_batch_size, None)
+    assert batch_limits(efficientnet, "cuda-torch", None, None) == (efficientnet.max_batch_size, None)
 
 
 def warmed_shapes(engine: TorchEngine, monkeypatch: pytest.MonkeyPatch, fail_at: int, error: Exception) -> list:
