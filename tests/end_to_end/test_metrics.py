@@ -19,14 +19,14 @@ from jobs.launch.runner import watch_job
 from jobs.registry import load_jobs
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
-from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.topics import TopicSpec, ensure_topics
-from schemas import RawText, Tensor, TensorRecord, decode, encode
+from schemas import RawText, Tensor, TensorRecord, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.prometheus import Prometheus, free_port, rules_without_waits
 from tests.support.promql import ALERTS, DASHBOARD, PROMETHEUS_SERIES, metric_names, promtool
+from tests.support.records import tensor_rows
 from tests.support.tiny_model import TinyModel
 
 RECORDS = 200
@@ -118,10 +118,9 @@ def scheduled_job(pipeline: RunningPipeline, drop: Path) -> str:
 def job_tokens(pipeline: RunningPipeline, job_id: str) -> int:
     """Tokens of the job's tensor records, as the preprocess worker wrote them (before padding)."""
     lengths = {}
-    for m in read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")]):
-        record = decode(m.value, TensorRecord)
-        if record.job_id == job_id:
-            lengths[record.record_id] = record.tensors[0].shape[0]
+    for row in tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny")):
+        if row.job_id == job_id:
+            lengths[row.record_id] = len(row.ids)
     assert len(lengths) == RECORDS
     return sum(lengths.values())
 

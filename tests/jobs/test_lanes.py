@@ -15,12 +15,14 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import Priority
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, submit
+from tests.support.records import tensor_rows
 from tests.support.tiny_model import TinyModel
 
 
 def tensor_keys(pipeline: RunningPipeline, lane: Priority, job_id: str) -> set[str]:
+    """job/record of every record of the job in the lane's tensors topic (a pack holds many)."""
     topic = pipeline.topics.lane(pipeline.topics.tensors("tiny"), lane)
-    return {m.key_text for m in read_topics(pipeline.settings, [topic]) if m.job_id == job_id}
+    return {row.key for row in tensor_rows(pipeline.settings, topic) if row.job_id == job_id}
 
 
 @pytest.mark.timeout(240)

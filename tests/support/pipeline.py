@@ -105,7 +105,8 @@ def submit(pipeline: RunningPipeline, path: Path, *extra: str, model: str = "tin
 
 
 def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: int, timeout_s: float = 120) -> int:
-    """Block until `topic` holds at least `at_least` records of the job (results) or records (others)."""
+    """Block until `topic` holds at least `at_least` results of the job (results), or records (others:
+    a pack counts the records its `records` header says, #41)."""
     seen = JobOutcome(job_id)
     count = 0
     with TopicFollower(pipeline.settings, [topic]) as follower:
@@ -117,7 +118,7 @@ def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: i
                 seen.add(messages, pipeline.topics)
                 count = len(seen.results)
             else:
-                count += len(messages)
+                count += sum(m.records for m in messages)
             if count >= at_least:
                 return count
     raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")

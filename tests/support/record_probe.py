@@ -5,9 +5,10 @@
 Run in a host of bench.hosts (the test process has no address on the hosts' network) by the
 network-fault trials (tests/support/multihost.py), which read from these lines which partition
 each record came from, which worker produced its result and when: {"t": monotonic seconds,
-"kind": "tensor", "key", "partition"} or {"t", "kind": "result", "job", "id", "worker" (its
-PID), "started_us" (its inference start, epoch microseconds)}. CLOCK_MONOTONIC is the machine's,
-the same in every namespace, so "t" compares with the test's own time.monotonic().
+"kind": "tensor", "key" (job/record: a pack's records a line each), "partition"} or {"t",
+"kind": "result", "job", "id", "worker" (its PID), "started_us" (its inference start, epoch
+microseconds)}. CLOCK_MONOTONIC is the machine's, the same in every namespace, so "t" compares
+with the test's own time.monotonic().
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kafka_io.errors import BrokerUnavailableError
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
+from tests.support.records import tensor_rows_of
 
 
 def worker_pid(batch_id: str) -> int:
@@ -54,9 +56,11 @@ def follow(settings: KafkaSettings, topics: Topics, model: str) -> None:
                         "worker": worker_pid(result.batch_id),
                         "started_us": result.timestamps.get("inference_start", 0),
                     }
-                else:
-                    line = {"kind": "tensor", "key": (record.key or b"").decode(), "partition": record.partition}
-                print(json.dumps({"t": now, **line}))
+                    print(json.dumps({"t": now, **line}))
+                else:  # a line per record: a pack's key names only its first (#41)
+                    for row in tensor_rows_of(record):
+                        line = {"kind": "tensor", "key": row.key, "partition": record.partition}
+                        print(json.dumps({"t": now, **line}))
             sys.stdout.flush()
 
 

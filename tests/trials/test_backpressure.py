@@ -11,6 +11,7 @@ from kafka_io.reading import read_topics
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each
 from tests.support.pipeline import RunningPipeline, submit
+from tests.support.records import tensor_rows
 from tests.support.tiny_model import TinyModel
 
 
@@ -47,7 +48,7 @@ def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catch
     pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
     time.sleep(12)  # join, one batch through, then the gate closes: no GPU worker is consuming
-    held = len(list(read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")])))
+    held = len(tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny")))  # records, not packs
     assert 0 < held <= 3 * 64, f"{held} tensor records produced while the GPU side consumed none"
     pipeline.start("gpu", "gpu", "--model", "tiny")
     outcome, _ = watch_job(

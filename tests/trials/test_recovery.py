@@ -25,13 +25,13 @@ from jobs.launch.runner import watch_job
 from jobs.registry import find_job, job_status
 from jobs.results import JobOutcome, read_outcome
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.reading import TopicFollower, read_topics
+from kafka_io.reading import TopicFollower
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.pipeline import RunningPipeline, follow_until, submit
-from tests.support.records import copies_of
+from tests.support.records import copies_of, tensor_rows
 from tests.support.tiny_model import TinyModel
 
 RNG = random.Random(20261129)
@@ -123,8 +123,8 @@ def test_the_preprocess_worker_killed_with_both_lanes_busy_loses_nothing_in_eith
     reached = follow_until(pipeline, live_tensors, live_id, kill_at)
     pre.process.send_signal(signal.SIGKILL)
     pre.process.wait()
-    tensors = read_topics(pipeline.settings, [pipeline.topics.tensors("tiny")])
-    backfill_tensors = sum(1 for m in tensors if m.job_id == batch_id)
+    tensors = tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny"))
+    backfill_tensors = sum(1 for row in tensors if row.job_id == batch_id)
     assert reached < len(live_rows), f"the kill at {kill_at} landed after the live job was preprocessed"
     assert backfill_tensors < len(rows), f"the kill at {kill_at} landed after the backfill was preprocessed"
     pipeline.start("preprocess", "preprocess")
