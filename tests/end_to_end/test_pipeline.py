@@ -16,6 +16,7 @@ from kafka_io.records import OutRecord
 from schemas import DeadLetter, RawText, Tensor, TensorRecord, decode, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, submit
+from tests.support.records import raw_texts_in
 from tests.support.tiny_model import TinyModel
 
 
@@ -71,7 +72,7 @@ def test_a_malformed_file_is_rejected_with_file_and_line_and_nothing_is_produced
     skipped = pipeline.cli("submit", str(bad), "--model", "tiny", "--skip-invalid")
     assert skipped.returncode == 0, skipped.stderr
     assert f"skipped: {bad}:2: invalid JSON" in skipped.stderr
-    records = [decode(m.value, RawText) for m in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
+    records = raw_texts_in(read_topics(pipeline.settings, [pipeline.topics.raw_text]))
     assert [(r.job_id, r.record_id) for r in records] == [(skipped.stdout.strip(), "a")]
 
 

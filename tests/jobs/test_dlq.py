@@ -23,8 +23,8 @@ from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from schemas import DeadLetter, RawText, decode
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.packs import record_keys_in
 from tests.support.pipeline import RunningPipeline
+from tests.support.records import record_keys_in
 from tests.support.tiny_model import TinyModel, build_tiny_model
 
 

@@ -15,8 +15,8 @@ from jobs.registry import load_jobs
 from kafka_io.reading import read_topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText
-from tests.support.packs import raw_texts_in
 from tests.support.pipeline import RunningPipeline
+from tests.support.records import raw_texts_in
 
 # The CLI in a process where pandas cannot be imported, as on a machine without it: pyarrow then
 # raised ("Install pandas") on a nanosecond timestamp with sub-microsecond digits.

@@ -10,8 +10,7 @@ from jobs.cli.validators import opened_input
 from jobs.job_input import _RECORD_BYTES, JobInput
 from producers import InputRecord
 from schemas.packs import PackLimits, read_raw_text_pack
-from tests.support.packs import raw_texts_in
-from tests.support.records import value
+from tests.support.records import raw_texts_in, value
 
 
 def test_a_glob_is_one_input_whose_ids_name_their_file(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
 """A record's key and value as bytes, for tests that read records they know carry both (a
 tombstone, the one record without a value, would fail here by name rather than in decode); and
-the records of a tensor topic, whether its Kafka records are packs or single records (#41)."""
+the records of raw.text and of a tensor topic, whether their Kafka records are packs or single
+records (#41)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,8 +13,8 @@ import numpy as np
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings
-from schemas import TensorRecord, decode
-from schemas.packs import kind_of, read_tensor_pack
+from schemas import RawText, TensorRecord, decode
+from schemas.packs import kind_of, read_raw_text_pack, read_tensor_pack
 
 
 def value(record: OutRecord | ConsumedRecord) -> bytes:
@@ -63,3 +65,21 @@ def tensor_rows_of(record: ConsumedRecord) -> list[TensorRow]:
 def tensor_rows(settings: KafkaSettings, topic: str) -> list[TensorRow]:
     """Every record in a tensor topic, packed or single, in topic order; copies counted each time."""
     return [row for msg in read_topics(settings, [topic]) for row in tensor_rows_of(msg)]
+
+
+def raw_texts_in(messages: Iterable[ConsumedRecord | bytes]) -> list[RawText]:
+    """Every RawText the messages (or their values) hold, in order, a pack's in its order."""
+    texts: list[RawText] = []
+    for msg in messages:
+        data = msg if isinstance(msg, bytes) else msg.value
+        if kind_of(data) == "RawTextPack":
+            pack = read_raw_text_pack(data)
+            texts.extend(decode(pack.single(i), RawText) for i in range(len(pack)))
+        else:
+            texts.append(decode(data, RawText))
+    return texts
+
+
+def record_keys_in(messages: Iterable[ConsumedRecord]) -> list[str]:
+    """The job/record key of every record the messages hold."""
+    return [f"{t.job_id}/{t.record_id}" for t in raw_texts_in(messages)]

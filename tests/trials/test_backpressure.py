@@ -11,7 +11,7 @@ from kafka_io.reading import read_topics
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each
 from tests.support.pipeline import RunningPipeline, submit
-from tests.support.records import tensor_rows
+from tests.support.records import raw_texts_in, tensor_rows
 from tests.support.tiny_model import TinyModel
 
 
@@ -23,7 +23,7 @@ def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: Runn
     assert refused.returncode == 5
     assert "the backlog is 100 records" in refused.stderr and "adds 50" in refused.stderr
     assert "maximum of 120" in refused.stderr
-    assert len(list(read_topics(pipeline.settings, [pipeline.topics.raw_text]))) == 100  # nothing produced
+    assert len(raw_texts_in(read_topics(pipeline.settings, [pipeline.topics.raw_text]))) == 100  # nothing produced
     assert pipeline.cli("submit", str(second), "--model", "tiny", "--max-backlog", "150").returncode == 0
 
 

@@ -15,8 +15,8 @@ from kafka_io.reading import read_topics
 from kafka_io.records import job_record
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode, now_us
-from tests.support.packs import record_keys_in
 from tests.support.pipeline import RunningPipeline
+from tests.support.records import record_keys_in
 from tests.support.tiny_model import TinyModel
 
 
