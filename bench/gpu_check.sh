@@ -4,7 +4,8 @@
 #       FP16 parity of MiniLM and of an imported text classifier (torch, TensorRT if present), the four-way benchmark (RECORDS at BATCH), the
 #       feed benchmark (FEED_RECORDS: simulated accelerators and the real torch engine) and the system cost benchmark
 #       (SYSTEM_RECORDS short texts through real preprocess workers, half as many as the cores, and the torch engine:
-#       CPU per record of every process, and the accelerator's busy fraction)
+#       CPU per record of every process, and the accelerator's busy fraction); the engine alone's records/s against
+#       batch size (bench.engine_curve)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
 #   bash bench/gpu_check.sh system 0 0 0 [SYSTEM_RECORDS]   # the system cost step alone (text carry)
 # Both parts also time the torch engine's CUDA graphs captured as shapes are met against all captured
@@ -70,6 +71,9 @@ if [ "$part" = text ]; then
         --records "$records" --batch-size "$batch"
     step "feed benchmark" 120 python3 -m bench.feed --real-engine torch --model-repository "$models" \
         --records "$feed_records"
+    # the engine alone against batch size on short texts: the curve the CUDA batch defaults are from
+    step "engine curve" 60 python3 -m bench.engine_curve --engine torch --model-repository "$models" \
+        --records "$feed_records" --sizes $([ "$feed_records" -ge 4096 ] && echo 64 128 256 512 1024 || echo 16 64)
     system_cost 120
 fi
 
