@@ -67,12 +67,12 @@ if [ "$part" = system ]; then  # the system cost step alone, to look again at on
 fi
 if [ "$part" = text ]; then
     # The GPU machine has no ONNX files: (a), (b), (d) and the workers run the torch engine.
-    step "decoupling benchmark" 150 python3 -m bench.decoupling --engine torch --model-repository "$models" \
+    step "decoupling benchmark" 120 python3 -m bench.decoupling --engine torch --model-repository "$models" \
         --records "$records" --batch-size "$batch"
     step "feed benchmark" 120 python3 -m bench.feed --real-engine torch --model-repository "$models" \
         --records "$feed_records"
     # the engine alone against batch size on short texts: the curve the CUDA batch defaults are from
-    step "engine curve" 60 python3 -m bench.engine_curve --engine torch --model-repository "$models" \
+    step "engine curve" 30 python3 -m bench.engine_curve --engine torch --model-repository "$models" \
         --records "$feed_records" --sizes $([ "$feed_records" -ge 4096 ] && echo 64 128 256 512 1024 || echo 16 64)
     system_cost 120
 fi
