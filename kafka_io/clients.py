@@ -52,11 +52,18 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 # for group.protocol=consumer ... defined broker side").
 GROUP_PROTOCOLS = ("classic", "consumer")
 CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+# A metadata request that names a missing topic must not let the broker create it: Kafka
+# (auto.create.topics.enable, its default) makes it with one partition, a 1 MB record limit and no
+# compaction, Tansu with 4 partitions, and the first submit then refused it. Only ensure_topics
+# (kafka_io/topics.py) creates topics. librdkafka's consumers default to this; an admin client,
+# a producer underneath, asks for auto-creation unless told not to. Kafka and Tansu both obey it.
+NO_AUTO_CREATE: dict[str, Any] = {"allow.auto.create.topics": False}
 # Offsets move only when the application says its outputs are stored; EOF is the caught-up signal.
 CONSUMER_FIXED: dict[str, Any] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
+    **NO_AUTO_CREATE,
 }
 
 
@@ -139,7 +146,7 @@ def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consu
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
-    return AdminClient(_base(settings))
+    return AdminClient({**_base(settings), **NO_AUTO_CREATE})
 
 
 def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:

@@ -65,10 +65,14 @@ class TopicFollower:
         *,
         fetch_wait_ms: int | None = None,
         only_partition: int | None = None,
+        missing_ok: bool = False,
     ) -> None:
         """fetch_wait_ms: how long the broker may hold an empty fetch (kafka_io/clients.py): a
         follower nobody waits on asks less often than the default's ten times a second.
-        only_partition: that partition of each topic, not all of them (one keyed log)."""
+        only_partition: that partition of each topic, not all of them (one keyed log).
+        missing_ok: none of the topics existing is no error but nothing to read (caught up at
+        once), for a read to the end; a follower waiting on records that could never come fails.
+        A missing topic is never created by asking (kafka_io/clients.py NO_AUTO_CREATE)."""
         extra = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
         # librdkafka wants a group.id even for assign(); a throwaway one that never commits.
         self._consumer: Consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}", **extra)
@@ -76,13 +80,16 @@ class TopicFollower:
         for topic in topics:
             found = partitions_of(settings, topic, consumer=self._consumer)
             self.partitions |= {(topic, p) for p in found if only_partition in (None, p)}
-        if not self.partitions:
+        if not self.partitions and not missing_ok:
+            self._consumer.close()
             raise BrokerUnavailableError(f"none of {topics} exists at {settings.bootstrap_servers}")
         self._consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in sorted(self.partitions)])
         self.at_eof: set[TP] = set()
         self._next: dict[TP, int] = {}  # offset after the last record returned
 
     def poll(self, timeout_s: float, max_records: int = 1000) -> list[ConsumedRecord]:
+        if not self.partitions:  # nothing assigned: there is nothing to wait for
+            return []
         out = []
         for msg in consume_ready(self._consumer, max_records, timeout_s):
             record = take(msg, self.at_eof)
@@ -129,11 +136,12 @@ class TopicFollower:
 
 
 def read_topics(settings: KafkaSettings, topics: list[str], idle_timeout_s: float = 60.0) -> Iterator[ConsumedRecord]:
-    """Every record the topics hold now, then stop: the end is each partition's EOF. However long
-    the topics are, this fails only when no record comes for `idle_timeout_s` before the end (the
-    time the caller spends on each record does not count: the clock restarts at every poll), or
-    once the broker refuses connections, a few seconds into a wait."""
-    with TopicFollower(settings, topics, fetch_wait_ms=READ_TO_END_FETCH_WAIT_MS) as follower:
+    """Every record the topics hold now, then stop: the end is each partition's EOF. A topic that
+    does not exist holds none (a namespace where nothing was submitted yet), and is not created.
+    However long the topics are, this fails only when no record comes for `idle_timeout_s` before
+    the end (the time the caller spends on each record does not count: the clock restarts at every
+    poll), or once the broker refuses connections, a few seconds into a wait."""
+    with TopicFollower(settings, topics, fetch_wait_ms=READ_TO_END_FETCH_WAIT_MS, missing_ok=True) as follower:
         idle = _Idle(settings, str(topics), idle_timeout_s)
         while not follower.caught_up():
             batch = follower.poll(0.5)

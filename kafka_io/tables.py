@@ -27,8 +27,8 @@ def put_row(settings: KafkaSettings, table: TopicSpec, key: str, value: bytes | 
 
 
 def read_rows(settings: KafkaSettings, table: TopicSpec) -> dict[str, bytes]:
-    """The table as it stands now: key -> latest value, deleted keys left out."""
-    ensure_topics(settings, [table])
+    """The table as it stands now: key -> latest value, deleted keys left out. A table never
+    written has no rows, and is not created here: put_row creates it, as it is specified."""
     rows: dict[str, bytes] = {}
     for msg in read_topics(settings, [table.name]):
         if msg.deleted:

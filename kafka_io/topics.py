@@ -1,7 +1,9 @@
 """Idempotent topic creation with explicit partition counts.
 
-Auto-creation is never relied on: Kafka may disable it, and Tansu gives every auto-created topic
-4 partitions, while CreatePartitions is unsupported there, so a topic must be born at its size.
+Auto-creation is never relied on, nor let happen: Kafka may disable it and otherwise gives a topic
+its defaults (one partition, a 1 MB record limit, no compaction), and Tansu gives every auto-created
+topic 4 partitions, while CreatePartitions is unsupported there, so a topic must be born at its size.
+Asking about a topic that does not exist leaves it so (kafka_io/clients.py NO_AUTO_CREATE).
 """
 
 from __future__ import annotations
@@ -122,27 +124,24 @@ def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[
 
 
 def topic_names(settings: KafkaSettings, timeout_s: float = 10.0) -> list[str]:
-    """Every topic the cluster holds, sorted. Asked for all topics at once: a metadata request
-    that names a missing topic lets a broker that auto-creates topics create it (Tansu does)."""
+    """Every topic the cluster holds, sorted."""
     return sorted(_metadata(settings, make_admin(settings), None, timeout_s).topics)
 
 
 def partitions_of(
     settings: KafkaSettings, topic: str, timeout_s: float = 10.0, *, consumer: Consumer | None = None
 ) -> list[int]:
-    """`consumer`: the consumer that will read them is told the topic's metadata too, so it knows
-    each partition's leader before it assigns them. One that assigns a logical offset (the
-    beginning, the group's committed offset) before it has seen that metadata retries the offset
-    lookup on librdkafka's fixed 500 ms timer: every table read, and every follower, started half a
-    second late. The partitions themselves still come from an admin client, whose metadata request
-    lets a broker that auto-creates topics create a missing one (Tansu does, with 4 partitions):
-    a consumer's does not, and a job watched before its workers made `results` found no topic."""
-    meta = _metadata(settings, make_admin(settings), topic, timeout_s)
+    """The topic's partitions; none when it does not exist, which asking never changes (no client
+    here lets a broker auto-create a topic: kafka_io/clients.py NO_AUTO_CREATE).
+
+    `consumer`: asked through the consumer that will read them, so it knows each partition's
+    leader before it assigns them. One that assigns a logical offset (the beginning, the group's
+    committed offset) before it has seen that metadata retries the offset lookup on librdkafka's
+    fixed 500 ms timer: every table read, and every follower, started half a second late."""
+    meta = _metadata(settings, consumer if consumer is not None else make_admin(settings), topic, timeout_s)
     t = meta.topics.get(topic)
     if t is None or t.error is not None:
         return []
-    if consumer is not None:
-        _metadata(settings, consumer, topic, timeout_s)
     return sorted(t.partitions)
 
 

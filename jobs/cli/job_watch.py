@@ -28,10 +28,13 @@ def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
 
     from jobs.registry import job_statuses
 
-    statuses = job_statuses(require_servers(bootstrap_servers), Topics(namespace))
+    topics = Topics(namespace)
+    statuses = job_statuses(require_servers(bootstrap_servers), topics)
     if as_json:
         click.echo(json.dumps([status.to_dict() for status in statuses], indent=2))
         return
+    if not statuses:  # said where a person reads it; stdout stays one line per job
+        click.echo(f"no jobs in {topics.jobs}", err=True)
     for status in statuses:
         schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
         lane = "\tlive" if status.job.priority == "live" else ""

@@ -79,12 +79,15 @@ def schedule_add(
 @cluster_options
 def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """Every schedule with its state, next tick and last job."""
+    topics = Topics(namespace)
     rows: list[dict[str, Any]] = [
-        view.to_dict() for view in describe(require_servers(bootstrap_servers), Topics(namespace), datetime.now(UTC))
+        view.to_dict() for view in describe(require_servers(bootstrap_servers), topics, datetime.now(UTC))
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:  # said where a person reads it; stdout stays one line per schedule
+        click.echo(f"no schedules in {topics.schedules}", err=True)
     for row in rows:
         click.echo(
             f"{row['name']}\t{row['cron']} ({row['timezone']})\t{row['state']}\t"
