@@ -23,6 +23,7 @@ from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
+from schemas.inference_result_bytes import ResultBody
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,6 +119,29 @@ class ResultColumns:
         for name, _, _ in self.tensors:
             self.arrays[name].append(arrays[name])
 
+    row_group_rows = ROW_GROUP_ROWS
+
+    def fits(self, outputs: tuple[tuple[str, str, tuple[int, ...]], ...]) -> bool:
+        """Whether a result of these outputs ((name, dtype, shape) each) fills the tensor columns
+        exactly, in their dtypes (jobs/bulk_output.py adds those by add_body)."""
+        return (
+            not self.classifier
+            and len(outputs) == len(self.tensors)
+            and all(
+                name == column and shape == column_shape and np.dtype(dtype) == column_dtype
+                for (name, dtype, shape), (column, column_dtype, column_shape) in zip(
+                    outputs, self.tensors, strict=True
+                )
+            )
+        )
+
+    def add_body(self, body: ResultBody, arrays: list[np.ndarray]) -> None:
+        """A result read from its bytes, whose outputs `fits` said fit, with its arrays in order."""
+        head = body.head
+        self._add_row(head.record_id, head.job_id, head.model, head.model_version, body.attributes)
+        for (name, _, _), array in zip(self.tensors, arrays, strict=True):
+            self.arrays[name].append(array)
+
     def _add_row(
         self, record_id: str | None, job_id: str | None, model: str | None, version: str | None, attributes: Any
     ) -> None:
@@ -204,19 +228,9 @@ def write_columnar(
     """Every item to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time;
     example (any result of the job, None if it has none) sets the columns, and kept adds the
     input's kept columns. Returns the rows written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     columns = ResultColumns(example, kept)
-    writer: pq.ParquetWriter | pa.ipc.RecordBatchFileWriter
-    if fmt is OutputFormat.PARQUET:
-        writer = pq.ParquetWriter(out, columns.schema, compression="zstd")
-    elif fmt is OutputFormat.ARROW:
-        writer = pa.ipc.new_file(out, columns.schema)
-    else:
-        raise ValueError(f"not a columnar format: {fmt}")
     written = 0
-    with writer:
+    with columnar_writer(out, columns.schema, fmt) as writer:
         for item in items:
             columns.add(item)
             if len(columns) >= ROW_GROUP_ROWS:
@@ -226,3 +240,15 @@ def write_columnar(
             written += len(columns)
             writer.write_batch(columns.take())
     return written
+
+
+def columnar_writer(out: IO[bytes], schema: pa.Schema, fmt: OutputFormat) -> Any:
+    """A Parquet (zstd) or Arrow IPC file writer of schema to out: a context manager with write_batch."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if fmt is OutputFormat.PARQUET:
+        return pq.ParquetWriter(out, schema, compression="zstd")
+    if fmt is OutputFormat.ARROW:
+        return pa.ipc.new_file(out, schema)
+    raise ValueError(f"not a columnar format: {fmt}")

@@ -233,8 +233,14 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
             # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
             # Left an array: json_line writes it without a Python float per element.
             line[name] = np.round(array.astype(np.float64), 8)
-    line["model_version"] = item.model_version
-    attributes: Mapping[str, str] = item.attributes
+    return finish_line(line, item.model_version, item.attributes, kept)
+
+
+def finish_line(
+    line: dict[str, Any], model_version: str, attributes: Mapping[str, str], kept: KeptColumns | None
+) -> dict[str, Any]:
+    """A result's line after its outputs: the model version, the kept columns, the attributes."""
+    line["model_version"] = model_version
     if kept is not None:
         values, attributes = kept.split(attributes)
         line.update(zip(kept.output_names(line), values.values(), strict=True))
@@ -248,7 +254,11 @@ def json_line(item: InferenceResult | DeadLetter, kept: KeptColumns | None = Non
     against 0.33 s per 1,000 MiniLM results on the 2-core Xeon), which was most of writing a job's
     results; what it refuses (a lone surrogate in a string, an array type it lacks) json writes,
     escaped to ASCII so that any file takes the line."""
-    line = to_json(item, kept)
+    return dumps_line(to_json(item, kept))
+
+
+def dumps_line(line: dict[str, Any]) -> bytes:
+    """A line object as one line of UTF-8 (see json_line)."""
     try:
         return orjson.dumps(line, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
     except orjson.JSONEncodeError:

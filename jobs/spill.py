@@ -1,7 +1,8 @@
-"""A job's results with memory bounded by the job's size on disk, not in RAM: one sqlite row per
-record id, read back in input order through an index. A result's row holds the fields it was
-decoded into once (marshal), so writing it out does not run fastavro a second time; a dead
-letter's row holds its encoded value.
+"""A job's results and dead letters, one per record id, between reading the topics and writing
+them out: held in memory as their encoded values while they fit (MEMORY_BYTES), else in a
+temporary sqlite file, one row per record id, read back in input order through an index, so
+memory stays bounded for jobs larger than RAM. Results are kept as the bytes they came as and
+written out from them in windows (jobs/bulk_output.py), never decoded into dicts one by one.
 
 The rules are JobOutcome's (the first copy wins, the newest model version wins unless one is asked
 for, a result replaces a dead letter, only the given submission counts); what differs is where
@@ -11,7 +12,7 @@ the records wait between reading the topics and writing them out.
 from __future__ import annotations
 
 import io
-import marshal
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -20,21 +21,35 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from jobs.bulk_output import OutputRow, write_rows
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from jobs.registry import JobNotFoundError, load_jobs
-from jobs.results import dead_seq, dead_submission, wins_over, write_items
+from jobs.results import dead_seq, dead_submission, wins_over
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, Job, SerdeError, decode
+from schemas.inference_result_bytes import ResultBody, read_result_body
 from schemas.serde import decode_fields
 
 _COMMIT_EVERY = 10_000  # rows per transaction: fewer fsync-free commits, bounded journal
 
 
+# Results held in memory before the spill moves them to sqlite: a 30,000-result MiniLM job is
+# ~50 MiB and never touches the disk (sqlite's statement was ~26-30 us of a result's ~65), while a
+# job larger than this still waits on disk, not in RAM.
+MEMORY_BYTES = 256 * 2**20
+ENV_MEMORY_BYTES = "NEARLINE_RESULTS_MEMORY_BYTES"  # another limit for `results` (0: always spill)
+_ROW_OVERHEAD = 600  # bytes of Python objects a row held in memory costs beyond its value
+
+# record id -> (seq, dead, model version, encoded value, the result's body read at add, else None)
+_Row = tuple[float, int, str | None, bytes, ResultBody | None]
+
+
 class ResultSpill:
-    """Results and dead letters of one job, spilled to a temporary sqlite file as they are read."""
+    """Results and dead letters of one job, held in memory as they are read and spilled to a
+    temporary sqlite file once they outgrow memory_bytes."""
 
     def __init__(
         self,
@@ -43,25 +58,48 @@ class ResultSpill:
         submission: int | None = None,
         directory: Path | None = None,
         kept: KeptColumns | None = None,
+        memory_bytes: int = MEMORY_BYTES,
     ) -> None:
         self.job_id, self.model_version, self.submission = job_id, model_version, submission
         self.kept = kept  # the input columns the job keeps, for its outputs
         self.results = self.dead = self.duplicates = 0
         self.parent = Path(directory or tempfile.gettempdir())
+        self.memory_bytes = memory_bytes
+        self._rows: dict[str, _Row] = {}
+        self._held = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._db: sqlite3.Connection | None = None
+        self._pending = 0
+        self._job_prefix = f"{job_id}/".encode()
+        self._batches: dict[str, int] = {}
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the records went to sqlite (the job outgrew memory_bytes)."""
+        return self._db is not None
+
+    def _spill(self) -> sqlite3.Connection:
+        """Move the rows held in memory to a new sqlite file, in one executemany."""
         self._dir = tempfile.TemporaryDirectory(prefix="nearline-results-", dir=self.parent)
-        self._db = sqlite3.connect(Path(self._dir.name) / "spill.sqlite")
+        db = sqlite3.connect(Path(self._dir.name) / "spill.sqlite")
         # a scratch file: nothing to recover after a crash, so no journal and no fsync. A rowid
         # table, not WITHOUT ROWID: a row holds a whole encoded result (1.5 KiB for a 384-float
         # embedding), and a WITHOUT ROWID b-tree of rows that large is slower to insert into
         # (sqlite.org/withoutrowid.html): 46 -> 26 us a result in ResultSpill.add.
-        self._db.executescript(
+        db.executescript(
             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-16000;"
             "CREATE TABLE records (record_id TEXT PRIMARY KEY, seq REAL NOT NULL, dead INTEGER NOT NULL,"
             " version TEXT, value BLOB NOT NULL);"
         )
-        self._pending = 0
-        self._job_prefix = f"{job_id}/".encode()
-        self._batches: dict[str, int] = {}
+        db.executemany(
+            "INSERT INTO records VALUES (?, ?, ?, ?, ?)",
+            ((rid, seq, dead, version, value) for rid, (seq, dead, version, value, _) in self._rows.items()),
+        )
+        db.commit()
+        self._rows.clear()
+        self._held = 0
+        self._db = db
+        return db
 
     @property
     def done(self) -> int:
@@ -75,17 +113,21 @@ class ResultSpill:
         return dict(self._batches)
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
+        results, dead_letters = topics.results, topics.dead_letters
         for msg in messages:
             if not self._may_be_ours(msg):
                 continue
-            if msg.topic == topics.results:
-                self._add_result(msg.value)
-            elif msg.topic == topics.dead_letters:
+            if msg.topic == results:
+                self._add_result(msg)
+            elif msg.topic == dead_letters:
                 self._add_dead(msg.value)
-            self._pending += 1
-            if self._pending >= _COMMIT_EVERY:
-                self._db.commit()
-                self._pending = 0
+            if self._db is not None:
+                self._pending += 1
+                if self._pending >= _COMMIT_EVERY:
+                    self._db.commit()
+                    self._pending = 0
+            elif self._held > self.memory_bytes:
+                self._spill()
 
     def _may_be_ours(self, msg: ConsumedRecord) -> bool:
         """Skip other jobs' records without decoding them, by header or key where they tell."""
@@ -96,38 +138,85 @@ class ResultSpill:
         return key is None or b"/" not in key or key.startswith(self._job_prefix)
 
     def _kept(self, record_id: str) -> tuple[int, str | None] | None:
-        row = self._db.execute("SELECT dead, version FROM records WHERE record_id = ?", (record_id,)).fetchone()
-        return None if row is None else (row[0], row[1])
+        if self._db is None:
+            row = self._rows.get(record_id)
+            return None if row is None else (row[1], row[2])
+        found = self._db.execute("SELECT dead, version FROM records WHERE record_id = ?", (record_id,)).fetchone()
+        return None if found is None else (found[0], found[1])
 
-    def _add_result(self, value: bytes) -> None:
-        # The fields, not the InferenceResult: the dataclass and its tensors would be made only to
-        # read six fields. They are kept as marshal's bytes: a second Avro decode for the write out
-        # cost ~10 us a 384-float result (fastavro walks the schema on every call), marshal's
-        # dumps and loads ~2 us each. The file is this process's own scratch, never read by another
-        # Python, so marshal's per-version format is no concern.
+    def _add_result(self, msg: ConsumedRecord) -> None:
+        # The encoded value is kept as it came: the output is written from its bytes in windows
+        # (jobs/bulk_output.py). Its leading fields and layout are read by hand (~3 us against
+        # fastavro's ~8-9); the submission from the header the GPU worker writes (the result's own
+        # `submitted` stamp). Another writer schema, or no header where a submission is asked
+        # for: the fields decoded whole decide, as before.
+        value = msg.value
+        submitted = msg.submission
+        body: ResultBody | None = None
         try:
-            fields = decode_fields(value, InferenceResult)
+            if self.submission is None or submitted is not None:
+                body = read_result_body(value)
+            if body is None:
+                fields = decode_fields(value, InferenceResult)
         except SerdeError:
             return
-        version = fields["model_version"]
-        if fields["job_id"] != self.job_id or self.model_version not in (None, version):
+        if body is not None:
+            head = body.head
+            job_id, record_id, seq, version = head.job_id, head.record_id, head.seq, head.model_version
+            batch_id, batch_size = body.batch_id, body.batch_size
+        else:
+            job_id, record_id, seq, version = (
+                fields["job_id"],
+                fields["record_id"],
+                fields["seq"],
+                fields["model_version"],
+            )
+            batch_id, batch_size = fields["batch_id"], fields["batch_size"]
+            submitted = fields["timestamps"].get("submitted", self.submission)
+        if job_id != self.job_id or self.model_version not in (None, version):
             return
-        if self.submission is not None and fields["timestamps"].get("submitted", self.submission) != self.submission:
+        if self.submission is not None and submitted != self.submission:
             return
-        row = (fields["record_id"], fields["seq"], version, marshal.dumps(fields))
+        if self._db is None:
+            self._keep_in_memory(record_id, (seq, 0, version, value, body))
+        elif not self._keep_in_db(record_id, seq, version, value):
+            return
+        self._batches[batch_id] = batch_size
+
+    def _keep_in_memory(self, record_id: str, row: _Row) -> None:
+        kept = self._rows.get(record_id)
+        if kept is not None:
+            dead, version = kept[1], kept[2]
+            if not dead and not wins_over(row[2] or "", version or ""):
+                self.duplicates += (version or "") == row[2]
+                return
+            self._held -= len(kept[3]) + _ROW_OVERHEAD
+            if dead:
+                self.dead -= 1  # a retried record that succeeded is not dead
+            else:
+                self.results -= 1
+        self._rows[record_id] = row
+        self._held += len(row[3]) + _ROW_OVERHEAD
+        self.results += 1
+
+    def _keep_in_db(self, record_id: str, seq: float, version: str, value: bytes) -> bool:
+        """As _keep_in_memory, in sqlite; whether the result was kept."""
+        db = self._db
+        assert db is not None
+        row = (record_id, seq, version, value)
         # The common case, a record not seen yet, in one statement; a SELECT only when it was.
-        if self._db.execute("INSERT OR IGNORE INTO records VALUES (?, ?, 0, ?, ?)", row).rowcount == 0:
-            dead, kept = self._kept(fields["record_id"]) or (0, None)
+        if db.execute("INSERT OR IGNORE INTO records VALUES (?, ?, 0, ?, ?)", row).rowcount == 0:
+            dead, kept = self._kept(record_id) or (0, None)
             if not dead and not wins_over(version, kept or ""):
                 self.duplicates += (kept or "") == version
-                return
-            self._db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, 0, ?, ?)", row)
+                return False
+            db.execute("INSERT OR REPLACE INTO records VALUES (?, ?, 0, ?, ?)", row)
             if dead:
                 self.dead -= 1  # a retried record that succeeded is not dead
                 self.results += 1
         else:
             self.results += 1
-        self._batches[fields["batch_id"]] = fields["batch_size"]
+        return True
 
     def _add_dead(self, value: bytes) -> None:
         try:
@@ -142,28 +231,46 @@ class ResultSpill:
             return
         self.dead += 1
         seq = dead_seq(letter)
-        self._db.execute(
-            "INSERT INTO records VALUES (?, ?, 1, NULL, ?)",
-            (letter.record_id, seq if seq != float("inf") else 2.0**62, value),
-        )
+        seq = seq if seq != float("inf") else 2.0**62
+        if self._db is None:
+            self._rows[letter.record_id] = (seq, 1, None, value, None)
+            self._held += len(value) + _ROW_OVERHEAD
+        else:
+            self._db.execute("INSERT INTO records VALUES (?, ?, 1, NULL, ?)", (letter.record_id, seq, value))
 
-    def ordered(self) -> Iterator[InferenceResult | DeadLetter]:
-        """Every record in the job's input order, decoded one at a time."""
+    def rows(self) -> Iterator[OutputRow]:
+        """Every record in the job's input order (seq, then record id), as its encoded value."""
+        if self._db is None:
+            order = sorted(self._rows.items(), key=lambda item: (item[1][0], item[0]))
+            for _, (_, dead, _, value, body) in order:
+                yield OutputRow(value, bool(dead), body)
+            return
         self._db.commit()
         self._db.execute("CREATE INDEX IF NOT EXISTS by_seq ON records (seq, record_id)")
         for dead, value in self._db.execute("SELECT dead, value FROM records ORDER BY seq, record_id"):
-            yield decode(value, DeadLetter) if dead else _result(value)
+            yield OutputRow(value, bool(dead), None)
+
+    def ordered(self) -> Iterator[InferenceResult | DeadLetter]:
+        """Every record in the job's input order, decoded one at a time."""
+        for row in self.rows():
+            yield row.item()
 
     def example(self) -> InferenceResult | None:
         """The job's result of the lowest record id (it sets the columns of a columnar output), None
-        if it has none. Ordered on purpose: a rowid table's scan is in insertion order, and the
-        result that sets the columns would change with the order the topics gave."""
-        row = self._db.execute("SELECT value FROM records WHERE dead = 0 ORDER BY record_id LIMIT 1").fetchone()
-        return None if row is None else _result(row[0])
+        if it has none. Ordered on purpose: the order the topics gave would change which result
+        sets the columns."""
+        if self._db is None:
+            ids = [rid for rid, row in self._rows.items() if not row[1]]
+            return decode(self._rows[min(ids)][3], InferenceResult) if ids else None
+        found = self._db.execute("SELECT value FROM records WHERE dead = 0 ORDER BY record_id LIMIT 1").fetchone()
+        return None if found is None else decode(found[0], InferenceResult)
 
     def close(self) -> None:
-        self._db.close()
-        self._dir.cleanup()
+        self._rows.clear()
+        if self._db is not None:
+            self._db.close()
+        if self._dir is not None:
+            self._dir.cleanup()
 
     def __enter__(self) -> ResultSpill:
         return self
@@ -174,11 +281,6 @@ class ResultSpill:
         self.close()
 
 
-def _result(kept: bytes) -> InferenceResult:
-    """A result back from its row: the fields _add_result decoded, as marshal wrote them."""
-    return InferenceResult.from_avro(marshal.loads(kept))
-
-
 def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple[Path, int]:
     """Write the spill's records to a new folder beside the spill itself, as a file named like wanted:
     where a run's results go when wanted's filesystem cannot take them. That folder held them all
@@ -186,7 +288,7 @@ def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple
     folder = Path(tempfile.mkdtemp(prefix="nearline-kept-", dir=spill.parent))
     path = folder / wanted.name
     try:
-        return path, write_items(spill.ordered(), spill.example(), path, io.StringIO(), fmt, spill.kept)
+        return path, write_rows(spill.rows(), spill.example(), path, io.StringIO(), fmt, spill.kept)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -210,9 +312,10 @@ def write_results(
     job = load_jobs(settings, topics).get(job_id)
     submission = job.submission if job is not None else None
     kept = KeptColumns.of(job.columns) if job is not None else None
-    with ResultSpill(job_id, model_version, submission, directory, kept) as spill:
+    memory_bytes = int(os.environ.get(ENV_MEMORY_BYTES, MEMORY_BYTES))
+    with ResultSpill(job_id, model_version, submission, directory, kept, memory_bytes) as spill:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
         if job is None and not spill.done:
             raise JobNotFoundError(f"no job {job_id} in {topics.jobs}, and no result or dead letter of it")
-        write_items(spill.ordered(), spill.example(), path, out, fmt, kept)
+        write_rows(spill.rows(), spill.example(), path, out, fmt, kept)
     return spill, job

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 from typing import NamedTuple
 
-from schemas.avro_bytes import read_long, read_string
+from schemas.avro_bytes import read_count, read_length, read_long, read_map, read_string
 from schemas.errors import TruncatedRecordError
 from schemas.records import InferenceResult
 from schemas.serde import HEADER_LEN, MAGIC, fingerprint_of
@@ -41,6 +41,12 @@ class ResultHead(NamedTuple):
 
 def read_result_head(data: bytes) -> ResultHead | None:
     """The leading fields, or None when `data` was written with another schema (decode it whole)."""
+    read = _read_head(data)
+    return None if read is None else read[0]
+
+
+def _read_head(data: bytes) -> tuple[ResultHead, int] | None:
+    """read_result_head, and where the outputs start."""
     if not data.startswith(_header()):
         return None
     try:
@@ -51,4 +57,125 @@ def read_result_head(data: bytes) -> ResultHead | None:
         version, p = read_string(data, p)
     except (IndexError, UnicodeDecodeError) as exc:
         raise TruncatedRecordError(f"{InferenceResult.SCHEMA} body is truncated or malformed: {exc}") from None
-    return ResultHead(job_id, record_id, seq, model, version)
+    return ResultHead(job_id, record_id, seq, model, version), p
+
+
+class ResultBody(NamedTuple):
+    """What an output line needs of a result, read from its bytes: its head, each output's
+    (name, dtype, shape) and where its data lies in the bytes, its labels, batch and attributes.
+    A tuple, not a dataclass: `results` reads one a record, and a frozen dataclass's construction
+    alone costs ~1 us of the few a record is allowed."""
+
+    head: ResultHead
+    outputs: tuple[tuple[str, str, tuple[int, ...]], ...]
+    spans: tuple[tuple[int, int], ...]  # each output's data: value[start:end]
+    labels: tuple[str, ...]
+    batch_id: str
+    batch_size: int
+    attributes: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The outputs of a result as bytes: from the outputs' count to the first data byte, then
+    between one output's data and the next one's. Every result of one model version shares them,
+    so a result whose bytes match is read without parsing names, dtypes and shapes again."""
+
+    parts: tuple[bytes, ...]
+    sizes: tuple[int, ...]
+    outputs: tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+_last_layout: list[_Layout] = []  # the last one read, at most
+
+
+def read_result_body(data: bytes) -> ResultBody | None:
+    """The fields up to the attributes (the stage timestamps are not read), or None when `data`
+    was written with another schema (decode it whole). TruncatedRecordError when they do not parse."""
+    read = _read_head(data)
+    if read is None:
+        return None
+    head, p = read
+    try:
+        spans = _known_spans(data, p)
+        if spans is not None:
+            outputs, p = _last_layout[0].outputs, spans[-1][1]
+        else:
+            outputs, spans, p = _read_outputs(data, p)
+        if data[p] != 0:
+            return None  # a second block of outputs: valid Avro no writer of ours writes; decode it whole
+        p += 1
+        if data[p] == 0:
+            labels: tuple[str, ...] = ()
+            p += 1
+        else:
+            labels, p = _read_strings(data, p)
+        batch_id, p = read_string(data, p)
+        batch_size, p = read_long(data, p)
+        _, p = read_long(data, p)  # length
+        _, p = read_long(data, p)  # padded_length
+        attributes: dict[str, str] = {} if data[p] == 0 else read_map(data, p, read_string)[0]
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise TruncatedRecordError(f"{InferenceResult.SCHEMA} body is truncated or malformed: {exc}") from None
+    return ResultBody(head, outputs, spans, labels, batch_id, batch_size, attributes)
+
+
+def _known_spans(data: bytes, p: int) -> tuple[tuple[int, int], ...] | None:
+    """The outputs' data spans when the outputs are laid out as the last result's were, else None."""
+    if not _last_layout:
+        return None
+    layout = _last_layout[0]
+    spans = []
+    for part, size in zip(layout.parts, layout.sizes, strict=True):
+        if not data.startswith(part, p):
+            return None
+        p += len(part)
+        spans.append((p, p + size))
+        p += size
+    if p > len(data):
+        return None
+    return tuple(spans)
+
+
+def _read_outputs(
+    data: bytes, p: int
+) -> tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[tuple[int, int], ...], int]:
+    """The outputs array field by field, its data spans and its end (at the array's end marker);
+    remembers its layout for the next result."""
+    outputs: list[tuple[str, str, tuple[int, ...]]] = []
+    parts: list[bytes] = []
+    spans: list[tuple[int, int]] = []
+    start = p
+    count, p = read_count(data, p)
+    if not count:
+        return (), (), start
+    for _ in range(count):
+        name, p = read_string(data, p)
+        dtype, p = read_string(data, p)
+        dims: list[int] = []
+        n, p = read_count(data, p)
+        while n:
+            for _ in range(n):
+                d, p = read_long(data, p)
+                dims.append(d)
+            n, p = read_count(data, p)
+        size, p = read_length(data, p)
+        if p + size > len(data):
+            raise IndexError(f"tensor data of {size} bytes with {len(data) - p} left")
+        parts.append(data[start:p])
+        spans.append((p, p + size))
+        outputs.append((name, dtype, tuple(dims)))
+        p = start = p + size
+    _last_layout[:] = [_Layout(tuple(parts), tuple(e - s for s, e in spans), tuple(outputs))]
+    return tuple(outputs), tuple(spans), p
+
+
+def _read_strings(data: bytes, p: int) -> tuple[tuple[str, ...], int]:
+    items: list[str] = []
+    n, p = read_count(data, p)
+    while n:
+        for _ in range(n):
+            s, p = read_string(data, p)
+            items.append(s)
+        n, p = read_count(data, p)
+    return tuple(items), p

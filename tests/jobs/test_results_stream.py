@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from jobs.registry import JobStatus, register
+from jobs.spill import ENV_MEMORY_BYTES
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -228,6 +229,7 @@ def test_a_spill_that_runs_out_of_room_is_an_error_in_a_line_not_a_traceback(
     produce_all(make_producer(settings), [result(topics.results, "job-big", i) for i in range(2000)])
     env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
     env["TMPDIR"] = str(tmp_path)
+    env[ENV_MEMORY_BYTES] = "0"  # a job this small is held in memory otherwise: spill it
 
     def small_files() -> None:  # files of at most 64 KiB, as on a full disk
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))

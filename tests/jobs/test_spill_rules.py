@@ -3,10 +3,16 @@ jobs.results.wins_over, for redelivered copies, newer model versions and retried
 
 from __future__ import annotations
 
-import numpy as np
+import io
+from pathlib import Path
 
-from jobs.results import JobOutcome
-from jobs.spill import ResultSpill
+import numpy as np
+import pytest
+
+from jobs.bulk_output import write_rows
+from jobs.output import OutputFormat
+from jobs.results import JobOutcome, write_items
+from jobs.spill import MEMORY_BYTES, ResultSpill
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
@@ -30,7 +36,8 @@ def consumed(records: list[OutRecord]) -> list[ConsumedRecord]:
     return [ConsumedRecord(r.topic, 0, i, r.value or b"", r.key, tuple(r.headers)) for i, r in enumerate(records)]
 
 
-def test_spill_and_outcome_keep_the_same_result_of_each_record() -> None:
+@pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 0], ids=["in-memory", "sqlite"])
+def test_spill_and_outcome_keep_the_same_result_of_each_record(memory_bytes: int) -> None:
     topics = Topics(namespace="spill-rules")
     records = [
         result(topics.results, "job-r", 0, "1"),
@@ -47,7 +54,7 @@ def test_spill_and_outcome_keep_the_same_result_of_each_record() -> None:
     ]
     outcome = JobOutcome("job-r")
     outcome.add(consumed(records), topics)
-    with ResultSpill("job-r") as spill:
+    with ResultSpill("job-r", memory_bytes=memory_bytes) as spill:
         spill.add(consumed(records), topics)
         assert (spill.done, spill.failed, spill.duplicates) == (outcome.done, outcome.failed, outcome.duplicates)
         assert (spill.done, spill.failed, spill.duplicates) == (4, 1, 1)
@@ -56,7 +63,8 @@ def test_spill_and_outcome_keep_the_same_result_of_each_record() -> None:
     assert kept == [("r0", "2"), ("r1", "1"), ("r2", None), ("r3", "10")]
 
 
-def test_a_spilled_result_comes_back_equal_to_the_one_read_field_for_field() -> None:
+@pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 0], ids=["in-memory", "sqlite"])
+def test_a_spilled_result_comes_back_equal_to_the_one_read_field_for_field(memory_bytes: int) -> None:
     """The spill keeps what a result was decoded into, not its Avro bytes: what it writes out must
     still be the whole result (labels, attributes, stage times, lengths, every output)."""
     topics = Topics(namespace="spill-fields")
@@ -86,7 +94,44 @@ def test_a_spilled_result_comes_back_equal_to_the_one_read_field_for_field() -> 
     records = [
         ConsumedRecord(topics.results, 0, n, encode(r), f"job-f/{r.record_id}".encode()) for n, r in enumerate(sent)
     ]
-    with ResultSpill("job-f") as spill:
+    with ResultSpill("job-f", memory_bytes=memory_bytes) as spill:
         spill.add(records, topics)
         assert list(spill.ordered()) == [sent[1], sent[0]]
         assert spill.example() == sent[1]
+
+
+@pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 0], ids=["in-memory", "sqlite"])
+@pytest.mark.parametrize("fmt", [OutputFormat.JSONL])
+def test_results_written_from_their_bytes_are_the_files_decoded_results_give(
+    memory_bytes: int, fmt: OutputFormat, tmp_path: Path
+) -> None:
+    """The window writer (jobs/bulk_output.py) against the per-record one (jobs.results.write_items),
+    byte for byte: embeddings with and without attributes, a result of another layout, a dead letter."""
+    topics = Topics(namespace="spill-bulk")
+    rng = np.random.default_rng(9)
+
+    def embedding(i: int, dim: int = 8, attributes: dict[str, str] | None = None) -> InferenceResult:
+        vector = rng.standard_normal(dim, dtype=np.float32) * 10.0 ** rng.integers(-6, 2)
+        return InferenceResult(
+            "job-b", f"r{i}", i, "tiny", "1", (Tensor.from_array("embedding", vector),), "w.0", 4, attributes or {}, {}
+        )
+
+    sent = [embedding(i, attributes={"n": str(i)} if i % 3 else None) for i in range(7)]
+    sent.append(embedding(8, dim=5))  # another layout, as another model version's would be
+    records = [
+        ConsumedRecord(topics.results, 0, n, encode(r), f"job-b/{r.record_id}".encode()) for n, r in enumerate(sent)
+    ]
+    records += consumed([dead(topics, "job-b", 7)])
+    decoded_path, bulk_path = tmp_path / f"decoded.{fmt}", tmp_path / f"bulk.{fmt}"
+    with ResultSpill("job-b", memory_bytes=memory_bytes) as spill:
+        spill.add(records, topics)
+        assert spill.results == 8 and spill.dead == 1
+        write_items(spill.ordered(), spill.example(), decoded_path, io.StringIO(), fmt)
+        write_rows(spill.rows(), spill.example(), bulk_path, io.StringIO(), fmt)
+    if fmt is OutputFormat.JSONL:
+        assert bulk_path.read_bytes() == decoded_path.read_bytes()
+        assert len(bulk_path.read_bytes().splitlines()) == 9
+    else:
+        import pyarrow as pa
+
+        assert pa.ipc.open_file(bulk_path).read_all().equals(pa.ipc.open_file(decoded_path).read_all())

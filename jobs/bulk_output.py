@@ -1,0 +1,170 @@
+"""A job's records written out from their encoded values, a window at a time: what `results`
+spends a record on (issue #41).
+
+Each record used to be decoded whole by fastavro into a dict, made an InferenceResult, and its
+outputs rounded and written one by one. Here a window of results whose outputs share one layout
+(every result of one model version) has each output's data joined into one matrix, converted
+and rounded in one numpy call, and each line is a small dict of a matrix row given to orjson; a
+Parquet or Arrow row group takes the row views as they are. The lines and columns are the same
+as jobs/results.to_json's and jobs/columnar.ResultColumns.add's (tested byte for byte); a record
+that does not fit the window's layout (labels, another model version's outputs, a scalar output,
+a dead letter, another writer schema) is decoded whole and written as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+import numpy as np
+
+from jobs.kept import KeptColumns
+from jobs.output import OutputFormat, OutputPathError, write_atomically
+from jobs.results import dumps_line, finish_line, json_line
+from schemas import DeadLetter, InferenceResult, decode
+from schemas.inference_result_bytes import ResultBody, read_result_body
+from schemas.records import tensor_array
+
+# Records a window: a matrix of 1,024 MiniLM embeddings is 1.5 MiB in float32 (3 MiB rounded).
+WINDOW = 1024
+# Lines joined before a write: see jobs/results._LINES_PER_WRITE (under malloc's mmap threshold).
+_LINES_PER_WRITE = 16
+
+
+class OutputRow(NamedTuple):
+    """A record as it waits to be written: its encoded value, whether it is a dead letter, and its
+    result's body when it was read already (None: read it here)."""
+
+    value: bytes
+    dead: bool
+    body: ResultBody | None
+
+    def item(self) -> InferenceResult | DeadLetter:
+        return decode(self.value, DeadLetter) if self.dead else decode(self.value, InferenceResult)
+
+
+def _windows(rows: Iterable[OutputRow]) -> Iterator[list[OutputRow]]:
+    window: list[OutputRow] = []
+    for row in rows:
+        window.append(row)
+        if len(window) >= WINDOW:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def _body(row: OutputRow) -> ResultBody | None:
+    """The row's result body when it can be written from its bytes (a vector or larger outputs,
+    no labels), else None."""
+    if row.dead:
+        return None
+    body = row.body if row.body is not None else read_result_body(row.value)
+    if body is None or body.labels or not body.outputs or any(not shape for _, _, shape in body.outputs):
+        return None
+    return body
+
+
+def _matrices(
+    window: list[OutputRow], bodies: list[ResultBody | None], rounded: bool
+) -> tuple[list[int], list[np.ndarray]]:
+    """The window's rows whose outputs share the first such row's layout, and each output as one
+    matrix of theirs ([rows, *shape]): float64 rounded to 8 decimals when rounded (as JSON Lines
+    writes them), else in their own dtype."""
+    first = next((b for b in bodies if b is not None), None)
+    if first is None:
+        return [], []
+    layout = first.outputs
+    members = [i for i, b in enumerate(bodies) if b is not None and b.outputs == layout]
+    matrices = []
+    for k, (name, dtype, shape) in enumerate(layout):
+        joined = b"".join([memoryview(window[i].value)[slice(*bodies[i].spans[k])] for i in members])  # type: ignore[union-attr]
+        count = int(np.prod(shape, dtype=np.int64)) * len(members)
+        flat = tensor_array(name, dtype, (count,), joined)
+        matrix = flat.reshape((len(members), *shape))
+        matrices.append(np.round(matrix.astype(np.float64), 8) if rounded else matrix)
+    return members, matrices
+
+
+def jsonl_lines(window: list[OutputRow], kept: KeptColumns | None) -> list[bytes]:
+    """The window's lines, in its order."""
+    bodies = [_body(row) for row in window]
+    members, matrices = _matrices(window, bodies, rounded=True)
+    lines: list[bytes | None] = [None] * len(window)
+    if members:
+        names = [name for name, _, _ in bodies[members[0]].outputs]  # type: ignore[union-attr]
+        for j, i in enumerate(members):
+            body = bodies[i]
+            assert body is not None
+            head = body.head
+            line: dict[str, Any] = {"id": head.record_id, "job_id": head.job_id, "model": head.model}
+            for name, matrix in zip(names, matrices, strict=True):
+                line[name] = matrix[j]
+            lines[i] = dumps_line(finish_line(line, head.model_version, body.attributes, kept))
+    return [line if line is not None else json_line(row.item(), kept) for line, row in zip(lines, window, strict=True)]
+
+
+def write_jsonl_rows(rows: Iterable[OutputRow], write: Any, kept: KeptColumns | None) -> int:
+    """Every row as a JSON line, through write(bytes); returns the lines."""
+    n = 0
+    for window in _windows(rows):
+        lines = jsonl_lines(window, kept)
+        for start in range(0, len(lines), _LINES_PER_WRITE):
+            write(b"".join(lines[start : start + _LINES_PER_WRITE]))
+        n += len(lines)
+    return n
+
+
+def write_columnar_rows(
+    rows: Iterable[OutputRow],
+    example: InferenceResult | None,
+    out: IO[bytes],
+    fmt: OutputFormat,
+    kept: KeptColumns | None,
+) -> int:
+    """jobs.columnar.write_columnar from the rows' bytes: results of the example's layout as row
+    views of one matrix a window, others decoded whole."""
+    from jobs.columnar import ResultColumns, columnar_writer
+
+    columns = ResultColumns(example, kept)
+    written = 0
+    with columnar_writer(out, columns.schema, fmt) as writer:
+        for window in _windows(rows):
+            bodies = [_body(row) for row in window]
+            members, matrices = _matrices(window, bodies, rounded=False) if columns.tensors else ([], [])
+            fits = bool(members) and columns.fits(bodies[members[0]].outputs)  # type: ignore[union-attr]
+            fast = dict(zip(members, range(len(members)), strict=True)) if fits else {}
+            for i, row in enumerate(window):
+                j = fast.get(i)
+                body = bodies[i]
+                if j is not None and body is not None:
+                    columns.add_body(body, [matrix[j] for matrix in matrices])
+                else:
+                    columns.add(row.item())
+                if len(columns) >= columns.row_group_rows:
+                    written += len(columns)
+                    writer.write_batch(columns.take())
+        if len(columns) or not written:
+            written += len(columns)
+            writer.write_batch(columns.take())
+    return written
+
+
+def write_rows(
+    rows: Iterable[OutputRow],
+    example: InferenceResult | None,
+    path: Path | None,
+    out: IO[str],
+    fmt: OutputFormat = OutputFormat.JSONL,
+    kept: KeptColumns | None = None,
+) -> int:
+    """jobs.results.write_items from encoded rows: every row, in the order given, to path (through
+    a temporary file renamed into place) or, as JSON Lines only, to out. Returns the records written."""
+    if fmt is OutputFormat.JSONL:
+        if path is None:
+            return write_jsonl_rows(rows, lambda chunk: out.write(chunk.decode()), kept)
+        return write_atomically(path, lambda f: write_jsonl_rows(rows, f.write, kept), binary=True)
+    if path is None:
+        raise OutputPathError(f"{fmt} output is a file: name it with -o")
+    return write_atomically(path, lambda f: write_columnar_rows(rows, example, f, fmt, kept), binary=True)
