@@ -15,7 +15,7 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import Priority
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, submit
-from tests.support.records import tensor_rows
+from tests.support.records import raw_texts_in, record_keys_in, tensor_rows
 from tests.support.tiny_model import TinyModel
 
 
@@ -67,7 +67,7 @@ def test_produce_writes_the_lane_it_is_told_and_says_so(pipeline: RunningPipelin
     done = pipeline.cli("produce", live_topic, str(texts), "-m", "tiny", "--priority", "live", "--job-id", "job-l")
     assert done.returncode == 0, done.stderr
     assert f"produced 2 records to {live_topic} as job job-l (live lane)" in done.stderr
-    assert sorted(m.key_text for m in read_topics(pipeline.settings, [live_topic])) == ["job-l/1", "job-l/2"]
+    assert sorted(record_keys_in(read_topics(pipeline.settings, [live_topic]))) == ["job-l/1", "job-l/2"]
     assert find_job(pipeline.settings, ns, "job-l").priority == "live"
 
 
@@ -86,9 +86,9 @@ def test_a_live_jobs_dead_letters_name_its_lane_and_dlq_replay_puts_them_back_th
     replayed = pipeline.cli("dlq", "replay", "--job", job)
     assert replayed.returncode == 0, replayed.stderr
     # a replayed record carries its key (job/record), not the submission's headers
-    in_live = [m for m in read_topics(pipeline.settings, [live_raw]) if m.key_text.startswith(f"{job}/")]
+    in_live = [t for t in raw_texts_in(read_topics(pipeline.settings, [live_raw])) if t.job_id == job]
     assert len(in_live) == 2 * len(rows)  # the submission and its replay, both in the live lane
-    assert not [m for m in read_topics(pipeline.settings, [ns.raw_text]) if m.key_text.startswith(f"{job}/")]
+    assert not [t for t in raw_texts_in(read_topics(pipeline.settings, [ns.raw_text])) if t.job_id == job]
 
 
 @pytest.mark.timeout(180)

@@ -16,6 +16,7 @@ from kafka_io.reading import read_topics
 from schemas import Job
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, feed_tensors
+from tests.support.records import raw_texts_in
 
 
 @pytest.mark.slow
@@ -63,7 +64,7 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     assert tick <= registered < tick + timedelta(seconds=20), f"tick {tick}, job registered {registered}"
     assert job.total == 7  # both files of the glob, in one job
     raw = [m for m in read_topics(pipeline.settings, [pipeline.topics.raw_text])]
-    assert sum(1 for m in raw if dict(m.headers or []).get("job_id") == expected_job.encode()) == 7
+    assert sum(1 for t in raw_texts_in(raw) if t.job_id == expected_job) == 7  # records, packed or not
 
     logs = [w.log_path.read_text() for w in schedulers]
     assert sum(log.count(f"submitted job {expected_job}") for log in logs) == 1

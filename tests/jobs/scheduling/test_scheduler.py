@@ -31,6 +31,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, schedule_ticks_topic
 from schemas import ScheduleTick, encode
 from tests.support.inputs import example_lines, write_jsonl
+from tests.support.records import raw_texts_in
 from tests.support.scheduling import T0, Clock, LoneScheduler, add, scheduled_jobs
 
 
@@ -44,9 +45,7 @@ def schedulers(settings: KafkaSettings, topics: Topics, clock: Clock) -> Iterato
 
 
 def raw_records_of(settings: KafkaSettings, topics: Topics, job_id: str) -> int:
-    return sum(
-        1 for m in read_topics(settings, [topics.raw_text]) if dict(m.headers or []).get("job_id") == job_id.encode()
-    )
+    return sum(1 for t in raw_texts_in(read_topics(settings, [topics.raw_text])) if t.job_id == job_id)
 
 
 def test_the_first_claim_in_the_log_wins_so_two_racing_schedulers_submit_one_job(
@@ -290,4 +289,4 @@ def test_a_live_schedule_submits_its_jobs_in_the_live_lane(
     assert job.priority == "live" and job.total == 5
     assert raw_records_of(settings, topics, job.job_id) == 0  # nothing in the batch lane
     live = topics.lane(topics.raw_text, "live")
-    assert sum(1 for m in read_topics(settings, [live]) if m.job_id == job.job_id) == 5
+    assert sum(1 for t in raw_texts_in(read_topics(settings, [live])) if t.job_id == job.job_id) == 5
