@@ -214,7 +214,8 @@ def main() -> None:
     if extra:
         print(
             f".device/ also holds {extra_size / 2**20:.1f} MiB of FP32 TorchScript for the CPU dry run "
-            f"({len(extra)} files, not counted below): do not send this .device/ to the device tool"
+            f"({len(extra)} file{'s' if len(extra) > 1 else ''}, not counted below): "
+            "do not send this .device/ to the device tool"
         )
     print(
         f".device/ holds {size / 2**20:.1f} MiB for the {args.part} part; with the working tree "
