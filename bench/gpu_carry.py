@@ -1,6 +1,6 @@
 """Builds .device/, what bench/gpu_check.sh needs on a GPU machine that reaches no package index.
 
-    .venv/bin/python -m bench.gpu_carry text|images [--texts N]
+    .venv/bin/python -m bench.gpu_carry text|images [--texts N] [--fp32]
 
 .device/ is git-ignored, so the device tool sends it only when a run names it in `carry`
 (docs/benchmarks.md, "On a GPU machine"). The tool carries at most 64 MiB with the tracked files, so each
@@ -11,6 +11,11 @@ small text classifier imported with `models import` (its FP16 TorchScript and re
 images = the same wheels, EfficientNet-Lite0 as FP16 TorchScript and reference top-5s. Large files are packed
 (bench/device_pack.py); gpu_check.sh unpacks them outside .device/. References are computed here in FP32
 on the CPU, so the GPU is checked against ONNX Runtime without carrying ONNX files.
+
+--fp32 (bench/gpu_dryrun.sh only) adds each model's FP32 TorchScript (model.pt, as it is) for the
+CPU dry run: a CPU without fast FP16 arithmetic runs the FP16 file ~45x slower. Such a .device/ is
+over the tool's limit and never sent; the size check counts it without the FP32 files, which is
+the carry the device gets.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.device_pack import pack
-from gpu_consumer.torch_engine import TORCHSCRIPT_FP16_FILE
+from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
 from schemas.model_config import ModelConfig
 
 ROOT = Path(__file__).parents[1]
@@ -51,14 +56,18 @@ TOOL_LIMIT = 64 * 2**20
 MARGIN = 2**20  # the tool refused a carry counted here at 64.0 MiB: it counts a little more than we do
 
 
-def carry_model(config: ModelConfig) -> None:
-    """The model's FP16 TorchScript (packed), config and tokenizer or labels, into .device/models/."""
-    source = config.directory / TORCHSCRIPT_FP16_FILE
-    if not source.is_file():
-        raise SystemExit(f"{source} is missing: run `nearline models prepare {config.name}` again")
+def carry_model(config: ModelConfig, fp32: bool) -> None:
+    """The model's FP16 TorchScript (packed), config and tokenizer or labels, into .device/models/;
+    with fp32 its FP32 TorchScript too, unpacked (the dry run's, never the device's: dry_run_only)."""
+    names = [TORCHSCRIPT_FP16_FILE, *([TORCHSCRIPT_FILE] if fp32 else [])]
+    for name in names:
+        if not (config.directory / name).is_file():
+            raise SystemExit(f"{config.directory / name} is missing: run `nearline models prepare {config.name}` again")
     out_dir = DEVICE / "models" / config.name / config.version
     out_dir.mkdir(parents=True, exist_ok=True)
-    pack(source, out_dir, fp16=True)
+    pack(config.directory / TORCHSCRIPT_FP16_FILE, out_dir, fp16=True)
+    if fp32:
+        shutil.copy2(config.directory / TORCHSCRIPT_FILE, out_dir / TORCHSCRIPT_FILE)
     for name in ("config.json", "tokenizer.json", "labels.json", "labels.txt"):
         if (config.directory / name).exists():
             shutil.copy2(config.directory / name, out_dir / name)
@@ -95,7 +104,7 @@ def carry_wheels() -> None:
     )
 
 
-def text_part(repository: Path, texts: int) -> None:
+def text_part(repository: Path, texts: int, fp32: bool) -> None:
     from gpu_consumer.batcher import make_batch
     from gpu_consumer.engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
@@ -105,7 +114,7 @@ def text_part(repository: Path, texts: int) -> None:
     from preprocess_app.text import tokenize
 
     config = ensure_model(repository, "minilm", print)
-    carry_model(config)
+    carry_model(config, fp32)
     pack(tansu_binary(), DEVICE)
     rows = [json.loads(line) for line in (ROOT / "producers/examples/python-docs-paragraphs.jsonl").open()][:texts]
     ids = tokenize(
@@ -117,10 +126,10 @@ def text_part(repository: Path, texts: int) -> None:
         batch = make_batch(config, ids[start : start + 32])
         embeddings += list(postprocess(config, engine.infer(batch.inputs), batch, engine.postprocessed).tensors[0].rows)
     np.savez_compressed(DEVICE / "reference_text.npz", embeddings=np.stack(embeddings))
-    carry_classifier(texts)
+    carry_classifier(texts, fp32)
 
 
-def carry_classifier(texts: int) -> None:
+def carry_classifier(texts: int, fp32: bool) -> None:
     """A small text classifier through `models import`: a BertForSequenceClassification built here
     from a seeded transformers config (no hub), imported, carried as FP16 TorchScript with ONNX
     Runtime FP32 logits. No model.onnx: the GPU image has no TensorRT (bench/gpu_image.txt), and its
@@ -138,7 +147,7 @@ def carry_classifier(texts: int) -> None:
         # uncalibrated: the calibrated head of a random BERT magnifies FP16 rounding past any real model's
         folder = save_classifier(Path(scratch) / "classifier", calibrated=False, hidden_size=16)
         config = import_model(Path(scratch) / "models", folder, BYO_CLASSIFIER)
-        carry_model(config)
+        carry_model(config, fp32)
         engine = OnnxRuntimeEngine(config)
         ids = token_ids(config, texts)
         logits = [engine.infer(make_batch(config, ids[s : s + 32]).inputs)["logits"] for s in range(0, len(ids), 32)]
@@ -146,7 +155,7 @@ def carry_classifier(texts: int) -> None:
     print(f"carried {BYO_CLASSIFIER} ({config.task}, {config.source}) for the torch parity check")
 
 
-def image_part(repository: Path) -> None:
+def image_part(repository: Path, fp32: bool) -> None:
     from gpu_consumer.batcher import make_batch
     from gpu_consumer.engine import OnnxRuntimeEngine
     from jobs.launch.runner import ensure_model
@@ -155,13 +164,18 @@ def image_part(repository: Path) -> None:
 
     config = ensure_model(repository, "efficientnet-lite0", print)
     assert config.image is not None
-    carry_model(config)
+    carry_model(config, fp32)
     photos = real_photos()
     crops = [decode_image(p.read_bytes(), config.image) for p in photos]
     logits = OnnxRuntimeEngine(config).infer(make_batch(config, crops).inputs)["logits"]
     np.savez_compressed(
         DEVICE / "reference_images.npz", crops=np.stack(crops), logits=logits, names=np.array([p.name for p in photos])
     )
+
+
+def dry_run_only() -> list[Path]:
+    """What --fp32 added to .device/: the FP32 TorchScript files, which the device carry never holds."""
+    return sorted((DEVICE / "models").rglob(TORCHSCRIPT_FILE))
 
 
 def tracked_bytes() -> int:
@@ -180,16 +194,29 @@ def main() -> None:
     parser.add_argument("part", choices=["text", "images"])
     parser.add_argument("--model-repository", type=Path, default=ROOT / "models")
     parser.add_argument("--texts", type=int, default=512, help="reference embeddings to carry (text part)")
+    parser.add_argument(
+        "--fp32",
+        action="store_true",
+        help="also carry the FP32 TorchScript, for the CPU dry run only (bench/gpu_dryrun.sh): never send it",
+    )
     args = parser.parse_args()
     shutil.rmtree(DEVICE, ignore_errors=True)
     DEVICE.mkdir()
     carry_wheels()
     if args.part == "text":
-        text_part(args.model_repository, args.texts)
+        text_part(args.model_repository, args.texts, args.fp32)
     else:
-        image_part(args.model_repository)
-    size = sum(f.stat().st_size for f in DEVICE.rglob("*") if f.is_file())
+        image_part(args.model_repository, args.fp32)
+    extra = dry_run_only()
+    extra_size = sum(f.stat().st_size for f in extra)
+    size = sum(f.stat().st_size for f in DEVICE.rglob("*") if f.is_file()) - extra_size
     total = size + tracked_bytes()
+    if extra:
+        print(
+            f".device/ also holds {extra_size / 2**20:.1f} MiB of FP32 TorchScript for the CPU dry run "
+            f"({len(extra)} file{'s' if len(extra) > 1 else ''}, not counted below): "
+            "do not send this .device/ to the device tool"
+        )
     print(
         f".device/ holds {size / 2**20:.1f} MiB for the {args.part} part; with the working tree "
         f"{total / 2**20:.1f} of the device tool's {TOOL_LIMIT / 2**20:.0f} MiB"
