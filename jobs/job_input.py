@@ -9,8 +9,9 @@ import glob
 import io
 import itertools
 import json
+import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -54,9 +55,25 @@ KEEP_BYTES = 64 * 2**20
 _RECORD_BYTES = 400
 STDIN = Path("<stdin>")
 # Where a submission's texts are cut into packs in raw.text (schemas/packs.py: 128 texts or 512 KiB,
-# far under Kafka's default 1 MB message.max.bytes). submit(pack_limits=...) takes others, e.g.
-# for a broker whose message.max.bytes is lower.
+# far under Kafka's default 1 MB message.max.bytes). $NEARLINE_PACK_RECORDS and
+# $NEARLINE_PACK_BYTES set others for every command that writes raw.text (pack_limits_from_env),
+# e.g. for a broker whose message.max.bytes is lower; submit(pack_limits=...) in code.
 DEFAULT_PACK_LIMITS = PackLimits()
+ENV_PACK_RECORDS, ENV_PACK_BYTES = "NEARLINE_PACK_RECORDS", "NEARLINE_PACK_BYTES"
+
+
+def pack_limits_from_env(environ: Mapping[str, str] = os.environ) -> PackLimits:
+    """DEFAULT_PACK_LIMITS, with what $NEARLINE_PACK_RECORDS and $NEARLINE_PACK_BYTES set; a
+    ValueError names a value that is not a whole number of at least 1."""
+    limits = {}
+    for name, field in ((ENV_PACK_RECORDS, "max_records"), (ENV_PACK_BYTES, "max_bytes")):
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{name}={value!r}: a pack's limit must be a whole number of at least 1")
+        limits[field] = int(value)
+    return replace(DEFAULT_PACK_LIMITS, **limits) if limits else DEFAULT_PACK_LIMITS
 
 
 def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
@@ -291,7 +308,7 @@ class JobInput:
         late: list[InputError] | None = None,
         submitted_at: int | None = None,
         records: list[Record] | None = None,
-        limits: PackLimits = DEFAULT_PACK_LIMITS,
+        limits: PackLimits | None = None,
     ) -> Iterator[OutRecord]:
         """The valid records, encoded: `records` when validate_keeping kept them, else the input
         read again. Texts go out in packs (schemas/packs.py) cut by `limits`, each a Kafka record
@@ -303,7 +320,7 @@ class JobInput:
         on, so a cancellation skips only the submission it names."""
         submitted_at = submitted_at if submitted_at is not None else now_us()
         seq = 0
-        texts = _TextPacker(job_id, model, topic, submitted_at, limits)
+        texts = _TextPacker(job_id, model, topic, submitted_at, limits or pack_limits_from_env())
         items: Iterable[Record | InputError] = self.read() if records is None else records
         for item in items:
             if isinstance(item, InputError):

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from jobs.job_input import DEFAULT_PACK_LIMITS, JobInput, Record, check_input
+from jobs.job_input import JobInput, Record, check_input, pack_limits_from_env
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
@@ -69,14 +69,14 @@ def backlog(
     priority: Priority = DEFAULT_PRIORITY,
     *,
     packed: bool = True,
-    pack_limits: PackLimits = DEFAULT_PACK_LIMITS,
+    pack_limits: PackLimits | None = None,
 ) -> dict[str, int]:
     """Records submitted but not yet consumed, in the job's lane: by the preprocess app, and by the
     model's GPU group (a live job is not refused for a batch backfill it will overtake). `packed`:
     the job's topics carry packs (texts; an image is a Kafka record of its own), whose offsets
     count packs, not records (lag_records)."""
     tensors = topics.lane(topics.tensors(model), priority)
-    max_records = pack_limits.max_records if packed else 1
+    max_records = (pack_limits or pack_limits_from_env()).max_records if packed else 1
     return {
         raw_topic: lag_records(settings, topics.preprocess_app_id, raw_topic, max_records),
         tensors: lag_records(settings, topics.gpu_group(model), tensors, max_records),
@@ -153,10 +153,11 @@ def submit(
     schedule: str | None = None,
     attributes: dict[str, str] | None = None,
     priority: Priority = DEFAULT_PRIORITY,
-    pack_limits: PackLimits = DEFAULT_PACK_LIMITS,
+    pack_limits: PackLimits | None = None,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job: texts in packs
-    cut by `pack_limits` (JobInput.out_records), counted as the records they hold.
+    cut by `pack_limits` (JobInput.out_records; None: pack_limits_from_env), counted as the
+    records they hold.
 
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one. `validated` is source's validation when the

@@ -11,6 +11,7 @@ import click
 
 from jobs.cli import job_results, job_submit, job_watch, ops, workers
 from jobs.cli.group import NearlineGroup
+from jobs.job_input import pack_limits_from_env
 
 
 @click.group(
@@ -31,6 +32,10 @@ def cli(log_level: str) -> None:
     # `kill -USR1 PID` writes every thread's stack to stderr (a worker's log): what a process that
     # stalled is doing, without stopping it (bench.system_cost asks so when a job stops moving)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        pack_limits_from_env()  # a bad $NEARLINE_PACK_* is said before any command reads input
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 # The command modules define their commands standalone; the root group gathers them here.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +120,26 @@ def test_texts_go_out_in_packs_of_at_most_max_records_with_seqs_in_input_order(t
     assert [p.texts for p in packs] == [["text 0", "text 1", "text 2"], ["text 3", "text 4", "text 5"], ["text 6"]]
     assert {(p.job_id, p.model, p.submitted_at) for p in packs} == {("job", "tiny", 5)}
     assert [p.attributes for p in packs] == [[{}, {}, {}], [{}, {}, {}], [{}]]
+
+
+def test_pack_limits_come_from_the_environment_and_a_bad_one_is_named() -> None:
+    from jobs.job_input import DEFAULT_PACK_LIMITS, pack_limits_from_env
+
+    assert pack_limits_from_env({}) == DEFAULT_PACK_LIMITS == PackLimits(128, 512 * 1024)
+    assert pack_limits_from_env({"NEARLINE_PACK_RECORDS": "1"}) == PackLimits(1, 512 * 1024)
+    assert pack_limits_from_env({"NEARLINE_PACK_RECORDS": " 16 ", "NEARLINE_PACK_BYTES": "4096"}) == PackLimits(
+        16, 4096
+    )
+    for bad in ("0", "-3", "1.5", "lots"):
+        with pytest.raises(ValueError, match=f"NEARLINE_PACK_RECORDS='{bad}': a pack's limit must be a whole number"):
+            pack_limits_from_env({"NEARLINE_PACK_RECORDS": bad})
+
+
+def test_a_bad_pack_limit_stops_every_command_before_it_reads_input(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "submit", str(tmp_path / "in.txt"), "--model", "tiny"],
+        env={**os.environ, "NEARLINE_PACK_BYTES": "0"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "NEARLINE_PACK_BYTES='0': a pack's limit must be a whole number" in done.stderr

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.hosts import Layout, Topology, broker_running
+from jobs.job_input import ENV_PACK_RECORDS
 from jobs.launch.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from kafka_io.children import die_with_parent
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, Topics
@@ -96,14 +97,19 @@ class Cluster:
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
     probes: list[Probe] = field(default_factory=list)
     _stack: ExitStack = field(default_factory=ExitStack)
+    # texts a submit packs together (jobs.job_input.pack_limits_from_env); None: the product's default
+    pack_records: int | None = None
 
     def env(self) -> dict[str, str]:
-        return {
+        env = {
             **os.environ,
             ENV_BOOTSTRAP: self.net.bootstrap_servers,
             ENV_NAMESPACE: self.topics.namespace,
             ENV_MODEL_REPOSITORY: str(self.repository),
         }
+        if self.pack_records is not None:
+            env[ENV_PACK_RECORDS] = str(self.pack_records)
+        return env
 
     def start_broker(self) -> None:
         """Tansu in the broker host, listening on and advertising its address there."""

@@ -8,7 +8,8 @@ prints how long recovery took (run with -s to see it). Needs root.
 
 GPU workers run with the product's group settings (session 6 s, heartbeat 1 s; Tansu holds a join
 for half the session). In trials a and c they take one record per poll window with one window in
-flight (PACED): each record then waits for its result's delivery and its commit, ~100 records/s per
+flight (PACED, and the job submitted in packs of one record: a window never splits a pack, #41):
+each record then waits for its result's delivery and its commit, ~100 records/s per
 worker while the CPU mostly idles, so a job of a few thousand records outlasts the fault and its
 recovery without the 2-core machine being the clock. Trial b runs them with their defaults.
 """
@@ -83,6 +84,7 @@ def test_a_gpu_host_whose_link_goes_down_mid_job_hands_over_its_partitions_and_r
 ) -> None:
     c = hosts
     c.start("prep1", "preprocess")
+    c.pack_records = 1  # PACED: a window of one record
     gpus = {h: c.start(h, "gpu", "--model", "tiny", *PACED) for h in ("gpu1", "gpu2", "gpu3")}
     victim = gpus["gpu2"].process.pid
     probe = c.probe("tiny")
@@ -179,6 +181,7 @@ def test_a_whole_job_over_50_ms_and_1_percent_loss_between_the_gpu_hosts_and_the
 @pytest.mark.parametrize("hosts", [Layout(preprocess=1, gpus=2)], indirect=True)
 def test_the_broker_host_unreachable_for_10_s_mid_job_loses_and_doubles_nothing(hosts: Cluster, tmp_path: Path) -> None:
     c = hosts
+    c.pack_records = 1  # PACED: a window of one record
     c.start("prep1", "preprocess")
     for h in ("gpu1", "gpu2"):
         c.start(h, "gpu", "--model", "tiny", *PACED)
