@@ -9,9 +9,7 @@ settings and measures the CPU the worker process used from its first event to it
 - take: the preprocess worker's grouping (preprocess_app/take.py) and an ack per event, with
   nothing done to the events: the preprocess worker without its step and its producer;
 - eager: take, with faust's message loop starting each callback at once (preprocess_app/lean.py);
-- quiet: eager, with faust's Monitor sensor keeping no per-event statistics (QuietMonitor), as
-  the preprocess worker runs it;
-- consumer: quiet, with each message acked as its conductor callback gets it, and no event,
+- consumer: eager, with each message acked as its conductor callback gets it, and no event,
   channel or stream made: what faust's consumer and aiokafka alone cost, the floor under a
   hand-over of each fetch in bulk.
 --pack K writes records/K records of K times the size instead, as if K texts travelled in one
@@ -42,7 +40,7 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 
 TOPIC = "floor.raw"
-AGENTS = ["bare", "take", "eager", "quiet", "consumer"]
+AGENTS = ["bare", "take", "eager", "consumer"]
 
 
 def worker_main(bootstrap: str, agent: str, records: int, out: Path, broker_pid: int) -> None:
@@ -50,12 +48,11 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path, broker_pid:
     import faust
 
     from preprocess_app.app import TablelessManager, prompt_fetches
-    from preprocess_app.lean import QuietMonitor, drain_eagerly
+    from preprocess_app.lean import drain_eagerly
     from preprocess_app.take import tick_take
 
     exit_on_sigterm()
     prompt_fetches()
-    quiet: dict[str, Any] = {"Monitor": QuietMonitor} if agent in ("quiet", "consumer") else {}
     with tempfile.TemporaryDirectory(prefix="nearline-floor-") as datadir:
         app = faust.App(
             f"floor-{agent}-{os.getpid()}",
@@ -70,9 +67,8 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path, broker_pid:
             web_enabled=False,
             TableManager=TablelessManager,
             datadir=datadir,
-            **quiet,
         )
-        if agent in ("eager", "quiet", "consumer"):
+        if agent in ("eager", "consumer"):
             drain_eagerly(app)
         seen = [0]
         started = [0.0, 0.0]  # this worker's CPU and the broker's, at the first event

@@ -38,7 +38,7 @@ from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priori
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from preprocess_app.image import preprocess_images
 from preprocess_app.lanes import RecordsPerPack, batch_topic, held_lanes, model_of_tensors, topic_lane
-from preprocess_app.lean import QuietMonitor, drain_eagerly
+from preprocess_app.lean import drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models
 from preprocess_app.outage import ride_out_outages
@@ -137,7 +137,6 @@ def create_app(
         topic_disable_leader=True,
         web_enabled=False,
         TableManager=TablelessManager,
-        Monitor=QuietMonitor,
         # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets
         broker_credentials=credentials,
         datadir=str(datadir),
