@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from jobs.registry import register
+from jobs.spill import ENV_MEMORY_BYTES
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -97,6 +98,9 @@ def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path)
         # librdkafka prefetches up to 64 MB: the whole topic, fetched before the spill shows rows, and
         # a reader with nothing left to fetch rightly finishes. 16 MB keeps most of it at the broker.
         env["NEARLINE_KAFKA_QUEUED_MAX_MESSAGES_KBYTES"] = str(16 * 1024)
+        # Results go to the on-disk spill from the first row (a job this size is otherwise held in
+        # memory, which leaves nothing here to see): its size is how the test sees the read going.
+        env[ENV_MEMORY_BYTES] = "0"
         command = [sys.executable, "-m", "jobs.cli", "results", "big", "-o", str(tmp_path / "out.jsonl")]
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
