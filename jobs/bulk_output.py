@@ -20,7 +20,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 
 from jobs.kept import KeptColumns
-from jobs.output import OutputFormat, OutputPathError, write_atomically
+from jobs.output import OutputFormat, write_output
 from jobs.results import dumps_line, finish_line, json_line
 from schemas import DeadLetter, InferenceResult, decode
 from schemas.inference_result_bytes import ResultBody, read_result_body
@@ -125,11 +125,10 @@ def write_columnar_rows(
 ) -> int:
     """jobs.columnar.write_columnar from the rows' bytes: results of the example's layout as row
     views of one matrix a window, others decoded whole."""
-    from jobs.columnar import ResultColumns, columnar_writer
+    from jobs.columnar import ResultColumns, RowGroups
 
     columns = ResultColumns(example, kept)
-    written = 0
-    with columnar_writer(out, columns.schema, fmt) as writer:
+    with RowGroups(columns, out, fmt) as groups:
         for window in _windows(rows):
             bodies = [_body(row) for row in window]
             members, matrices = _matrices(window, bodies, rounded=False) if columns.tensors else ([], [])
@@ -142,13 +141,8 @@ def write_columnar_rows(
                     columns.add_body(body, [matrix[j] for matrix in matrices])
                 else:
                     columns.add(row.item())
-                if len(columns) >= columns.row_group_rows:
-                    written += len(columns)
-                    writer.write_batch(columns.take())
-        if len(columns) or not written:
-            written += len(columns)
-            writer.write_batch(columns.take())
-    return written
+                groups.added()
+    return groups.written
 
 
 def write_rows(
@@ -159,12 +153,12 @@ def write_rows(
     fmt: OutputFormat = OutputFormat.JSONL,
     kept: KeptColumns | None = None,
 ) -> int:
-    """jobs.results.write_items from encoded rows: every row, in the order given, to path (through
-    a temporary file renamed into place) or, as JSON Lines only, to out. Returns the records written."""
-    if fmt is OutputFormat.JSONL:
-        if path is None:
-            return write_jsonl_rows(rows, lambda chunk: out.write(chunk.decode()), kept)
-        return write_atomically(path, lambda f: write_jsonl_rows(rows, f.write, kept), binary=True)
-    if path is None:
-        raise OutputPathError(f"{fmt} output is a file: name it with -o")
-    return write_atomically(path, lambda f: write_columnar_rows(rows, example, f, fmt, kept), binary=True)
+    """jobs.results.write_items from encoded rows: every row, in the order given, to path or, as
+    JSON Lines only, to out (jobs.output.write_output). Returns the records written."""
+    return write_output(
+        path,
+        out,
+        fmt,
+        lambda write: write_jsonl_rows(rows, write, kept),
+        lambda f: write_columnar_rows(rows, example, f, fmt, kept),
+    )

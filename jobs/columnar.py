@@ -119,8 +119,6 @@ class ResultColumns:
         for name, _, _ in self.tensors:
             self.arrays[name].append(arrays[name])
 
-    row_group_rows = ROW_GROUP_ROWS
-
     def fits(self, outputs: tuple[tuple[str, str, tuple[int, ...]], ...]) -> bool:
         """Whether a result of these outputs ((name, dtype, shape) each) fills the tensor columns
         exactly, in their dtypes (jobs/bulk_output.py adds those by add_body)."""
@@ -218,6 +216,34 @@ def _label_column(rows: list[tuple[tuple[str, ...], np.ndarray, np.ndarray] | No
     )
 
 
+class RowGroups:
+    """columns written to out as Parquet (zstd) or an Arrow IPC file, a row group each time
+    ROW_GROUP_ROWS rows are in: a context manager; call added() after each row given to columns.
+    Its exit writes what is left (an empty job still gets its file, with the columns and no row)
+    and closes the file, also on an error (pyarrow's writer would write to a closed file later)."""
+
+    def __init__(self, columns: ResultColumns, out: IO[bytes], fmt: OutputFormat) -> None:
+        self.columns = columns
+        self.written = 0
+        self._writer = columnar_writer(out, columns.schema, fmt)
+
+    def __enter__(self) -> RowGroups:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        with self._writer:
+            if kind is None and (len(self.columns) or not self.written):
+                self._flush()
+
+    def added(self) -> None:
+        if len(self.columns) >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.written += len(self.columns)
+        self._writer.write_batch(self.columns.take())
+
+
 def write_columnar(
     items: Iterable[InferenceResult | DeadLetter],
     example: InferenceResult | None,
@@ -228,18 +254,11 @@ def write_columnar(
     """Every item to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time;
     example (any result of the job, None if it has none) sets the columns, and kept adds the
     input's kept columns. Returns the rows written."""
-    columns = ResultColumns(example, kept)
-    written = 0
-    with columnar_writer(out, columns.schema, fmt) as writer:
+    with RowGroups(ResultColumns(example, kept), out, fmt) as groups:
         for item in items:
-            columns.add(item)
-            if len(columns) >= ROW_GROUP_ROWS:
-                written += len(columns)
-                writer.write_batch(columns.take())
-        if len(columns) or not written:
-            written += len(columns)
-            writer.write_batch(columns.take())
-    return written
+            groups.columns.add(item)
+            groups.added()
+    return groups.written
 
 
 def columnar_writer(out: IO[bytes], schema: pa.Schema, fmt: OutputFormat) -> Any:

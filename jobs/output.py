@@ -125,3 +125,22 @@ def write_atomically(path: Path, write: Callable[[IO[Any]], int], *, binary: boo
             exc.filename = str(path)  # a full disk fails write(), which names no file: name the one wanted
         raise
     return count
+
+
+def write_output(
+    path: Path | None,
+    out: IO[str],
+    fmt: OutputFormat,
+    lines: Callable[[Callable[[bytes], object]], int],
+    table: Callable[[IO[bytes]], int],
+) -> int:
+    """A job's records to path (through a temporary file renamed into place) or, as JSON Lines only,
+    to out: lines(write) writes them as JSON Lines through write(bytes), table(f) as the columnar
+    fmt to a binary file. Returns the records written."""
+    if fmt is OutputFormat.JSONL:
+        if path is None:
+            return lines(lambda chunk: out.write(chunk.decode()))
+        return write_atomically(path, lambda f: lines(f.write), binary=True)
+    if path is None:
+        raise OutputPathError(f"{fmt} output is a file: name it with -o")
+    return write_atomically(path, table, binary=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 
 from jobs.kept import KeptColumns
-from jobs.output import OutputFormat, OutputPathError, write_atomically
+from jobs.output import OutputFormat, write_output
 from jobs.reports.profile import Timings
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
@@ -278,38 +278,22 @@ def _listed(value: Any) -> Any:
 _LINES_PER_WRITE = 16
 
 
-def _jsonl_chunks(
-    items: Iterable[InferenceResult | DeadLetter], kept: KeptColumns | None
-) -> Iterator[tuple[bytes, int]]:
-    """The items' lines, _LINES_PER_WRITE at a time: (their bytes, how many)."""
+def write_jsonl(
+    items: Iterable[InferenceResult | DeadLetter], write: Callable[[bytes], object], kept: KeptColumns | None = None
+) -> int:
+    """The items as JSON Lines through write(bytes), _LINES_PER_WRITE lines a call: orjson's bytes
+    as they come. Returns the lines written."""
     lines: list[bytes] = []
+    n = 0
     for item in items:
         lines.append(json_line(item, kept))
         if len(lines) >= _LINES_PER_WRITE:
-            yield b"".join(lines), len(lines)
+            write(b"".join(lines))
+            n += len(lines)
             lines = []
     if lines:
-        yield b"".join(lines), len(lines)
-
-
-def write_jsonl(items: Iterable[InferenceResult | DeadLetter], out: IO[bytes], kept: KeptColumns | None = None) -> int:
-    """The items as JSON Lines to a binary file: orjson's bytes as they come, never decoded to text
-    and encoded back."""
-    n = 0
-    for chunk, lines in _jsonl_chunks(items, kept):
-        out.write(chunk)
-        n += lines
-    return n
-
-
-def write_jsonl_text(
-    items: Iterable[InferenceResult | DeadLetter], out: IO[str], kept: KeptColumns | None = None
-) -> int:
-    """write_jsonl to a text stream (standard output)."""
-    n = 0
-    for chunk, lines in _jsonl_chunks(items, kept):
-        out.write(chunk.decode())
-        n += lines
+        write(b"".join(lines))
+        n += len(lines)
     return n
 
 
@@ -321,15 +305,16 @@ def write_items(
     fmt: OutputFormat = OutputFormat.JSONL,
     kept: KeptColumns | None = None,
 ) -> int:
-    """Every item, in the order given, to path (through a temporary file renamed into place) or, as
-    JSON Lines only, to out; example is any result of the job (it sets columnar output's columns),
-    kept the input columns the job keeps. Returns the records written."""
-    if fmt is OutputFormat.JSONL:
-        if path is None:
-            return write_jsonl_text(items, out, kept)
-        return write_atomically(path, lambda f: write_jsonl(items, f, kept), binary=True)
-    if path is None:
-        raise OutputPathError(f"{fmt} output is a file: name it with -o")
+    """Every item, in the order given, to path or, as JSON Lines only, to out (jobs.output.write_output);
+    example is any result of the job (it sets columnar output's columns), kept the input columns the
+    job keeps. Returns the records written. `results` and `run` write from the records' bytes
+    instead (jobs/bulk_output.py); this per-item writer is what that one is checked against."""
     from jobs.columnar import write_columnar
 
-    return write_atomically(path, lambda f: write_columnar(items, example, f, fmt, kept), binary=True)
+    return write_output(
+        path,
+        out,
+        fmt,
+        lambda write: write_jsonl(items, write, kept),
+        lambda f: write_columnar(items, example, f, fmt, kept),
+    )

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import click
 
+from jobs.bulk_output import write_rows
 from jobs.cli.group import STORAGE_ERRNOS
 from jobs.columnar import ColumnarShapeError
 from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
-from jobs.results import write_items
 from jobs.spill import ResultSpill, keep_elsewhere
 
 
@@ -39,7 +39,7 @@ def write_run_output(
             return RunOutput(None, fmt, 0, False)
     try:
         return RunOutput(
-            output, fmt, write_items(spill.ordered(), spill.example(), output, sys.stdout, fmt, spill.kept), False
+            output, fmt, write_rows(spill.rows(), spill.example(), output, sys.stdout, fmt, spill.kept), False
         )
     except ColumnarShapeError as exc:
         assert output is not None  # a columnar format needs -o
@@ -47,7 +47,7 @@ def write_run_output(
         click.echo(f"error: {exc}; writing them as JSON Lines to {jsonl} instead", err=True)
         try:
             return RunOutput(
-                jsonl, OutputFormat.JSONL, write_items(spill.ordered(), None, jsonl, sys.stdout, kept=spill.kept), True
+                jsonl, OutputFormat.JSONL, write_rows(spill.rows(), None, jsonl, sys.stdout, kept=spill.kept), True
             )
         except OSError as again:
             return _kept_elsewhere(spill, jsonl, OutputFormat.JSONL, again, cluster)
