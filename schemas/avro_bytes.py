@@ -1,5 +1,6 @@
 """Avro's binary primitives read from bytes at a position, for the readers that skip fastavro on a
-hot path (schemas/tensor_record_bytes.py, schemas/raw_text_bytes.py). Each returns the value and
+hot path (schemas/tensor_record_bytes.py, schemas/inference_result_bytes.py, schemas/raw_text_bytes.py),
+and the one record of ours they all read, a Tensor. Each returns the value and
 the position after it; a read past the end raises IndexError and a bad string UnicodeDecodeError,
 which those readers turn into a TruncatedRecordError, as fastavro's errors are."""
 
@@ -73,3 +74,23 @@ def read_count(data: bytes, p: int) -> tuple[int, int]:
         _, p = read_long(data, p)
         n = -n
     return n, p
+
+
+def read_tensor(data: bytes, p: int) -> tuple[str, str, list[int], int, int]:
+    """A Tensor record (name, dtype, shape, data: as nested in tensor_record.avsc and
+    inference_result.avsc) at p: its name, dtype,
+    shape, the position of its data and the data's length (the data is not copied); its end is
+    that position plus that length, which must be within `data`."""
+    name, p = read_string(data, p)
+    dtype, p = read_string(data, p)
+    shape: list[int] = []
+    n, p = read_count(data, p)
+    while n:
+        for _ in range(n):
+            d, p = read_long(data, p)
+            shape.append(d)
+        n, p = read_count(data, p)
+    size, p = read_length(data, p)
+    if p + size > len(data):
+        raise IndexError(f"tensor data of {size} bytes with {len(data) - p} left")
+    return name, dtype, shape, p, size

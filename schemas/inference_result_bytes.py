@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import NamedTuple
 
-from schemas.avro_bytes import read_count, read_length, read_long, read_map, read_string
+from schemas.avro_bytes import read_count, read_long, read_map, read_string, read_tensor
 from schemas.errors import TruncatedRecordError
 from schemas.records import InferenceResult
 from schemas.serde import HEADER_LEN, MAGIC, fingerprint_of
@@ -151,18 +151,7 @@ def _read_outputs(
     if not count:
         return (), (), start
     for _ in range(count):
-        name, p = read_string(data, p)
-        dtype, p = read_string(data, p)
-        dims: list[int] = []
-        n, p = read_count(data, p)
-        while n:
-            for _ in range(n):
-                d, p = read_long(data, p)
-                dims.append(d)
-            n, p = read_count(data, p)
-        size, p = read_length(data, p)
-        if p + size > len(data):
-            raise IndexError(f"tensor data of {size} bytes with {len(data) - p} left")
+        name, dtype, dims, p, size = read_tensor(data, p)
         parts.append(data[start:p])
         spans.append((p, p + size))
         outputs.append((name, dtype, tuple(dims)))

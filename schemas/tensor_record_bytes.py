@@ -25,6 +25,7 @@ from schemas.avro_bytes import read_length as _length
 from schemas.avro_bytes import read_long as _long
 from schemas.avro_bytes import read_map as _read_map
 from schemas.avro_bytes import read_string as _string
+from schemas.avro_bytes import read_tensor as _read_tensor
 from schemas.errors import TruncatedRecordError
 from schemas.records import TensorRecord
 from schemas.result_encoding import avro_long, avro_string, encoded_ids, encoded_maps
@@ -107,16 +108,7 @@ def _read(data: bytes) -> TensorRecordParts:
     count, p = _count(data, p)
     while count:
         for _ in range(count):
-            name, p = _string(data, p)
-            dtype, p = _string(data, p)
-            shape: list[int] = []
-            dims, p = _count(data, p)
-            while dims:
-                for _ in range(dims):
-                    dim, p = _long(data, p)
-                    shape.append(dim)
-                dims, p = _count(data, p)
-            size, p = _length(data, p)
+            name, dtype, shape, p, size = _read_tensor(data, p)
             tensors.append((name, dtype, shape, view[p : p + size]))
             p += size
         count, p = _count(data, p)
