@@ -14,7 +14,7 @@ from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import topic_names
 from schemas import SerdeError
-from schemas.packs import RAW_TEXT_PACK, TENSOR_PACK, kind_of, read_raw_text_pack, read_tensor_pack
+from schemas.packs import RAW_TEXT_PACK, TENSOR_PACK, kind_of, unpacked
 from schemas.serde import decode_any
 
 
@@ -117,9 +117,8 @@ def message_json(msg: ConsumedRecord) -> dict[str, Any]:
             line["type"] = record.SCHEMA
             line["record"] = plain(record.to_avro())
         else:  # a pack (schemas/packs.py): each of its records as one would be on its own
-            pack = read_raw_text_pack(value) if kind == "RawTextPack" else read_tensor_pack(value)
             line["type"] = RAW_TEXT_PACK if kind == "RawTextPack" else TENSOR_PACK
-            line["records"] = [plain(decode_any(pack.single(i)).to_avro()) for i in range(len(pack))]
+            line["records"] = [plain(decode_any(single).to_avro()) for single in unpacked(value)]
     except SerdeError as exc:
         line["type"] = None
         line["error"] = str(exc)

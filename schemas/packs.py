@@ -306,3 +306,14 @@ def read_tensor_pack(data: bytes) -> TensorPack:
         f["attributes"],
         f["timestamps"],
     )
+
+
+def unpacked(data: bytes) -> list[bytes]:
+    """The single records a Kafka value stands for: a pack's records each as the single record's
+    bytes it carries them for (RawText or TensorRecord, .single), in the pack's order; anything
+    else is itself. A pack that does not read raises its SerdeError."""
+    kind = kind_of(data)
+    if kind is None:
+        return [data]
+    pack = read_raw_text_pack(data) if kind == "RawTextPack" else read_tensor_pack(data)
+    return [pack.single(i) for i in range(len(pack))]

@@ -21,6 +21,7 @@ from schemas.packs import (
     read_raw_text_pack,
     read_tensor_pack,
     tensor_pack_bytes,
+    unpacked,
 )
 
 AVRO = Path(__file__).resolve().parents[2] / "schemas" / "avro"
@@ -56,6 +57,10 @@ def test_a_raw_text_pack_reads_back_and_as_any_avro_reader_reads_it() -> None:
     assert decode(pack.single(1), RawText) == RawText(
         "job-1", "b", 1, "minilm", "zwei ü", 1_764_822_600_123_456, {"k": '"v"'}
     )
+    # every record so, in order, for the readers that take a topic record by record
+    singles = [decode(single, RawText) for single in unpacked(data)]
+    assert [(t.record_id, t.seq, t.text) for t in singles] == [("a", 0, "one"), ("b", 1, "zwei ü"), ("c", 7, "\u2028")]
+    assert unpacked(pack.single(2)) == [pack.single(2)]  # a single record stands for itself
 
 
 def test_a_tensor_pack_gives_each_record_its_own_ids_as_views() -> None:

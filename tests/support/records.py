@@ -14,7 +14,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings
 from schemas import RawText, TensorRecord, decode
-from schemas.packs import kind_of, read_raw_text_pack, read_tensor_pack
+from schemas.packs import kind_of, read_tensor_pack, unpacked
 
 
 def value(record: OutRecord | ConsumedRecord) -> bytes:
@@ -69,15 +69,8 @@ def tensor_rows(settings: KafkaSettings, topic: str) -> list[TensorRow]:
 
 def raw_texts_in(messages: Iterable[ConsumedRecord | bytes]) -> list[RawText]:
     """Every RawText the messages (or their values) hold, in order, a pack's in its order."""
-    texts: list[RawText] = []
-    for msg in messages:
-        data = msg if isinstance(msg, bytes) else msg.value
-        if kind_of(data) == "RawTextPack":
-            pack = read_raw_text_pack(data)
-            texts.extend(decode(pack.single(i), RawText) for i in range(len(pack)))
-        else:
-            texts.append(decode(data, RawText))
-    return texts
+    values = (msg if isinstance(msg, bytes) else msg.value for msg in messages)
+    return [decode(single, RawText) for data in values for single in unpacked(data)]
 
 
 def record_keys_in(messages: Iterable[ConsumedRecord]) -> list[str]:
