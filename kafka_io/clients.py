@@ -153,7 +153,11 @@ def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
     """Fail fast, naming the servers, instead of letting a command wait on a dead cluster: at once
     where nothing listens, else after timeout_s."""
     check_not_refused(settings)
-    admin = make_admin(settings)
+    _answered(make_admin(settings), settings, timeout_s)
+
+
+def _answered(admin: AdminClient, settings: KafkaSettings, timeout_s: float) -> None:
+    """BrokerUnavailableError unless the cluster answers admin's metadata request within timeout_s."""
     try:
         admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -185,12 +189,7 @@ def check_group_protocol(settings: KafkaSettings, protocol: str, timeout_s: floa
     capture = _Lines()
     config: dict[str, Any] = {**_base(settings), "logger": capture, "debug": "feature"}
     admin = AdminClient(config)
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BrokerUnavailableError(
-            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
-        ) from None
+    _answered(admin, settings, timeout_s)
     for _ in range(100):  # the log lines come through the client's queue: serve what is there
         if not admin.poll(0.05):
             break
