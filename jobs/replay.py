@@ -176,7 +176,7 @@ def reset_targets(
     """Where `offsets reset` moves a group on each partition: to="earliest" or "latest", an
     offset (capped at each partition's end) or the first record at or after an ISO 8601 time."""
     if sum(x is not None for x in (to, to_offset, to_time)) != 1:
-        raise ReplaySpecError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-time")
+        raise ReplaySpecError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
     at_ms = parse_time_ms(str(to_time)) if to_time is not None else None
     require_topic(settings, topic, hint=hint)
     ends = end_offsets(settings, topic)

@@ -20,6 +20,7 @@ from jobs.job_input import pack_limits_from_env
     # croniter (and the pytz it imports) belong to schedules only: workers must start without them
     lazy={"schedule": "jobs.cli.schedule:schedule"},
 )
+@click.version_option(package_name="nearline", prog_name="nearline")
 @click.option(
     "--log-level",
     default="WARNING",

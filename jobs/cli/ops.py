@@ -153,8 +153,10 @@ def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str)
 @click.option("--to-earliest", "to", flag_value="earliest")
 @click.option("--to-latest", "to", flag_value="latest")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None)
-@click.option("--to-time", default=None, help="ISO 8601.")
-@click.option("--dry-run", is_flag=True, help="Print the new offsets; change nothing.")
+@click.option("--to-datetime", "to_time", default=None, help="The first record at or after this ISO 8601 time.")
+@click.option("--to-time", "old_to_time", default=None, hidden=True)  # before --to-datetime
+@click.option("--execute", is_flag=True, help="Move the group; without it the moves are only printed.")
+@click.option("--dry-run", is_flag=True, help="Print the moves only (what happens without --execute).")
 @cluster_options
 def offsets_reset(
     group: str,
@@ -162,16 +164,30 @@ def offsets_reset(
     to: str | None,
     to_offset: int | None,
     to_time: str | None,
+    old_to_time: str | None,
+    execute: bool,
     dry_run: bool,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
-    """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has members)."""
+    """Move a stopped group to the start, the end, an offset or a time (Kafka refuses while it has
+    members). Prints the moves; `--execute` makes them, as kafka-consumer-groups does."""
     from jobs.replay import namespace_hint, require_group, reset_targets
     from kafka_io.errors import KafkaIOError
     from kafka_io.groups import live_groups
     from kafka_io.offsets import active_members_error, group_offsets, reset_group_offsets
 
+    if execute and dry_run:
+        raise click.UsageError("--execute and --dry-run contradict each other: give one")
+    if old_to_time is not None:
+        if to_time is not None:
+            raise click.UsageError("give --to-datetime alone (--to-time is its old name)")
+        click.echo(
+            "warning: --to-time is now --to-datetime (as kafka-consumer-groups says); "
+            "the old name goes in the next release",
+            err=True,
+        )
+        to_time = old_to_time
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     hints = namespace_hint(namespace, topic), namespace_hint(namespace, group)
     group, topic = topics.name(group), topics.name(topic)
@@ -180,14 +196,15 @@ def offsets_reset(
     # Asked before the moves are printed: Kafka refuses them all while the group has members, and
     # a list of moves followed by that refusal reads as if they had been made.
     live = bool(live_groups(settings, [group]))
-    if live and not dry_run:
+    if live and execute:
         click.echo(f"error: {active_members_error(group)}", err=True)
         raise SystemExit(ExitCode.FAILED)
     current = {r.partition: r.committed for r in group_offsets(settings, group, topic)}
     for p in sorted(target):
         click.echo(f"{topic}/{p}: {current.get(p, -1001) if current.get(p, -1) >= 0 else '-'} -> {target[p]}")
-    if dry_run:
-        click.echo("dry run: nothing changed" + (f"; {active_members_error(group)}" if live else ""), err=True)
+    if not execute:
+        why = active_members_error(group) if live else "add --execute to move the group"
+        click.echo(f"{'dry run' if dry_run else 'plan only'}: nothing changed; {why}", err=True)
         return
     try:
         reset_group_offsets(settings, group, {(topic, p): o for p, o in target.items()})

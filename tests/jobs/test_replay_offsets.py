@@ -97,8 +97,16 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: RunningPipeline) -> No
     dry = pipeline.cli("offsets", "reset", *names, "--to-offset", "2", "--dry-run")
     assert f"{topic}/0: 5 -> 2" in dry.stdout
     assert pipeline.cli("offsets", "show", *names).stdout.splitlines()[1] == "0\t5\t12\t7"
+    # as kafka-consumer-groups: without --execute the moves are printed and nothing moves
+    plan = pipeline.cli("offsets", "reset", *names, "--to-earliest")
+    assert plan.returncode == 0 and f"{topic}/0: 5 -> 0" in plan.stdout, plan.stderr
+    assert "plan only: nothing changed; add --execute to move the group" in plan.stderr
+    old = pipeline.cli("offsets", "reset", *names, "--to-time", "2000-01-01T00:00:00Z")  # --to-datetime's old name
+    assert old.returncode == 0 and f"{topic}/0: 5 -> 0" in old.stdout, old.stderr
+    assert "warning: --to-time is now --to-datetime" in old.stderr
+    assert pipeline.cli("offsets", "show", *names).stdout.splitlines()[1] == "0\t5\t12\t7"
     for args, committed in ((["--to-offset", "2"], 2), (["--to-latest"], 12), (["--to-earliest"], 0)):
-        done = pipeline.cli("offsets", "reset", *names, *args)
+        done = pipeline.cli("offsets", "reset", *names, *args, "--execute")
         assert done.returncode == 0, done.stderr
         row = pipeline.cli("offsets", "show", *names).stdout.splitlines()[1]
         assert row.split("\t")[1] == str(committed)
@@ -114,8 +122,13 @@ def test_a_replay_or_reset_that_names_no_start_two_or_a_bad_time_is_a_usage_erro
         ("replay", "--topic", topic, "--from-offset", "0", "--to-time", "2026-13-01"): "is not an ISO 8601 time",
         ("replay", "--topic", topic): "exactly one of --from-offset and --from-time",
         ("replay", "--topic", topic, "--from-offset", "0", "--from-time", "2026-11-29T18:00:00Z"): "exactly one",
-        ("offsets", "reset", *group, "--to-time", "noon"): "'noon' is not an ISO 8601 time",
-        ("offsets", "reset", *group): "exactly one of --to-earliest, --to-latest, --to-offset, --to-time",
+        ("offsets", "reset", *group, "--to-datetime", "noon"): "'noon' is not an ISO 8601 time",
+        ("offsets", "reset", *group, "--to-time", "noon"): "'noon' is not an ISO 8601 time",  # the old name
+        ("offsets", "reset", *group): "exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime",
+        ("offsets", "reset", *group, "--to-earliest", "--execute", "--dry-run"): "--execute and --dry-run contradict",
+        ("offsets", "reset", *group, "--to-time", "2026-11-29T18:00:00Z", "--to-datetime", "2026-11-29T18:00:00Z"): (
+            "give --to-datetime alone (--to-time is its old name)"
+        ),
         ("offsets", "reset", *group, "--to-earliest", "--to-offset", "1"): "exactly one of",
         ("replay", "--topic", topic, "--from-offset", "-5"): "-5 is not in the range x>=0",
         (
@@ -172,7 +185,9 @@ def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(p
     try:
         first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
         commit_window(consumer, first)  # a member now, and it stays one until closed
-        refused = pipeline.cli("offsets", "reset", "--group", "gpu.live", "--topic", "raw.text", "--to-earliest")
+        refused = pipeline.cli(
+            "offsets", "reset", "--group", "gpu.live", "--topic", "raw.text", "--to-earliest", "--execute"
+        )
         assert refused.returncode == 1, refused.stderr
         assert f"group {group} has active members: stop its workers, then reset" in refused.stderr
         assert "KafkaError" not in refused.stderr and not refused.stdout
@@ -228,7 +243,7 @@ def test_namespace_prefixes_the_topic_and_group_that_replay_and_offsets_name(
         shown = pipeline.cli("offsets", "show", *names, *flag)
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.splitlines()[1] == f"0\t{committed}\t{count}\t{count - committed}", flag
-        moved = pipeline.cli("offsets", "reset", *names, "--to-earliest", *flag)
+        moved = pipeline.cli("offsets", "reset", *names, "--to-earliest", "--execute", *flag)
         assert moved.returncode == 0 and f"{topics.raw_text}/0: {committed} -> 0" in moved.stdout, moved.stderr
         assert f"group {topics.gpu_group('ns')} reset on {topics.raw_text}" in moved.stderr
     # the other namespace's group was moved only by the run that named it

@@ -24,6 +24,9 @@ def pipeline(
         yield p
     finally:
         p.stop()
+        # pytest shows a test's captured output only when it fails: there, what each worker said
+        for worker in p.workers:
+            print(f"--- last lines of {worker.log_path}:\n{worker.log_tail(40)}")
 
 
 @pytest.fixture(scope="session")

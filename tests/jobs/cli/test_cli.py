@@ -74,6 +74,14 @@ def test_a_number_no_worker_could_use_is_a_usage_error_before_any_work(
     assert "submitted" not in done.stderr
 
 
+def test_version_is_the_packages() -> None:
+    import tomllib
+
+    version = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())["project"]["version"]
+    done = nearline("--version")
+    assert done.returncode == 0 and done.stdout == f"nearline, version {version}\n", done
+
+
 def test_help_lists_the_env_var_of_every_shared_option() -> None:
     done = nearline("run", "--help")
     assert done.returncode == 0
