@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 MODEL = "minilm"
 NAMESPACE = "system-cost"
-# The warm-up job waits out the workers' start-up, which submit's default --worker-grace (30 s)
+# The warm-up job waits out the workers' start-up, which submit's default --worker-grace-s (30 s)
 # does not cover everywhere: the torch engine's warm-up (its largest batch, before the GPU worker
 # joins its group) took 41 s at FP32 on the dry run's shared 2-core CPU (bench/gpu_dryrun.sh).
 WARM_UP_GRACE_S = 150.0
@@ -255,7 +255,7 @@ def measure(
         warm = work / "warm.jsonl"
         warm.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts_of(kind, 50)), encoding="utf-8")
         phase("workers started")
-        timed_command([*submit, str(warm), "--job-id", f"warm-{kind}", "--worker-grace", str(WARM_UP_GRACE_S)], env)
+        timed_command([*submit, str(warm), "--job-id", f"warm-{kind}", "--worker-grace-s", str(WARM_UP_GRACE_S)], env)
         phase("the 50-record warm-up job done")
 
         texts = texts_of(kind, records)

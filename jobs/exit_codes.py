@@ -12,5 +12,5 @@ class ExitCode(IntEnum):
     COMPLETED_WITH_ERRORS = 4  # the job finished, but some records went to the dead-letter topic
     REFUSED = 5  # backpressure: the job would push the backlog past --max-backlog
     WORKERS_GONE = 6  # mid-job: no worker (or the embedded broker) alive; results so far go beside -o
-    TIMED_OUT = 7  # --timeout passed before the job completed; results so far go beside -o
+    TIMED_OUT = 7  # --timeout-s passed before the job completed; results so far go beside -o
     CANCELLED = 8  # mid-wait: the job was cancelled (nearline cancel); results so far go beside -o

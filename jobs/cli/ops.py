@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli.options import cluster_options, repository_option
+from jobs.cli.options import cluster_options, formerly, repository_option
 from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
 from kafka_io.settings import KafkaSettings, Topics
@@ -154,7 +154,7 @@ def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str)
 @click.option("--to-latest", "to", flag_value="latest")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None)
 @click.option("--to-datetime", "to_time", default=None, help="The first record at or after this ISO 8601 time.")
-@click.option("--to-time", "old_to_time", default=None, hidden=True)  # before --to-datetime
+@formerly("--to-time", "--to-datetime", click.STRING, "to_time")
 @click.option("--execute", is_flag=True, help="Move the group; without it the moves are only printed.")
 @click.option("--dry-run", is_flag=True, help="Print the moves only (what happens without --execute).")
 @cluster_options
@@ -164,7 +164,6 @@ def offsets_reset(
     to: str | None,
     to_offset: int | None,
     to_time: str | None,
-    old_to_time: str | None,
     execute: bool,
     dry_run: bool,
     bootstrap_servers: str,
@@ -179,15 +178,6 @@ def offsets_reset(
 
     if execute and dry_run:
         raise click.UsageError("--execute and --dry-run contradict each other: give one")
-    if old_to_time is not None:
-        if to_time is not None:
-            raise click.UsageError("give --to-datetime alone (--to-time is its old name)")
-        click.echo(
-            "warning: --to-time is now --to-datetime (as kafka-consumer-groups says); "
-            "the old name goes in the next release",
-            err=True,
-        )
-        to_time = old_to_time
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     hints = namespace_hint(namespace, topic), namespace_hint(namespace, group)
     group, topic = topics.name(group), topics.name(topic)
@@ -313,13 +303,14 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
 @click.argument("ids", nargs=-1, metavar="[PARTITION:OFFSET...]", callback=_letter_ids)
 @click.option("--force", is_flag=True, help="Replay again letters an earlier replay put back that have no outcome yet.")
 @click.option(
-    "--wait",
+    "--wait-s",
     "wait_s",
     type=click.FloatRange(min=0),
     default=60.0,
     metavar="SECONDS",
     help="How long to wait for another `dlq replay` of this dead-letter topic to finish before refusing (exit 1).",
 )
+@formerly("--wait", "--wait-s", click.FloatRange(min=0), "wait_s")  # --wait is a flag elsewhere (`submit --wait`)
 @_dlq_filters
 def dlq_replay(
     ids: tuple[str, ...],

@@ -233,19 +233,49 @@ def priority_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def formerly(old: str, new: str, param_type: click.ParamType, param: str | None = None) -> Callable[..., Any]:
+    """Keeps a renamed option's old flag working for one release: hidden from --help, warned of,
+    its value given to the new option's parameter (`param`, by default the new flag's name).
+    Scripts written against the old name keep running while they are changed; the environment
+    variable, derived from the parameter's name, keeps its name where the parameter does."""
+    hidden = "formerly_" + old.lstrip("-").replace("-", "_")
+    target = param or new.lstrip("-").replace("-", "_")
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        @click.option(old, hidden, type=param_type, default=None, hidden=True, allow_from_autoenv=False)
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            value = kwargs.pop(hidden)
+            if value is not None:
+                source = click.get_current_context().get_parameter_source(target)
+                if source not in (None, click.core.ParameterSource.DEFAULT):
+                    raise click.UsageError(f"give {new} alone ({old} is its old name)")
+                click.echo(f"warning: {old} is now {new}; the old name goes in the next release", err=True)
+                kwargs[target] = value
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--timeout and --worker-grace: how long waiting on a job may take, and on workers that are gone."""
+    """--timeout-s and --worker-grace-s: how long waiting on a job may take, and on workers that are gone."""
     f = click.option(
-        "--worker-grace",
+        "--worker-grace-s",
+        "worker_grace",
         type=FiniteFloat(min=0),
         default=30.0,
         show_envvar=True,
         help="Give up (exit 6) once no worker has been alive, and no record done, for this many seconds.",
     )(f)
-    return click.option(
-        "--timeout",
+    f = click.option(
+        "--timeout-s",
+        "timeout",
         type=FiniteFloat(min=0, min_open=True),
         default=None,
         show_envvar=True,
         help="Give up (exit 7) if the job has not completed after this many seconds [default: no limit].",
     )(f)
+    f = formerly("--worker-grace", "--worker-grace-s", FiniteFloat(min=0), "worker_grace")(f)
+    return formerly("--timeout", "--timeout-s", FiniteFloat(min=0, min_open=True), "timeout")(f)

@@ -10,7 +10,15 @@ from pathlib import Path
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli.options import HOME, FiniteFloat, batch_options, cluster_options, metrics_option, repository_option
+from jobs.cli.options import (
+    HOME,
+    FiniteFloat,
+    batch_options,
+    cluster_options,
+    formerly,
+    metrics_option,
+    repository_option,
+)
 from jobs.cli.validators import require_servers
 from kafka_io.clients import GROUP_PROTOCOLS
 from kafka_io.settings import ENV_BOOTSTRAP, MetricsEndpoint, Topics
@@ -43,7 +51,8 @@ def worker() -> None:
     help="Pause while a GPU group is this many records behind its tensor topic [default: never].",
 )
 @click.option(
-    "--session-timeout",
+    "--session-timeout-s",
+    "session_timeout",
     type=FiniteFloat(1.0, 300.0),
     default=6.0,
     show_envvar=True,
@@ -57,6 +66,7 @@ def worker() -> None:
     hidden=True,  # for `nearline run`'s embedded pipeline: the one member of its group, no join
     help="Take every partition without joining the group (only for a worker that is alone).",
 )
+@formerly("--session-timeout", "--session-timeout-s", FiniteFloat(1.0, 300.0), "session_timeout")
 @metrics_option
 @cluster_options
 @repository_option

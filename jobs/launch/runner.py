@@ -130,7 +130,7 @@ def follow_job(
                 now = time.monotonic()
                 if timeout_s is not None and now - started > timeout_s:
                     raise JobTimeoutError(
-                        f"job {job_id}: {fold.done} of {total} records done when --timeout {timeout_s:g} s passed"
+                        f"job {job_id}: {fold.done} of {total} records done when --timeout-s {timeout_s:g} passed"
                     )
                 if on_progress and now - last_report >= every_s:
                     progress.done, progress.failed = fold.done, fold.failed

@@ -227,7 +227,7 @@ def test_a_replay_waits_for_one_that_holds_the_topic_and_refuses_after_wait(
 ) -> None:
     job = _dead_job(pipeline, tmp_path, 4)
     with replay_turn(pipeline.settings, pipeline.topics, wait_s=0):  # a replay in progress, in this process
-        refused = pipeline.cli("dlq", "replay", "--job", job, "--wait", "1")
+        refused = pipeline.cli("dlq", "replay", "--job", job, "--wait-s", "1")
     assert refused.returncode == 1, refused.stderr
     assert f"started by {socket.gethostname()} pid {os.getpid()}" in refused.stderr, refused.stderr
     assert "still holds" in refused.stderr and "nothing was replayed" in refused.stderr
@@ -239,6 +239,6 @@ def test_a_replay_waits_for_one_that_holds_the_topic_and_refuses_after_wait(
         make_producer(pipeline.settings),
         [OutRecord(pipeline.topics.dlq_replays, json.dumps(stale).encode(), key=LOCK_KEY)],
     )
-    done = pipeline.cli("dlq", "replay", "--job", job, "--wait", "0")
+    done = pipeline.cli("dlq", "replay", "--job", job, "--wait-s", "0")
     assert done.returncode == 0 and "replayed 4 dead letters" in done.stderr, done.stderr
     assert len(_raw_keys(pipeline)) == 8

@@ -87,7 +87,7 @@ def test_a_run_that_gets_no_result_leaves_an_earlier_output_as_it_was(
     # given up 0.05 s after the submit (noticed at the follower's first 0.2 s poll): the workers,
     # started just before the submit, take longer than that to import Python
     run = EmbeddedRun(str(many_lines(tmp_path / "in.jsonl", 200)), "--model", "tiny", "-o", str(out),
-                      "--timeout", "0.05", repository=model_repository)  # fmt: skip
+                      "--timeout-s", "0.05", repository=model_repository)  # fmt: skip
     run.wait_for("embedded broker on")
     reaper |= descendants(run.process.pid)
     code, stderr = run.finish(timeout_s=60)
@@ -240,12 +240,12 @@ def test_submit_wait_gives_up_with_exit_6_once_the_workers_are_gone(pipeline: Ru
     source = many_lines(tmp_path / "in.jsonl", 20)
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
-    done, _ = submit_wait(pipeline, source, "--worker-grace", "5")
+    done, _ = submit_wait(pipeline, source, "--worker-grace-s", "5")
     assert done.returncode == 0, done.stderr  # live workers are not mistaken for gone ones
     group = pipeline.topics.gpu_group("tiny")
     assert live_groups(pipeline.settings, [group]) == {group}  # the signal itself, not only progress
     pipeline.stop()
-    done, seconds = submit_wait(pipeline, source, "--worker-grace", "5")
+    done, seconds = submit_wait(pipeline, source, "--worker-grace-s", "5")
     assert done.returncode == 6, done.stderr
     assert "no GPU worker for tiny alive" in done.stderr and "Traceback" not in done.stderr
     assert seconds < 40
@@ -255,7 +255,7 @@ def test_submit_wait_names_the_preprocess_stage_when_only_a_gpu_worker_runs(
     pipeline: RunningPipeline, tmp_path: Path
 ) -> None:
     pipeline.start("gpu", "gpu", "--model", "tiny")  # live, but nothing reaches it: it would wait for ever
-    done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "5")
+    done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace-s", "5")
     assert done.returncode == 6, done.stderr
     assert "no preprocess worker alive" in done.stderr and "5 record(s)" in done.stderr, done.stderr
     assert "nearline worker preprocess" in done.stderr and "Traceback" not in done.stderr
@@ -276,14 +276,14 @@ def test_submit_wait_names_the_preprocess_stage_when_its_worker_was_sigkilled(
         time.sleep(0.5)
     preprocess.process.send_signal(signal.SIGKILL)
     preprocess.process.wait()
-    done, _ = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "5")
+    done, _ = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace-s", "5")
     assert done.returncode == 6, done.stderr
     assert "no preprocess worker alive" in done.stderr and "5 record(s)" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_submit_wait_gives_up_with_exit_7_after_timeout(pipeline: RunningPipeline, tmp_path: Path) -> None:
-    done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--timeout", "3")
+    done, seconds = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--timeout-s", "3")
     assert done.returncode == 7, done.stderr
     assert "0 of 5 records done" in done.stderr and "Traceback" not in done.stderr
     assert seconds < 30
@@ -312,10 +312,10 @@ def test_submit_wait_stops_with_exit_8_soon_after_its_job_is_cancelled(
     source = many_lines(tmp_path / "in.jsonl", 40)
     job_id = "job-cwait"
     pipeline.start("preprocess", "preprocess")  # no GPU worker: the job cannot complete by itself
-    # neither --worker-grace nor --timeout may be what ends this wait
-    args = ["submit", str(source), "--model", "tiny", "--job-id", job_id, "--wait", "--worker-grace", "600"]
+    # neither --worker-grace-s nor --timeout-s may be what ends this wait
+    args = ["submit", str(source), "--model", "tiny", "--job-id", job_id, "--wait", "--worker-grace-s", "600"]
     wait = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", *args, "--timeout", "100"],
+        [sys.executable, "-m", "jobs.cli", *args, "--timeout-s", "100"],
         env=pipeline.env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -338,7 +338,7 @@ def test_submit_wait_stops_with_exit_8_soon_after_its_job_is_cancelled(
 
     # the same job id submitted again is a new submission: the old one's cancel does not stop its wait
     pipeline.start("gpu", "gpu", "--model", "tiny")
-    again, _ = submit_wait(pipeline, source, "--job-id", job_id, "--timeout", "100")
+    again, _ = submit_wait(pipeline, source, "--job-id", job_id, "--timeout-s", "100")
     assert again.returncode == 0, again.stderr
 
 
@@ -349,14 +349,14 @@ def test_submit_wait_gives_up_with_exit_6_soon_after_the_only_gpu_worker_is_sigk
     # for minutes; going by state alone the wait ran to --timeout (exit 7)
     pipeline.start("preprocess", "preprocess")
     gpu = pipeline.start("gpu", "gpu", "--model", "tiny")
-    warm, _ = submit_wait(pipeline, many_lines(tmp_path / "warm.jsonl", 5), "--worker-grace", "10")
+    warm, _ = submit_wait(pipeline, many_lines(tmp_path / "warm.jsonl", 5), "--worker-grace-s", "10")
     assert warm.returncode == 0, warm.stderr  # a live GPU worker with nothing left to do is not blamed
     group = pipeline.topics.gpu_group("tiny")
     assert live_groups(pipeline.settings, [group]) == {group}
     gpu.process.send_signal(signal.SIGKILL)
     gpu.process.wait()
     done, seconds = submit_wait(
-        pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace", "10", "--timeout", "100"
+        pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace-s", "10", "--timeout-s", "100"
     )
     assert done.returncode == 6, done.stderr
     assert "no GPU worker for tiny alive" in done.stderr and "Traceback" not in done.stderr, done.stderr
