@@ -85,7 +85,8 @@ class LanePicker:
         has_room: Callable[[str], bool] = lambda lane: True,
         queued: Callable[[str], int] = lambda lane: 0,
     ) -> None:
-        self.batch_share, self._recent, self._has_room, self._queued = batch_share, recent, has_room, queued
+        self.batch_share = check_batch_share(batch_share)  # serve()'s callers besides the CLI
+        self._recent, self._has_room, self._queued = recent, has_room, queued
         self.contended = False
 
     def __call__(self, ready: list[str]) -> str | None:

@@ -39,10 +39,6 @@ class Cancellations:
         self._thread.start()
         return self
 
-    def is_cancelled(self, job_id: str | None) -> bool:
-        """Whether the job's latest submission is cancelled."""
-        return job_id is not None and job_id in self._cancelled
-
     def skips(self, headers: Headers | None) -> bool:
         """Whether a record with these headers belongs to a cancelled submission. A record without
         a `submission` header (written before submissions were told apart) follows the job's

@@ -432,9 +432,5 @@ def next_offsets(window: list[ConsumedRecord]) -> list[TopicPartition]:
     return topic_partitions(window_offsets(window))
 
 
-def commit_window(consumer: Consumer, window: list[ConsumedRecord]) -> None:
-    commit_offsets(consumer, window_offsets(window))
-
-
 def commit_offsets(consumer: Consumer, offsets: dict[TP, int]) -> None:
     consumer.commit(offsets=topic_partitions(offsets), asynchronous=False)

@@ -63,6 +63,8 @@ def test_old_service_decays() -> None:
 def test_batch_share_is_validated(bad: float) -> None:
     with pytest.raises(ValueError, match="--batch-share must be between 0 and 1"):
         check_batch_share(bad)
+    with pytest.raises(ValueError, match="--batch-share must be between 0 and 1"):
+        LanePicker(bad, EngineTime)  # serve(batch_share=...) from Python, not only the CLI
     with pytest.raises(ValueError, match="engine seconds"):
         EngineTime().served("live", -1.0)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.groups import group_names
-from kafka_io.polling import WindowLimits, commit_window, subscribe, windows
+from kafka_io.polling import WindowLimits, commit_offsets, subscribe, window_offsets, windows
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
@@ -87,7 +87,7 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: RunningPipeline) -> No
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
     first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
-    commit_window(consumer, first)
+    commit_offsets(consumer, window_offsets(first))
     consumer.close()
     names = ("--group", "gpu.replay", "--topic", "raw.text")  # inside the namespace (NEARLINE_NAMESPACE)
 
@@ -184,7 +184,7 @@ def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(p
     consumer = make_consumer(pipeline.settings, group)
     try:
         first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
-        commit_window(consumer, first)  # a member now, and it stays one until closed
+        commit_offsets(consumer, window_offsets(first))  # a member now, and it stays one until closed
         refused = pipeline.cli(
             "offsets", "reset", "--group", "gpu.live", "--topic", "raw.text", "--to-earliest", "--execute"
         )
@@ -208,7 +208,7 @@ def test_offsets_of_an_unknown_group_are_refused_naming_the_groups_that_exist(pi
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
     first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
-    commit_window(consumer, first)
+    commit_offsets(consumer, window_offsets(first))
     consumer.close()
     typo = "gpu.knownx"
     for args in (("show",), ("reset", "--to-earliest"), ("reset", "--to-latest", "--dry-run")):
@@ -234,7 +234,7 @@ def test_namespace_prefixes_the_topic_and_group_that_replay_and_offsets_name(
         produce_texts(pipeline, topics.raw_text, [f"{topics.namespace} {i}" for i in range(count)], partitions=1)
         consumer = make_consumer(pipeline.settings, topics.gpu_group("ns"))
         first = next(windows(consumer, subscribe(consumer, [topics.raw_text]), WindowLimits(committed, 5000)))
-        commit_window(consumer, first)
+        commit_offsets(consumer, window_offsets(first))
         consumer.close()
     names = ("--group", "gpu.ns", "--topic", "raw.text")
     for flag, topics, count, committed in (((), mine, 6, 2), (("--namespace", other.namespace), other, 9, 4)):
