@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,8 +112,41 @@ def minilm(model_repository: Path) -> ModelConfig:
     return prepare_minilm(model_repository)
 
 
+# A test that asks for one of these (itself or through another fixture) needs a broker or exports a
+# real model (tens of seconds): not a unit test.
+NOT_UNIT_FIXTURES = frozenset({"test_broker", "embedded_broker", "apache_kafka", "minilm", "efficientnet"})
+
+
+def mark_unit(items: list[pytest.Item]) -> None:
+    """The unit tier (`bash .ci/test --unit`): every test outside the trials and the end-to-end
+    tests that needs no broker, no real model and no process of its own, marked `unit` here from
+    the fixtures it uses. A test that starts a process without such a fixture (the CLI in a
+    subprocess, a broker it starts itself) is marked `process` in its module; the unit tier fails
+    any unmarked one that does (unit_guard), so the tier stays what it says."""
+    for item in items:
+        folder = item.path.relative_to(Path(__file__).parent).parts[0]
+        if folder in ("trials", "end_to_end") or "slow" in item.keywords:
+            continue
+        if "process" in item.keywords or NOT_UNIT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            continue
+        item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `.ci/test --unit`, a unit test that starts a process fails, naming the marker it lacks."""
+    if os.environ.get("NEARLINE_TEST_TIER") != "unit" or "unit" not in request.keywords:
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        pytest.fail(f"{request.node.nodeid} starts a process {args[1:2]}: mark it @pytest.mark.process")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`gpu` tests run only where torch sees a CUDA device (the device script runs them there)."""
+    mark_unit(items)
     try:
         import torch
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 import yaml
 
 from tests.support.promql import ALERT_TESTS, ALERTS, PROMETHEUS_SERIES, exported_names, metric_names, promtool
 
 
+@pytest.mark.process
 def test_the_alert_rules_are_valid_and_pass_their_unit_tests() -> None:
     checked = subprocess.run([promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr

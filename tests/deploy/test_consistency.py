@@ -307,6 +307,7 @@ def test_each_check_catches_its_breakage(breakage: Callable[[Manifests], object]
     assert any(phrase in p for p in problems), problems
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kustomize_renders_what_the_tests_read() -> None:
     """`kubectl kustomize` (offline) renders the same resources, in the namespace, with the image mapped."""

@@ -92,6 +92,7 @@ def test_an_image_processor_that_cannot_be_honoured_names_its_key(
     assert message in refused(tmp_path, folder)
 
 
+@pytest.mark.process
 def test_the_cli_says_why_with_exit_code_2_and_imports_nothing(tmp_path: Path) -> None:
     folder = save_encoder(tmp_path / "enc")
     (folder / "model.safetensors").unlink()
@@ -218,6 +219,7 @@ def hub_named(folder: Path) -> None:
     edit_config(folder, _name_or_path="BAAI/bge-small-en-v1.5")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("spoil", "message"),
     [

@@ -75,6 +75,7 @@ def test_a_name_that_is_not_one_folder_is_refused_and_nothing_is_touched(home: P
     assert tree(home) == before
 
 
+@pytest.mark.process
 def test_the_cli_refuses_a_path_as_version_with_a_usage_error(home: Path, encoder: Path) -> None:
     before = tree(home)
     command = ["models", "import", str(encoder), "--name", "a", "--version", "..", "--model-repository"]
@@ -106,6 +107,7 @@ def test_an_existing_version_is_refused_unless_replace_and_replace_swaps_it_whol
     assert not [p for p in repository.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.process
 def test_the_cli_names_replace_and_says_what_running_workers_keep(home: Path, tmp_path: Path) -> None:
     other = save_encoder(tmp_path / "other", seed=7)
     base = [sys.executable, "-m", "jobs.cli", "models", "import", str(other), "--name", "a", "--version", "2"]
@@ -121,6 +123,7 @@ def test_the_cli_names_replace_and_says_what_running_workers_keep(home: Path, tm
 STRANGE_LABELS = {0: "neg\u2028ative", 1: "neu\ntral", 2: "pos\r\nitive", 3: "spam\x1c,\u0085 "}
 
 
+@pytest.mark.process
 def test_labels_with_line_breaks_come_back_whole_at_their_index(tmp_path: Path) -> None:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer

@@ -78,6 +78,7 @@ def test_one_window_is_measured_per_executed_batch(tiny: TinyModel) -> None:
     assert list(traffic.values()) == [6, 5, 1]
 
 
+@pytest.mark.process
 def test_the_exposition_passes_promtools_lint(tiny: TinyModel) -> None:
     PrometheusGpuMetrics(f"tiny-{uuid.uuid4().hex[:8]}")
     checked = subprocess.run(

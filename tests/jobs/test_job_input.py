@@ -135,6 +135,7 @@ def test_pack_limits_come_from_the_environment_and_a_bad_one_is_named() -> None:
             pack_limits_from_env({"NEARLINE_PACK_RECORDS": bad})
 
 
+@pytest.mark.process
 def test_a_bad_pack_limit_stops_every_command_before_it_reads_input(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "jobs.cli", "submit", str(tmp_path / "in.txt"), "--model", "tiny"],

@@ -15,6 +15,8 @@ import termios
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from jobs.progress import Progress
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
@@ -44,6 +46,7 @@ def run_tiny(args: list[str], repository: Path, **streams: Any) -> subprocess.Po
     return subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", *args], env=env, cwd=ROOT, **streams)
 
 
+@pytest.mark.process
 def test_run_draws_a_live_bar_on_a_terminal_and_plain_lines_into_a_pipe(
     tiny: TinyModel, model_repository: Path, tmp_path: Path
 ) -> None:

@@ -44,6 +44,7 @@ def test_a_fractional_limit_rounds_up_and_never_exceeds_the_affinity_mask(tmp_pa
     assert usable_cpus(cgroup_v2(tmp_path, f"{(mask + 7) * 100000} 100000")) == mask
 
 
+@pytest.mark.process
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
 def test_a_process_pinned_to_one_cpu_sizes_its_pools_for_one() -> None:
     out = subprocess.run(

@@ -59,6 +59,7 @@ def test_sasl_plaintext_has_no_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     assert auth["ssl_context"] is None
 
 
+@pytest.mark.process
 def test_mutual_tls_loads_the_client_certificate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     key, cert = tmp_path / "client.key", tmp_path / "client.pem"
     openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=nearline"]

@@ -35,6 +35,7 @@ def poll_until_doubted(incarnation: BrokerIncarnation, consumer: Consumer, timeo
         consumer.poll(0.1)
 
 
+@pytest.mark.process
 def test_a_broker_restarted_without_its_state_makes_the_generation_polled_before_stale(tmp_path: Path) -> None:
     broker = EmbeddedBroker.start(tmp_path / "broker.log")
     incarnation = BrokerIncarnation()
@@ -61,6 +62,7 @@ def test_a_broker_restarted_without_its_state_makes_the_generation_polled_before
         broker.stop()
 
 
+@pytest.mark.process
 def test_a_broker_that_kept_its_state_through_an_outage_leaves_every_window_committable(tmp_path: Path) -> None:
     """A frozen broker (SIGSTOP) comes back as the same cluster: nothing is stale."""
     broker = EmbeddedBroker.start(tmp_path / "broker.log")
@@ -96,6 +98,7 @@ def test_the_ledger_drops_the_offsets_of_stale_windows_and_commits_the_rest() ->
     assert ledger.in_flight() == 0
 
 
+@pytest.mark.process
 def test_commits_held_for_long_say_so_with_what_the_broker_answered(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -285,6 +285,7 @@ def test_an_unreachable_broker_fails_fast_naming_the_servers() -> None:
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.process
 def test_a_producer_that_outlived_a_broker_restart_fails_as_a_delivery_error(tmp_path: Path) -> None:
     """The broker lost every producer id: librdkafka either retries forever or turns the producer
     fatal (OUT_OF_ORDER_SEQUENCE_NUMBER, raised from flush). Both must reach the caller as the one
@@ -308,6 +309,7 @@ def test_a_producer_that_outlived_a_broker_restart_fails_as_a_delivery_error(tmp
         broker.stop()
 
 
+@pytest.mark.process
 def test_a_broker_gone_mid_stream_ends_produce_all_with_what_was_stored(tmp_path: Path) -> None:
     """The broker dies after 500 records were confirmed; 5,000 more cannot go anywhere. librdkafka
     would hold them for its 5-minute delivery timeout, and a full queue would hold produce_all as

@@ -134,6 +134,7 @@ def metrics_worker(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_tls_files_that_do_not_load_are_named_with_exit_code_2(pki: Pki, tmp_path: Path) -> None:
     port = str(free_port())
     garbage = tmp_path / "garbage.pem"

@@ -107,6 +107,7 @@ def test_the_crop_is_the_resized_image_s_centre() -> None:
             assert np.mean(got != expected) < 0.02, (path.name, size)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("size", [(100_000, 1), (1, 100_000)])
 def test_a_one_pixel_strip_is_cropped_in_bounded_memory(size: tuple[int, int]) -> None:
     """A 100000x1 PNG is a few hundred bytes and far under the pixel cap, but its shorter side

@@ -205,6 +205,7 @@ for item in read_image_folder(Path(sys.argv[1])):
 """
 
 
+@pytest.mark.process
 def test_a_subfolder_that_cannot_be_read_is_reported_not_skipped(tmp_path: Path) -> None:
     (tmp_path / "ok").mkdir()
     (tmp_path / "ok" / "a.jpg").write_bytes(b"x")

@@ -44,6 +44,7 @@ def test_the_default_repository_is_the_users_cache_unless_moved(
     assert default_repository() == tmp_path / "mine"
 
 
+@pytest.mark.process
 def test_models_left_in_the_old_folder_are_pointed_at_with_the_move_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

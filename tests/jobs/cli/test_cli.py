@@ -19,6 +19,7 @@ def nearline(*args: str, env_servers: str = "127.0.0.1:1") -> subprocess.Complet
     )
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "command",
     [
@@ -50,6 +51,7 @@ def test_a_broker_that_is_down_is_named_with_exit_code_3(command: list[str], tmp
     assert time.monotonic() - started < 10  # README's bound; a refusal is known at once
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
@@ -75,6 +77,7 @@ def test_a_number_no_worker_could_use_is_a_usage_error_before_any_work(
     assert "submitted" not in done.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("command", "old", "new"),
     [
@@ -100,6 +103,7 @@ def test_a_renamed_option_still_works_for_a_release_with_a_warning_and_not_besid
     assert new in nearline(*command[:2], "--help").stdout and old + " " not in nearline(*command[:2], "--help").stdout
 
 
+@pytest.mark.process
 def test_version_is_the_packages() -> None:
     import tomllib
 
@@ -108,6 +112,7 @@ def test_version_is_the_packages() -> None:
     assert done.returncode == 0 and done.stdout == f"nearline, version {version}\n", done
 
 
+@pytest.mark.process
 def test_help_lists_the_env_var_of_every_shared_option() -> None:
     done = nearline("run", "--help")
     assert done.returncode == 0
@@ -115,6 +120,7 @@ def test_help_lists_the_env_var_of_every_shared_option() -> None:
         assert var in done.stdout
 
 
+@pytest.mark.process
 def test_models_list_names_a_model_it_cannot_load_and_skips_folders_that_are_not_model_names(tmp_path: Path) -> None:
     from tests.support.tiny_model import broken_repository
 
@@ -131,6 +137,7 @@ def test_models_list_names_a_model_it_cannot_load_and_skips_folders_that_are_not
     assert rows[0][3].startswith("model unavailable: badcfg version 1: ")
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("worker", [["gpu", "--model", "tiny"], ["preprocess"], ["scheduler"]])
 def test_a_metrics_port_that_is_taken_is_named_with_exit_code_2_before_anything_connects(worker: list[str]) -> None:
     import os
@@ -150,12 +157,14 @@ def test_a_metrics_port_that_is_taken_is_named_with_exit_code_2_before_anything_
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.process
 def test_every_worker_lists_its_metrics_port_option_and_variable() -> None:
     for worker in ("gpu", "preprocess", "scheduler"):
         done = nearline("worker", worker, "--help")
         assert "--metrics-port" in done.stdout and "NEARLINE_METRICS_PORT" in done.stdout
 
 
+@pytest.mark.process
 def test_the_broker_that_broker_start_started_outlives_the_command_until_broker_stop(tmp_path: Path) -> None:
     import json
     import os
@@ -185,6 +194,7 @@ def test_the_broker_that_broker_start_started_outlives_the_command_until_broker_
     assert not Path(f"/proc/{pid}").exists() or ") Z " in Path(f"/proc/{pid}/stat").read_text()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", ["run", "submit", "produce"])
 @pytest.mark.parametrize(
     ("job_id", "shown"),
@@ -211,11 +221,13 @@ def test_a_job_id_that_is_not_a_name_is_a_usage_error_before_anything_is_sent(
     assert "did not answer" not in done.stderr  # refused before the broker was asked
 
 
+@pytest.mark.process
 def test_a_job_id_like_a_scheduled_ones_is_accepted() -> None:
     done = nearline("submit", "/dev/null", "--model", "tiny", "--job-id", "Nightly.v2_run-20260101T0000Z")
     assert "--job-id" not in done.stderr, done.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", [["status", "job-x"], ["jobs", "list"], ["dlq", "list"]])
 def test_a_port_out_of_range_is_called_invalid_not_refused(command: list[str]) -> None:
     """127.0.0.1:99999 was reported as a broker that refused the connection."""
@@ -225,6 +237,7 @@ def test_a_port_out_of_range_is_called_invalid_not_refused(command: list[str]) -
     assert "refused" not in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.process
 def test_a_max_backlog_of_0_is_a_usage_error(tmp_path: Path) -> None:
     """--max-backlog 0 refused every job, advising to split it "into jobs of at most 0 records"."""
     good = tmp_path / "in.txt"
@@ -234,6 +247,7 @@ def test_a_max_backlog_of_0_is_a_usage_error(tmp_path: Path) -> None:
     assert "at most 0 records" not in done.stderr
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("name", "forced", "named"),
     [("x.parquet", "jsonl", "parquet"), ("x.arrow", "parquet", "arrow"), ("x.jsonl", "arrow", "jsonl")],
@@ -248,6 +262,7 @@ def test_an_output_format_that_contradicts_the_file_name_is_a_usage_error(
     assert not (tmp_path / name).exists()
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("text", ["abc", "1:", ":5", "1:2:3", "1:x", "1.0:2", "1:²"])
 @pytest.mark.parametrize("verb", ["show", "replay"])
 def test_a_dead_letter_id_that_is_not_partition_offset_is_a_usage_error(verb: str, text: str) -> None:
