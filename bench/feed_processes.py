@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.engine import measure_cost
+from gpu_consumer.engines import measure_cost
 from gpu_consumer.worker import run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from gpu_consumer.batcher import make_batch
-from gpu_consumer.engine import Engine, EngineLoadError, make_engine
+from gpu_consumer.engine import Engine, EngineLoadError
+from gpu_consumer.engines import make_engine
 from gpu_consumer.postprocess import postprocess
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize

@@ -6,8 +6,9 @@ The GPU loop, step by step, and where each step lives:
                                                     came within --max-linger-ms
     prepare        handler.py: prepare()            decode, check, sort by length, cut into
                                                     padded executed batches (batcher.py)
-    execute        handler.py: execute(), run on pipeline.py's engine thread (engine.py: the
-                   engines behind one protocol; torch_engine.py, tensorrt_engine.py)
+    execute        handler.py: execute(), run on pipeline.py's engine thread (engine.py: the one
+                   protocol; engines.py picks a backend: onnxruntime_engine.py, torch_engine.py,
+                   tensorrt_engine.py)
     emit           handler.py: Emitter, run on pipeline.py's emit thread: postprocess, encode,
                    produce; the broker's delivery reports confirm each window's outputs
     commit         steps.py: the commit step the loop hands each window to owns the commit.
@@ -26,5 +27,5 @@ the worker reports to Prometheus (metrics.py).
 What does not belong here: Kafka clients (kafka_io/), record schemas (schemas/), job state (jobs/).
 """
 
-# The engines --engine names; here, not in engine.py, so the CLI lists them without importing numpy.
+# The engines --engine names; here, not in engines.py, so the CLI lists them without importing numpy.
 ENGINES = ("auto", "tensorrt", "torch", "onnxruntime")

@@ -5,12 +5,13 @@ folder that cannot work is refused before anything is loaded or exported.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas.model_config import POOLING_STEPS, TASKS, Task
+from schemas.model_config import LABELS_FILE, POOLING_STEPS, TASKS, Task, write_labels
 
 Layout = Literal["sentence-transformers", "transformers", "onnx"]
 WEIGHT_FILES = (
@@ -188,3 +189,44 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ImportRefusedError(f"{path} cannot be read as JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ImportTarget:
+    """Where and as what a loaded model is installed, and the scratch folder for its extra files."""
+
+    repository: Path
+    source: ImportSource
+    name: str
+    version: str
+    max_batch_size: int
+    provenance: str
+    scratch: Path
+    replace: bool = False
+
+
+def label_file(id2label: dict[int, str], width: int, scratch: Path) -> Path:
+    """labels.json from config.json's id2label, refused unless it names every output exactly once."""
+    keys = sorted(id2label)
+    if keys != list(range(width)):
+        shown = ", ".join(map(str, keys[:8])) + (", ..." if len(keys) > 8 else "")
+        if len(keys) != width:
+            why = f"has {len(keys)} labels (keys {shown}) for the model's {width} outputs"
+        else:
+            missing = sorted(set(range(width)) - set(keys))[:8]
+            why = f"keys {shown} are not the output indices 0..{width - 1} (missing {', '.join(map(str, missing))})"
+        raise ImportRefusedError(f"the label map (config.json id2label) {why}")
+    return write_labels(scratch / LABELS_FILE, [id2label[i] for i in range(width)])
+
+
+def weights_digest(source: ImportSource) -> str:
+    """sha256 of the weights file, so two imports can be told apart from their configs."""
+    for candidate in ("model.safetensors", "pytorch_model.bin", "model.onnx"):
+        path = source.model_folder / candidate
+        if path.is_file():
+            h = hashlib.sha256()
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            return f"{candidate} sha256 {h.hexdigest()[:16]}"
+    return "sharded weights"

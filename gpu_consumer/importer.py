@@ -7,13 +7,11 @@ offline; export.py's _install checks ONNX Runtime against torch before the versi
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,13 @@ import numpy as np
 
 from gpu_consumer.export import ExportUnavailableError, _export, _install, refuse_existing
 from gpu_consumer.image_processor import ImageProcessorError, PixelScaling, read_image_processor
-from gpu_consumer.import_source import ImportRefusedError, ImportSource, read_source
+from gpu_consumer.import_source import (
+    ImportRefusedError,
+    ImportTarget,
+    label_file,
+    read_source,
+    weights_digest,
+)
 from schemas.model_config import (
     LABELS_FILE,
     POOLING_STEPS,
@@ -30,7 +34,6 @@ from schemas.model_config import (
     TokenizerSpec,
     check_model_name,
     check_model_version,
-    write_labels,
 )
 
 
@@ -80,24 +83,10 @@ def import_model(
             labels = json.loads((source.model_folder / "config.json").read_text(encoding="utf-8")).get("id2label", {})
             reason = _mismatch(reason, len(labels) if source.task != "text-embedding" else None)
         raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {reason}") from None
-    provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {_digest(source)})"
+    provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {weights_digest(source)})"
     with tempfile.TemporaryDirectory() as extra:
         target = ImportTarget(repository, source, name, version, max_batch_size, provenance, Path(extra), replace)
         return (_import_image if source.task == "image-classification" else _import_text)(target, model)
-
-
-@dataclass(frozen=True)
-class ImportTarget:
-    """Where and as what a loaded model is installed, and the scratch folder for its extra files."""
-
-    repository: Path
-    source: ImportSource
-    name: str
-    version: str
-    max_batch_size: int
-    provenance: str
-    scratch: Path
-    replace: bool = False
 
 
 def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
@@ -136,7 +125,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
 
     files = {"tokenizer.json": tok.path}
     if classifier:
-        labels = _label_file(_id2label(hf), _width(reference, names, tok.pad_id), scratch)
+        labels = label_file(_id2label(hf), _width(reference, names, tok.pad_id), scratch)
         files[LABELS_FILE] = labels
         output = "logits"
         problem = getattr(hf, "problem_type", None)
@@ -201,7 +190,7 @@ def _import_image(target: ImportTarget, model: Any) -> ModelConfig:
         raise ImportRefusedError(
             f"{source.model_folder}: {source.architecture} fails on {spec.crop}x{spec.crop} images: {exc}"
         ) from None
-    labels = _label_file(_id2label(model.config), width, scratch)
+    labels = label_file(_id2label(model.config), width, scratch)
     config = ModelConfig(
         name=name,
         version=version,
@@ -260,20 +249,6 @@ def _id2label(hf: Any) -> dict[int, str]:
     return {int(k): str(v) for k, v in (getattr(hf, "id2label", None) or {}).items()}
 
 
-def _label_file(id2label: dict[int, str], width: int, scratch: Path) -> Path:
-    """labels.json from config.json's id2label, refused unless it names every output exactly once."""
-    keys = sorted(id2label)
-    if keys != list(range(width)):
-        shown = ", ".join(map(str, keys[:8])) + (", ..." if len(keys) > 8 else "")
-        if len(keys) != width:
-            why = f"has {len(keys)} labels (keys {shown}) for the model's {width} outputs"
-        else:
-            missing = sorted(set(range(width)) - set(keys))[:8]
-            why = f"keys {shown} are not the output indices 0..{width - 1} (missing {', '.join(map(str, missing))})"
-        raise ImportRefusedError(f"the label map (config.json id2label) {why}")
-    return write_labels(scratch / LABELS_FILE, [id2label[i] for i in range(width)])
-
-
 SIZE_MISMATCH = re.compile(
     r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from checkpoint, "
     r"the shape in current model is torch\.Size\(\[([\d, ]*)\]\)"
@@ -318,16 +293,3 @@ def _install_checked(
         raise
     except Exception as exc:  # the exporters raise anything; what matters is the model and the reason
         raise ImportRefusedError(f"{config.name}: export refused, nothing was written: {exc}") from None
-
-
-def _digest(source: ImportSource) -> str:
-    """sha256 of the weights file, so two imports can be told apart from their configs."""
-    for candidate in ("model.safetensors", "pytorch_model.bin", "model.onnx"):
-        path = source.model_folder / candidate
-        if path.is_file():
-            h = hashlib.sha256()
-            with path.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            return f"{candidate} sha256 {h.hexdigest()[:16]}"
-    return "sharded weights"

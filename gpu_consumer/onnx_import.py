@@ -4,7 +4,7 @@ copied into the repository with the folder's tokenizer and labels.
 
 There is no torch module to trace, so such a model has no TorchScript: it runs on ONNX Runtime and
 TensorRT (which builds its engine from the ONNX file); the torch engine refuses it at worker start
-(engine.make_engine). Needs onnx and onnxruntime only, never torch or transformers (unless the
+(engines.make_engine). Needs onnx and onnxruntime only, never torch or transformers (unless the
 folder has only a slow tokenizer's files to build tokenizer.json from).
 """
 
@@ -15,14 +15,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from gpu_consumer.import_source import ImportRefusedError
-
-if TYPE_CHECKING:
-    from gpu_consumer.importer import ImportTarget
+from gpu_consumer.import_source import ImportRefusedError, ImportTarget, label_file, weights_digest
 from schemas.model_config import LABELS_FILE, POOLING_STEPS, ModelConfig, TensorSpec, TokenizerSpec
 
 TEXT_ROLES = {"input_ids": "token_ids", "attention_mask": "attention_mask", "token_type_ids": "token_type_ids"}
@@ -88,7 +85,6 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
     import tempfile
 
     from gpu_consumer.export import _install
-    from gpu_consumer.importer import _digest, _label_file
     from gpu_consumer.text_source import read_tokenizer
 
     repository, source, name, version = target.repository, target.source, target.name, target.version
@@ -119,7 +115,7 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
         files = {"tokenizer.json": tok.path}
         width = int(output.dims[-1])
         if classifier:
-            files[LABELS_FILE] = _label_file(_id2label(folder, hf_config), width, Path(scratch))
+            files[LABELS_FILE] = label_file(_id2label(folder, hf_config), width, Path(scratch))
             problem = hf_config.get("problem_type")
             postprocess: tuple[str, ...] = ("sigmoid",) if problem == "multi_label_classification" else ("softmax",)
         else:
@@ -136,7 +132,7 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
             tokenizer=TokenizerSpec("tokenizer.json", tok.max_length, tok.pad_id),
             labels_file=LABELS_FILE if classifier else None,
             result_name="labels" if classifier else "embedding",
-            source=f"imported from {source.folder.resolve()} (onnx, {_digest(source)})",
+            source=f"imported from {source.folder.resolve()} (onnx, {weights_digest(source)})",
         )
         rng = np.random.default_rng(0)
         low = min(1000, tok.vocab_size // 2)

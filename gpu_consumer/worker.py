@@ -33,7 +33,8 @@ from pathlib import Path
 from types import FrameType
 
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.engine import Engine, batch_limits, make_engine, measure_cost, resolved_kind
+from gpu_consumer.engine import Engine
+from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig

@@ -89,6 +89,95 @@ def test_the_check_sees_a_stage_importing_the_control_plane_or_another_stage(tmp
     assert upward_imports("kafka_io", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
 
 
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(root: Path, packages: list[str]) -> dict[str, set[str]]:
+    """Each module of the packages under root and the modules of theirs it imports anywhere in it
+    (function bodies included: a lazy import still ties the two). `from a.b import c` is the
+    module a.b.c where there is one, else a.b; a module's own package, which Python imports
+    first anyway, is not counted as one of its imports."""
+    paths = {module_name(root, p): p for package in packages for p in sorted((root / package).rglob("*.py"))}
+
+    def ours(name: str) -> str | None:
+        parts = name.split(".")
+        return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in paths), None)
+
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        found: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {ours(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {ours(f"{node.module}.{a.name}") for a in node.names}
+        graph[module] = {m for m in found if m is not None and m != module and not module.startswith(f"{m}.")}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of modules importing each other (the strongly connected components of more than
+    one module, Tarjan's algorithm), each as a path that closes on its first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(members) > 1:
+                cycles.append(close_cycle(graph, sorted(members)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def close_cycle(graph: dict[str, set[str]], members: list[str]) -> list[str]:
+    """One import path from the first member back to it, through the others (breadth first)."""
+    start, inside = members[0], set(members)
+    paths = [[start]]
+    while paths:
+        path = paths.pop(0)
+        for w in sorted(graph[path[-1]] & inside):
+            if w == start:
+                return [*path, start]
+            if w not in path:
+                paths.append([*path, w])
+    return members
+
+
+def test_no_two_modules_import_each_other() -> None:
+    cycles = import_cycles(module_imports(ROOT, list(MAY_IMPORT)))
+    assert not cycles, "modules that import each other, directly or round a loop (move what both need apart):\n" + (
+        "\n".join(" -> ".join(cycle) for cycle in cycles)
+    )
+
+
+def test_the_check_sees_a_cycle_through_a_lazy_import_and_not_a_package_and_its_module(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.a import run\n")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg import b\n")
+    (tmp_path / "pkg" / "b.py").write_text("def late() -> None:\n    from pkg.c import x\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\nx = 1\n")
+    graph = module_imports(tmp_path, ["pkg"])
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg"] == {"pkg.a"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+
+
 def misplaced_test_modules(tests: Path) -> list[str]:
     """Modules under tests/ that break its one naming rule: a test module is test_*.py (beside
     conftest.py and __init__.py), every other module is in tests/support/, and no test module

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches, shaped_batch
-from gpu_consumer.engine import CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS, EngineLoadError, OnnxRuntimeEngine, batch_limits
+from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.engines import CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS, batch_limits
+from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.torch_engine import (
     TORCHSCRIPT_FILE,
     TORCHSCRIPT_FP16_FILE,

@@ -3,8 +3,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engine import Engine, OnnxRuntimeEngine
+from gpu_consumer.engine import Engine
 from gpu_consumer.handler import handle_window
+from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode

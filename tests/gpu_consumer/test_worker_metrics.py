@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engine import OnnxRuntimeEngine
 from gpu_consumer.metrics import PrometheusGpuMetrics
+from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.worker import run
 from kafka_io.clients import Producer, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, subscribe
