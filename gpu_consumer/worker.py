@@ -51,7 +51,7 @@ from kafka_io.clients import (
     make_producer,
 )
 from kafka_io.incarnation import BrokerIncarnation
-from kafka_io.polling import Assignment, WindowLimits, assign_topics, records_in, subscribe, windows
+from kafka_io.polling import Assignment, WindowLimits, WindowRules, assign_topics, records_in, subscribe, windows
 from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
@@ -100,21 +100,19 @@ def run(
 
     assignment.before_revoke = step.before_revoke
     picker = LanePicker(batch_share, lambda: step.engine_time, step.has_room, step.queued)
+    rules = WindowRules(
+        drain=drain,
+        should_stop=should_stop,
+        tick=tick,
+        idle=step.idle,
+        hurry=step.engine_idle,
+        hold=step.window_waiting,
+        lane_of=topics.lane_of,
+        pick=picker,
+    )
     try:
         while True:  # a drain ends only once its last commit held (or on a stop)
-            for window in windows(
-                consumer,
-                assignment,
-                limits,
-                drain=drain,
-                should_stop=should_stop,
-                tick=tick,
-                idle=step.idle,
-                hurry=step.engine_idle,
-                hold=step.window_waiting,
-                lane_of=topics.lane_of,
-                pick=picker,
-            ):
+            for window in windows(consumer, assignment, limits, rules):
                 metrics.polled(window[0].topic, records_in(window))
                 # records of cancelled jobs are consumed and committed, never run: counted as cancelled
                 sources = [r for r in window if not skip(r.headers)]

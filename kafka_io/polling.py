@@ -119,23 +119,42 @@ def assign_topics(consumer: Consumer, partitions: dict[str, list[int]]) -> Assig
     return assignment
 
 
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    pass
+
+
+def _first(lanes: list[str]) -> str | None:
+    return lanes[0]
+
+
+@dataclass(frozen=True)
+class WindowRules:
+    """What the caller decides about its windows, read by windows(): when to stop and whether to
+    drain, what to run after polls, and its lane, hold and hurry rules (the GPU worker's are its
+    commit step's and its lane picker's: gpu_consumer/worker.py). The defaults: one lane, never
+    stop, nothing to run."""
+
+    drain: bool = False
+    should_stop: Callable[[], bool] = _never
+    idle_poll_s: float = 0.5
+    tick: Callable[[], None] = _nothing
+    idle: Callable[[], None] = _nothing
+    hurry: Callable[[], bool] = _never
+    hold: Callable[[str], bool] = lambda lane: False
+    lane_of: Callable[[str], str] | None = None
+    pick: Callable[[list[str]], str | None] = _first
+
+
 def windows(
-    consumer: Consumer,
-    assignment: Assignment,
-    limits: WindowLimits,
-    *,
-    drain: bool = False,
-    should_stop: Callable[[], bool] = lambda: False,
-    idle_poll_s: float = 0.5,
-    tick: Callable[[], None] = lambda: None,
-    idle: Callable[[], None] = lambda: None,
-    hurry: Callable[[], bool] = lambda: False,
-    hold: Callable[[str], bool] = lambda lane: False,
-    lane_of: Callable[[str], str] | None = None,
-    pick: Callable[[list[str]], str | None] = lambda lanes: lanes[0],
+    consumer: Consumer, assignment: Assignment, limits: WindowLimits, rules: WindowRules = WindowRules()
 ) -> Iterator[list[ConsumedRecord]]:
-    """Yield poll windows of records. `tick` runs after every poll, also while no record comes (the
-    pipelined worker commits finished windows there); `idle` after a poll that left no record
+    """Yield poll windows of records under the caller's `rules` (WindowRules). `tick` runs after
+    every poll, also while no record comes (the pipelined worker commits finished windows there);
+    `idle` after a poll that left no record
     waiting, so it may seek without a window half-gathered (the exactly-once worker commits its
     open transaction there, and an abort rewinds).
 
@@ -164,6 +183,14 @@ def windows(
     is taken in the live lane's own place. Rebalances are served once there is room (within a
     window's time). Without `lane_of` every record is in one lane, nothing is paused, and `pick`
     must name it."""
+    drain, should_stop, idle_poll_s, tick, idle = (
+        rules.drain,
+        rules.should_stop,
+        rules.idle_poll_s,
+        rules.tick,
+        rules.idle,
+    )
+    hurry, hold, lane_of, pick = rules.hurry, rules.hold, rules.lane_of, rules.pick
     linger_s = limits.max_linger_ms / 1000.0
     held: dict[str, list[ConsumedRecord]] = {}
     counts: dict[str, int] = {}  # the records (not Kafka records) held per lane

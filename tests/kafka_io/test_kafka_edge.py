@@ -15,6 +15,7 @@ from kafka_io.clients import check_group_protocol, check_reachable, make_consume
 from kafka_io.errors import BrokerUnavailableError, DeliveryError, GroupProtocolError
 from kafka_io.polling import (
     WindowLimits,
+    WindowRules,
     assign_all,
     commit_offsets,
     records_in,
@@ -52,7 +53,9 @@ def test_batches_close_at_size_then_drain_stops_at_the_end(settings: KafkaSettin
     consumer = make_consumer(settings, topics.gpu_group("x"))
     assignment = subscribe(consumer, [topics.raw_text])
     sizes = []
-    for batch in windows(consumer, assignment, WindowLimits(max_records=10, max_linger_ms=2000), drain=True):
+    for batch in windows(
+        consumer, assignment, WindowLimits(max_records=10, max_linger_ms=2000), WindowRules(drain=True)
+    ):
         sizes.append(len(batch))
         commit_offsets(consumer, window_offsets(batch))
     consumer.close()
@@ -72,7 +75,9 @@ def test_a_window_holds_whole_packs_and_closes_by_their_records(settings: KafkaS
     consumer = make_consumer(settings, topics.gpu_group("x"))
     assignment = subscribe(consumer, [topics.raw_text])
     got = []
-    for window in windows(consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000), drain=True):
+    for window in windows(
+        consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000), WindowRules(drain=True)
+    ):
         got.append([r.records for r in window])
         assert records_in(window) == sum(got[-1])
         commit_offsets(consumer, window_offsets(window))
@@ -102,7 +107,7 @@ def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the
     got: list[int] = []
 
     def first_window() -> None:
-        it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=50), idle_poll_s=60)
+        it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=50), WindowRules(idle_poll_s=60))
         got.append(len(next(it)))
 
     worker = threading.Thread(target=first_window, daemon=True)
@@ -166,7 +171,7 @@ def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_
 
     def first_window() -> None:
         limits = WindowLimits(max_records=100, max_linger_ms=600_000)
-        got.extend(r.value for r in next(windows(consumer, assignment, limits, hurry=engine_idle.is_set)))
+        got.extend(r.value for r in next(windows(consumer, assignment, limits, WindowRules(hurry=engine_idle.is_set))))
 
     worker = threading.Thread(target=first_window, daemon=True)
     worker.start()
@@ -204,7 +209,7 @@ def test_a_held_window_outlasts_its_linger_and_gathers_what_comes_until_released
 
     def first_window() -> None:
         limits = WindowLimits(max_records=100, max_linger_ms=50)
-        got.append([r.value for r in next(windows(consumer, assignment, limits, hold=hold))])
+        got.append([r.value for r in next(windows(consumer, assignment, limits, WindowRules(hold=hold)))])
 
     worker = threading.Thread(target=first_window, daemon=True)
     worker.start()
@@ -236,7 +241,7 @@ def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSetting
 
     again = make_consumer(settings, group)
     assignment = subscribe(again, [topics.raw_text])
-    rest = [m for b in windows(again, assignment, WindowLimits(8, 50), drain=True) for m in b]
+    rest = [m for b in windows(again, assignment, WindowLimits(8, 50), WindowRules(drain=True)) for m in b]
     committed = again.committed([TopicPartition(topics.raw_text, 0)], timeout=10)
     again.close()
     assert [m.offset for m in first] == list(range(8))
@@ -256,7 +261,11 @@ def test_a_sole_consumer_reads_every_partition_without_a_join_and_commits_to_its
     consumer.close()
     # a group member that joins later starts where the sole consumer committed
     again = make_consumer(settings, group)
-    rest = [m for b in windows(again, subscribe(again, [topics.raw_text]), WindowLimits(50, 50), drain=True) for m in b]
+    rest = [
+        m
+        for b in windows(again, subscribe(again, [topics.raw_text]), WindowLimits(50, 50), WindowRules(drain=True))
+        for m in b
+    ]
     again.close()
     seen = sorted(m.value or b"" for m in [*first, *rest])
     assert len(first) == 12
