@@ -8,6 +8,8 @@ Asking about a topic that does not exist leaves it so (kafka_io/clients.py NO_AU
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -17,6 +19,8 @@ from kafka_io.clients import make_admin
 from kafka_io.errors import BrokerUnavailableError, TopicConfigError
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import PRIORITIES, KafkaSettings, Topics
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 4
 
@@ -94,6 +98,34 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
                 raise
+    _wait_until_served(settings, admin, [s.name for s in missing], timeout_s)
+
+
+def _wait_until_served(settings: KafkaSettings, admin: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Return once the broker's metadata shows every topic with a leader for each partition. Kafka
+    (KRaft) answers CreateTopics before its brokers serve the new topic: a consumer that subscribed
+    in between was told the topic does not exist, and faust's then ignored it until its next
+    metadata refresh (minutes): a preprocess worker sat idle beside a submitted job."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        topics = _metadata(settings, admin, None, timeout_s).topics
+        if all(
+            name in topics
+            and topics[name].error is None
+            and topics[name].partitions
+            and all(p.leader >= 0 for p in topics[name].partitions.values())
+            for name in names
+        ):
+            return
+        if time.monotonic() >= deadline:
+            log.warning(
+                "Kafka at %s does not serve %s yet, %.0f s after creating them",
+                settings.bootstrap_servers,
+                names,
+                timeout_s,
+            )
+            return
+        time.sleep(0.05)
 
 
 def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[str], timeout_s: float) -> None:
