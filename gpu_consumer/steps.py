@@ -37,7 +37,12 @@ from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Priority, Topics
-from kafka_io.transactions import OpenTransaction, TransactionAbortedError
+from kafka_io.transactions import (
+    OpenTransaction,
+    TransactionAbortedError,
+    TransactionWedgedError,
+    resume_from_committed,
+)
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -221,16 +226,22 @@ class TransactionalStep:
         self,
         consumer: Consumer,
         assignment: Assignment,
+        incarnation: BrokerIncarnation,
         inference: Inference,
-        producer: Producer,
+        new_producer: Callable[[], Producer],
         settings: PipelineConfig,
         metrics: GpuMetrics,
     ) -> None:
         self.stats = WorkerStats()
+        self._consumer, self._incarnation, self._new_producer = consumer, incarnation, new_producer
         self._assignment, self._inference, self._metrics = assignment, inference, metrics
-        self._txn = OpenTransaction(producer, consumer, max_windows=settings.max_in_flight, max_age_s=TRANSACTION_AGE_S)
+        self._max_windows = settings.max_in_flight
+        self._txn = self._open(new_producer())
         self._engine_time = EngineTime()
         metrics.follow(lambda: len(self._txn.windows))
+
+    def _open(self, producer: Producer) -> OpenTransaction:
+        return OpenTransaction(producer, self._consumer, max_windows=self._max_windows, max_age_s=TRANSACTION_AGE_S)
 
     @property
     def engine_time(self) -> EngineTime:
@@ -290,10 +301,25 @@ class TransactionalStep:
         pass  # no threads; a transaction left open is aborted when this transactional id starts again
 
     def _commit(self) -> bool:
-        """The exactly-once worker's one commit site: the open transaction, outputs and offsets."""
+        """The exactly-once worker's one commit site: the open transaction, outputs and offsets.
+
+        Gated like the pipelined step's (kafka_io/incarnation.py), for another reason: a broker
+        that kept its state keeps the transaction's offsets valid, but librdkafka's
+        send_offsets_to_transaction, asked while the group coordinator is down, can wait past its
+        timeout for ever (confluentinc/librdkafka#5456: a worker hung on a Kafka restart on its own
+        data, tests/trials/test_apache_kafka.py). So the transaction stays open until the broker
+        answers again; it grows by nothing meanwhile (nothing is polled), and a coordinator that
+        timed it out makes the commit abort and rewind."""
+        if self._txn.windows and not self._incarnation.settled(self._consumer):
+            return False
         try:
             self.stats.records += self._txn.commit()
             return True
+        except TransactionWedgedError as exc:
+            self._txn = self._open(self._new_producer())  # fences the wedged one (same transactional id)
+            resume_from_committed(self._consumer, exc.consumed)
+            self._assignment.at_eof.clear()
+            return False
         except TransactionAbortedError:
             # rewound: its windows come back in later polls, so nothing is caught up until then
             self._assignment.at_eof.clear()

@@ -86,12 +86,11 @@ def run(
     metrics = metrics or GpuMetrics()
     settings = pipeline or PipelineConfig()
     inference = Inference(engine, config, topics, policy, worker_id)
+    broker = incarnation or BrokerIncarnation()
     step: CommitStep = (
-        TransactionalStep(consumer, assignment, inference, new_producer(), settings, metrics)
+        TransactionalStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
         if transactional
-        else PipelinedStep(
-            consumer, assignment, incarnation or BrokerIncarnation(), inference, new_producer, settings, metrics
-        )
+        else PipelinedStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
     )
 
     def tick() -> None:  # after every poll, also while no record comes

@@ -12,7 +12,9 @@ visible instead of aborted (shared/docs/tansu.md): crash-time exactly-once holds
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
@@ -29,6 +31,45 @@ class TransactionAbortedError(RuntimeError):
     """The transaction was aborted and its records rewound: they will be consumed again."""
 
 
+class TransactionWedgedError(TransactionAbortedError):
+    """A transactional call did not return within its timeout, and never will: librdkafka's
+    send_offsets_to_transaction and commit_transaction, asked as the broker went down, can wait for
+    ever (confluentinc/librdkafka#5456, open in 2.14). Whether the transaction committed is not
+    known: the EndTxn may have reached the coordinator. The producer is abandoned (its call blocks a
+    thread of its own, not the worker); a new one with the same transactional id fences it, which
+    the coordinator answers once it has finished that transaction, and then the group's committed
+    offsets say which way it went (resume_from_committed)."""
+
+    def __init__(self, message: str, consumed: list[ConsumedRecord] | None = None) -> None:
+        super().__init__(message)
+        self.consumed = consumed or []
+
+
+# Past a call's own timeout: how long it may still take to give up by itself.
+WEDGED_GRACE_S = 5.0
+
+
+def bounded(call: Callable[[], object], timeout_s: float) -> None:
+    """Run a blocking transactional call in a thread of its own and wait at most timeout_s (its
+    own timeout) plus WEDGED_GRACE_S; TransactionWedgedError past that, its exception if it failed."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread as it is
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="transaction-call", daemon=True).start()
+    if not done.wait(timeout_s + WEDGED_GRACE_S):
+        raise TransactionWedgedError(f"a transactional call gave no answer in {timeout_s + WEDGED_GRACE_S:.0f} s")
+    if failed:
+        raise failed[0]
+
+
 def make_transactional_producer(settings: KafkaSettings, transactional_id: str, timeout_s: float = 30.0) -> Producer:
     producer = make_producer(settings, idempotent=True, **{"transactional.id": transactional_id})
     producer.init_transactions(timeout_s)  # fences any older producer with this id
@@ -43,6 +84,27 @@ def rewind(consumer: Consumer, window: list[ConsumedRecord]) -> None:
         first[tp] = min(first.get(tp, record.offset), record.offset)
     for (topic, partition), offset in first.items():
         consumer.seek(TopicPartition(topic, partition, offset))
+
+
+def resume_from_committed(consumer: Consumer, window: list[ConsumedRecord], retry_s: float = 2.0) -> None:
+    """Seek each partition of the window to the group's committed offset (read_committed waits for
+    a transaction the coordinator is finishing: librdkafka asks for stable offsets): past the
+    window if its transaction committed, at its start if it aborted. Asks until the broker answers."""
+    first: dict[tuple[str, int], int] = {}
+    for record in window:
+        tp = (record.topic, record.partition)
+        first[tp] = min(first.get(tp, record.offset), record.offset)
+    while True:
+        try:
+            committed = consumer.committed([TopicPartition(t, p) for t, p in first], timeout=30)
+            break
+        except KafkaException as exc:
+            log.warning("cannot read the group's committed offsets yet (%s); asking again", exc)
+            time.sleep(retry_s)
+    for position in committed:
+        # none committed: nothing before the window was either, so it starts the partition's reading
+        offset = position.offset if position.offset >= 0 else first[(position.topic, position.partition)]
+        consumer.seek(TopicPartition(position.topic, position.partition, offset))
 
 
 class OpenTransaction:
@@ -84,11 +146,18 @@ class OpenTransaction:
         if not self.windows:
             return 0
         consumed = [r for window in self.windows for r in window]
+        offsets, group = next_offsets(consumed), self.consumer.consumer_group_metadata()
         try:
-            self.producer.send_offsets_to_transaction(
-                next_offsets(consumed), self.consumer.consumer_group_metadata(), timeout_s
+            bounded(lambda: self.producer.send_offsets_to_transaction(offsets, group, timeout_s), timeout_s)
+            bounded(lambda: self.producer.commit_transaction(timeout_s), timeout_s)
+        except TransactionWedgedError as exc:
+            log.warning(
+                "a transaction of %d windows got no answer (librdkafka#5456); its producer is replaced, "
+                "and the group's committed offsets say whether they are consumed again",
+                len(self.windows),
             )
-            self.producer.commit_transaction(timeout_s)
+            self.windows = []
+            raise TransactionWedgedError(str(exc), consumed) from exc
         except KafkaException as exc:
             self._abort(exc, timeout_s)
         self.windows = []
