@@ -4,12 +4,15 @@ live twins of the stage topics and are never held behind a backfill in the batch
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from jobs.job_input import ENV_PACK_RECORDS
+from jobs.launch.local import WorkerProcess
 from jobs.launch.runner import watch_job
 from jobs.registry import find_job, job_status
 from kafka_io.reading import read_topics
@@ -165,17 +168,25 @@ def test_with_the_live_lane_never_empty_the_backfill_still_gets_its_share(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--batch-share 0.3 with both lanes full: until either job is done, about 30% of the results
-    are the backfill's (the same texts in both, so records stand for engine time), where serving
-    the live lane alone would give it none."""
+    are the backfill's, where serving the live lane alone would give it none. The share is of
+    engine time; the worker's engine takes 1 ms a record (tests/support/paced_worker.py), so
+    records stand for it. With the tiny model's own ~0.2 ms a window, mostly GIL waits and the
+    other test process's CPU, the backfill got 11% and 13% under pytest -n 2."""
     ns = pipeline.topics
     n = 1500
-    # Packs of 8 make windows of 32 records (4 packs): ~90 windows over the 3,000 results. Packs as
-    # submit cuts them by default made windows of 128, two dozen in the whole test, and with the
-    # tiny model's ~0.2 ms of engine time a window, one window slowed by another process's CPU
-    # moved the backfill's share of records by several points (11% seen under pytest -n 2).
+    # Packs of 8 make windows of 32 records (4 packs): ~90 windows over the 3,000 results.
     monkeypatch.setenv(ENV_PACK_RECORDS, "8")
     backfill, live = queue_both(pipeline, tmp_path, n, n)
-    pipeline.start("gpu", "gpu", "--model", "tiny", "--max-window", "32", "--batch-share", "0.3")
+    log_path = pipeline.logs / "paced-gpu.log"
+    with log_path.open("ab") as log:
+        worker = ["tests.support.paced_worker", pipeline.settings.bootstrap_servers, ns.namespace]
+        process = subprocess.Popen(
+            [sys.executable, "-m", *worker, str(pipeline.repository), "--batch-share", "0.3", "--max-window", "32"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    pipeline.workers.append(WorkerProcess("paced-gpu", process, log_path))
     for job in (backfill, live):
         outcome, _ = watch_job(pipeline.settings, ns, job, n, check=pipeline.check_workers, timeout_s=400)
         assert len(outcome.results) == n and not outcome.dead
@@ -188,6 +199,7 @@ def test_with_the_live_lane_never_empty_the_backfill_still_gets_its_share(
     jobs = [job for *_, job in order]
     both_busy = min(max(i for i, j in enumerate(jobs) if j == job) for job in (backfill, live))
     share = jobs[:both_busy].count(backfill) / both_busy
+    print(f"the backfill got {share:.1%} of {both_busy} results while both lanes had records")
     # one window is 1% of the 3,000 results; the policy decides a few windows ahead of the engine
     # time it has seen (the windows in flight), hence the margin
     assert 0.15 <= share <= 0.45, f"the backfill got {share:.0%} of the results while both lanes had records"
