@@ -261,13 +261,37 @@ def write_columnar(
     return groups.written
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths worth dictionary encoding: every leaf that is not floating point.
+    pyarrow tries a dictionary on every column by default; on an embedding's floats it builds one
+    of every value and falls back page by page: 30,000 MiniLM results took 18 us a row to write
+    and 61 MB, against 4.5 us and 43 MB with the floats left plain (both zstd)."""
+    import pyarrow as pa
+
+    def leaves(path: str, typ: pa.DataType) -> Iterable[tuple[str, pa.DataType]]:
+        if pa.types.is_struct(typ):
+            for i in range(typ.num_fields):
+                yield from leaves(f"{path}.{typ.field(i).name}", typ.field(i).type)
+        elif pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ) or pa.types.is_large_list(typ):
+            yield from leaves(f"{path}.list.element", typ.value_type)
+        else:
+            yield path, typ
+
+    return [
+        path
+        for field in schema
+        for path, typ in leaves(field.name, field.type)
+        if not pa.types.is_floating(typ) and not pa.types.is_decimal(typ)
+    ]
+
+
 def columnar_writer(out: IO[bytes], schema: pa.Schema, fmt: OutputFormat) -> Any:
     """A Parquet (zstd) or Arrow IPC file writer of schema to out: a context manager with write_batch."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if fmt is OutputFormat.PARQUET:
-        return pq.ParquetWriter(out, schema, compression="zstd")
+        return pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=dictionary_columns(schema))
     if fmt is OutputFormat.ARROW:
         return pa.ipc.new_file(out, schema)
     raise ValueError(f"not a columnar format: {fmt}")

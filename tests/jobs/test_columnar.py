@@ -84,6 +84,26 @@ def test_classifier_labels_are_a_list_of_label_index_score_structs(tmp_path: Pat
     assert_columnar_equals_jsonl(table, jsonl, ["labels"])
 
 
+def test_parquet_dictionary_encodes_the_repeating_columns_and_leaves_floats_plain(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    embeddings, jsonl = write_both([embedding(i) for i in range(20)], tmp_path, OutputFormat.PARQUET)
+    (tmp_path / "labels").mkdir()
+    labels, _ = write_both([classified(i) for i in range(5)], tmp_path / "labels", OutputFormat.PARQUET)
+    for table in (embeddings, labels):
+        row_group = pq.ParquetFile(table).metadata.row_group(0)
+        dictionary = {
+            row_group.column(i).path_in_schema: row_group.column(i).has_dictionary_page
+            for i in range(row_group.num_columns)
+        }
+        floats = {path for path in dictionary if path.startswith("embedding") or path.endswith(".score")}
+        assert floats and not any(dictionary[path] for path in floats), dictionary
+        assert dictionary["job_id"] and dictionary["model"] and dictionary["model_version"], dictionary
+    assert pq.ParquetFile(labels).metadata.row_group(0).column(3).path_in_schema == "labels.list.element.label"
+    assert pq.ParquetFile(labels).metadata.row_group(0).column(3).has_dictionary_page
+    assert_columnar_equals_jsonl(embeddings, jsonl, ["embedding"])
+
+
 def test_a_job_with_no_result_still_writes_a_readable_file(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
