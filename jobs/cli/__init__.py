@@ -10,6 +10,14 @@ What does not: anything a command computes. A command body parses, calls one fun
 gpu_consumer/ or kafka_io/ and prints what it returns.
 """
 
+import os
+
+# numpy's OpenBLAS starts a thread per core as numpy is imported: ~0.06 CPU-s of a command's ~0.3
+# on a 2-core VM (more with more cores), 2 us a record of a 30,000-record `submit --wait`. No
+# command or worker does linear algebra that threads would speed up (torch and ONNX Runtime keep
+# their own pools); a user's own setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from jobs.cli.main import cli, main
 
 __all__ = ["cli", "main"]
