@@ -9,16 +9,37 @@ import signal
 
 import click
 
-from jobs.cli import job_results, job_submit, job_watch, ops, workers
 from jobs.cli.group import NearlineGroup
 from jobs.job_input import pack_limits_from_env
+
+# The command modules define their commands standalone; the root group gathers them here, by name.
+COMMANDS = {
+    "run": "jobs.cli.job_submit:run",
+    "submit": "jobs.cli.job_submit:submit_cmd",
+    "produce": "jobs.cli.job_submit:produce",
+    "jobs": "jobs.cli.job_watch:jobs_group",
+    "status": "jobs.cli.job_watch:status_cmd",
+    "cancel": "jobs.cli.job_watch:cancel_cmd",
+    "results": "jobs.cli.job_results:results",
+    "profile": "jobs.cli.job_results:profile_cmd",
+    "report": "jobs.cli.job_results:report_cmd",
+    "worker": "jobs.cli.workers:worker",
+    "broker": "jobs.cli.workers:broker",
+    "models": "jobs.cli.workers:models",
+    "reprocess": "jobs.cli.ops:reprocess_cmd",
+    "replay": "jobs.cli.ops:replay_cmd",
+    "offsets": "jobs.cli.ops:offsets",
+    "dlq": "jobs.cli.ops:dlq",
+    "schedule": "jobs.cli.schedule:schedule",
+}
 
 
 @click.group(
     cls=NearlineGroup,
     context_settings={"auto_envvar_prefix": "NEARLINE", "show_default": True},
-    # croniter (and the pytz it imports) belong to schedules only: workers must start without them
-    lazy={"schedule": "jobs.cli.schedule:schedule"},
+    # Each command's module is imported when that command runs: a worker never imports croniter
+    # (schedules only), and a command starts without the others' modules (--help lists them all).
+    lazy=COMMANDS,
 )
 @click.version_option(package_name="nearline", prog_name="nearline")
 @click.option(
@@ -37,28 +58,6 @@ def cli(log_level: str) -> None:
         pack_limits_from_env()  # a bad $NEARLINE_PACK_* is said before any command reads input
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-# The command modules define their commands standalone; the root group gathers them here.
-for _command in (
-    job_submit.run,
-    job_submit.submit_cmd,
-    job_watch.jobs_group,
-    job_watch.status_cmd,
-    job_watch.cancel_cmd,
-    job_results.results,
-    job_results.profile_cmd,
-    job_results.report_cmd,
-    job_submit.produce,
-    workers.worker,
-    workers.broker,
-    workers.models,
-    ops.reprocess_cmd,
-    ops.replay_cmd,
-    ops.offsets,
-    ops.dlq,
-):
-    cli.add_command(_command)
 
 
 def main() -> None:
