@@ -36,7 +36,7 @@ from bench.feed_engines import SimulatedAccelerator, TimedEngine, stand_ins
 from bench.feed_processes import drain_processes, worker_process
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engines import measure_cost
-from gpu_consumer.worker import serve
+from gpu_consumer.worker import GpuWorkerSettings, serve
 from jobs.job_input import JobInput
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
@@ -107,12 +107,14 @@ def drain(
         settings,
         topics,
         repository,
-        "minilm",
+        GpuWorkerSettings(
+            "minilm",
+            drain=True,
+            exactly_once=exactly_once,
+            metrics=MetricsEndpoint(metrics_port) if metrics_port else None,
+        ),
         policy,
-        drain=True,
-        engine=engine,
-        exactly_once=exactly_once,
-        metrics=MetricsEndpoint(metrics_port) if metrics_port else None,
+        engine,
     )
     if not engine.sizes:
         raise RuntimeError(f"the worker drained {stats.records} records of {tensors} without one inference")

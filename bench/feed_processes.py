@@ -11,7 +11,8 @@ from pathlib import Path
 from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engines import measure_cost
-from gpu_consumer.worker import run
+from gpu_consumer.steps import Inference
+from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import WindowLimits, assign_all
@@ -82,18 +83,8 @@ def worker_process(spec: dict[str, object]) -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     try:
-        stats = run(
-            consumer,
-            assignment,
-            lambda: make_producer(settings),
-            engine,
-            config,
-            topics,
-            limits,
-            policy,
-            worker_id=f"feed-{spec['partitions']}",
-            drain=True,
-        )
+        inference = Inference(engine, config, topics, policy, f"feed-{spec['partitions']}")
+        stats = run(consumer, assignment, lambda: make_producer(settings), inference, limits, LoopOptions(drain=True))
     finally:
         consumer.close()
     calls = sum(engine.sizes.values())

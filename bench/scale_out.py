@@ -42,7 +42,7 @@ from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from bench.hosts import Layout, Topology, broker_running
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engines import measure_cost
-from gpu_consumer.worker import serve
+from gpu_consumer.worker import GpuWorkerSettings, serve
 from jobs.launch.runner import ensure_model
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets
@@ -150,7 +150,7 @@ def worker(spec: Spec) -> None:
     accelerator.device_s = 0.0
     print("ready", flush=True)
     sys.stdin.readline()
-    stats = serve(settings, topics, repository, MODEL, policy, engine=engine)  # until SIGTERM
+    stats = serve(settings, topics, repository, GpuWorkerSettings(MODEL), policy, engine=engine)  # until SIGTERM
     report = {
         "records": stats.records,
         "first_start": engine.first_start,

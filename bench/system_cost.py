@@ -141,7 +141,7 @@ def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None
     from bench.feed_engines import TimedEngine
     from gpu_consumer.engine import Engine
     from gpu_consumer.engines import make_engine
-    from gpu_consumer.worker import serve
+    from gpu_consumer.worker import GpuWorkerSettings, serve
     from kafka_io.settings import KafkaSettings, Topics
     from schemas.model_config import load_model_config
 
@@ -161,7 +161,9 @@ def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None
                 time.sleep(0.2)
 
         threading.Thread(target=report, name="busy", daemon=True).start()
-    serve(KafkaSettings(os.environ[ENV_BOOTSTRAP]), Topics(NAMESPACE), repository, MODEL, engine=engine)
+    serve(
+        KafkaSettings(os.environ[ENV_BOOTSTRAP]), Topics(NAMESPACE), repository, GpuWorkerSettings(MODEL), engine=engine
+    )
 
 
 def busy_seconds(path: Path) -> float:

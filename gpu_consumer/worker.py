@@ -28,7 +28,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 
@@ -56,40 +56,46 @@ from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from kafka_io.transactions import make_transactional_producer
-from schemas.model_config import ModelConfig, load_model_config
+from schemas.model_config import load_model_config
 
 log = logging.getLogger(__name__)
+
+
+def _run_everything(headers: Headers) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class LoopOptions:
+    """How run() loops, besides what it consumes and runs (Inference) and how it polls (WindowLimits)."""
+
+    drain: bool = False  # return once every assigned partition is caught up
+    should_stop: Callable[[], bool] = lambda: False  # asked after every poll (SIGTERM)
+    transactional: bool = False  # exactly-once: TransactionalStep, else PipelinedStep
+    skip: Callable[[Headers], bool] = _run_everything  # a cancelled job's records: consumed, not run
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    metrics: GpuMetrics | None = None
+    batch_share: float = DEFAULT_BATCH_SHARE  # the batch lane's share of engine time (LanePicker)
+    incarnation: BrokerIncarnation | None = None  # a broker that restarts without its state
 
 
 def run(
     consumer: Consumer,
     assignment: Assignment,
     new_producer: Callable[[], Producer],
-    engine: Engine,
-    config: ModelConfig,
-    topics: Topics,
+    inference: Inference,
     limits: WindowLimits,
-    policy: BatchPolicy,
-    *,
-    worker_id: str,
-    drain: bool = False,
-    should_stop: Callable[[], bool] = lambda: False,
-    transactional: bool = False,
-    skip: Callable[[Headers], bool] = lambda headers: False,
-    pipeline: PipelineConfig | None = None,
-    metrics: GpuMetrics | None = None,
-    batch_share: float = DEFAULT_BATCH_SHARE,
-    incarnation: BrokerIncarnation | None = None,
+    options: LoopOptions | None = None,
 ) -> WorkerStats:
     """Consume-infer-produce-commit until told to stop. Windows come from one lane at a time, the
     live lane first while the batch lane keeps `batch_share` of the engine time (gpu_consumer/lanes.py)."""
-    metrics = metrics or GpuMetrics()
-    settings = pipeline or PipelineConfig()
-    inference = Inference(engine, config, topics, policy, worker_id)
-    broker = incarnation or BrokerIncarnation()
+    options = options or LoopOptions()
+    metrics = options.metrics or GpuMetrics()
+    settings, should_stop, skip, topics = options.pipeline, options.should_stop, options.skip, inference.topics
+    broker = options.incarnation or BrokerIncarnation()
     step: CommitStep = (
         TransactionalStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
-        if transactional
+        if options.transactional
         else PipelinedStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
     )
 
@@ -98,9 +104,9 @@ def run(
         metrics.tick(consumer, assignment)
 
     assignment.before_revoke = step.before_revoke
-    picker = LanePicker(batch_share, lambda: step.engine_time, step.has_room, step.queued)
+    picker = LanePicker(options.batch_share, lambda: step.engine_time, step.has_room, step.queued)
     rules = WindowRules(
-        drain=drain,
+        drain=options.drain,
         should_stop=should_stop,
         tick=tick,
         idle=step.idle,
@@ -126,49 +132,57 @@ def run(
     return step.stats
 
 
+@dataclass(frozen=True)
+class GpuWorkerSettings:
+    """What `nearline worker gpu` is told (jobs/cli/workers.py builds it once): serve()'s knobs."""
+
+    model: str
+    engine_kind: str = "auto"  # auto, tensorrt, torch, onnxruntime (gpu_consumer/engines.py)
+    threads: int = 0  # the engine's; 0 = one per core
+    max_batch_size: int | None = None  # rows of an executed batch; None: the engine's default
+    max_batch_tokens: int | None = None  # tokens of an executed batch (padded); None: the default
+    max_window: int | None = None  # records of a poll window; None: default_window(max_batch_size)
+    max_linger_ms: float = 20.0  # how long a poll window waits to fill
+    drain: bool = False
+    exactly_once: bool = False
+    instance_id: str | None = None  # the transactional id's suffix; None: the host name
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    sole_consumer: bool = False
+    metrics: MetricsEndpoint | None = None
+    batch_share: float = DEFAULT_BATCH_SHARE
+    group_protocol: str = "classic"
+
+
 def serve(
     settings: KafkaSettings,
     topics: Topics,
     repository: Path,
-    model: str,
+    worker: GpuWorkerSettings,
     policy: BatchPolicy | None = None,
-    *,
-    max_batch_size: int | None = None,
-    max_batch_tokens: int | None = None,
-    max_window: int | None = None,
-    max_linger_ms: float = 20.0,
-    engine_kind: str = "auto",
-    threads: int = 0,
-    drain: bool = False,
-    exactly_once: bool = False,
-    instance_id: str | None = None,
     engine: Engine | None = None,
-    pipeline: PipelineConfig | None = None,
-    sole_consumer: bool = False,
-    metrics: MetricsEndpoint | None = None,
-    batch_share: float = DEFAULT_BATCH_SHARE,
-    group_protocol: str = "classic",
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
-    `engine` replaces the one engine_kind names (bench/feed.py runs a simulated accelerator).
+    `policy` replaces the batch bounds the worker settings give; `engine` replaces the one
+    engine_kind names (bench/feed.py runs a simulated accelerator).
     `sole_consumer` takes every partition without a group join: only for a worker known to be the
     group's one member (the embedded `nearline run`); two such workers would both read everything.
     `metrics`: serve Prometheus metrics there (gpu_consumer/metrics.py).
     `group_protocol`: "consumer" joins with Kafka 4's consumer group protocol (KIP-848; refused at
     start by a broker without it), where a member that joins or leaves moves only the partitions
     that change owner, not every member's (docs/brokers.md)."""
+    model, metrics = worker.model, worker.metrics
     if metrics is not None:
         start_endpoint(metrics)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
-    check_group_protocol(settings, group_protocol)
+    check_group_protocol(settings, worker.group_protocol)
     config = load_model_config(repository, model)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
-    kind = resolved_kind(config, engine_kind) if engine is None else engine.name
+    kind = resolved_kind(config, worker.engine_kind) if engine is None else engine.name
     if policy is None:
-        rows, tokens = batch_limits(config, kind, max_batch_size, max_batch_tokens)
+        rows, tokens = batch_limits(config, kind, worker.max_batch_size, worker.max_batch_tokens)
         policy = BatchPolicy(rows, tokens)
     if policy.max_batch_size > config.max_batch_size and not (
         kind == "cuda-torch" and policy.max_batch_tokens is not None
@@ -177,8 +191,10 @@ def serve(
             f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size} "
             "(only the torch engine on CUDA takes more, with --max-batch-tokens bounding a batch)"
         )
-    limits = WindowLimits(max_window or default_window(policy.max_batch_size), max_linger_ms)
-    engine = engine or make_engine(config, engine_kind, threads, policy.max_batch_size, policy.max_batch_tokens)
+    limits = WindowLimits(worker.max_window or default_window(policy.max_batch_size), worker.max_linger_ms)
+    engine = engine or make_engine(
+        config, worker.engine_kind, worker.threads, policy.max_batch_size, policy.max_batch_tokens
+    )
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
@@ -198,13 +214,13 @@ def serve(
     client = settings.with_client_id(f"gpu-{worker_id}")
     incarnation = BrokerIncarnation()  # a broker that restarts without its state: kafka_io/incarnation.py
     consumer = make_consumer(
-        client, topics.gpu_group(model), **{"group.protocol": group_protocol}, error_cb=incarnation.on_error
+        client, topics.gpu_group(model), **{"group.protocol": worker.group_protocol}, error_cb=incarnation.on_error
     )
     # stable per worker instance, so a restarted instance fences its own zombie at once
-    transactional_id = f"{topics.gpu_group(model)}.{instance_id or socket.gethostname()}"
+    transactional_id = f"{topics.gpu_group(model)}.{worker.instance_id or socket.gethostname()}"
 
     def new_producer() -> Producer:
-        if exactly_once:
+        if worker.exactly_once:
             return make_transactional_producer(client, transactional_id)
         return make_producer(client)
 
@@ -217,32 +233,25 @@ def serve(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     cancellations = Cancellations(settings, topics).start()
-    if sole_consumer:
+    if worker.sole_consumer:
         assignment = assign_topics(consumer, {t: partitions_of(settings, t, consumer=consumer) for t in lane_topics})
     else:
         assignment = subscribe(consumer, lane_topics)
     incarnation.generation = lambda: assignment.revocations
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
     try:
-        return run(
-            consumer,
-            assignment,
-            new_producer,
-            engine,
-            config,
-            topics,
-            limits,
-            policy,
-            worker_id=worker_id,
-            drain=drain,
+        options = LoopOptions(
+            drain=worker.drain,
             should_stop=lambda: stopping,
-            transactional=exactly_once,
+            transactional=worker.exactly_once,
             skip=cancellations.skips,
-            pipeline=pipeline,
+            pipeline=worker.pipeline,
             metrics=reports,
-            batch_share=batch_share,
+            batch_share=worker.batch_share,
             incarnation=incarnation,
         )
+        inference = Inference(engine, config, topics, policy, worker_id)
+        return run(consumer, assignment, new_producer, inference, limits, options)
     finally:
         cancellations.close()
         close_consumer(consumer)  # leave the group now, so the partitions move without waiting for the session timeout

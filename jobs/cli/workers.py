@@ -187,19 +187,16 @@ def worker_gpu(
 ) -> None:
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
     from gpu_consumer.pipeline import PipelineConfig
-    from gpu_consumer.worker import serve
+    from gpu_consumer.worker import GpuWorkerSettings, serve
 
-    stats = serve(
-        require_servers(bootstrap_servers, probe=False),  # probed once its metrics port is bound
-        Topics(namespace),
-        model_repository,
+    worker = GpuWorkerSettings(
         model,
+        engine_kind=engine,
+        threads=threads,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
         max_window=max_window,
         max_linger_ms=max_linger_ms,
-        engine_kind=engine,
-        threads=threads,
         drain=drain,
         exactly_once=exactly_once,
         instance_id=instance_id,
@@ -209,6 +206,8 @@ def worker_gpu(
         batch_share=batch_share,
         group_protocol=group_protocol,
     )
+    # the cluster probed once its metrics port is bound
+    stats = serve(require_servers(bootstrap_servers, probe=False), Topics(namespace), model_repository, worker)
     click.echo(f"gpu worker done: {stats.records} records in {stats.windows} poll windows", err=True)
 
 

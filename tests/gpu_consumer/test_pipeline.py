@@ -12,7 +12,8 @@ import numpy as np
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.pipeline import PipelineConfig
-from gpu_consumer.worker import WorkerStats, run
+from gpu_consumer.steps import Inference
+from gpu_consumer.worker import LoopOptions, WorkerStats, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import WindowLimits, subscribe
 from kafka_io.reading import read_topics
@@ -55,16 +56,11 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
                 consumer,
                 assignment,
                 lambda: make_producer(settings),
-                engines[name],
-                tiny.config,
-                topics,
+                Inference(engines[name], tiny.config, topics, BatchPolicy(8), name),
                 WindowLimits(32, 20.0),
-                BatchPolicy(8),
-                worker_id=name,
                 # not drain: a worker that leaves while the other joins can wedge a Tansu group
                 # (shared/docs/tansu.md); both stop once every record has its result
-                should_stop=done.is_set,
-                pipeline=PipelineConfig(max_in_flight=8),
+                LoopOptions(should_stop=done.is_set, pipeline=PipelineConfig(max_in_flight=8)),
             )
         finally:
             consumer.close()

@@ -11,7 +11,8 @@ from prometheus_client import REGISTRY
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.metrics import PrometheusGpuMetrics
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
-from gpu_consumer.worker import run
+from gpu_consumer.steps import Inference
+from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import Producer, make_consumer, make_producer
 from kafka_io.polling import WindowLimits, subscribe
 from kafka_io.settings import KafkaSettings, Topics
@@ -41,15 +42,9 @@ def test_the_worker_loop_reports_every_window_and_executed_batch(
             consumer,
             subscribe(consumer, [topics.tensors("tiny")]),
             new_producer,
-            OnnxRuntimeEngine(tiny.config, threads=1),
-            tiny.config,
-            topics,
+            Inference(OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, BatchPolicy(8), "m"),
             WindowLimits(16, 20.0),
-            BatchPolicy(8),
-            worker_id="m",
-            drain=True,
-            transactional=transactional,
-            metrics=metrics,
+            LoopOptions(drain=True, transactional=transactional, metrics=metrics),
         )
     finally:
         consumer.close()

@@ -19,7 +19,7 @@ import numpy as np
 
 from gpu_consumer.engine import Engine
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
-from gpu_consumer.worker import serve
+from gpu_consumer.worker import GpuWorkerSettings, serve
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import load_model_config
 
@@ -66,10 +66,8 @@ def main() -> None:
         KafkaSettings(args.bootstrap),
         Topics(args.namespace),
         args.repository,
-        args.model,
-        max_window=args.max_window,
+        GpuWorkerSettings(args.model, max_window=args.max_window, batch_share=args.batch_share),
         engine=engine,
-        batch_share=args.batch_share,
     )
 
 
