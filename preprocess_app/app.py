@@ -10,7 +10,6 @@ record and dead letter it produced has been confirmed by the broker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -19,12 +18,12 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 import faust
 from faust.tables import TableManager
-from faust.types.auth import CredentialsT
 
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import check_reachable, make_producer
@@ -36,6 +35,7 @@ from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priority, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
+from preprocess_app.acks import ConfirmedAcks
 from preprocess_app.image import preprocess_images
 from preprocess_app.lanes import RecordsPerPack, batch_topic, held_lanes, model_of_tensors, topic_lane
 from preprocess_app.lean import drain_eagerly
@@ -57,10 +57,6 @@ Step = Callable[[Sequence[ConsumedRecord]], list[OutRecord]]
 # job's "wait for preprocess" went from ~1.3 s to ~1.05 s (the rest is not explained yet). At 100
 # an idle worker sends ten empty fetches a second.
 FETCH_MAX_WAIT_MS = 100
-
-# Batches of one agent whose outputs are sent and not yet confirmed: enough to keep tokenizing
-# while the producer lingers and the broker answers, few enough that their events stay few.
-BATCHES_IN_FLIGHT = 8
 
 
 def prompt_fetches() -> None:
@@ -96,30 +92,71 @@ class TablelessManager(TableManager):
             await self.recovery.start()
 
 
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """What `nearline worker preprocess` is told (jobs/cli/workers.py builds it once)."""
+
+    text_batch: int = 64  # records a tokenizer call takes (packs are never split)
+    image_batch: int = 16
+    # What has come is handed over at the next tick of this many seconds (preprocess_app/take.py,
+    # not a timer from the first record): a record waits up to it. 50 ms was a fifth of a small
+    # job's time end to end.
+    batch_within_s: float = 0.02
+    threads: int | None = None  # image decode threads; None: one per usable core
+    max_tensor_lag: int | None = None  # backpressure: a GPU group this many records behind holds a lane
+    session_timeout_s: float = 6.0
+    metrics: MetricsEndpoint | None = None
+    sole_consumer: bool = False  # every partition without a group join (preprocess_app/sole.py)
+
+
 def create_app(
     settings: KafkaSettings,
     topics: Topics,
     repository: Path,
     datadir: Path,
-    *,
-    credentials: CredentialsT | None = None,  # faust_credentials(settings.extra), worked out once by run_worker
-    text_batch: int = 64,
-    image_batch: int = 16,
-    # What has come is handed over at the next tick of this many seconds (preprocess_app/take.py,
-    # not a timer from the first record): a record waits up to it. 50 ms was a fifth of a small
-    # job's time end to end.
-    batch_within_s: float = 0.02,
-    threads: int | None = None,
-    max_tensor_lag: int | None = None,
-    session_timeout_s: float = 6.0,
-    metrics: PreprocessMetrics | None = None,
-    sole_partitions: Mapping[str, Sequence[int]] | None = None,  # preprocess_app/sole.py
+    worker: PreprocessSettings,
     broker_wait: BrokerWait | None = None,  # what the worker's log says in an outage (preprocess_app/quiet.py)
+    metrics: PreprocessMetrics | None = None,  # preprocess_metrics(worker.metrics), bound by run_worker
 ) -> faust.App:
+    """The faust app: one agent per kind of input and lane, each running Batches.run."""
     prompt_fetches()
     ride_out_outages()
-    metrics = metrics or PreprocessMetrics()
-    app = faust.App(
+    app = _faust_app(settings, topics, datadir, worker.session_timeout_s)
+    if worker.sole_consumer:
+        raws = [topics.lane(t, lane) for t in (topics.raw_text, topics.raw_image) for lane in PRIORITIES]
+        take_every_partition(app, {t: partitions_of(settings, t) for t in raws})
+    drain_eagerly(app)
+    batches = Batches(app, settings, topics, worker, metrics or PreprocessMetrics())
+    models = Models(repository)
+    # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
+    # which could deadlock): Pillow releases the GIL while it decodes and resizes.
+    decode_pool = ThreadPoolExecutor(max_workers=worker.threads or usable_cpus(), thread_name_prefix="decode")
+    texts = functools.partial(preprocess_texts, models=models, topics=topics)
+    images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
+
+    app.timer(1.0)(batches.measure_lag)
+    app.timer(LAG_EVERY_S)(batches.refresh_lag_metrics)
+    if broker_wait is not None:
+
+        async def notice_broker_back() -> None:
+            if broker_wait.waiting:  # only during an outage: a connect to the bootstrap address, off the loop
+                await asyncio.get_running_loop().run_in_executor(None, broker_wait.check_back)
+
+        app.timer(2.0)(notice_broker_back)
+    # One agent per kind and lane, live first: each has its own stream buffer (faust stops
+    # fetching a partition whose buffer fills, that partition only) and its own backpressure, so
+    # live records never queue behind a backfill. The same group reads every lane's topic.
+    for lane in PRIORITIES:
+        for raw, step, size in (
+            (topics.raw_text, texts, worker.text_batch),
+            (topics.raw_image, images, worker.image_batch),
+        ):
+            add_agent(app, topics.lane(raw, lane), step, size, batches.run)
+    return app
+
+
+def _faust_app(settings: KafkaSettings, topics: Topics, datadir: Path, session_timeout_s: float) -> faust.App:
+    return faust.App(
         topics.preprocess_app_id,
         broker=",".join(f"kafka://{s}" for s in settings.bootstrap_servers.split(",")),
         value_serializer="raw",
@@ -137,145 +174,110 @@ def create_app(
         topic_disable_leader=True,
         web_enabled=False,
         TableManager=TablelessManager,
-        # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets
-        broker_credentials=credentials,
+        # TLS/SASL from the same NEARLINE_KAFKA_* settings every other client gets; settings faust
+        # cannot apply are refused here, before connecting
+        broker_credentials=faust_credentials(settings.extra),
         datadir=str(datadir),
     )
-    if sole_partitions is not None:
-        take_every_partition(app, sole_partitions)
-    drain_eagerly(app)
-    models = Models(repository)
-    cancellations = Cancellations(settings, topics).start()
-    # Batches run off the event loop (the default executor), so heartbeats flow during a long batch.
-    # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
-    # which could deadlock): Pillow releases the GIL while it decodes and resizes.
-    decode_pool = ThreadPoolExecutor(max_workers=threads or usable_cpus(), thread_name_prefix="decode")
-    known_topics: set[str] = {topics.dead_letters}
-    # Backpressure: while a GPU group lags more than max_tensor_lag records behind its tensor
-    # topic, batches wait before they are processed; faust then stops fetching once its stream
-    # buffer is full, so memory stays bounded however far ahead the producers are. The lag is
-    # measured every second and, in between, raised by what this worker itself produced, so a
-    # fast tokenizer cannot overshoot the bound by a second's worth of records. Both in records:
-    # the measured lag counts Kafka records, which are packs of text tensors, so it is scaled by
-    # the records per pack this worker has written to that topic (RecordsPerPack); the raise counts
-    # each output's `records` header.
-    lag: dict[str, int] = {}
-    per_pack = RecordsPerPack()
 
-    producer = ServedProducer(make_producer(settings, idempotent=False))
 
-    @app.timer(1.0)
-    async def measure_lag() -> None:
-        if max_tensor_lag is not None:
+class Batches:
+    """Batches of events through a preprocessing step into tensor records: backpressure, the step
+    on an executor thread, outputs to the producer, acks once they are stored (ConfirmedAcks)."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        settings: KafkaSettings,
+        topics: Topics,
+        worker: PreprocessSettings,
+        metrics: PreprocessMetrics,
+    ) -> None:
+        self.app, self.settings, self.topics, self.metrics = app, settings, topics, metrics
+        self.max_tensor_lag, self.batch_within_s = worker.max_tensor_lag, worker.batch_within_s
+        self.cancellations = Cancellations(settings, topics).start()
+        self.producer = ServedProducer(make_producer(settings, idempotent=False))
+        self.known_topics: set[str] = {topics.dead_letters}
+        # Backpressure: while a GPU group lags more than max_tensor_lag records behind its tensor
+        # topic, batches wait before they are processed; faust then stops fetching once its stream
+        # buffer is full, so memory stays bounded however far ahead the producers are. The lag is
+        # measured every second and, in between, raised by what this worker itself produced, so a
+        # fast tokenizer cannot overshoot the bound by a second's worth of records. Both in records:
+        # the measured lag counts Kafka records, which are packs of text tensors, so it is scaled by
+        # the records per pack this worker has written to that topic (RecordsPerPack); the raise
+        # counts each output's `records` header.
+        self.lag: dict[str, int] = {}
+        self.per_pack = RecordsPerPack()
+
+    async def measure_lag(self) -> None:
+        if self.max_tensor_lag is not None:
+            tensor_topics = self.known_topics - {self.topics.dead_letters}
             loop = asyncio.get_running_loop()
-            tensor_topics = known_topics - {topics.dead_letters}
-            packs = await loop.run_in_executor(None, tensor_lags, settings, topics, tensor_topics)
-            lag.update({t: per_pack.records(t, n) for t, n in packs.items()})
+            packs = await loop.run_in_executor(None, tensor_lags, self.settings, self.topics, tensor_topics)
+            self.lag.update({t: self.per_pack.records(t, n) for t, n in packs.items()})
 
-    @app.timer(2.0)
-    async def notice_broker_back() -> None:
-        # only during an outage: a connect to the bootstrap address, off the loop
-        if broker_wait is not None and broker_wait.waiting:
-            await asyncio.get_running_loop().run_in_executor(None, broker_wait.check_back)
+    async def refresh_lag_metrics(self) -> None:
+        await self.metrics.refresh_lag(self.app.consumer)
 
-    @app.timer(LAG_EVERY_S)
-    async def refresh_lag() -> None:
-        await metrics.refresh_lag(app.consumer)
-
-    async def wait_for_gpus(lane: Priority) -> None:
+    async def wait_for_gpus(self, lane: Priority) -> None:
         """Backpressure per lane: a backfill whose GPU group lags holds the batch lane only."""
-        if lane not in held_lanes(lag, topics, max_tensor_lag):
+        if lane not in held_lanes(self.lag, self.topics, self.max_tensor_lag):
             return
-        log.warning("backpressure: GPU lag %s over %d records; pausing the %s lane", lag, max_tensor_lag, lane)
-        metrics.paused(True)
+        log.warning(
+            "backpressure: GPU lag %s over %d records; pausing the %s lane", self.lag, self.max_tensor_lag, lane
+        )
+        self.metrics.paused(True)
         # Not past a stop: faust's shutdown waits for the batch in hand to be acked, so a held
         # batch kept a SIGTERMed worker up until its SIGKILL; stopping, the batch is processed
         # (a little past the bound) and the worker leaves its group at once.
-        while lane in held_lanes(lag, topics, max_tensor_lag) and not app.should_stop:
+        while lane in held_lanes(self.lag, self.topics, self.max_tensor_lag) and not self.app.should_stop:
             await asyncio.sleep(0.2)
-        metrics.paused(False)
+        self.metrics.paused(False)
 
-    def step_and_send(step: Step, sources: list[ConsumedRecord], topic: str, confirm: Confirm) -> list[OutRecord]:
+    def step_and_send(self, step: Step, sources: list[ConsumedRecord], topic: str, confirm: Confirm) -> list[OutRecord]:
         """On an executor thread: preprocess a batch and hand its outputs to the producer."""
         started = time.perf_counter()
         out = step(sources)
         consumed = sum(s.records for s in sources)  # records, packs counted by their `records` header
-        metrics.batch(topic, consumed, time.perf_counter() - started, topic_lane(topics, topic))
-        new = {r.topic for r in out} - known_topics
+        self.metrics.batch(topic, consumed, time.perf_counter() - started, topic_lane(self.topics, topic))
+        new = {r.topic for r in out} - self.known_topics
         if new:
             # both lanes of a model's tensors at once, born alike: the GPU group reads the pair
-            ensure_topics(settings, [s for t in new for s in lanes(topics, TopicSpec(batch_topic(topics, t)))])
-            known_topics.update(new)
-        producer.send(out, confirm)
+            topics = self.topics
+            ensure_topics(self.settings, [s for t in new for s in lanes(topics, TopicSpec(batch_topic(topics, t)))])
+            self.known_topics.update(new)
+        self.producer.send(out, confirm)
         return out
 
-    async def run_batches(stream: Any, step: Step, batch_size: int, topic: str) -> None:
+    async def run(self, stream: Any, step: Step, batch_size: int, topic: str) -> None:
+        """An agent's loop. batch_size bounds the records of a batch, not its events: faust's events
+        are packs (or single records), and tick_take adds up their `records` headers. An event is
+        never split, so a pack over batch_size is a batch alone; no batch then holds more records
+        than max(batch_size - 1 + a pack, a pack), and the tokenizer still gets its texts in one call."""
         loop = asyncio.get_running_loop()
-        # Batches whose outputs the broker has yet to confirm; at the bound the agent stops taking
-        # events, so faust's buffer fills and it stops fetching.
-        in_flight = asyncio.Semaphore(BATCHES_IN_FLIGHT)
-
-        held: set[asyncio.Future[None]] = set()
-
-        async def ack_once_confirmed(
-            confirmed: asyncio.Future[str | None], events: list[Any], out: list[OutRecord]
-        ) -> None:
-            failure = await confirmed
-            if failure is not None:
-                fail(f"{failure}; exiting so the batch is redelivered")
-            metrics.produced(out)
-            for event in events:
-                await stream.ack(event)
-            in_flight.release()
-
-        lane = topic_lane(topics, topic)
-        # batch_size bounds the records of a batch, not its events: faust's events are packs
-        # (or single records), and tick_take adds up their `records` headers. An event is never
-        # split, so a pack over batch_size is a batch alone; no batch then holds more records than
-        # max(batch_size - 1 + a pack, a pack), and the tokenizer still gets its texts in one call.
-        async for events in tick_take(stream, batch_size, batch_within_s, event_records):
-            await wait_for_gpus(lane)
-            await in_flight.acquire()
-            confirmed: asyncio.Future[str | None] = loop.create_future()
-
-            def confirm(failure: str | None, confirmed: asyncio.Future[str | None] = confirmed) -> None:
-                # on the producer's thread; a closed loop is a worker stopping, and what it did
-                # not ack is redelivered
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(confirmed.set_result, failure)
-
+        acks = ConfirmedAcks(stream.ack, fail, self.metrics.produced)
+        lane = topic_lane(self.topics, topic)
+        async for events in tick_take(stream, batch_size, self.batch_within_s, event_records):
+            await self.wait_for_gpus(lane)
+            batch = await acks.open()
             try:
                 sources = [
                     # with the headers, which name the job even when the value cannot be decoded
                     ConsumedRecord(m.topic, m.partition, m.offset, m.value, m.key, pairs(m.headers))
                     for m in (e.message for e in events)
-                    if not cancellations.skips(m.headers)  # counted as cancelled
+                    if not self.cancellations.skips(m.headers)  # counted as cancelled
                 ]
-                out = await loop.run_in_executor(None, step_and_send, step, sources, topic, confirm)
+                out = await loop.run_in_executor(None, self.step_and_send, step, sources, topic, batch.confirm)
             except Exception:
                 # Not the records' fault (their errors are dead letters): the broker or the worker
                 # itself is broken. Exit without acking so Kafka redelivers to a healthy worker.
                 fail("preprocess worker failed; exiting so the batch is redelivered")
             for r in out:
-                if r.topic != topics.dead_letters:
+                if r.topic != self.topics.dead_letters:
                     records = records_of(r.headers)
-                    lag[r.topic] = lag.get(r.topic, 0) + records
-                    per_pack.add(r.topic, records)
-            # acked only once the broker has every output: until then faust commits nothing past them
-            acking = asyncio.ensure_future(ack_once_confirmed(confirmed, events, out))
-            held.add(acking)  # the loop keeps only a weak reference to a task
-            acking.add_done_callback(held.discard)
-
-    texts = functools.partial(preprocess_texts, models=models, topics=topics)
-    images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
-
-    # One agent per kind and lane, live first: each has its own stream buffer (faust stops
-    # fetching a partition whose buffer fills, that partition only) and its own backpressure, so
-    # live records never queue behind a backfill. The same group reads every lane's topic.
-    for lane in PRIORITIES:
-        for raw, step, size in ((topics.raw_text, texts, text_batch), (topics.raw_image, images, image_batch)):
-            add_agent(app, topics.lane(raw, lane), step, size, run_batches)
-    return app
+                    self.lag[r.topic] = self.lag.get(r.topic, 0) + records
+                    self.per_pack.add(r.topic, records)
+            acks.ack_when_stored(batch, events, out)
 
 
 def add_agent(app: faust.App, topic: str, step: Step, batch_size: int, run_batches: Any) -> None:
@@ -313,52 +315,27 @@ def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]
     return {t: group_lag(settings, topics.gpu_group(model_of_tensors(topics, t)), t) for t in tensor_topics}
 
 
-def run_worker(
-    settings: KafkaSettings,
-    topics: Topics,
-    repository: Path,
-    *,
-    batch_size: int = 64,
-    max_linger_s: float = 0.02,
-    max_tensor_lag: int | None = None,
-    session_timeout_s: float = 6.0,
-    metrics: MetricsEndpoint | None = None,
-    sole_consumer: bool = False,
-) -> None:
-    """Run the preprocess worker until SIGTERM/SIGINT; with `metrics`, serve Prometheus metrics there.
-
-    `sole_consumer` takes every partition without a group join (preprocess_app/sole.py): only for
-    a worker known to be its group's one member, the embedded `nearline run`'s."""
-    credentials = faust_credentials(settings.extra)  # settings faust cannot apply: refused before connecting
-    reports = preprocess_metrics(metrics)
+def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, worker: PreprocessSettings) -> None:
+    """Run the preprocess worker until SIGTERM/SIGINT; with `worker.metrics`, serve Prometheus
+    metrics there. `worker.sole_consumer` takes every partition without a group join
+    (preprocess_app/sole.py): only for a worker known to be its group's one member, the embedded
+    `nearline run`'s."""
+    faust_credentials(settings.extra)  # settings faust cannot apply: refused before anything starts
+    metrics = preprocess_metrics(worker.metrics)
     check_reachable(settings)
     raws = [s for t in (topics.raw_text, topics.raw_image) for s in lanes(topics, TopicSpec(t))]
     ensure_topics(settings, [*raws, TopicSpec(topics.dead_letters), jobs_topic(topics)])
-    sole = {s.name: partitions_of(settings, s.name) for s in raws} if sole_consumer else None
     wait = BrokerWait(settings)
     # faust keeps table state in its data folder; this worker has no tables, so the folder is
     # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
     with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
-        app = create_app(
-            settings,
-            topics,
-            repository,
-            Path(datadir),
-            credentials=credentials,
-            text_batch=batch_size,
-            batch_within_s=max_linger_s,
-            max_tensor_lag=max_tensor_lag,
-            session_timeout_s=session_timeout_s,
-            metrics=reports,
-            sole_partitions=sole,
-            broker_wait=wait,
-        )
-        worker = QuietWorker(app, loglevel="WARNING", quiet=True)
-        worker.log_filter = OncePerCause(wait)
+        app = create_app(settings, topics, repository, Path(datadir), worker, wait, metrics)
+        runner = QuietWorker(app, loglevel="WARNING", quiet=True)
+        runner.log_filter = OncePerCause(wait)
         # faust's terminal spinner sets the root logger to DEBUG so it can spin on every record: each
         # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
-        worker.spinner = None
-        worker.execute_from_commandline()
+        runner.spinner = None
+        runner.execute_from_commandline()
 
 
 class QuietWorker(faust.Worker):

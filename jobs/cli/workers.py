@@ -82,19 +82,18 @@ def worker_preprocess(
     model_repository: Path,
 ) -> None:
     """Tokenize raw.text and decode raw.image into tensors.<model> (faust app)."""
-    from preprocess_app.app import run_worker
+    from preprocess_app.app import PreprocessSettings, run_worker
 
-    run_worker(
-        require_servers(bootstrap_servers, probe=False),  # probed once its metrics port is bound
-        Topics(namespace),
-        model_repository,
-        batch_size=batch_size,
-        max_linger_s=max_linger_ms / 1000.0,
+    worker = PreprocessSettings(
+        text_batch=batch_size,
+        batch_within_s=max_linger_ms / 1000.0,
         max_tensor_lag=max_tensor_lag,
         session_timeout_s=session_timeout,
         metrics=metrics,
         sole_consumer=sole_consumer,
     )
+    # the cluster probed once its metrics port is bound
+    run_worker(require_servers(bootstrap_servers, probe=False), Topics(namespace), model_repository, worker)
 
 
 @worker.command(name="gpu")
