@@ -32,7 +32,7 @@ from gpu_consumer.engines import make_engine
 from gpu_consumer.postprocess import postprocess
 from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all
-from jobs.launch.runner import ensure_model, watch_job
+from jobs.launch.runner import WaitRules, ensure_model, watch_job
 from jobs.reports.profile import profile
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
@@ -168,9 +168,11 @@ def pipeline(
         warm = workdir / "warmup.jsonl"
         warm.write_text("".join(json.dumps({"text": f"warm up sentence {i}"}) + "\n" for i in range(batch_size)))
         report = submit(settings, topics, JobInput(warm, "text"), config.name)
-        watch_job(settings, topics, report.job_id, report.submitted, check=check, timeout_s=300)
+        watch_job(settings, topics, report.job_id, report.submitted, WaitRules(check=check, timeout_s=300))
         report = submit(settings, topics, JobInput(workload, "text"), config.name)
-        outcome, _ = watch_job(settings, topics, report.job_id, report.submitted, check=check, timeout_s=1800)
+        outcome, _ = watch_job(
+            settings, topics, report.job_id, report.submitted, WaitRules(check=check, timeout_s=1800)
+        )
     finally:
         stop_all(workers)
         broker.stop()

@@ -20,7 +20,7 @@ from bench.decoupling import EXAMPLE, machine
 from bench.procfs import status_field
 from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all
-from jobs.launch.runner import ensure_model, watch_job
+from jobs.launch.runner import WaitRules, ensure_model, watch_job
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
@@ -40,14 +40,15 @@ def run(records: int, repository: Path, seconds: float, max_lag: int, workdir: P
             f.write(json.dumps({"id": f"{i}-{row['id']}", "text": row["text"]}) + "\n")
     broker = EmbeddedBroker.start(workdir / f"broker-{records}.log")
     settings, topics = KafkaSettings(broker.bootstrap_servers), Topics("overload")
+    logs = workdir / f"workers-{records}"  # each run's worker logs apart
+    logs.mkdir(exist_ok=True)
     workers = start_pipeline_workers(
         "minilm",
         bootstrap_servers=broker.bootstrap_servers,
         namespace=topics.namespace,
         repository=repository,
-        logs=workdir,
+        logs=logs,
         preprocess_args=("--max-tensor-lag", str(max_lag)),
-        log_suffix=f"-{records}",
     )
 
     def check() -> None:
@@ -57,7 +58,9 @@ def run(records: int, repository: Path, seconds: float, max_lag: int, workdir: P
     try:
         report = submit(settings, topics, JobInput(workload, "text"), "minilm")
         try:
-            outcome, _ = watch_job(settings, topics, report.job_id, report.submitted, timeout_s=seconds, check=check)
+            outcome, _ = watch_job(
+                settings, topics, report.job_id, report.submitted, WaitRules(timeout_s=seconds, check=check)
+            )
             done = len(outcome.results)
         except TimeoutError as exc:
             done = int(str(exc).split(":")[1].split()[0])

@@ -57,7 +57,7 @@ STDIN = Path("<stdin>")
 # Where a submission's texts are cut into packs in raw.text (schemas/packs.py: 128 texts or 512 KiB,
 # far under Kafka's default 1 MB message.max.bytes). $NEARLINE_PACK_RECORDS and
 # $NEARLINE_PACK_BYTES set others for every command that writes raw.text (pack_limits_from_env),
-# e.g. for a broker whose message.max.bytes is lower; submit(pack_limits=...) in code.
+# e.g. for a broker whose message.max.bytes is lower; JobOptions(pack_limits=...) in code (jobs/submit.py).
 DEFAULT_PACK_LIMITS = PackLimits()
 ENV_PACK_RECORDS, ENV_PACK_BYTES = "NEARLINE_PACK_RECORDS", "NEARLINE_PACK_BYTES"
 

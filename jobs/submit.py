@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -138,37 +138,46 @@ def pipeline_topics(topics: Topics, model: str) -> list[TopicSpec]:
     ]
 
 
+@dataclass(frozen=True)
+class JobOptions:
+    """How a job is submitted, besides its input and its model."""
+
+    job_id: str | None = None  # None: a new one (new_job_id)
+    skip_invalid: bool = False  # submit the valid records of an input with invalid ones
+    topic: str | None = None  # the raw topic; None: the input kind's, in the job's lane
+    max_backlog: int | None = None  # refuse the job while the pipeline holds more records than this
+    schedule: str | None = None  # the schedule that submitted it (jobs/scheduling/)
+    attributes: Mapping[str, str] | None = None  # the job's own attributes (a schedule's tick)
+    priority: Priority = DEFAULT_PRIORITY
+    pack_limits: PackLimits | None = None  # None: pack_limits_from_env
+
+
+# JobInput.validate_keeping's answer, when the caller ran it: the valid count, the errors and the
+# valid records it kept (None: read the input again)
+Validated = tuple[int, list[InputError], list[Record] | None]
+
+
 def submit(
     settings: KafkaSettings,
     topics: Topics,
     source: JobInput,
     model: str,
-    *,
-    job_id: str | None = None,
-    skip_invalid: bool = False,
-    validated: tuple[int, list[InputError]] | None = None,
-    records: list[Record] | None = None,
-    topic: str | None = None,
-    max_backlog: int | None = None,
-    schedule: str | None = None,
-    attributes: dict[str, str] | None = None,
-    priority: Priority = DEFAULT_PRIORITY,
-    pack_limits: PackLimits | None = None,
+    options: JobOptions | None = None,
+    validated: Validated | None = None,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job: texts in packs
-    cut by `pack_limits` (JobInput.out_records; None: pack_limits_from_env), counted as the
-    records they hold.
+    cut by the options' pack_limits (JobInput.out_records), counted as the records they hold.
 
     With any invalid record and skip_invalid False, nothing is produced (InvalidInputError): a
     half-submitted file is worse than a rejected one. `validated` is source's validation when the
-    caller ran it (and `records` the valid records it kept, JobInput.validate_keeping); else it is
-    run here, keeping the records, so the input is read and parsed once.
+    caller ran it (JobInput.validate_keeping); else it is run here, keeping the records, so the
+    input is read and parsed once.
     """
+    options = options or JobOptions()
+    job_id, skip_invalid, topic, max_backlog = options.job_id, options.skip_invalid, options.topic, options.max_backlog
+    priority, pack_limits = options.priority, options.pack_limits
     check_model_name(model)
-    if validated is None:
-        valid, errors, records = source.validate_keeping()
-    else:
-        valid, errors = validated
+    valid, errors, records = validated if validated is not None else source.validate_keeping()
     check_input(source, (valid, errors), skip_invalid)
     job_id = job_id or new_job_id()
     topic = topic or source.raw_topic(topics, priority)
@@ -215,8 +224,8 @@ def submit(
             source.kind,
             count,
             submitted_at,
-            schedule=schedule,
-            attributes=attributes or {},
+            schedule=options.schedule,
+            attributes=dict(options.attributes or {}),
             submission=submitted_at,
             columns=source.kept_schema(),
             priority=priority,

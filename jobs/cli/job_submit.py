@@ -28,7 +28,7 @@ from jobs.cli.validators import checked_job_id, checked_output, opened_input, re
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
 from jobs.output import OutputFormat
-from jobs.submit import SubmitReport, submit
+from jobs.submit import JobOptions, SubmitReport, submit
 from kafka_io.settings import Priority, Topics
 from producers.table_rows import Columns
 
@@ -80,7 +80,7 @@ def run(
       nearline run reviews.parquet --text-column body --keep-columns stars,date -m minilm -o out.parquet
     """
     from jobs.cli.run_output import write_run_output
-    from jobs.launch.runner import run_job
+    from jobs.launch.runner import RunSettings, run_job
     from jobs.launch.signals import Terminated, terminate_like_interrupt
 
     out_format = checked_output(output, output_format)
@@ -96,21 +96,19 @@ def run(
     try:
         # SIGTERM/SIGHUP (a closed terminal, a CI timeout) stop the broker and workers as Ctrl-C does
         with terminate_like_interrupt():
-            result = run_job(
-                opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns),
-                model,
-                repository=model_repository,
-                bootstrap_servers=bootstrap_servers,
-                namespace=namespace,
-                job_id=job_id,
-                skip_invalid=skip_invalid,
-                worker_args=tuple(worker_args),
-                log=display.echo,
-                on_progress=display,
+            run_settings = RunSettings(
+                model_repository,
+                bootstrap_servers,
+                namespace,
+                job_id,
+                skip_invalid,
+                tuple(worker_args),
                 timeout_s=timeout,
                 worker_grace_s=worker_grace,
                 priority=priority,
             )
+            source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
+            result = run_job(source, model, run_settings, display.echo, display)
     except Terminated as exc:
         display.close()
         click.echo(f"stopped by {exc}; the broker and workers it started were stopped", err=True)
@@ -205,11 +203,7 @@ def _submit(job: Submission, *, topic: str | None = None, max_backlog: int | Non
         topics,
         source,
         job.model,
-        job_id=job.job_id,
-        skip_invalid=job.skip_invalid,
-        topic=topic,
-        max_backlog=max_backlog,
-        priority=priority,
+        JobOptions(job.job_id, job.skip_invalid, topic, max_backlog, priority=priority),
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -246,7 +240,7 @@ def submit_cmd(
     click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
     if wait:
-        from jobs.launch.runner import all_of, watch_job, worker_liveness
+        from jobs.launch.runner import WaitRules, all_of, watch_job, worker_liveness
         from jobs.liveness import JobCancelledError, JobWaitError
         from jobs.registry import CancelWatch
 
@@ -259,12 +253,13 @@ def submit_cmd(
                     topics,
                     report.job_id,
                     report.submitted,
-                    on_progress=display,
-                    # a cancelled job is named as such, even when its workers are gone too
-                    watchdog=all_of(cancelled, worker_liveness(settings, topics, job.model, worker_grace)),
-                    timeout_s=timeout,
+                    WaitRules(
+                        on_progress=display,
+                        watchdog=all_of(cancelled, worker_liveness(settings, topics, job.model, worker_grace)),
+                        timeout_s=timeout,
+                    ),
                     submission=report.submission,
-                    keep_results=False,  # the wait reports counts and dead letters, never the results
+                    keep_results=False,
                 )
         except JobWaitError as exc:
             display.close()

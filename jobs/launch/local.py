@@ -121,7 +121,6 @@ def start_pipeline_workers(
     logs: Path,
     gpu_args: tuple[str, ...] = (),
     preprocess_args: tuple[str, ...] = (),
-    log_suffix: str = "",
     extra_env: dict[str, str] | None = None,
 ) -> list[WorkerProcess]:
     """One preprocess and one GPU worker for `model`, in that order: the pipeline `nearline run`
@@ -133,7 +132,7 @@ def start_pipeline_workers(
             bootstrap_servers=bootstrap_servers,
             namespace=namespace,
             repository=repository,
-            log_path=logs / f"{name}{log_suffix}.log",
+            log_path=logs / f"{name}.log",
             extra_env={**(PREPROCESS_ENV if name == "preprocess" else {}), **(extra_env or {})},
         )
         for name, args in (

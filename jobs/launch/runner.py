@@ -21,7 +21,7 @@ from jobs.progress import Progress, Summary
 from jobs.registry import CancelWatch
 from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
-from jobs.submit import SubmitReport, pipeline_topics, submit
+from jobs.submit import JobOptions, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import AdminClient, check_not_refused, make_admin
 from kafka_io.errors import KAFKA_FAULTS
@@ -66,18 +66,33 @@ def ensure_model(repository: Path, model: str, log: Callable[[str], None]) -> Mo
             return PREPARERS[model](repository)
 
 
+def _nothing() -> None:
+    return None
+
+
+def _no_watch(fold: JobFold) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class WaitRules:
+    """How a wait follows a job: what it reports, what ends it early, how long it may take."""
+
+    on_progress: ProgressCallback | None = None
+    check: Callable[[], None] = _nothing  # raises to stop the wait (a worker of ours died)
+    watchdog: Callable[[JobFold], None] = _no_watch  # raises a JobWaitError (e.g. WorkersGoneError)
+    every_s: float = 0.5  # a terminal's bar redraws this often; plain lines pace themselves
+    timeout_s: float | None = None  # JobTimeoutError after this long
+
+
 def watch_job(
     settings: KafkaSettings,
     topics: Topics,
     job_id: str,
     total: int,
+    rules: WaitRules | None = None,
     *,
-    on_progress: ProgressCallback | None = None,
-    check: Callable[[], None] = lambda: None,
-    watchdog: Callable[[JobFold], None] = lambda outcome: None,
     submission: int | None = None,
-    every_s: float = 0.5,
-    timeout_s: float | None = None,
     keep_results: bool = True,
 ) -> tuple[JobOutcome, float]:
     """follow_job into a JobOutcome in memory: (outcome, seconds). keep_results False keeps each
@@ -85,36 +100,25 @@ def watch_job(
     ~4 us a record, and no job's worth of embeddings held in memory)."""
     # a resubmitted job id: this submission only
     outcome = JobOutcome(job_id, submission=submission, keep_results=keep_results)
-    seconds = follow_job(
-        settings,
-        topics,
-        outcome,
-        total,
-        on_progress=on_progress,
-        check=check,
-        watchdog=watchdog,
-        every_s=every_s,
-        timeout_s=timeout_s,
-    )
+    seconds = follow_job(settings, topics, outcome, total, rules)
     return outcome, seconds
 
 
 def follow_job(
-    settings: KafkaSettings,
-    topics: Topics,
-    fold: JobFold,
-    total: int,
-    *,
-    on_progress: ProgressCallback | None = None,
-    check: Callable[[], None] = lambda: None,
-    watchdog: Callable[[JobFold], None] = lambda outcome: None,
-    every_s: float = 0.5,  # a terminal's bar redraws this often; plain lines pace themselves
-    timeout_s: float | None = None,
+    settings: KafkaSettings, topics: Topics, fold: JobFold, total: int, rules: WaitRules | None = None
 ) -> float:
     """Fold results and dead letters into `fold` until every record of the job has one; the seconds taken.
 
-    JobTimeoutError after timeout_s without the job completing; watchdog(fold) raises a
+    JobTimeoutError after rules.timeout_s without the job completing; rules.watchdog(fold) raises a
     JobWaitError (e.g. WorkersGoneError) to stop early. Either carries the fold so far."""
+    rules = rules or WaitRules()
+    on_progress, check, watchdog, every_s, timeout_s = (
+        rules.on_progress,
+        rules.check,
+        rules.watchdog,
+        rules.every_s,
+        rules.timeout_s,
+    )
     job_id = fold.job_id
     started = time.monotonic()
     progress = Progress(total, started)
@@ -297,33 +301,40 @@ def summarize(fold: JobFold, seconds: float) -> Summary:
     return Summary(fold.done - fold.failed, fold.failed, seconds, len(sizes), mean)
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What `nearline run` is told besides its input and model (jobs/cli/job_submit.py builds it)."""
+
+    repository: Path
+    bootstrap_servers: str = ""  # a cluster's; empty: an embedded broker and workers of its own
+    namespace: str = ""
+    job_id: str | None = None
+    skip_invalid: bool = False
+    worker_args: tuple[str, ...] = ()  # more arguments of the embedded GPU worker
+    timeout_s: float | None = None
+    worker_grace_s: float = 30.0  # on a cluster: how long the job may wait for a GPU worker to join
+    priority: Priority = DEFAULT_PRIORITY
+
+
 def run_job(
     source: JobInput,
     model: str,
-    *,
-    repository: Path,
-    bootstrap_servers: str = "",
-    namespace: str = "",
-    job_id: str | None = None,
-    skip_invalid: bool = False,
-    worker_args: tuple[str, ...] = (),
+    run: RunSettings,
     log: Callable[[str], None] = print,
     on_progress: ProgressCallback | None = None,
-    timeout_s: float | None = None,
-    worker_grace_s: float = 30.0,
-    priority: Priority = DEFAULT_PRIORITY,
 ) -> RunResult:
     """Validate, start what is missing (broker, workers), submit, follow to the end, stop what we started.
 
     A wait that ends early (timeout, workers or broker gone) returns the results so far with `failure` set."""
     valid, errors, records = source.validate_keeping()  # the records kept: submit reads the input once
-    check_input(source, (valid, errors), skip_invalid)  # before any broker or worker starts
+    repository, bootstrap_servers, namespace = run.repository, run.bootstrap_servers, run.namespace
+    check_input(source, (valid, errors), run.skip_invalid)  # before any broker or worker starts
     topics = Topics(namespace)
     with ExitStack() as stack:
         if bootstrap_servers:
             settings = KafkaSettings.from_env(bootstrap_servers)
             check_not_refused(settings)
-            watchdog = worker_liveness(settings, topics, model, worker_grace_s)
+            watchdog = worker_liveness(settings, topics, model, run.worker_grace_s)
         else:
             ensure_model(repository, model, log)
             workdir = Path(tempfile.mkdtemp(prefix="nearline-run-"))
@@ -339,7 +350,7 @@ def run_job(
                 logs=workdir,
                 # the embedded broker is ours and each worker is alone in its group: both take
                 # their partitions without a join (Tansu holds a join for a second or more)
-                gpu_args=("--sole-consumer", *worker_args),
+                gpu_args=("--sole-consumer", *run.worker_args),
                 preprocess_args=("--sole-consumer",),
                 # their scratch (faust's data folder) goes with workdir, killed or not
                 extra_env={"TMPDIR": str(workdir)},
@@ -354,11 +365,8 @@ def run_job(
             topics,
             source,
             model,
-            job_id=job_id,
-            skip_invalid=skip_invalid,
-            validated=(valid, errors),
-            records=records,
-            priority=priority,
+            JobOptions(run.job_id, run.skip_invalid, priority=run.priority),
+            (valid, errors, records),
         )
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")
         started = time.monotonic()
@@ -367,15 +375,8 @@ def run_job(
         try:
             # a job cancelled mid-run (nearline cancel, on a cluster or on the broker the run started)
             with CancelWatch(settings, topics, report.job_id, report.submission) as cancelled:
-                seconds = follow_job(
-                    settings,
-                    topics,
-                    spill,
-                    report.submitted,
-                    on_progress=on_progress,
-                    watchdog=all_of(cancelled, watchdog),
-                    timeout_s=timeout_s,
-                )
+                rules = WaitRules(on_progress, watchdog=all_of(cancelled, watchdog), timeout_s=run.timeout_s)
+                seconds = follow_job(settings, topics, spill, report.submitted, rules)
             if not bootstrap_servers:
                 # Every result is read, and the memory-only broker is discarded with all it holds:
                 # a graceful stop (faust leaving its group, final commits, Tansu's shutdown) would

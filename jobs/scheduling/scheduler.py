@@ -25,7 +25,7 @@ from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.scheduling.metrics import SchedulerMetrics
 from jobs.scheduling.schedules import TickClaims
-from jobs.submit import submit
+from jobs.submit import JobOptions, submit
 from kafka_io.clients import Producer, make_producer
 from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError
 from kafka_io.produce import produce_all
@@ -210,10 +210,12 @@ class Scheduler:
                 self.topics,
                 source,
                 schedule.model,
-                job_id=job_id,
-                schedule=schedule.name,
-                attributes={"tick": tick.isoformat()},
-                priority="live" if schedule.priority == "live" else "batch",
+                JobOptions(
+                    job_id=job_id,
+                    schedule=schedule.name,
+                    attributes={"tick": tick.isoformat()},
+                    priority="live" if schedule.priority == "live" else "batch",
+                ),
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
             self._fail(schedule, tick, job_id, str(exc))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
 
@@ -31,7 +31,9 @@ def test_attributes_come_back_as_the_json_values_they_were(
     pipeline.start("gpu", "gpu", "--model", "tiny")
     done = pipeline.cli("submit", str(source), "--model", "tiny", "--job-id", "job-attrs")
     assert done.returncode == 0, done.stderr
-    watch_job(pipeline.settings, pipeline.topics, "job-attrs", 3, check=pipeline.check_workers, timeout_s=120)
+    watch_job(
+        pipeline.settings, pipeline.topics, "job-attrs", 3, WaitRules(check=pipeline.check_workers, timeout_s=120)
+    )
 
     jsonl, parquet = tmp_path / "out.jsonl", tmp_path / "out.parquet"
     for path in (jsonl, parquet):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.submit import pipeline_topics
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -40,7 +40,7 @@ def test_single_raw_records_of_a_foreign_producer_get_their_results_beside_a_pac
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "8")
 
-    watch_job(pipeline.settings, topics, packed, len(rows), check=pipeline.check_workers, timeout_s=120)
+    watch_job(pipeline.settings, topics, packed, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=120))
     assert follow_until(pipeline, topics.results, "foreign", len(texts)) == len(texts)
     out = tmp_path / "foreign.jsonl"
     done = pipeline.cli("results", "foreign", "-o", str(out))

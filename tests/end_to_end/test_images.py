@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from schemas.model_config import ModelConfig
 from tests.support.image_corpus import bad_and_odd_images, real_photos
 from tests.support.inputs import example_lines, write_jsonl
@@ -60,7 +60,7 @@ def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_work
     job_id = submit(pipeline, folder, model="efficientnet-lite0")
     total = len(list(folder.iterdir()))
     outcome, _ = watch_job(
-        pipeline.settings, pipeline.topics, job_id, total, check=pipeline.check_workers, timeout_s=180
+        pipeline.settings, pipeline.topics, job_id, total, WaitRules(check=pipeline.check_workers, timeout_s=180)
     )
     dead = {rid: (d.error_type, d.error) for rid, d in outcome.dead.items()}
     assert set(dead) == {"truncated.jpg", "zero.jpg", "text.jpg", "bomb.png", "jpeg2000.tiff", "cut.webp"}
@@ -103,10 +103,14 @@ def test_a_text_job_and_an_image_job_run_at_the_same_time_on_one_broker(
     for t in submitters:
         t.join()
     text, _ = watch_job(
-        pipeline.settings, pipeline.topics, jobs["text"], 300, check=pipeline.check_workers, timeout_s=180
+        pipeline.settings, pipeline.topics, jobs["text"], 300, WaitRules(check=pipeline.check_workers, timeout_s=180)
     )
     image, _ = watch_job(
-        pipeline.settings, pipeline.topics, jobs["image"], n_photos, check=pipeline.check_workers, timeout_s=180
+        pipeline.settings,
+        pipeline.topics,
+        jobs["image"],
+        n_photos,
+        WaitRules(check=pipeline.check_workers, timeout_s=180),
     )
     assert len(text.results) == 300 and not text.dead
     assert len(image.results) == n_photos and not image.dead

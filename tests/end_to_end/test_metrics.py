@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import load_jobs
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -152,7 +152,9 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
         gpu = pipeline.start(
             "gpu", "gpu", "--model", "tiny", "--max-batch-size", "8", "--metrics-port", str(ports[GPU])
         )
-        outcome, _ = watch_job(pipeline.settings, topics, job_id, RECORDS, check=pipeline.check_workers, timeout_s=180)
+        outcome, _ = watch_job(
+            pipeline.settings, topics, job_id, RECORDS, WaitRules(check=pipeline.check_workers, timeout_s=180)
+        )
         assert len(outcome.results) == RECORDS and not outcome.dead
 
         # what each worker consumed and produced, by topic: the job and the poison

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -27,7 +27,9 @@ def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "8")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=120)
+    watch_job(
+        pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=120)
+    )
 
     out = tmp_path / "out.jsonl"
     done = pipeline.cli("results", job_id, "-o", str(out))
@@ -120,7 +122,7 @@ def test_poison_records_are_dead_lettered_while_the_rest_complete(
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
     outcome, _ = watch_job(
-        pipeline.settings, topics, job_id, len(rows) + 5, check=pipeline.check_workers, timeout_s=120
+        pipeline.settings, topics, job_id, len(rows) + 5, WaitRules(check=pipeline.check_workers, timeout_s=120)
     )
     # a 10 MB text is a fine input: cut to the model's length, not refused
     assert sorted(outcome.results) == sorted([r["id"] for r in rows] + ["ten-mb"])

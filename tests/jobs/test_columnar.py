@@ -16,7 +16,7 @@ import pytest
 
 import jobs.columnar
 from jobs.columnar import ColumnarShapeError
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.output import OutputFormat, OutputFormatError, output_format
 from jobs.results import write_items
 from kafka_io.clients import make_producer
@@ -168,7 +168,9 @@ def test_nearline_results_writes_parquet_and_arrow_equal_to_json_lines_for_a_tex
     text = submit(pipeline, write_jsonl(tmp_path / "texts.jsonl", rows))
     image = submit(pipeline, photos, model="efficientnet-lite0")
     for job_id, total in ((text, len(rows)), (image, 6)):
-        watch_job(pipeline.settings, pipeline.topics, job_id, total, check=pipeline.check_workers, timeout_s=180)
+        watch_job(
+            pipeline.settings, pipeline.topics, job_id, total, WaitRules(check=pipeline.check_workers, timeout_s=180)
+        )
 
     for job_id, outputs in ((text, ["embedding"]), (image, ["labels"])):
         paths = {fmt: tmp_path / f"{job_id}.{fmt}" for fmt in ("jsonl", "parquet", "arrow")}

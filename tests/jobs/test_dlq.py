@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jobs.dlq import letters
 from jobs.dlq_lock import LEASE_S, LOCK_KEY, replay_turn
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.results import read_outcome
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -39,7 +39,7 @@ def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(
     assert done.returncode == 0, done.stderr
     pipeline.start("preprocess", "preprocess")
     first, _ = watch_job(
-        pipeline.settings, pipeline.topics, "job-dlq", len(rows), check=pipeline.check_workers, timeout_s=120
+        pipeline.settings, pipeline.topics, "job-dlq", len(rows), WaitRules(check=pipeline.check_workers, timeout_s=120)
     )
     assert len(first.dead) == len(rows) and not first.results
 

@@ -13,7 +13,7 @@ import pytest
 
 from jobs.job_input import ENV_PACK_RECORDS
 from jobs.launch.local import WorkerProcess
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job, job_status
 from kafka_io.reading import read_topics
 from kafka_io.settings import Priority
@@ -84,7 +84,9 @@ def test_a_live_jobs_dead_letters_name_its_lane_and_dlq_replay_puts_them_back_th
     rows = example_lines(6)  # model "absent" is in no repository: every record is dead-lettered
     job = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--priority", "live", model="absent")
     pipeline.start("preprocess", "preprocess")
-    outcome, _ = watch_job(pipeline.settings, ns, job, len(rows), check=pipeline.check_workers, timeout_s=120)
+    outcome, _ = watch_job(
+        pipeline.settings, ns, job, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=120)
+    )
     assert len(outcome.dead) == len(rows)
     assert {letter.source_topic for letter in outcome.dead.values()} == {live_raw}
     replayed = pipeline.cli("dlq", "replay", "--job", job)
@@ -147,9 +149,11 @@ def test_a_live_job_overtakes_a_queued_backfill_then_the_backfill_completes_exac
     total = 3000
     backfill, live = queue_both(pipeline, tmp_path, total, 20)
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-window", "64", *mode)
-    outcome, _ = watch_job(pipeline.settings, ns, backfill, total, check=pipeline.check_workers, timeout_s=400)
+    outcome, _ = watch_job(
+        pipeline.settings, ns, backfill, total, WaitRules(check=pipeline.check_workers, timeout_s=400)
+    )
     assert sorted(outcome.results) == sorted(f"b{i}" for i in range(total)) and not outcome.dead
-    live_outcome, _ = watch_job(pipeline.settings, ns, live, 20, check=pipeline.check_workers, timeout_s=60)
+    live_outcome, _ = watch_job(pipeline.settings, ns, live, 20, WaitRules(check=pipeline.check_workers, timeout_s=60))
     assert len(live_outcome.results) == 20 and not live_outcome.dead
 
     stamps: dict[str, list[int]] = {backfill: [], live: []}
@@ -188,7 +192,7 @@ def test_with_the_live_lane_never_empty_the_backfill_still_gets_its_share(
         )
     pipeline.workers.append(WorkerProcess("paced-gpu", process, log_path))
     for job in (backfill, live):
-        outcome, _ = watch_job(pipeline.settings, ns, job, n, check=pipeline.check_workers, timeout_s=400)
+        outcome, _ = watch_job(pipeline.settings, ns, job, n, WaitRules(check=pipeline.check_workers, timeout_s=400))
         assert len(outcome.results) == n and not outcome.dead
     order = sorted(
         (m.timestamp_ms, m.partition, m.offset, m.job_id)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.submit import pipeline_topics
 from kafka_io.clients import make_producer
 from kafka_io.limits import MAX_RECORD_BYTES, MAX_VALUE_BYTES
@@ -60,7 +60,9 @@ def test_outputs_over_the_record_limit_are_capped_dead_letters_and_the_workers_g
     )
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny", *mode)  # exactly-once: no transaction aborted forever
-    outcome, _ = watch_job(pipeline.settings, topics, job_id, 12, check=pipeline.check_workers, timeout_s=180)
+    outcome, _ = watch_job(
+        pipeline.settings, topics, job_id, 12, WaitRules(check=pipeline.check_workers, timeout_s=180)
+    )
     assert sorted(outcome.results) == sorted(f"r{i}" for i in range(10))
     assert {rid: (d.stage, d.error_type) for rid, d in outcome.dead.items()} == {
         "big-raw": ("preprocess", "RecordTooLargeError"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import build_tiny_model
@@ -31,7 +31,9 @@ def test_reprocess_runs_a_job_again_under_a_new_version_without_preprocessing(
     pipeline.start("preprocess", "preprocess")
     gpu = pipeline.start("gpu", "gpu", "--model", model)
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--priority", priority, model=model)
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=120)
+    watch_job(
+        pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=120)
+    )
     gpu.stop()
 
     v2 = build_tiny_model(model_repository, name=model, version="2")

@@ -159,7 +159,7 @@ def test_nearline_runs_wait_folds_the_job_into_the_disk_spill_once_per_record(
 ) -> None:
     """`nearline run` follows its job into a ResultSpill, not memory: the same counts, batches and
     input order as the in-memory outcome, with redelivered copies dropped."""
-    from jobs.launch.runner import follow_job, summarize
+    from jobs.launch.runner import WaitRules, follow_job, summarize
     from jobs.spill import ResultSpill
 
     ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
@@ -178,7 +178,7 @@ def test_nearline_runs_wait_folds_the_job_into_the_disk_spill_once_per_record(
     random.Random(3).shuffle(records)
     produce_all(make_producer(settings), records)
     with ResultSpill("job-c") as spill:
-        follow_job(settings, topics, spill, n + 1, timeout_s=60)
+        follow_job(settings, topics, spill, n + 1, WaitRules(timeout_s=60))
         assert (spill.done, spill.failed, spill.duplicates) == (n + 1, 1, len(range(0, n, 9)))
         summary = summarize(spill, 1.0)
         assert (summary.records, summary.dead_lettered, summary.batches, summary.mean_batch_size) == (n, 1, n // 8, 8)
@@ -189,12 +189,12 @@ def test_a_wait_that_keeps_no_results_counts_every_record_and_keeps_its_dead_let
     settings: KafkaSettings, topics: Topics
 ) -> None:
     """`submit --wait` reports counts and dead letters only: it folds the job without holding its results."""
-    from jobs.launch.runner import watch_job
+    from jobs.launch.runner import WaitRules, watch_job
 
     ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
     records = [result(topics.results, "job-w", i) for i in range(5)] + [result(topics.results, "job-w", 0)]
     produce_all(make_producer(settings), [*records, dead(topics, "job-w", 5)])
-    outcome, _ = watch_job(settings, topics, "job-w", 6, timeout_s=60, keep_results=False)
+    outcome, _ = watch_job(settings, topics, "job-w", 6, WaitRules(timeout_s=60), keep_results=False)
     assert (outcome.done, outcome.inferred, outcome.duplicates, list(outcome.dead)) == (6, 5, 1, ["r5"])
     assert outcome.results == {}
 

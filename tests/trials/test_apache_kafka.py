@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -71,7 +71,9 @@ def test_an_exactly_once_worker_sigkilled_mid_transaction_is_taken_over_with_no_
     gpu.process.wait()
     assert reached < len(rows), "the kill must land mid-job"
     pipeline.start("gpu", *args)  # the same transactional id: it fences the dead one and aborts its transaction
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=240)
+    watch_job(
+        pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=240)
+    )
     copies = copies_of(pipeline.settings, pipeline.topics.results)
     assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
     assert set(copies.values()) == {1}, {k: n for k, n in copies.items() if n > 1}
@@ -101,7 +103,13 @@ def test_a_broker_restarted_on_its_own_data_mid_job_loses_and_duplicates_nothing
         time.sleep(3)
         pipeline.check_workers()  # an outage is not a reason to exit
         broker.restart()
-        watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=300)
+        watch_job(
+            pipeline.settings,
+            pipeline.topics,
+            job_id,
+            len(rows),
+            WaitRules(check=pipeline.check_workers, timeout_s=300),
+        )
         ids = [r["id"] for r in rows]
         assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / "out.jsonl")
         assert_status_is_exact(pipeline, job_id, len(rows))
@@ -149,7 +157,13 @@ def test_an_exactly_once_worker_rides_out_a_broker_killed_and_restarted_on_its_o
         time.sleep(3)
         pipeline.check_workers()  # an outage is not a reason to exit
         broker.restart()
-        watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=300)
+        watch_job(
+            pipeline.settings,
+            pipeline.topics,
+            job_id,
+            len(rows),
+            WaitRules(check=pipeline.check_workers, timeout_s=300),
+        )
         ids = [r["id"] for r in rows]
         assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / "out.jsonl")
         assert_status_is_exact(pipeline, job_id, len(rows))
@@ -188,7 +202,9 @@ def test_images_up_to_the_10_mib_cap_go_through_a_stock_kafka_and_one_past_it_is
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "efficientnet-lite0")
     job_id = submit(pipeline, folder, model="efficientnet-lite0")
-    outcome, _ = watch_job(pipeline.settings, pipeline.topics, job_id, 5, check=pipeline.check_workers, timeout_s=300)
+    outcome, _ = watch_job(
+        pipeline.settings, pipeline.topics, job_id, 5, WaitRules(check=pipeline.check_workers, timeout_s=300)
+    )
     assert sorted(outcome.results) == sorted(p.name for p in folder.iterdir())
     assert not outcome.dead
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from kafka_io.reading import read_topics
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each
@@ -52,7 +52,7 @@ def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catch
     assert 0 < held <= 3 * 64, f"{held} tensor records produced while the GPU side consumed none"
     pipeline.start("gpu", "gpu", "--model", "tiny")
     outcome, _ = watch_job(
-        pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180
+        pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=180)
     )
     assert len(outcome.results) == len(rows)
 
@@ -77,7 +77,7 @@ def test_a_preprocess_worker_held_by_backpressure_stops_at_once_on_sigterm_and_l
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
     outcome, _ = watch_job(
-        pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180
+        pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=180)
     )
     assert sorted(outcome.results) == sorted(r["id"] for r in rows) and not outcome.dead
     assert_exactly_one_result_each(pipeline, job_id, [r["id"] for r in rows], tmp_path / "out.jsonl")

@@ -13,7 +13,7 @@ import pytest
 
 from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.offsets import end_offsets
@@ -43,13 +43,13 @@ def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
 
     try:
         feed_tensors(settings, topics, "job-before", 10)
-        before, _ = watch_job(settings, topics, "job-before", 10, check=check, timeout_s=120)
+        before, _ = watch_job(settings, topics, "job-before", 10, WaitRules(check=check, timeout_s=120))
         assert len(before.results) == 10
 
         broker.stop()
         broker = EmbeddedBroker.start(tmp_path / "broker2.log", port=broker.port)  # empty: no topics, no groups
         feed_tensors(settings, topics, "job-after", 10)
-        after, _ = watch_job(settings, topics, "job-after", 10, check=check, timeout_s=240)
+        after, _ = watch_job(settings, topics, "job-after", 10, WaitRules(check=check, timeout_s=240))
         assert sorted(after.results) == [f"r{i}" for i in range(10)]
         # #30 15d: the first job after the restart waited ~30 s for the GPU worker's idempotent
         # producer, which the new broker no longer knew, to time out; the worker now sees that
@@ -64,7 +64,7 @@ def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
         texts = tmp_path / "texts.txt"
         texts.write_text("".join(f"sentence number {i}\n" for i in range(25)))
         report = submit(settings, topics, JobInput(texts, "text"), "tiny")
-        text_job, _ = watch_job(settings, topics, report.job_id, 25, check=check, timeout_s=240)
+        text_job, _ = watch_job(settings, topics, report.job_id, 25, WaitRules(check=check, timeout_s=240))
         assert len(text_job.results) == 25
     finally:
         stop_all([gpu, pre])

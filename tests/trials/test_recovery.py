@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job, job_status
 from jobs.results import JobOutcome, read_outcome
 from kafka_io.broker import EmbeddedBroker
@@ -48,8 +48,7 @@ def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp
         pipeline.topics,
         job_id,
         len(ids),
-        check=pipeline.check_workers,
-        timeout_s=timeout_s,
+        WaitRules(check=pipeline.check_workers, timeout_s=timeout_s),
         submission=submission,
     )
     assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
@@ -211,7 +210,7 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
         assert time.monotonic() < deadline, f"only {workers} took part"
         warm = submit(pipeline, write_jsonl(tmp_path / "warm.jsonl", rows[:200]))
         outcome, _ = watch_job(
-            pipeline.settings, pipeline.topics, warm, 200, check=pipeline.check_workers, timeout_s=60
+            pipeline.settings, pipeline.topics, warm, 200, WaitRules(check=pipeline.check_workers, timeout_s=60)
         )
         workers = {r.batch_id.rsplit("-", 1)[0].rsplit("-", 1)[1] for r in outcome.results.values()}
     assert workers == {str(first.process.pid), str(second.process.pid)}
@@ -239,7 +238,9 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
     assert gpu.process.wait(30) == 0
     assert reached < len(rows)
     pipeline.start("gpu", *args)
-    watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), check=pipeline.check_workers, timeout_s=180)
+    watch_job(
+        pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(check=pipeline.check_workers, timeout_s=180)
+    )
     copies = copies_of(pipeline.settings, pipeline.topics.results)
     assert sorted(copies) == sorted(f"{job_id}/{r['id']}" for r in rows)
     assert set(copies.values()) == {1}
@@ -286,7 +287,7 @@ def test_a_gpu_worker_killed_mid_job_loses_no_record(
     assert 100 <= len(before_restart.results) < len(rows), "the kill must land mid-job"
 
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "16")
-    outcome, _ = watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), timeout_s=180)
+    outcome, _ = watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), WaitRules(timeout_s=180))
     assert sorted(outcome.results) == sorted(r["id"] for r in rows)
     assert not outcome.dead
     by_id = {r["id"]: r["text"] for r in rows}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from jobs.job_input import JobInput
-from jobs.launch.runner import run_job
+from jobs.launch.runner import RunSettings, run_job
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.groups import live_groups
 from tests.support.inputs import many_lines
@@ -174,7 +174,7 @@ def test_a_ctrl_c_after_the_last_result_leaves_no_results_spill_on_disk(
     monkeypatch.setattr(EmbeddedBroker, "kill", interrupted)
     source = JobInput(many_lines(tmp_path / "in.jsonl", 5), "text")
     with pytest.raises(KeyboardInterrupt):
-        run_job(source, "tiny", repository=model_repository, log=lambda _: None, timeout_s=120)
+        run_job(source, "tiny", RunSettings(model_repository, timeout_s=120), log=lambda _: None)
     assert not list(scratch.glob("nearline-results-*"))
 
 

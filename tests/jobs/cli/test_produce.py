@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.launch.runner import watch_job
+from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import load_jobs
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -62,7 +62,7 @@ def test_a_record_the_preprocess_worker_cannot_decode_is_dead_lettered_as_part_o
         [job_record(ns.raw_image, text, "job-odd", "t1"), job_record(ns.raw_text, b"not avro", "job-odd", "b2")],
     )
     pipeline.start("preprocess", "preprocess")
-    outcome, _ = watch_job(pipeline.settings, ns, "job-odd", 2, check=pipeline.check_workers, timeout_s=120)
+    outcome, _ = watch_job(pipeline.settings, ns, "job-odd", 2, WaitRules(check=pipeline.check_workers, timeout_s=120))
     assert sorted(outcome.dead) == ["b2", "t1"]
     assert {letter.job_id for letter in outcome.dead.values()} == {"job-odd"}
     assert outcome.dead["t1"].source_topic == ns.raw_image
