@@ -94,22 +94,33 @@ def _svg(body: list[str], width: int, height: int, name: str) -> str:
     )
 
 
-def bar_chart(
-    name: str,
-    bars: Sequence[Bar],
-    *,
-    title: str,
-    x_label: str,
-    y_label: str,
-    color: str,
-    x_ticks: list[tuple[float, str]] | None = None,
-    line: Sequence[tuple[float, float]] = (),
-    line_color: str = "#e45756",
-    legend: tuple[str, str] | None = None,
-    width: int = WIDTH,
-    height: int = HEIGHT,
-) -> str:
+@dataclass(frozen=True)
+class ChartStyle:
+    """A chart's words, colour and size."""
+
+    title: str
+    x_label: str
+    y_label: str
+    color: str  # the bars'
+    x_ticks: list[tuple[float, str]] | None = None  # None: about six round values
+    legend: str | None = None  # the bars' entry in a legend (shown with a line's)
+    width: int = WIDTH
+    height: int = HEIGHT
+
+
+@dataclass(frozen=True)
+class Line:
+    """A line drawn over the bars, on their axes."""
+
+    points: Sequence[tuple[float, float]]
+    color: str = "#e45756"
+    label: str | None = None  # its entry in the legend
+
+
+def bar_chart(name: str, bars: Sequence[Bar], style: ChartStyle, line: Line | None = None) -> str:
     """Bars on a numeric x axis (a histogram, a time series) with an optional line on top."""
+    title, x_ticks, color, width, height = style.title, style.x_ticks, style.color, style.width, style.height
+    points = line.points if line is not None else ()
     if not bars:
         return _svg(
             [f'<text x="{width / 2}" y="{height / 2}" class="title">{escape(title)}: no data</text>'],
@@ -117,11 +128,11 @@ def bar_chart(
             height,
             name,
         )
-    top = max([b.height for b in bars] + [y for _, y in line]) * 1.08
+    top = max([b.height for b in bars] + [y for _, y in points]) * 1.08
     frame = _Frame((min(b.left for b in bars), max(b.right for b in bars)), (0.0, top), width, height)
     if x_ticks is None:
         x_ticks = [(v, fmt(v)) for v in ticks(frame.x0, frame.x1, 6)]
-    body = frame.axes(title, x_label, y_label, x_ticks)
+    body = frame.axes(title, style.x_label, style.y_label, x_ticks)
     for bar in bars:
         x, right = frame.px(bar.left), frame.px(bar.right)
         y = frame.py(bar.height)
@@ -134,15 +145,15 @@ def bar_chart(
             body.append(
                 f'<text x="{(x + right) / 2:.1f}" y="{frame.py(0) + 16}" class="tick">{escape(bar.label)}</text>'
             )
-    if line:
-        points = " ".join(f"{frame.px(x):.1f},{frame.py(y):.1f}" for x, y in line)
-        body.append(f'<polyline points="{points}" fill="none" stroke="{line_color}" stroke-width="2"/>')
-    if legend:
+    if line is not None and points:
+        drawn = " ".join(f"{frame.px(x):.1f},{frame.py(y):.1f}" for x, y in points)
+        body.append(f'<polyline points="{drawn}" fill="none" stroke="{line.color}" stroke-width="2"/>')
+    if style.legend:
         body.append(f'<rect x="{width - 230}" y="30" width="12" height="12" fill="{color}"/>')
-        body.append(f'<text x="{width - 213}" y="40" class="legend">{escape(legend[0])}</text>')
-        if line:
-            body.append(f'<rect x="{width - 230}" y="48" width="12" height="3" fill="{line_color}"/>')
-            body.append(f'<text x="{width - 213}" y="54" class="legend">{escape(legend[1])}</text>')
+        body.append(f'<text x="{width - 213}" y="40" class="legend">{escape(style.legend)}</text>')
+        if line is not None and points and line.label:
+            body.append(f'<rect x="{width - 230}" y="48" width="12" height="3" fill="{line.color}"/>')
+            body.append(f'<text x="{width - 213}" y="54" class="legend">{escape(line.label)}</text>')
     return _svg(body, width, height, name)
 
 

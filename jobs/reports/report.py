@@ -12,7 +12,7 @@ from html import escape
 import numpy as np
 
 from jobs.registry import JobStatus
-from jobs.reports.plots import Bar, bar_chart, histogram_bars, nice_step
+from jobs.reports.plots import Bar, ChartStyle, Line, bar_chart, histogram_bars, nice_step
 from jobs.reports.profile import MISSING, Profile, Timings, as_timings, profile, stage_samples_us
 from schemas import InferenceResult
 
@@ -130,17 +130,14 @@ def _dead_letter_section(status: JobStatus) -> list[str]:
 
 def _throughput_section(results: Timings) -> list[str]:
     tp = throughput(results)
-    chart = bar_chart(
-        "throughput",
-        tp.inferred,
-        title=f"Throughput over time ({tp.bucket_s:g} s buckets)",
-        x_label="seconds since the job was submitted",
-        y_label="records/s",
-        color=INFERRED_COLOR,
-        line=tp.preprocessed,
-        line_color=PREPROCESSED_COLOR,
-        legend=("inferred (results produced)", "preprocessed"),
+    style = ChartStyle(
+        f"Throughput over time ({tp.bucket_s:g} s buckets)",
+        "seconds since the job was submitted",
+        "records/s",
+        INFERRED_COLOR,
+        legend="inferred (results produced)",
     )
+    chart = bar_chart("throughput", tp.inferred, style, Line(tp.preprocessed, PREPROCESSED_COLOR, "preprocessed"))
     return ['<section id="throughput"><h2>Throughput</h2>', chart, "</section>"]
 
 
@@ -152,13 +149,7 @@ def _latency_section(results: Timings, summary: Profile | None) -> list[str]:
             bar_chart(
                 f"latency-{name.replace(' ', '-')}",
                 bars,
-                title=name,
-                x_label="latency (log scale)",
-                y_label="records",
-                color=LATENCY_COLOR,
-                x_ticks=x_ticks,
-                width=360,
-                height=200,
+                ChartStyle(name, "latency (log scale)", "records", LATENCY_COLOR, x_ticks, width=360, height=200),
             )
         )
     out = ['<section id="latency"><h2>Latency per stage</h2>', '<div class="panels">', *panels, "</div>"]
@@ -180,13 +171,7 @@ def _batch_section(summary: Profile | None) -> list[str]:
     sizes = summary.batch_sizes if summary else {}
     bars = [Bar(i, i + 1, float(n), str(size)) for i, (size, n) in enumerate(sorted(sizes.items()))]
     chart = bar_chart(
-        "batch-sizes",
-        bars,
-        title="Batch sizes",
-        x_label="records in the batch",
-        y_label="batches",
-        color=BATCH_COLOR,
-        x_ticks=[],
+        "batch-sizes", bars, ChartStyle("Batch sizes", "records in the batch", "batches", BATCH_COLOR, [])
     )
     out = ['<section id="batch-sizes"><h2>Batches</h2>', chart]
     if summary is not None:

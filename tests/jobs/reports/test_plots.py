@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jobs.registry import JobStatus
-from jobs.reports.plots import Bar, bar_chart, histogram_bars, log_ticks, nice_step, ticks
+from jobs.reports.plots import Bar, ChartStyle, bar_chart, histogram_bars, log_ticks, nice_step, ticks
 from jobs.reports.report import render, stage_latencies_ms, throughput
 from schemas import DeadLetter, Job
 from tests.support.inputs import result
@@ -51,8 +51,8 @@ def test_stage_latencies_add_up_to_end_to_end() -> None:
 
 
 def test_an_empty_chart_says_so_instead_of_failing() -> None:
-    assert "no data" in bar_chart("x", [], title="Batch sizes", x_label="", y_label="", color="#000000")
-    svg = bar_chart("x", [Bar(0, 1, 3, "8")], title="t", x_label="", y_label="", color="#123456")
+    assert "no data" in bar_chart("x", [], ChartStyle("Batch sizes", "", "", "#000000"))
+    svg = bar_chart("x", [Bar(0, 1, 3, "8")], ChartStyle("t", "", "", "#123456"))
     assert 'fill="#123456"' in svg and "<title>8: 3</title>" in svg
 
 
