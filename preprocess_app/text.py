@@ -26,7 +26,7 @@ from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
 from schemas import SerdeError, now_us
 from schemas.model_config import ModelError, ModelNotFoundError
-from schemas.packs import PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
+from schemas.packs import PackHead, PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
 from schemas.raw_text_bytes import RawTextParts, read_raw_text
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
@@ -171,32 +171,18 @@ def preprocess_texts(
                 ids.nbytes + len(r) + RECORD_BYTES + (sum(len(k) + len(v) for k, v in a.items()) if a else 0)
                 for ids, r, a in zip(arrays, g.record_ids, g.attributes, strict=True)
             ]
-            write = functools.partial(
-                _tensor_packs,
-                topics,
-                topic,
-                g,
-                arrays,
-                cfg.name,
-                cfg.version,
-                ids_input.name,
-                timestamps,
-                max_value_bytes,
-            )
+            head = PackHead(g.job_id, cfg.name, cfg.version, ids_input.name, timestamps)
+            write = functools.partial(_tensor_packs, topic, g, arrays, head, max_value_bytes)
             for start, end in pack_spans(sizes, limits):
                 out.extend(write(start, end))
     return out
 
 
 def _tensor_packs(
-    topics: Topics,
     topic: str,
     g: _Texts,
     arrays: Sequence[np.ndarray],
-    model: str,
-    version: str,
-    tensor: str,
-    timestamps: Mapping[str, int],
+    head: PackHead,
     max_value_bytes: int,
     start: int,
     end: int,
@@ -206,20 +192,12 @@ def _tensor_packs(
     since the broker would refuse it on every redelivery and the worker must not stop on a
     record's size."""
     value = tensor_pack_bytes(
-        g.job_id,
-        model,
-        version,
-        g.record_ids[start:end],
-        g.seqs[start:end],
-        tensor,
-        arrays[start:end],
-        g.attributes[start:end],
-        timestamps,
+        head, g.record_ids[start:end], g.seqs[start:end], arrays[start:end], g.attributes[start:end]
     )
     if len(value) <= max_value_bytes:
         return [pack_record(topic, value, g.job_id, g.record_ids[start], end - start, g.submitted_at)]
     if end - start == 1:
         return [g.dead(start, too_large(f"the tensor record of {g.record_ids[start]}", len(value)))]
     half = (start + end) // 2
-    args = (topics, topic, g, arrays, model, version, tensor, timestamps, max_value_bytes)
+    args = (topic, g, arrays, head, max_value_bytes)
     return [*_tensor_packs(*args, start, half), *_tensor_packs(*args, half, end)]

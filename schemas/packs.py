@@ -235,16 +235,23 @@ class TensorPack:
         )
 
 
+@dataclass(frozen=True)
+class PackHead:
+    """What every record of a tensor pack shares: its job, model, tensor and stage stamps."""
+
+    job_id: str
+    model: str
+    model_version: str
+    tensor: str  # the model input the token ids feed
+    timestamps: Mapping[str, int]
+
+
 def tensor_pack_bytes(
-    job_id: str,
-    model: str,
-    model_version: str,
+    head: PackHead,
     record_ids: Sequence[str],
     seqs: Sequence[int] | np.ndarray,
-    tensor: str,
     arrays: Sequence[np.ndarray],
     attributes: Sequence[Mapping[str, str]],
-    timestamps: Mapping[str, int],
 ) -> bytes:
     """The pack of `arrays` (one 1-d array of token ids per record, all of one dtype)."""
     if not len(record_ids) == len(seqs) == len(arrays) == len(attributes):
@@ -252,24 +259,24 @@ def tensor_pack_bytes(
     if not arrays:
         raise ValueError("a pack holds at least one record")
     ids = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-    dtype = Tensor.from_array(tensor, ids[:0]).dtype  # the carried name; big-endian refused or swapped below
+    dtype = Tensor.from_array(head.tensor, ids[:0]).dtype  # the carried name; big-endian refused or swapped below
     little = ids.astype(np.dtype(dtype).newbyteorder("<"), copy=False)
     offsets = np.zeros(len(arrays) + 1, dtype=_INT64)
     np.cumsum([len(a) for a in arrays], out=offsets[1:])
     return _write(
         TENSOR_PACK,
         {
-            "job_id": job_id,
-            "model": model,
-            "model_version": model_version,
+            "job_id": head.job_id,
+            "model": head.model,
+            "model_version": head.model_version,
             "record_ids": record_ids,
             "seqs": np.asarray(seqs, dtype=_INT64).tobytes(),
-            "tensor": tensor,
+            "tensor": head.tensor,
             "dtype": dtype,
             "offsets": offsets.tobytes(),
             "data": little.tobytes(),
             "attributes": attributes,
-            "timestamps": timestamps,
+            "timestamps": head.timestamps,
         },
     )
 

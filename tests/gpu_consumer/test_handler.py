@@ -9,7 +9,7 @@ from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
-from schemas.packs import tensor_pack_bytes
+from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.records import value
 from tests.support.tiny_model import TinyModel
 
@@ -133,15 +133,11 @@ STAMPS = {"submitted": 11, "preprocess_start": 12, "preprocess_end": 13}
 def pack_of(first: int, arrays: list[np.ndarray], attributes: list[dict[str, str]] | None = None) -> bytes:
     n = len(arrays)
     return tensor_pack_bytes(
-        "job-p",
-        "tiny",
-        "1",
+        PackHead("job-p", "tiny", "1", "input_ids", STAMPS),
         [f"r{first + i}" for i in range(n)],
         [first + i for i in range(n)],
-        "input_ids",
         arrays,
         attributes or [{}] * n,
-        STAMPS,
     )
 
 
@@ -220,7 +216,7 @@ def test_a_record_of_a_pack_that_breaks_the_engine_is_dead_lettered_alone(tiny: 
 
 def test_a_pack_for_another_model_dead_letters_each_record_alone(tiny: TinyModel) -> None:
     other = tensor_pack_bytes(
-        "job-o", "other", "1", ["a", "b"], [0, 1], "input_ids", [np.array([1, 2])] * 2, [{}] * 2, {}
+        PackHead("job-o", "other", "1", "input_ids", {}), ["a", "b"], [0, 1], [np.array([1, 2])] * 2, [{}] * 2
     )
     out = handle_window(
         [ConsumedRecord("t", 0, 0, other)], OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, Topics(), "w"

@@ -18,7 +18,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import job_record, pack_record
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Tensor, TensorRecord, encode
-from schemas.packs import PackLimits, read_raw_text_pack, tensor_pack_bytes
+from schemas.packs import PackHead, PackLimits, read_raw_text_pack, tensor_pack_bytes
 
 
 def _jsonl(path: Path, texts: list[str]) -> Path:
@@ -84,7 +84,7 @@ def test_status_counts_every_record_of_a_tensor_pack_as_preprocessed(
     report = submit(settings, topics, source, "tiny", JobOptions(job_id="jst"))
     ids = [np.array([101, 7, 102], dtype=np.int64) for _ in range(3)]
     pack = tensor_pack_bytes(
-        "jst", "tiny", "1", ["r0", "r1", "r2"], [0, 1, 2], "input_ids", ids, [{}] * 3, {"submitted": 1}
+        PackHead("jst", "tiny", "1", "input_ids", {"submitted": 1}), ["r0", "r1", "r2"], [0, 1, 2], ids, [{}] * 3
     )
     single = encode(TensorRecord("jst", "r4", 4, "tiny", "1", (Tensor.from_array("input_ids", ids[0]),), {}, {}))
     tensors = topics.tensors("tiny")

@@ -14,6 +14,7 @@ from fastavro import parse_schema, schemaless_reader
 
 from schemas import RawText, SerdeError, TensorRecord, decode
 from schemas.packs import (
+    PackHead,
     PackLimits,
     kind_of,
     pack_spans,
@@ -71,7 +72,7 @@ def test_a_tensor_pack_gives_each_record_its_own_ids_as_views() -> None:
     ]
     stamps = {"submitted": 1, "preprocess_start": 2, "preprocess_end": 3}
     data = tensor_pack_bytes(
-        "job-2", "minilm", "3", ["x", "y", "z"], [4, 5, 6], "input_ids", arrays, [{}, {}, {"n": "5"}], stamps
+        PackHead("job-2", "minilm", "3", "input_ids", stamps), ["x", "y", "z"], [4, 5, 6], arrays, [{}, {}, {"n": "5"}]
     )
     assert kind_of(data) == "TensorPack"
     pack = read_tensor_pack(data)
@@ -88,7 +89,7 @@ def test_a_tensor_pack_gives_each_record_its_own_ids_as_views() -> None:
 
 def test_big_endian_ids_travel_little_endian() -> None:
     arrays = [np.array([1, 258], dtype=">i4")]
-    pack = read_tensor_pack(tensor_pack_bytes("j", "m", "1", ["r"], [0], "ids", arrays, [{}], {}))
+    pack = read_tensor_pack(tensor_pack_bytes(PackHead("j", "m", "1", "ids", {}), ["r"], [0], arrays, [{}]))
     assert pack.dtype == "int32" and pack.array(0).tolist() == [1, 258]
 
 
@@ -111,7 +112,7 @@ def test_a_malformed_pack_raises_a_serde_error(cut: Callable[[bytes], bytes]) ->
     data = raw_text_pack_bytes("j", "m", 1, ["a"], [0], ["t"], [{}])
     with pytest.raises(SerdeError):
         read_raw_text_pack(cut(data))
-    tdata = tensor_pack_bytes("j", "m", "1", ["a"], [0], "ids", [np.array([1, 2], np.int64)], [{}], {})
+    tdata = tensor_pack_bytes(PackHead("j", "m", "1", "ids", {}), ["a"], [0], [np.array([1, 2], np.int64)], [{}])
     with pytest.raises(SerdeError):
         read_tensor_pack(cut(tdata))
 

@@ -25,7 +25,7 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from producers.images import MAX_IMAGE_BYTES
 from schemas import InferenceResult, decode
 from schemas.model_config import ModelConfig
-from schemas.packs import tensor_pack_bytes
+from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
@@ -244,7 +244,11 @@ def test_an_exactly_once_worker_sigkilled_with_tensor_packs_in_flight_loses_and_
             break
         ids = [f"r{i}" for i in range(start, end)]
         packed = tensor_pack_bytes(
-            job_id, "tiny", "1", ids, range(start, end), "input_ids", arrays[start:end], [{}] * len(ids), stamps
+            PackHead(job_id, "tiny", "1", "input_ids", stamps),
+            ids,
+            range(start, end),
+            arrays[start:end],
+            [{}] * len(ids),
         )
         packs.append(pack_record(tensors, packed, job_id, ids[0], len(ids), submitted))
         start = end
