@@ -29,7 +29,7 @@ from gpu_consumer.batcher import (
 from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
-from kafka_io.dead_letters import dead_letter
+from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
@@ -352,4 +352,5 @@ def _dead(
     packed: tuple[int, bytes] | None = None,
 ) -> OutRecord:
     """A dead letter of `src`, or with `packed` (index, the record alone) of one record of its pack."""
-    return dead_letter(STAGE, error, src, topics, model=config.name, model_version=config.version, packed=packed, **ids)
+    whose = Whose(ids.get("job_id"), ids.get("record_id"), config.name, config.version)
+    return dead_letter(STAGE, error, src, topics, whose, packed)

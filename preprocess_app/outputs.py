@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kafka_io.dead_letters import dead_letter
+from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
@@ -49,19 +49,11 @@ def dead_out(
     if isinstance(raw, RawTextPack):
         if packed is None:
             raise ValueError("a pack's dead letter names the record of it that failed (packed=index)")
-        return dead_letter(
-            STAGE,
-            error,
-            src,
-            topics,
-            job_id=raw.job_id,
-            record_id=raw.record_ids[packed],
-            model=raw.model,
-            packed=(packed, raw.single(packed)),
-        )
+        whose = Whose(raw.job_id, raw.record_ids[packed], raw.model)
+        return dead_letter(STAGE, error, src, topics, whose, (packed, raw.single(packed)))
     if raw is None:  # undecodable (not Avro, or the other kind): the headers and key still name it
         job_id = src.job_id
         prefix = f"{job_id}/"
         record_id = src.key_text.removeprefix(prefix) if job_id and src.key_text.startswith(prefix) else None
-        return dead_letter(STAGE, error, src, topics, job_id=job_id, record_id=record_id)
-    return dead_letter(STAGE, error, src, topics, job_id=raw.job_id, record_id=raw.record_id, model=raw.model)
+        return dead_letter(STAGE, error, src, topics, Whose(job_id, record_id))
+    return dead_letter(STAGE, error, src, topics, Whose(raw.job_id, raw.record_id, raw.model))

@@ -16,6 +16,7 @@ from jobs.cli.options import cluster_options, priority_option
 from jobs.cli.validators import require_servers
 from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
 from jobs.scheduling.schedules import (
+    ScheduleSpec,
     add_schedule,
     describe,
     new_schedule,
@@ -65,7 +66,8 @@ def schedule_add(
 ) -> None:
     """Add a schedule; it runs from its next tick on."""
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    created = new_schedule(name, cron, input_pattern, model, timezone, misfire, columns=columns, priority=priority)  # type: ignore[arg-type]
+    spec = ScheduleSpec(name, cron, input_pattern, model, timezone, misfire, columns, priority)  # type: ignore[arg-type]
+    created = new_schedule(spec)
     add_schedule(settings, topics, created, replace_existing)
     first = next_tick(created.cron, created.timezone, datetime.now(UTC))
     click.echo(f"schedule {name} added; next tick {first:%Y-%m-%d %H:%M %Z}", err=True)

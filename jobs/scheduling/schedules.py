@@ -46,26 +46,43 @@ def schedule_name_problem(name: str) -> str | None:
     return None
 
 
-def new_schedule(
-    name: str,
-    cron: str,
-    input_pattern: str,
-    model: str,
-    timezone: str = "UTC",
-    misfire: Misfire = "skip",
-    at_us: int | None = None,
-    columns: Columns = DEFAULT_COLUMNS,
-    priority: str = "batch",
-) -> Schedule:
-    if (problem := schedule_name_problem(name)) is not None:
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """What `nearline schedule add` asks for: checked by new_schedule before it is stored."""
+
+    name: str
+    cron: str
+    input_pattern: str  # a file, a folder or a glob, made absolute when stored
+    model: str
+    timezone: str = "UTC"
+    misfire: Misfire = "skip"
+    columns: Columns = DEFAULT_COLUMNS
+    priority: str = "batch"
+
+
+def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
+    """The schedule `spec` asks for, created at `at_us` (now by default); ScheduleSpecError if it is not one."""
+    if (problem := schedule_name_problem(spec.name)) is not None:
         raise ScheduleSpecError(problem)
-    check_spec(cron, timezone, misfire)
-    check_model_name(model)
-    if not input_pattern.strip():  # it would be stored as the folder the command ran in
+    check_spec(spec.cron, spec.timezone, spec.misfire)
+    check_model_name(spec.model)
+    if not spec.input_pattern.strip():  # it would be stored as the folder the command ran in
         raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
-    pattern = absolute_input(input_pattern)
-    return Schedule(name, cron, pattern, model, timezone, misfire, False, now, now, columns.to_json(), priority)
+    pattern = absolute_input(spec.input_pattern)
+    return Schedule(
+        spec.name,
+        spec.cron,
+        pattern,
+        spec.model,
+        spec.timezone,
+        spec.misfire,
+        False,
+        now,
+        now,
+        spec.columns.to_json(),
+        spec.priority,
+    )
 
 
 def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:

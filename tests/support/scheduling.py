@@ -14,7 +14,7 @@ from pathlib import Path
 from jobs.registry import load_jobs
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
-from jobs.scheduling.schedules import add_schedule, new_schedule
+from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Job
@@ -42,7 +42,7 @@ def add(settings: KafkaSettings, topics: Topics, text_input: Path, misfire: str 
     add_schedule(
         settings,
         topics,
-        new_schedule(name, "* * * * *", str(text_input), "tiny", misfire=misfire, at_us=to_us(T0)),  # type: ignore[arg-type]
+        new_schedule(ScheduleSpec(name, "* * * * *", str(text_input), "tiny", misfire=misfire), to_us(T0)),  # type: ignore[arg-type]
     )
 
 

@@ -15,6 +15,7 @@ from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from jobs.scheduling.schedules import (
+    ScheduleSpec,
     TickClaims,
     add_schedule,
     describe,
@@ -265,7 +266,7 @@ def test_a_glob_of_parquet_files_is_one_job_per_tick_read_with_the_schedules_col
     pq.write_table(pa.table({"body": ["c"], "n": [3]}), tmp_path / "drop" / "2.parquet")
     columns = Columns(text="body", keep=("n",))
     pattern = str(tmp_path / "drop" / "*.parquet")
-    schedule = new_schedule("tables", "* * * * *", pattern, "tiny", at_us=to_us(T0), columns=columns)
+    schedule = new_schedule(ScheduleSpec("tables", "* * * * *", pattern, "tiny", columns=columns), to_us(T0))
     add_schedule(settings, topics, schedule)
     clock.at(1, 2)
     assert a.step() == ["tables-20261129T1001Z"]
@@ -280,7 +281,7 @@ def test_a_live_schedule_submits_its_jobs_in_the_live_lane(
     settings: KafkaSettings, topics: Topics, clock: Clock, text_input: Path, schedulers: list[Scheduler]
 ) -> None:
     a, _ = schedulers
-    schedule = new_schedule("urgent", "* * * * *", str(text_input), "tiny", at_us=to_us(T0), priority="live")
+    schedule = new_schedule(ScheduleSpec("urgent", "* * * * *", str(text_input), "tiny", priority="live"), to_us(T0))
     add_schedule(settings, topics, schedule)
     assert [v.to_dict()["priority"] for v in describe(settings, topics, T0) if v.schedule.name == "urgent"] == ["live"]
     clock.at(1, 2)
