@@ -219,3 +219,49 @@ def test_the_check_sees_a_confluent_type_taken_through_kafka_io(tmp_path: Path) 
     leaky = tmp_path / "leaky.py"
     leaky.write_text("from kafka_io.events import Message\nfrom kafka_io.clients import Producer\n")
     assert confluent_names_imported(leaky) == ["kafka_io.events.Message (from confluent_kafka.cimpl)"]
+
+
+# A function that takes more than this many parameters takes a frozen settings object instead
+# (GpuWorkerSettings, JobOptions, WaitRules...). A CLI command's function takes one parameter per
+# option, as click passes them; so does the wrapper that gathers a command's shared options.
+MAX_PARAMETERS = 8
+
+
+def _is_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    def name(decorator: ast.expr) -> str:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+
+    return any(name(d) in ("command", "group", "wraps") for d in node.decorator_list)
+
+
+def long_signatures(root: Path, packages: list[str]) -> list[str]:
+    """Functions of more than MAX_PARAMETERS parameters (self and cls aside), CLI commands aside."""
+    found = []
+    for path in sorted(p for package in packages for p in (root / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            count = len(names) - (names[:1] in (["self"], ["cls"]))
+            in_cli = path.relative_to(root).parts[:2] == ("jobs", "cli")
+            if count > MAX_PARAMETERS and not (in_cli and _is_command(node)):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({count})")
+    return found
+
+
+def test_no_function_outside_the_cli_commands_takes_more_than_eight_parameters() -> None:
+    assert long_signatures(ROOT, [*MAY_IMPORT, "bench"]) == [], "take a frozen settings object instead"
+
+
+def test_the_check_counts_parameters_and_lets_a_cli_command_take_one_per_option(tmp_path: Path) -> None:
+    nine = ", ".join(f"a{i}: int" for i in range(9))
+    (tmp_path / "jobs" / "cli").mkdir(parents=True)
+    (tmp_path / "jobs" / "run.py").write_text(
+        f"def wide({nine}) -> None: ...\nclass C:\n    def method(self, {', '.join(f'a{i}' for i in range(8))}): ...\n"
+    )
+    (tmp_path / "jobs" / "cli" / "cmd.py").write_text(
+        f"@click.command()\ndef cmd({nine}) -> None: ...\ndef helper(*, {nine}) -> None: ...\n"
+    )
+    assert long_signatures(tmp_path, ["jobs"]) == ["jobs/cli/cmd.py:3 helper (9)", "jobs/run.py:1 wide (9)"]
