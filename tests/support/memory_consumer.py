@@ -68,7 +68,7 @@ class MemoryConsumer:
     def append(self, topic: str, partition: int, value: bytes, records: int = 1, key: bytes | None = None) -> None:
         """A record at the partition's end; `records` > 1: a pack holding that many (its header)."""
         log = self.logs.setdefault((topic, partition), [])
-        headers = [("records", str(records).encode())] if records > 1 else None
+        headers: list[tuple[str, bytes | None]] | None = [("records", str(records).encode())] if records > 1 else None
         log.append(MemoryMessage(topic, partition, len(log), value, key, headers))
         self._eof_told.discard((topic, partition))
 
