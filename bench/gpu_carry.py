@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.device_pack import pack
-from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
-from schemas.model_config import ModelConfig
+from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 ROOT = Path(__file__).parents[1]
 DEVICE = ROOT / ".device"

@@ -12,7 +12,7 @@ from gpu_consumer.batcher import pad_batch
 from gpu_consumer.cost_model import CostModel, measure
 from gpu_consumer.engine import Engine, EngineLoadError
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
-from schemas.model_config import ModelConfig
+from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def measure_cost(engine: Engine, config: ModelConfig) -> CostModel | None:
 
 def _has_torchscript(config: ModelConfig) -> bool:
     """Whether the torch engine has a module to load: an imported model.onnx has none (onnx_import.py)."""
-    return any((config.directory / f).is_file() for f in ("model.pt", "model.fp16.pt"))
+    return any((config.directory / f).is_file() for f in (TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE))
 
 
 def _tensorrt_usable() -> bool:

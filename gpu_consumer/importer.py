@@ -29,6 +29,7 @@ from gpu_consumer.import_source import (
 from schemas.model_config import (
     LABELS_FILE,
     POOLING_STEPS,
+    TOKENIZER_FILE,
     ModelConfig,
     TensorSpec,
     TokenizerSpec,
@@ -123,7 +124,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
         with torch.no_grad():
             return graph(*[torch.from_numpy(batch[n]) for n in names]).numpy()
 
-    files = {"tokenizer.json": tok.path}
+    files = {TOKENIZER_FILE: tok.path}
     if classifier:
         labels = label_file(_id2label(hf), _width(reference, names, tok.pad_id), scratch)
         files[LABELS_FILE] = labels
@@ -148,7 +149,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
         outputs=(TensorSpec(output, "float32", out_dims),),
         max_batch_size=max_batch_size,
         postprocess=postprocess,
-        tokenizer=TokenizerSpec("tokenizer.json", tok.max_length, tok.pad_id),
+        tokenizer=TokenizerSpec(TOKENIZER_FILE, tok.max_length, tok.pad_id),
         labels_file=LABELS_FILE if classifier else None,
         result_name="labels" if classifier else "embedding",
         source=provenance,

@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from gpu_consumer.import_source import ImportRefusedError, ImportTarget, label_file, weights_digest
-from schemas.model_config import LABELS_FILE, POOLING_STEPS, ModelConfig, TensorSpec, TokenizerSpec
+from schemas.model_config import (
+    LABELS_FILE,
+    ONNX_FILE,
+    POOLING_STEPS,
+    TOKENIZER_FILE,
+    ModelConfig,
+    TensorSpec,
+    TokenizerSpec,
+)
 
 TEXT_ROLES = {"input_ids": "token_ids", "attention_mask": "attention_mask", "token_type_ids": "token_type_ids"}
 ONNX_DTYPES = {1: "float32", 7: "int64", 10: "float16", 6: "int32", 2: "uint8"}
@@ -91,7 +99,7 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
     max_batch_size = target.max_batch_size
 
     folder = source.model_folder
-    graph = read_graph(folder / "model.onnx")
+    graph = read_graph(folder / ONNX_FILE)
     if source.task == "image-classification":
         raise ImportRefusedError(
             f"{folder}: an image classifier as a bare model.onnx is not supported: import the transformers "
@@ -112,7 +120,7 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
                     "downloads: put that model's tokenizer.json in the folder"
                 ) from None
             raise
-        files = {"tokenizer.json": tok.path}
+        files = {TOKENIZER_FILE: tok.path}
         width = int(output.dims[-1])
         if classifier:
             files[LABELS_FILE] = label_file(_id2label(folder, hf_config), width, Path(scratch))
@@ -129,7 +137,7 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
             outputs=(TensorSpec(output.name, "float32", ("batch", *(() if classifier else ("sequence",)), width)),),
             max_batch_size=max_batch_size,
             postprocess=postprocess,
-            tokenizer=TokenizerSpec("tokenizer.json", tok.max_length, tok.pad_id),
+            tokenizer=TokenizerSpec(TOKENIZER_FILE, tok.max_length, tok.pad_id),
             labels_file=LABELS_FILE if classifier else None,
             result_name="labels" if classifier else "embedding",
             source=f"imported from {source.folder.resolve()} (onnx, {weights_digest(source)})",
@@ -233,7 +241,7 @@ def _id2label(folder: Path, hf_config: dict[str, Any]) -> dict[int, str]:
 
 
 def _copy(graph: OnnxGraph, target: Path) -> None:
-    shutil.copy2(graph.path, target / "model.onnx")
+    shutil.copy2(graph.path, target / ONNX_FILE)
     for name in graph.data_files:
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(graph.path.parent / name, target / name)

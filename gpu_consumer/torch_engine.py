@@ -20,11 +20,9 @@ from gpu_consumer.batcher import shaped_batch, warmup_batch
 from gpu_consumer.device_postprocess import apply, device_steps
 from gpu_consumer.engine import Engine, EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, plan_buffers
-from schemas.model_config import ModelConfig
+from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 log = logging.getLogger(__name__)
-TORCHSCRIPT_FILE = "model.pt"
-TORCHSCRIPT_FP16_FILE = "model.fp16.pt"  # traced in FP16: an FP32 trace cannot be halved (export.py)
 PRECISION_FILES = {"fp32": TORCHSCRIPT_FILE, "fp16": TORCHSCRIPT_FP16_FILE}
 
 

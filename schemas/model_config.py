@@ -27,10 +27,17 @@ Task = Literal["text-embedding", "text-classification", "image-classification"]
 TASKS: tuple[Task, ...] = ("text-embedding", "text-classification", "image-classification")
 # Tasks whose results are labels ({label, index, score}, best first) rather than a tensor
 CLASSIFIER_TASKS: tuple[Task, ...] = ("text-classification", "image-classification")
-CONFIG_FILE = "config.json"
+# The files of a model version's folder in the repository, named here only.
+CONFIG_FILE = "config.json"  # this ModelConfig
+ONNX_FILE = "model.onnx"  # the graph every engine starts from (ONNX Runtime, TensorRT's build)
+TORCHSCRIPT_FILE = "model.pt"  # the torch engine's module, traced at FP32
+TORCHSCRIPT_FP16_FILE = "model.fp16.pt"  # traced in FP16: an FP32 trace cannot be halved (export.py)
+TOKENIZER_FILE = "tokenizer.json"  # a text model's tokenizer (Hugging Face tokenizers' format)
 # A classifier's class names as a JSON array: any string round-trips, a line break included. Models
-# imported before kept one name a line in labels.txt, still read (split on "\n" only).
+# imported before kept one name a line in labels.txt, still read (split on "\n" only), and the
+# ImageNet classes ship one a line (LINE_LABELS_FILE).
 LABELS_FILE = "labels.json"
+LINE_LABELS_FILE = "labels.txt"
 
 
 # Where models were kept before the per-user cache: ./models of whatever folder a command ran in
@@ -240,7 +247,7 @@ class ModelConfig:
 
     @property
     def onnx_path(self) -> Path:
-        return self.directory / "model.onnx"
+        return self.directory / ONNX_FILE
 
     @property
     def tokenizer_path(self) -> Path:

@@ -165,7 +165,7 @@ def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     from gpu_consumer.export import _export
-    from gpu_consumer.torch_engine import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
+    from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
 
     source = folder.parent / f"{folder.name}-source"
     classify = task == "text-classification"
