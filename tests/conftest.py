@@ -114,7 +114,8 @@ def minilm(model_repository: Path) -> ModelConfig:
 
 # A test that asks for one of these (itself or through another fixture) needs a broker or exports a
 # real model (tens of seconds): not a unit test.
-NOT_UNIT_FIXTURES = frozenset({"test_broker", "embedded_broker", "apache_kafka", "minilm", "efficientnet"})
+REAL_MODEL_FIXTURES = frozenset({"minilm", "efficientnet"})
+NOT_UNIT_FIXTURES = frozenset({"test_broker", "embedded_broker", "apache_kafka", *REAL_MODEL_FIXTURES})
 
 
 def mark_unit(items: list[pytest.Item]) -> None:
@@ -124,8 +125,10 @@ def mark_unit(items: list[pytest.Item]) -> None:
     subprocess, a broker it starts itself) is marked `process` in its module; the unit tier fails
     any unmarked one that does (unit_guard), so the tier stays what it says."""
     for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_model)  # a shipped model: what --fast leaves out
         folder = item.path.relative_to(Path(__file__).parent).parts[0]
-        if folder in ("trials", "end_to_end") or "slow" in item.keywords:
+        if folder in ("trials", "end_to_end") or "real_model" in item.keywords or "long" in item.keywords:
             continue
         if "process" in item.keywords or NOT_UNIT_FIXTURES & set(getattr(item, "fixturenames", ())):
             continue

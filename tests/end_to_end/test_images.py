@@ -19,7 +19,7 @@ from tests.support.references import torch_top5
 from tests.support.tiny_model import TinyModel
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(600)
 def test_run_classifies_real_photos_like_torch_on_the_same_decoded_image(tmp_path: Path) -> None:
     photos = tmp_path / "photos"
@@ -45,7 +45,6 @@ def test_run_classifies_real_photos_like_torch_on_the_same_decoded_image(tmp_pat
         assert all(isinstance(g["label"], str) and g["label"] for g in got)
 
 
-@pytest.mark.slow
 def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_worker_dies(
     pipeline: RunningPipeline, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:
@@ -78,7 +77,6 @@ def test_the_bad_image_corpus_gives_results_or_specific_dead_letters_and_no_work
         assert w.process.poll() is None
 
 
-@pytest.mark.slow
 def test_a_text_job_and_an_image_job_run_at_the_same_time_on_one_broker(
     pipeline: RunningPipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:

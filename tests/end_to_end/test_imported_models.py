@@ -40,7 +40,7 @@ def run_model(tmp_path: Path, repository: Path, model: str) -> list[dict[str, An
     return lines
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     ("pooling", "normalize"),
@@ -75,7 +75,7 @@ def test_an_imported_sentence_transformer_embeds_like_sentence_transformers(
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), np.linalg.norm(want, axis=1), rtol=1e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("multi_label", [False, True])
 def test_an_imported_classifier_labels_texts_like_transformers(tmp_path: Path, multi_label: bool) -> None:
@@ -109,7 +109,7 @@ def assert_labels(lines: list[dict[str, Any]], scores: np.ndarray, names: dict[i
     assert len(tops) >= 2  # a classifier that gives one label to everything would prove little
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(600)
 def test_an_imported_image_classifier_uses_its_own_preprocessing_on_real_photos(tmp_path: Path) -> None:
     """A ViT whose processor resizes exactly to 224x224 with mean/std 0.5 (not EfficientNet's
@@ -154,7 +154,7 @@ def test_an_imported_image_classifier_uses_its_own_preprocessing_on_real_photos(
     assert len(tops) >= 2
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(600)
 def test_an_imported_model_onnx_classifier_labels_texts_like_transformers(tmp_path: Path) -> None:
     """A ready model.onnx (exported here with torch.onnx) whose task and labels come from its config.json."""
@@ -175,7 +175,7 @@ def test_an_imported_model_onnx_classifier_labels_texts_like_transformers(tmp_pa
     assert_labels(lines, torch.softmax(logits, dim=-1).numpy().astype(np.float64), model.config.id2label)
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(600)
 def test_an_imported_model_onnx_embedder_pools_like_transformers(tmp_path: Path) -> None:
     """A ready model.onnx giving token vectors, imported with --task and --pooling cls."""

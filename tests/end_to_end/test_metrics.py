@@ -130,7 +130,7 @@ def scrape(port: int) -> bytes:
         return bytes(answer.read())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_absent_gpu_alert_fires(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:

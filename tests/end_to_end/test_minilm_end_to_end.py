@@ -13,7 +13,7 @@ from tests.support.pipeline import run_embedded
 EXAMPLE = Path(__file__).parents[2] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(900)
 def test_run_embeds_the_shipped_example_like_the_model_run_directly(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"

@@ -81,7 +81,6 @@ def test_a_bad_table_submits_nothing_and_exits_2_naming_file_and_row(pipeline: R
     assert "submitted 2 records" in skipped.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_an_image_table_of_paths_or_bytes_is_labelled_like_the_folder(
     pipeline: RunningPipeline, efficientnet: ModelConfig, tmp_path: Path

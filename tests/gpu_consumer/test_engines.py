@@ -26,7 +26,6 @@ from schemas.model_config import ModelConfig, load_model_config
 from tests.support.references import TEXTS, image_batch, text_batch
 
 
-@pytest.mark.slow
 def test_the_torch_engine_matches_onnx_runtime_on_cpu(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
     for config, batch in ((minilm, text_batch(minilm)), (efficientnet, image_batch(efficientnet))):
         name = config.outputs[0].name
@@ -36,7 +35,6 @@ def test_the_torch_engine_matches_onnx_runtime_on_cpu(minilm: ModelConfig, effic
         np.testing.assert_allclose(got, want, atol=2e-4, err_msg=config.name)
 
 
-@pytest.mark.slow
 def test_pooling_in_the_engine_gives_the_embeddings_of_pooling_on_the_cpu(minilm: ModelConfig) -> None:
     from gpu_consumer.postprocess import postprocess
 
@@ -76,7 +74,6 @@ def assert_same_embeddings_and_labels(
     assert got_top.tolist() == want_top.tolist()
 
 
-@pytest.mark.slow
 def test_the_fp16_torchscript_matches_onnx_runtime_on_cpu(minilm: ModelConfig, efficientnet: ModelConfig) -> None:
     """The file the GPU runs, run on the CPU: it must be a real FP16 trace, not FP32 halved."""
 
@@ -160,7 +157,6 @@ def warmed_shapes(engine: TorchEngine, monkeypatch: pytest.MonkeyPatch, fail_at:
     return shapes
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("raised_as", ["OutOfMemoryError", "TorchScript's RuntimeError"])
 def test_a_warm_up_out_of_gpu_memory_says_which_shape_and_what_to_change(
     minilm: ModelConfig, monkeypatch: pytest.MonkeyPatch, raised_as: str
@@ -185,7 +181,6 @@ def test_a_warm_up_out_of_gpu_memory_says_which_shape_and_what_to_change(
         other.warmup()
 
 
-@pytest.mark.slow
 def test_a_worker_limit_below_the_models_warms_only_the_shapes_it_forms(
     minilm: ModelConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,7 +108,6 @@ def test_the_cli_says_why_with_exit_code_2_and_imports_nothing(tmp_path: Path) -
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.slow
 def test_the_packaged_minilm_imported_from_its_folder_embeds_like_models_prepare(
     tmp_path: Path, minilm: ModelConfig
 ) -> None:

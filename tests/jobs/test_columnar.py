@@ -152,7 +152,6 @@ def test_nearline_results_refuses_a_job_of_mixed_output_shapes_as_parquet_and_wr
     assert [len(line["embedding"]) for line in jsonl_lines(tmp_path / "out.jsonl")] == [6, 8]
 
 
-@pytest.mark.slow
 def test_nearline_results_writes_parquet_and_arrow_equal_to_json_lines_for_a_text_and_an_image_job(
     pipeline: RunningPipeline, tiny: TinyModel, efficientnet: ModelConfig, tmp_path: Path
 ) -> None:

@@ -78,7 +78,7 @@ def wait_serving(pipeline: RunningPipeline, url: str, context: ssl.SSLContext) -
         time.sleep(0.2)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_with_a_client_ca_only_scrapers_with_a_signed_certificate_are_answered(
     pipeline: RunningPipeline, pki: Pki, tmp_path: Path
 ) -> None:

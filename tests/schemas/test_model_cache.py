@@ -72,7 +72,7 @@ def test_models_left_in_the_old_folder_are_pointed_at_with_the_move_command(
     assert not (home / ".cache" / "nearline" / "models" / "minilm").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.real_model
 @pytest.mark.timeout(900)
 def test_run_from_two_folders_exports_the_model_once_into_the_users_cache(tmp_path: Path) -> None:
     home, first, second = tmp_path / "home", tmp_path / "first", tmp_path / "second"

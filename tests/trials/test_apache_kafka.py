@@ -51,7 +51,7 @@ def kafka_pipeline(
         p.stop()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(420)
 # Also under Kafka 4's consumer group protocol (KIP-848): the transactions' offsets carry the
 # member's epoch, which the broker checks (TxnOffsetCommit) instead of the classic generation.
@@ -81,7 +81,7 @@ def test_an_exactly_once_worker_sigkilled_mid_transaction_is_taken_over_with_no_
     assert_status_is_exact(pipeline, job_id, len(rows))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("how", ["stopped", "killed"])
 def test_a_broker_restarted_on_its_own_data_mid_job_loses_and_duplicates_nothing(
@@ -133,7 +133,7 @@ def test_a_broker_restarted_on_its_own_data_mid_job_loses_and_duplicates_nothing
         broker.stop()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(480)
 def test_an_exactly_once_worker_rides_out_a_broker_killed_and_restarted_on_its_own_data(
     tiny: TinyModel, model_repository: Path, tmp_path: Path
@@ -186,7 +186,6 @@ def noise_png(path: Path, side: int, seed: int) -> Path:
     return path
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_images_up_to_the_10_mib_cap_go_through_a_stock_kafka_and_one_past_it_is_refused_at_submit(
     kafka_pipeline: RunningPipeline, efficientnet: ModelConfig, tmp_path: Path
@@ -219,7 +218,7 @@ def test_images_up_to_the_10_mib_cap_go_through_a_stock_kafka_and_one_past_it_is
     )
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(420)
 def test_an_exactly_once_worker_sigkilled_with_tensor_packs_in_flight_loses_and_duplicates_no_record(
     kafka_pipeline: RunningPipeline, tiny: TinyModel

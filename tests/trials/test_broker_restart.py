@@ -22,7 +22,7 @@ from tests.support.pipeline import feed_tensors
 from tests.support.tiny_model import TinyModel
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(400)
 def test_both_workers_recover_from_a_broker_restart_that_lost_everything(
     tiny: TinyModel, model_repository: Path, tmp_path: Path

@@ -35,7 +35,7 @@ from tests.support.tiny_model import TinyModel
 PACED = ("--max-batch-size", "1", "--max-window", "1", "--max-windows-in-flight", "1")
 
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.long,
     # one subnet (bench/hosts.py), and a topology removes leftover namespaces: one test process only
     pytest.mark.xdist_group("network-namespaces"),
     pytest.mark.skipif(

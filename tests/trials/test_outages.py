@@ -59,7 +59,7 @@ def own(tiny: TinyModel, model_repository: Path, tmp_path: Path) -> Iterator[Own
         own.broker.kill()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_a_running_scheduler_waits_out_a_minute_without_a_broker_and_resumes(
     lone: LoneScheduler, clock: Clock, text_input: Path
@@ -123,7 +123,7 @@ def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path)
     assert waited < 30, waited  # it was 64 s: the whole idle timeout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(own: OwnBroker, tmp_path: Path) -> None:
     pipeline = own.pipeline
@@ -159,7 +159,7 @@ def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(own: 
         submit_err.close()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(own: OwnBroker, tmp_path: Path) -> None:
     # #30 C8: a 2-minute outage wrote ~8,300 lines (a 30 s one 2,232), aiokafka's every reconnect at ERROR
@@ -188,7 +188,7 @@ def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(own
     assert f"Kafka at {own.broker.bootstrap_servers} unreachable, waiting for it; records are kept" in log, log
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(400)
 def test_workers_that_served_a_job_ride_out_a_minute_of_refused_connections_and_stop_cleanly(
     own: OwnBroker, tmp_path: Path

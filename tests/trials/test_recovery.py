@@ -55,7 +55,7 @@ def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp
     assert_status_is_exact(pipeline, job_id, len(ids))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("trial", range(3))
 def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
@@ -73,7 +73,7 @@ def test_the_gpu_worker_killed_at_a_random_point_loses_nothing(
     finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("trial", range(2))
 def test_the_gpu_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
@@ -106,7 +106,7 @@ def test_the_gpu_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
     finish_and_check(pipeline, batch_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_the_preprocess_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
@@ -132,7 +132,6 @@ def test_the_preprocess_worker_killed_with_both_lanes_busy_loses_nothing_in_eith
     finish_and_check(pipeline, batch_id, [r["id"] for r in rows], tmp_path, timeout_s=240)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("trial", range(2))
 def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
     pipeline: RunningPipeline, efficientnet: object, tmp_path: Path, trial: int
@@ -157,7 +156,7 @@ def test_the_preprocess_worker_killed_at_a_random_point_loses_nothing(
     finish_and_check(pipeline, job_id, ids, tmp_path, timeout_s=240)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("trial", range(2))
 def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, trial: int
@@ -180,7 +179,7 @@ def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing
     finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=300)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 # Under Kafka 4's consumer group protocol (KIP-848) too: partitions move one by one, assigned by the
 # broker, and the dead member's after the broker's group.consumer.session.timeout.ms (6 s on the
 # test broker, tests/support/apache_kafka.py).
@@ -222,7 +221,7 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
     finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=180)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
@@ -246,7 +245,7 @@ def test_exactly_once_mode_writes_each_result_once_across_a_worker_restart(
     assert set(copies.values()) == {1}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_workers_ride_out_a_short_broker_outage(
     pipeline: RunningPipeline, tiny: TinyModel, test_broker: EmbeddedBroker | ApacheKafka | None, tmp_path: Path
 ) -> None:

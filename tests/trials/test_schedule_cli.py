@@ -19,7 +19,7 @@ from tests.support.pipeline import RunningPipeline, feed_tensors
 from tests.support.records import raw_texts_in
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_running(
     pipeline: RunningPipeline, tmp_path: Path
 ) -> None:

@@ -181,7 +181,7 @@ def test_a_restarted_winner_finishes_a_tick_it_claimed_but_did_not_submit(
     assert raw_records_of(settings, topics, "hourly-20261129T1001Z") == 5
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_a_running_scheduler_recovers_from_a_broker_restart_that_lost_everything(
     lone: LoneScheduler, clock: Clock, text_input: Path
