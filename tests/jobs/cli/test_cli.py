@@ -216,7 +216,9 @@ def test_a_job_id_that_is_not_a_name_is_a_usage_error_before_anything_is_sent(
     args = ["raw.text"] if command == "produce" else []
     done = nearline(command, *args, str(good), "--model", "tiny", f"--job-id={job_id}")
     assert done.returncode == 2, done.stderr
-    assert "Invalid value for '--job-id': invalid job id " in done.stderr and shown in done.stderr
+    variable = f"NEARLINE_{command.upper()}_JOB_ID"  # click names the option's variable too
+    assert f"Invalid value for '--job-id' (env var: '{variable}'): invalid job id " in done.stderr
+    assert shown in done.stderr
     assert "use letters, digits, '.', '_' and '-'" in done.stderr
     assert "did not answer" not in done.stderr  # refused before the broker was asked
 
