@@ -4,7 +4,7 @@
 
 On the embedded broker: a consumer with nothing to read holds a fetch open for fetch.wait.max.ms.
 A broker that answers a held fetch as soon as records arrive makes that wait free; one that does
-not (Tansu, shared/docs/tansu.md) adds up to the whole wait to every hand-over between stages
+not (Tansu, docs/brokers.md) adds up to the whole wait to every hand-over between stages
 when the pipeline is idle: a small job's "wait for inference". One record is produced every
 ~140 ms (never in step with the fetch wait) and timed from produce() to the consumer's poll()
 returning it. Figures, never assertions: the machine is shared.

@@ -183,7 +183,7 @@ def drain(net: Topology, hosts: int, base: Spec, logs: Path) -> Run:
     stopped together once the group has committed every record. Not drain mode, where each worker
     leaves the group as soon as its own partitions are done: with 8 hosts, one drain never ended,
     its last worker left waiting in the group after the others had left one by one (members that
-    leave while a Tansu group rebalances can wedge it, shared/docs/tansu.md)."""
+    leave while a Tansu group rebalances can wedge it, docs/brokers.md)."""
     argv = replace(base, namespace=namespace(hosts)).argv("worker")
     processes = []
     for host in net.of_kind("gpu")[:hosts]:

@@ -8,7 +8,7 @@ included: its release is written only after its replays and marks are confirmed)
 its claim when done. The loser of a race waits and then replays none; one that would wait longer
 than --wait is refused.
 
-Why a log of claims, and not the other Kafka-only locks (shared/docs/tansu.md):
+Why a log of claims, and not the other Kafka-only locks (docs/brokers.md):
 - a consumer group holding a one-partition topic: the holder leaves while the waiter joins, which
   is the very order that wedges a Tansu group for good (its leader leaves mid-rebalance);
 - a transactional.id per job: a second producer fences the first, whose replays Kafka aborts but

@@ -29,7 +29,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 PRODUCER_FIXED: dict[str, Any] = {"acks": "all"}
 
 CONSUMER_DEFAULTS: dict[str, Any] = {
-    # Join and failover in seconds, not the minute the 45 s default costs (shared/docs/tansu.md).
+    # Join and failover in seconds, not the minute the 45 s default costs (docs/brokers.md).
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 1000,
     "partition.assignment.strategy": "range",

@@ -1,7 +1,7 @@
 """Whether consumer groups have live members, from the group state the coordinator reports.
 
 Tansu's describe_consumer_groups lists no members ever, but its STABLE/EMPTY state is right
-(shared/docs/tansu.md), and on Kafka the state means the same: so liveness reads the state."""
+(docs/brokers.md), and on Kafka the state means the same: so liveness reads the state."""
 
 from __future__ import annotations
 

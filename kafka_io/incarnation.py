@@ -3,7 +3,7 @@
 A broker that restarts without its state (Tansu's memory storage) comes back with empty logs,
 while a consumer of the group it forgot keeps fetching at its old positions until it rejoins.
 Tansu answers a fetch past a log's end with nothing, not OFFSET_OUT_OF_RANGE
-(shared/docs/tansu.md), so once new records pass an old position they are read from there on,
+(docs/brokers.md), so once new records pass an old position they are read from there on,
 and the ones before it are skipped: commit those offsets to the new broker and its group resumes
 past records nobody read (a test lost 4 of 10 this way). So after a lost connection nothing is
 committed until the broker has said who it is: every embedded broker start has a cluster id of

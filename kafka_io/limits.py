@@ -1,7 +1,7 @@
 """The one record-size limit, and what a stage does with a record that would pass it.
 
 Every topic nearline creates gets `max.message.bytes` = MAX_RECORD_BYTES explicitly (Kafka's own
-default is about 1 MB, and Tansu enforces none: shared/docs/tansu.md), and every producer's
+default is about 1 MB, and Tansu enforces none: docs/brokers.md), and every producer's
 `message.max.bytes` is the same, so a record either fits everywhere or is refused before it is
 produced: by `nearline submit` for inputs, and as a dead letter by a worker for an output.
 Dead letters themselves stay far below the limit: their copy of the payload is cut

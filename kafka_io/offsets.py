@@ -1,7 +1,7 @@
 """Offsets: true partition ends, offsets for a time, committed offsets, resets.
 
 End offsets come from a fetch's high watermark, never from ListOffsets(latest), which Tansu
-answers wrongly (shared/docs/tansu.md); on Kafka both agree, so this is exact on either.
+answers wrongly (docs/brokers.md); on Kafka both agree, so this is exact on either.
 """
 
 from __future__ import annotations

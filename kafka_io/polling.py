@@ -7,7 +7,7 @@ executed batch the engine runs (gpu_consumer/batcher.py cuts a window into those
 
 Also the drain mode (arq's "burst"): stop once every assigned partition has reported EOF. EOF
 comes from the fetch high watermark, which is exact on every broker we run on, unlike
-ListOffsets(latest) on Tansu (shared/docs/tansu.md).
+ListOffsets(latest) on Tansu (docs/brokers.md).
 """
 
 from __future__ import annotations

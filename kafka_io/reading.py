@@ -107,7 +107,7 @@ class TopicFollower:
         latest write can still satisfy, this asks the broker where each partition ends now.
 
         Tansu answers that query with the start of the last batch + 1, not its end
-        (shared/docs/tansu.md): exact for topics written one record per produce, as the
+        (docs/brokers.md): exact for topics written one record per produce, as the
         schedule topics are; elsewhere the rest of that last batch may come in later polls."""
         ends = {}
         for topic, partition in self.partitions:

@@ -6,7 +6,7 @@ crash or abort shows them neither. Zombie workers are fenced by the consumer-gro
 with the offsets, so the transactional id only has to be stable per worker instance.
 
 On Tansu, commit, abort and send_offsets_to_transaction work, but a crashed transaction is made
-visible instead of aborted (shared/docs/tansu.md): crash-time exactly-once holds on Kafka only.
+visible instead of aborted (docs/brokers.md): crash-time exactly-once holds on Kafka only.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ worker. Unlike the GPU worker, which produces its unconfirmed windows again with
 (gpu_consumer/pipeline.py), this worker leaves redelivery to Kafka: a batch is cheap to tokenize
 again, where an engine's batch is the cost the product exists to spare, and a restarted worker
 rejoins its group in seconds. Its producer is not idempotent (an idempotent one wedges after a
-Tansu restart, shared/docs/tansu.md); readers drop duplicates by key.
+Tansu restart, docs/brokers.md); readers drop duplicates by key.
 """
 
 from __future__ import annotations

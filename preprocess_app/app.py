@@ -161,7 +161,7 @@ def _faust_app(settings: KafkaSettings, topics: Topics, datadir: Path, session_t
         broker=",".join(f"kafka://{s}" for s in settings.bootstrap_servers.split(",")),
         value_serializer="raw",
         key_serializer="raw",
-        # seconds to join and to fail over instead of faust's 60 s session (shared/docs/tansu.md)
+        # seconds to join and to fail over instead of faust's 60 s session (docs/brokers.md)
         broker_session_timeout=session_timeout_s,
         broker_heartbeat_interval=min(1.0, session_timeout_s / 6),
         broker_rebalance_timeout=10.0,

@@ -158,7 +158,7 @@ def decode_image(data: bytes, spec: ImageSpec) -> np.ndarray:
     image = open_checked(data, spec)
     if image.format == "JPEG" and spec.jpeg_draft:
         # Let libjpeg scale by 1/2, 1/4 or 1/8 in the DCT domain while keeping both sides >= the
-        # resize target: a 4K JPEG decodes ~6x faster (shared/docs/models.md).
+        # resize target: a 4K JPEG decodes ~3.6x faster (docs/benchmarks.md, Image preprocessing).
         image.draft("RGB", (spec.resize, spec.resize))
     try:
         image.load()  # for animations: the first frame

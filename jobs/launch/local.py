@@ -16,7 +16,7 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_METRICS, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY
 
 # glibc and Pillow settings for the image decoder: large buffers are reused instead of being
-# mapped and page-faulted afresh for every 4K image (shared/docs/models.md, section 4).
+# mapped and page-faulted afresh for every 4K image.
 PREPROCESS_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "4294967296",
     "MALLOC_TRIM_THRESHOLD_": "4294967296",

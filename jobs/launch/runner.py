@@ -177,7 +177,7 @@ def worker_liveness(
 
     Both stages count: with no preprocess worker, nothing reaches the GPU group, which stays live
     and waits for ever. A group's state alone is not trusted: Tansu reports the group of a
-    SIGKILLed worker STABLE, listing no members, for minutes (shared/docs/tansu.md), so a group
+    SIGKILLed worker STABLE, listing no members, for minutes (docs/brokers.md), so a group
     "live" by state whose committed offsets did not move for grace_s counts as gone too (see
     _Stall), and is then blamed only if the job still needs it. A broker that does not answer says
     nothing about the workers: an outage never counts against them."""

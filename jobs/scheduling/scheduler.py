@@ -100,7 +100,7 @@ class Scheduler:
 
     def _drop_clients(self) -> None:
         """Forget the clients and what they read: after a broker restart the old ones can be wedged
-        (shared/docs/tansu.md), and what was read before may be gone. The next step opens afresh."""
+        (docs/brokers.md), and what was read before may be gone. The next step opens afresh."""
         if self._follower is not None:
             self._follower.close()
             self._follower = None

@@ -59,7 +59,7 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
                 Inference(engines[name], tiny.config, topics, BatchPolicy(8), name),
                 WindowLimits(32, 20.0),
                 # not drain: a worker that leaves while the other joins can wedge a Tansu group
-                # (shared/docs/tansu.md); both stop once every record has its result
+                # (docs/brokers.md); both stop once every record has its result
                 LoopOptions(should_stop=done.is_set, pipeline=PipelineConfig(max_in_flight=8)),
             )
         finally:
