@@ -138,8 +138,8 @@ def carry_classifier(texts: int, fp32: bool) -> None:
 
     from bench.gpu_parity import BYO_CLASSIFIER, token_ids
     from gpu_consumer.batcher import make_batch
-    from gpu_consumer.importer import import_model
     from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from model_repository.importer import import_model
     from tests.support.byo_models import save_classifier
 
     with tempfile.TemporaryDirectory() as scratch:

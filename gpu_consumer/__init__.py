@@ -20,11 +20,11 @@ The GPU loop, step by step, and where each step lives:
 worker.py holds the loop (run(): one loop for both steps; serve(): the worker process) and says
 the commit rule in full; pipeline.py keeps at most --max-windows-in-flight windows between poll and
 commit. The records' schemas are schemas/avro/tensor_record.avsc (in), inference_result.avsc and
-dead_letter.avsc (out). Also here: model export and import (export.py, importer.py), poison
-isolation (isolation.py: a failing batch bisected down to the records that fail it), and what
-the worker reports to Prometheus (metrics.py).
+dead_letter.avsc (out). Also here: poison isolation (isolation.py: a failing batch bisected down
+to the records that fail it), and what the worker reports to Prometheus (metrics.py).
 
-What does not belong here: Kafka clients (kafka_io/), record schemas (schemas/), job state (jobs/).
+What does not belong here: Kafka clients (kafka_io/), record schemas (schemas/), job state (jobs/),
+models into the repository (model_repository/: export, import, parity checks).
 """
 
 # The engines --engine names; here, not in engines.py, so the CLI lists them without importing numpy.

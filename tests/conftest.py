@@ -99,7 +99,7 @@ def tiny(model_repository: Path) -> TinyModel:
 @pytest.fixture(scope="session")
 def efficientnet(model_repository: Path) -> ModelConfig:
     """The real EfficientNet-Lite0, prepared into the session's model repository."""
-    from gpu_consumer.export import prepare_efficientnet_lite0
+    from model_repository.export import prepare_efficientnet_lite0
 
     return prepare_efficientnet_lite0(model_repository)
 
@@ -107,7 +107,7 @@ def efficientnet(model_repository: Path) -> ModelConfig:
 @pytest.fixture(scope="session")
 def minilm(model_repository: Path) -> ModelConfig:
     """The real all-MiniLM-L6-v2, prepared into the session's model repository."""
-    from gpu_consumer.export import prepare_minilm
+    from model_repository.export import prepare_minilm
 
     return prepare_minilm(model_repository)
 

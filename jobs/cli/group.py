@@ -59,14 +59,14 @@ class NearlineGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         from gpu_consumer.engine import EngineLoadError
-        from gpu_consumer.export import ExportUnavailableError
-        from gpu_consumer.import_source import ImportRefusedError
         from gpu_consumer.isolation import EngineFault
         from jobs.columnar import ColumnarShapeError
         from jobs.registry import JobNotFoundError
         from jobs.replay import ReplaySpecError
         from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
         from kafka_io.errors import GroupProtocolError, SecuritySettingsError, TopicConfigError
+        from model_repository.export import ExportUnavailableError
+        from model_repository.import_source import ImportRefusedError
 
         try:
             return super().invoke(ctx)

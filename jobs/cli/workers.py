@@ -321,7 +321,7 @@ REPLACE_HELP = "Replace the version if it is already in the repository (running 
 @repository_option
 def models_prepare(name: str, replace: bool, model_repository: Path) -> None:
     """Export a packaged model to ONNX into the model repository."""
-    from gpu_consumer.export import PREPARERS
+    from model_repository.export import PREPARERS
     from schemas.model_config import load_model_config, versions
 
     if "1" in versions(model_repository, name) and not replace:
@@ -369,7 +369,7 @@ def models_import(
     model_repository: Path,
 ) -> None:
     """Import a local model folder (sentence-transformers, transformers, ONNX) into the repository."""
-    from gpu_consumer.importer import import_model
+    from model_repository.importer import import_model
     from schemas.model_config import versions
 
     existed = version in versions(model_repository, name)

@@ -52,7 +52,7 @@ def ensure_model(repository: Path, model: str, log: Callable[[str], None]) -> Mo
     try:
         return load_model_config(repository, model)
     except ModelNotFoundError:
-        from gpu_consumer.export import PREPARERS
+        from model_repository.export import PREPARERS
 
         if model not in PREPARERS or move_hint(repository, model):
             raise

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from gpu_consumer.export import MINILM_INPUTS
+from model_repository.export import MINILM_INPUTS
 from schemas.model_config import ModelConfig, TensorSpec, TokenizerSpec
 
 VOCAB = 30522

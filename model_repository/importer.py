@@ -1,4 +1,4 @@
-"""`nearline models import`: a model folder a user brings (gpu_consumer/import_source.py) exported
+"""`nearline models import`: a model folder a user brings (model_repository/import_source.py) exported
 into the model repository as ONNX plus the FP32 and FP16 TorchScript the torch engine runs.
 
 Needs the `export` extra (torch, transformers). Everything is loaded from the folder with the hub
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from gpu_consumer.export import ExportUnavailableError, _export, _install, refuse_existing
-from gpu_consumer.image_processor import ImageProcessorError, PixelScaling, read_image_processor
-from gpu_consumer.import_source import (
+from model_repository.export import ExportUnavailableError, _export, _install, refuse_existing
+from model_repository.image_processor import ImageProcessorError, PixelScaling, read_image_processor
+from model_repository.import_source import (
     ImportRefusedError,
     ImportTarget,
     label_file,
@@ -58,7 +58,7 @@ def import_model(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the folder lacks is an error, never a download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if source.layout == "onnx":
-        from gpu_consumer.onnx_import import import_onnx
+        from model_repository.onnx_import import import_onnx
 
         return import_onnx(ImportTarget(repository, source, name, version, max_batch_size, "", Path(), replace))
     try:
@@ -95,7 +95,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
     max_batch_size, provenance, scratch = target.max_batch_size, target.provenance, target.scratch
     import torch
 
-    from gpu_consumer.text_source import read_tokenizer
+    from model_repository.text_source import read_tokenizer
 
     hf = model.config
     tok = read_tokenizer(source, hf, scratch)

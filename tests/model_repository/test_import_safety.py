@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_consumer.import_source import ImportRefusedError
-from gpu_consumer.importer import import_model
+from model_repository.import_source import ImportRefusedError
+from model_repository.importer import import_model
 from schemas.model_config import (
     InvalidModelNameError,
     ModelUnavailableError,

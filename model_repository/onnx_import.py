@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_consumer.import_source import ImportRefusedError, ImportTarget, label_file, weights_digest
+from model_repository.import_source import ImportRefusedError, ImportTarget, label_file, weights_digest
 from schemas.model_config import (
     LABELS_FILE,
     ONNX_FILE,
@@ -92,8 +92,8 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
     """The checked graph, its tokenizer and labels as `name`/`version` of the repository."""
     import tempfile
 
-    from gpu_consumer.export import _install
-    from gpu_consumer.text_source import read_tokenizer
+    from model_repository.export import _install
+    from model_repository.text_source import read_tokenizer
 
     repository, source, name, version = target.repository, target.source, target.name, target.version
     max_batch_size = target.max_batch_size
