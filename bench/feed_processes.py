@@ -12,10 +12,11 @@ from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engines import measure_cost
 from gpu_consumer.steps import Inference
+from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
-from kafka_io.polling import WindowLimits, assign_all
+from kafka_io.polling import assign_all
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import load_model_config
 

@@ -2,7 +2,7 @@
 
 The GPU loop, step by step, and where each step lives:
 
-    poll windows   kafka_io/polling.py: windows()   a poll window: --max-window records, or what
+    poll windows   windows.py: windows()            a poll window: --max-window records, or what
                                                     came within --max-linger-ms
     prepare        handler.py: prepare()            decode, check, sort by length, cut into
                                                     padded executed batches (batcher.py)

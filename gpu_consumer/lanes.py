@@ -5,7 +5,7 @@ least `batch_share` of the engine's *time* (seconds of inference, not records: a
 a live record of one model may differ in length, and time is what the batch lane is starved of).
 Engine time is remembered with an exponential decay so the share is over the recent past: a
 batch lane that had the engine to itself for an hour does not bank credit against live traffic.
-The Kafka edge (kafka_io/polling.py) only pauses/resumes the lane the policy did not choose.
+The poll loop (windows.py) pauses the lanes the policy did not choose, with kafka_io's primitives.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def next_lane(live_pending: bool, batch_pending: bool, recent: EngineTime, batch
 
 
 class LanePicker:
-    """A worker's `pick` for kafka_io.polling.windows(): next_lane over the lanes with records, or
+    """A worker's `pick` for windows.windows(): next_lane over the lanes with records, or
     None while `has_room(lane)` says no window of that lane can be taken now. Never the other lane
     instead: the place a batch window the share guard asked for waits on would go to the next
     live window, over and over (a live window's extra place absorbs every freed one; the backfill

@@ -1,7 +1,7 @@
 """The GPU loop's commit steps: what each poll window is handed to, and the one place that commits.
 
 worker.py's run() is the loop (getsentry/arroyo's shape: the loop polls, a step takes the
-windows and owns the commit; the Kafka edge, kafka_io/polling.py, knows nothing of either):
+windows and owns the commit; the poll loop, windows.py, and the Kafka edge know nothing of either):
 
     for window in windows(...):            # tick(), idle(), engine_idle(), window_waiting(),
         step.submit(window, ...)           # has_room() and queued() answer windows() and the

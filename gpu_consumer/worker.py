@@ -40,6 +40,7 @@ from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.postprocess import STEPS
 from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, TransactionalStep, WorkerStats
+from gpu_consumer.windows import WindowLimits, WindowRules, windows
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import (
     Consumer,
@@ -51,7 +52,7 @@ from kafka_io.clients import (
     make_producer,
 )
 from kafka_io.incarnation import BrokerIncarnation
-from kafka_io.polling import Assignment, WindowLimits, WindowRules, assign_topics, records_in, subscribe, windows
+from kafka_io.polling import Assignment, assign_topics, records_in, subscribe
 from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from confluent_kafka import TopicPartition
 
 from gpu_consumer.lanes import EngineTime, LanePicker
-from kafka_io.polling import Assignment, WindowLimits, WindowRules, windows
+from gpu_consumer.windows import WindowLimits, WindowRules, windows
+from kafka_io.polling import Assignment
 from kafka_io.records import ConsumedRecord
 from tests.support.memory_consumer import MemoryConsumer
 

@@ -13,9 +13,10 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.steps import Inference
+from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, WorkerStats, run
 from kafka_io.clients import make_consumer, make_producer
-from kafka_io.polling import WindowLimits, subscribe
+from kafka_io.polling import subscribe
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode

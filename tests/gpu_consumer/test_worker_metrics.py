@@ -12,9 +12,10 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.metrics import PrometheusGpuMetrics
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.steps import Inference
+from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import Producer, make_consumer, make_producer
-from kafka_io.polling import WindowLimits, subscribe
+from kafka_io.polling import subscribe
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.transactions import make_transactional_producer
 from tests.support.pipeline import feed_tensors

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpu_consumer.windows import WindowLimits, windows
 from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.groups import group_names
-from kafka_io.polling import WindowLimits, commit_offsets, subscribe, window_offsets, windows
+from kafka_io.polling import commit_offsets, subscribe, window_offsets
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord

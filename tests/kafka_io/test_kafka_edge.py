@@ -10,19 +10,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from gpu_consumer.windows import WindowLimits, WindowRules, windows
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_group_protocol, check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError, GroupProtocolError
-from kafka_io.polling import (
-    WindowLimits,
-    WindowRules,
-    assign_all,
-    commit_offsets,
-    records_in,
-    subscribe,
-    window_offsets,
-    windows,
-)
+from kafka_io.polling import assign_all, commit_offsets, records_in, subscribe, window_offsets
 from kafka_io.produce import fatal_error, produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, OutRecord, pack_record

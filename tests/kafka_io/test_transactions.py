@@ -6,8 +6,9 @@ import uuid
 
 from confluent_kafka import TopicPartition
 
+from gpu_consumer.windows import WindowLimits, windows
 from kafka_io.clients import make_consumer, make_producer
-from kafka_io.polling import WindowLimits, subscribe, windows
+from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord

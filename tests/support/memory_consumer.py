@@ -1,4 +1,4 @@
-"""A consumer held in memory, for the poll loop's policy (kafka_io/polling.py: windows()) tested
+"""A consumer held in memory, for the poll loop's policy (gpu_consumer/windows.py: windows()) tested
 in milliseconds without a broker: the calls windows() makes of a confluent Consumer (consume, poll,
 pause, resume, committed, seek, cached watermarks), over partitions that tests append records to.
 
