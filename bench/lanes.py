@@ -3,13 +3,13 @@
     .venv/bin/python -m bench.lanes [--backfill 4000] [--live 20] [--flood 4000] [--window 15]
 
 Starts the embedded broker, a preprocess worker and a MiniLM GPU worker (ONNX Runtime on this
-CPU: the engine a backfill saturates here; `--batch-share` left at its default), then prints:
+CPU: the engine a backfill saturates here; `--bulk-share` left at its default), then prints:
 1. a 20-record live job's `nearline submit --priority live --wait` time on idle workers;
 2. the same while a backfill of --backfill texts (a batch job) runs, with how much of the backfill
    was still outstanding when the live job completed;
 3. with a live job of --flood texts queued (live traffic faster than the engine serves: the live
    lane never runs dry), the achieved batch share over --window seconds: of the engine's time, as
-   the GPU worker's nearline_lane_engine_seconds_total says (what --batch-share guards), and of the
+   the GPU worker's nearline_lane_engine_seconds_total says (what --bulk-share guards), and of the
    records done; valid only while both jobs still had records outstanding at the end, which it says;
 4. the backfill's completion time and whether every record came back exactly once (`nearline
    results`: one line per record id, the ids the input had).
@@ -31,7 +31,7 @@ from pathlib import Path
 from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
 from bench.small_job import local_pipeline
-from gpu_consumer.lanes import DEFAULT_BATCH_SHARE
+from gpu_consumer.lanes import DEFAULT_BULK_SHARE
 from jobs.launch.runner import ensure_model
 from jobs.registry import job_status
 from kafka_io.broker import free_port
@@ -110,12 +110,12 @@ def main() -> None:
             batch_done, live_done = batch_after - batch_before, live_after - live_before
             share = batch_done / max(1, batch_done + live_done)
             engine = {lane: engine_after[lane] - engine_before[lane] for lane in engine_after}
-            time_share = engine["batch"] / max(1e-9, sum(engine.values()))
+            time_share = engine["bulk"] / max(1e-9, sum(engine.values()))
             valid = batch_after < args.backfill and live_after < args.flood
             print(
                 f"live lane flooded ({args.flood} live texts queued), over {args.window:.0f} s: {live_done} live "
                 f"and {batch_done} backfill records done; batch share {time_share:.1%} of engine time "
-                f"({engine['batch']:.1f} of {sum(engine.values()):.1f} s; --batch-share {DEFAULT_BATCH_SHARE:g}), "
+                f"({engine['bulk']:.1f} of {sum(engine.values()):.1f} s; --bulk-share {DEFAULT_BULK_SHARE:g}), "
                 f"{share:.1%} of records"
                 + ("" if valid else "; INVALID: a lane ran dry before the window ended, use larger jobs"),
                 flush=True,

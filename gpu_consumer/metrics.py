@@ -75,8 +75,8 @@ INFERENCE = Histogram(
 )
 LANE_ENGINE = Counter(
     "nearline_lane_engine_seconds_total",
-    "Seconds the engine spent on executed batches of each priority lane (live, batch): their rates' "
-    "ratio is the share of the engine each lane got (--batch-share is the batch lane's minimum).",
+    "Seconds the engine spent on executed batches of each priority lane (live, bulk): their rates' "
+    "ratio is the share of the engine each lane got (--bulk-share is the bulk lane's minimum).",
     ["model", "lane"],
 )
 END_TO_END = BulkHistogram(
@@ -102,7 +102,7 @@ class GpuMetrics:
     def tick(self, consumer: Consumer, assignment: Assignment) -> None:
         """After every poll: the consumer lag, refreshed every LAG_EVERY_S."""
 
-    def executed(self, run: Executed, lane: Priority = "batch") -> None:
+    def executed(self, run: Executed, lane: Priority = "bulk") -> None:
         """An executed batch of `lane` whose results were just produced (emit thread)."""
 
     def produced(self, records: Sequence[OutRecord]) -> None:
@@ -134,7 +134,7 @@ class PrometheusGpuMetrics(GpuMetrics):
         if self._lag_due.due():
             self.traffic.lag(consumer_lag(consumer, assignment.assigned))
 
-    def executed(self, run: Executed, lane: Priority = "batch") -> None:
+    def executed(self, run: Executed, lane: Priority = "bulk") -> None:
         batch = run.batch
         seconds = (run.finished_us - run.started_us) / 1e6
         self._size.observe(batch.size)

@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 
 Marker = Literal["start", "end"]
 
-# The engine queue's order: live windows and the batch windows the share guard picked (contended),
-# first in first out; then the other batch windows; then the sentinel that stops the thread.
+# The engine queue's order: live windows and the bulk windows the share guard picked (contended),
+# first in first out; then the other bulk windows; then the sentinel that stops the thread.
 _FIRST, _BEHIND, _LAST = 0, 1, 2
 
 # The emit thread's wait for work when no delivery report is due (it also wakes for work at once).
@@ -84,8 +84,8 @@ class Pipeline:
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored
         self._probed_at = 0.0  # when _broker_answers last asked the broker
-        # Live windows go to the engine before queued batch ones (#35): a live record waits for the
-        # window running, not for every window in flight. A batch window picked while both lanes
+        # Live windows go to the engine before queued bulk ones (#35): a live record waits for the
+        # window running, not for every window in flight. A bulk window picked while both lanes
         # waited is the share guard's, and keeps its place: overtaken by every later live window,
         # it would never run under continuous live traffic. Within a lane the order is the poll
         # order, and the ledger still commits over the confirmed prefix, so no partition's
@@ -96,7 +96,7 @@ class Pipeline:
         self._submitted = 0  # the tie-break that keeps each lane first in, first out
         self._queued: dict[tuple[Priority, int], int] = {}  # windows not started yet, per lane and rank
         self._queued_lock = threading.Lock()
-        # the engine's recent seconds per lane, for the batch-share guard (set by the engine thread)
+        # the engine's recent seconds per lane, for the bulk-share guard (set by the engine thread)
         self.engine_time = EngineTime()
         self._to_emit: queue.Queue[tuple[Entry, Window, Priority, Executed | Poisoned | Marker] | None] = queue.Queue()
         self._error: BaseException | None = None
@@ -114,7 +114,7 @@ class Pipeline:
         window: Window,
         offsets: dict[TP, int],
         records: int,
-        lane: Priority = "batch",
+        lane: Priority = "bulk",
         contended: bool = False,
         generation: int = 0,
     ) -> None:
@@ -133,7 +133,7 @@ class Pipeline:
         """No window is queued for the engine or running on it."""
         return self._to_engine.unfinished_tasks == 0
 
-    def window_waiting(self, lane: str = "batch") -> bool:
+    def window_waiting(self, lane: str = "bulk") -> bool:
         """A window that runs before one of `lane` is queued for the engine and not started yet:
         a window of `lane` closed now would wait too (a batch one waits for any, a live one only
         for those queued first)."""
@@ -179,7 +179,7 @@ class Pipeline:
     def has_room(self, lane: str) -> bool:
         """Whether a window of `lane` may be submitted now: fewer than max_in_flight windows are
         between poll and commit, and a live window has one more place, so that it never waits
-        for a batch window to be committed before it can even be polled."""
+        for a bulk window to be committed before it can even be polled."""
         return self.ledger.in_flight() < self.settings.max_in_flight + (lane == "live")
 
     def finish(self, commit: Callable[[], None], timeout_s: float | None = None) -> bool:

@@ -110,7 +110,7 @@ def windows(
     its held records wait. `pick` may name no lane (None: the caller has no room for a window now,
     the pipelined worker with its windows in flight): then nothing is consumed and nothing paused
     or resumed, `tick` runs every few ms (finished windows are committed) and the lanes' waiting
-    records are looked at again, so a live record that comes while the batch lane waits for room
+    records are looked at again, so a live record that comes while the bulk lane waits for room
     is taken in the live lane's own place. Rebalances are served once there is room (within a
     window's time). Without `lane_of` every record is in one lane, nothing is paused, and `pick`
     must name it."""

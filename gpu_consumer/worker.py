@@ -11,7 +11,7 @@ One loop for both delivery guarantees; the commit step it hands each window to o
 The commit rule: a window's offsets move only once its outputs, and those of every window polled
 before it, are stored. PipelinedStep (at-least-once, the default) runs windows on the pipeline's
 threads (gpu_consumer/pipeline.py), keeps at most --max-windows-in-flight of them between poll
-and commit (one more for a live window), live ones before queued batch ones, and commits the
+and commit (one more for a live window), live ones before queued bulk ones, and commits the
 offsets of the longest prefix whose every output the broker confirmed (gpu_consumer/ledger.py).
 While it is full, windows() consumes nothing and commits what finishes every few ms (what
 librdkafka prefetched is kept). A crash before a window's commit means it is consumed again, and results are keyed by
@@ -35,7 +35,7 @@ from types import FrameType
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
-from gpu_consumer.lanes import DEFAULT_BATCH_SHARE, LanePicker
+from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.postprocess import STEPS
@@ -76,7 +76,7 @@ class LoopOptions:
     skip: Callable[[Headers], bool] = _run_everything  # a cancelled job's records: consumed, not run
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     metrics: GpuMetrics | None = None
-    batch_share: float = DEFAULT_BATCH_SHARE  # the batch lane's share of engine time (LanePicker)
+    bulk_share: float = DEFAULT_BULK_SHARE  # the bulk lane's share of engine time (LanePicker)
     incarnation: BrokerIncarnation | None = None  # a broker that restarts without its state
 
 
@@ -89,7 +89,7 @@ def run(
     options: LoopOptions | None = None,
 ) -> WorkerStats:
     """Consume-infer-produce-commit until told to stop. Windows come from one lane at a time, the
-    live lane first while the batch lane keeps `batch_share` of the engine time (gpu_consumer/lanes.py)."""
+    live lane first while the bulk lane keeps `bulk_share` of the engine time (gpu_consumer/lanes.py)."""
     options = options or LoopOptions()
     metrics = options.metrics or GpuMetrics()
     settings, should_stop, skip, topics = options.pipeline, options.should_stop, options.skip, inference.topics
@@ -105,7 +105,7 @@ def run(
         metrics.tick(consumer, assignment)
 
     assignment.before_revoke = step.before_revoke
-    picker = LanePicker(options.batch_share, lambda: step.engine_time, step.has_room, step.queued)
+    picker = LanePicker(options.bulk_share, lambda: step.engine_time, step.has_room, step.queued)
     rules = WindowRules(
         drain=options.drain,
         should_stop=should_stop,
@@ -150,7 +150,7 @@ class GpuWorkerSettings:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     sole_consumer: bool = False
     metrics: MetricsEndpoint | None = None
-    batch_share: float = DEFAULT_BATCH_SHARE
+    bulk_share: float = DEFAULT_BULK_SHARE
     group_protocol: str = "classic"
 
 
@@ -248,7 +248,7 @@ def serve(
             skip=cancellations.skips,
             pipeline=worker.pipeline,
             metrics=reports,
-            batch_share=worker.batch_share,
+            bulk_share=worker.bulk_share,
             incarnation=incarnation,
         )
         inference = Inference(engine, config, topics, policy, worker_id)

@@ -169,7 +169,7 @@ def job_tensors_topic(topics: Topics, job: Job) -> str:
 
 
 def lane_of(job: Job) -> Priority:
-    return "live" if job.priority == "live" else "batch"
+    return "live" if job.priority == "live" else "bulk"
 
 
 def status_topics(topics: Topics, job: Job) -> list[str]:

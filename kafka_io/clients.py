@@ -138,7 +138,7 @@ def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consu
         defaults = {k: v for k, v in CONSUMER_DEFAULTS.items() if k not in CLASSIC_ONLY}
         # The broker assigns; its default assignor (uniform) balances partition counts over all
         # the topics of a subscription: of two workers on a model's two lanes (4 partitions
-        # each), one got the whole batch lane and the other the whole live lane, idle through
+        # each), one got the whole bulk lane and the other the whole live lane, idle through
         # every batch job (the trial of two GPU workers). Range, as on the classic protocol,
         # splits each topic over the members. Kafka's group.consumer.assignors has it by default.
         defaults["group.remote.assignor"] = "range"

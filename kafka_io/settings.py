@@ -23,12 +23,12 @@ ENV_METRICS_TLS_KEY = "NEARLINE_METRICS_TLS_KEY"
 ENV_METRICS_CLIENT_CA = "NEARLINE_METRICS_CLIENT_CA"
 ENV_METRICS = (ENV_METRICS_PORT, ENV_METRICS_TLS_CERT, ENV_METRICS_TLS_KEY, ENV_METRICS_CLIENT_CA)
 
-# A job's priority lane (#35): live records are served before batch ones at every stage. Each
+# A job's priority lane (#35): live records are served before bulk ones at every stage. Each
 # stage topic has one topic per lane (Topics.lane), so Kafka keeps the lanes apart and a worker
 # can pause one lane's partitions without touching the other's.
-Priority = Literal["live", "batch"]
-PRIORITIES: tuple[Priority, ...] = ("live", "batch")  # serving order
-DEFAULT_PRIORITY: Priority = "batch"
+Priority = Literal["live", "bulk"]
+PRIORITIES: tuple[Priority, ...] = ("live", "bulk")  # serving order
+DEFAULT_PRIORITY: Priority = "bulk"
 LIVE_PREFIX = "live."
 
 
@@ -105,10 +105,10 @@ class Topics:
         return self.name(f"tensors.{model}")
 
     def lane(self, topic: str, priority: Priority) -> str:
-        """The `priority` lane of a stage topic (raw_text, raw_image, tensors(model)): the batch lane
+        """The `priority` lane of a stage topic (raw_text, raw_image, tensors(model)): the bulk lane
         is the topic itself, the live lane its twin named `live.<topic>` inside the namespace (a
         prefix, not a suffix: a model may be named `x.live`, no stage topic starts with `live.`)."""
-        if priority == "batch":
+        if priority == "bulk":
             return topic
         prefix = f"{self.namespace}." if self.namespace else ""
         assert topic.startswith(prefix), f"{topic!r} is not a topic of namespace {self.namespace!r}"
@@ -129,7 +129,7 @@ class Topics:
 @cache  # asked twice for every record a GPU worker polls, of a handful of topics: ~1 us a call unmade
 def _lane_of(namespace: str, topic: str) -> Priority:
     prefix = f"{namespace}." if namespace else ""
-    return "live" if topic.startswith(prefix + LIVE_PREFIX) else "batch"
+    return "live" if topic.startswith(prefix + LIVE_PREFIX) else "bulk"
 
 
 @dataclass(frozen=True)

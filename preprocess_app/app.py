@@ -220,7 +220,7 @@ class Batches:
         await self.metrics.refresh_lag(self.app.consumer)
 
     async def wait_for_gpus(self, lane: Priority) -> None:
-        """Backpressure per lane: a backfill whose GPU group lags holds the batch lane only."""
+        """Backpressure per lane: a backfill whose GPU group lags holds the bulk lane only."""
         if lane not in held_lanes(self.lag, self.topics, self.max_tensor_lag):
             return
         log.warning(

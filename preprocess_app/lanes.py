@@ -3,8 +3,8 @@
 A record's lane is the topic it came from (kafka_io.settings.Topics.lane): the live twin of a raw
 topic is `live.<raw topic>`, and a record's tensors go to the same lane of its model's tensors
 topic, so the GPU worker serves them in that lane too. Each lane has its own agent, its own
-stream buffer and its own backpressure: a backfill that fills the batch lane's buffer, or whose
-GPU group lags past --max-tensor-lag, holds back the batch lane only.
+stream buffer and its own backpressure: a backfill that fills the bulk lane's buffer, or whose
+GPU group lags past --max-tensor-lag, holds back the bulk lane only.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def topic_lane(topics: Topics, topic: str) -> Priority:
 
 def batch_topic(topics: Topics, topic: str) -> str:
     """The batch-lane name of a stage topic in either lane (the topic itself when it is batch)."""
-    if topic_lane(topics, topic) == "batch":
+    if topic_lane(topics, topic) == "bulk":
         return topic
     prefix = f"{topics.namespace}." if topics.namespace else ""
     return prefix + topic[len(prefix + LIVE_PREFIX) :]

@@ -32,7 +32,7 @@ PREPROCESS_SECONDS = Histogram(
 )
 LANE_RECORDS = Counter(
     "nearline_preprocess_lane_records",
-    "Raw records preprocessed, by priority lane (live, batch): what each lane got of the worker.",
+    "Raw records preprocessed, by priority lane (live, bulk): what each lane got of the worker.",
     ["lane"],
 )
 BACKPRESSURE_PAUSED = Gauge(
@@ -44,7 +44,7 @@ BACKPRESSURE_PAUSED = Gauge(
 class PreprocessMetrics:
     """What the preprocess worker reports. This base reports nothing: the worker without --metrics-port."""
 
-    def batch(self, topic: str, consumed: int, seconds: float, lane: str = "batch") -> None:
+    def batch(self, topic: str, consumed: int, seconds: float, lane: str = "bulk") -> None:
         """A batch of `consumed` raw records from `topic`, preprocessed in `seconds`."""
 
     def produced(self, records: Sequence[OutRecord]) -> None:
@@ -62,7 +62,7 @@ class PrometheusPreprocessMetrics(PreprocessMetrics):
         self.traffic = Traffic(WORKER)
         BACKPRESSURE_PAUSED.set(0)
 
-    def batch(self, topic: str, consumed: int, seconds: float, lane: str = "batch") -> None:
+    def batch(self, topic: str, consumed: int, seconds: float, lane: str = "bulk") -> None:
         self.traffic.consumed(topic, consumed)
         PREPROCESS_SECONDS.labels(topic).observe(seconds)
         # the lane as a label of its own, so a dashboard sums each lane across kinds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -109,6 +109,12 @@ class AvroFields:
         for name in cls.TUPLE_FIELDS:
             kwargs[name] = tuple(kwargs[name])
         return cls(**kwargs)
+
+
+def lane_name(stored: str | None) -> str:
+    """A stored lane as read today: `batch`, the bulk lane's name before 2026-12-05 (and the
+    schemas' default for rows written before lanes), is `bulk`."""
+    return "live" if stored == "live" else "bulk"
 
 
 @dataclass(frozen=True)
@@ -282,7 +288,11 @@ class Job(AvroFields):
     attributes: dict[str, str] = field(default_factory=dict)
     submission: int | None = None
     columns: bytes | None = None  # kept input columns: an Arrow IPC schema (jobs/kept.py)
-    priority: str = "batch"  # its lane, kafka_io.settings.Priority (schemas sit below kafka_io)
+    priority: str = "bulk"  # its lane, kafka_io.settings.Priority (schemas sit below kafka_io)
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> Self:
+        return replace(super().from_avro(d), priority=lane_name(d.get("priority")))
 
 
 @dataclass(frozen=True)
@@ -299,7 +309,11 @@ class Schedule(AvroFields):
     active_since: int
     created_at: int
     columns: str | None = None  # JSON of producers.table_rows.Columns; None: the defaults
-    priority: str = "batch"  # the lane of the jobs it submits
+    priority: str = "bulk"  # the lane of the jobs it submits
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> Self:
+        return replace(super().from_avro(d), priority=lane_name(d.get("priority")))
 
 
 @dataclass(frozen=True)

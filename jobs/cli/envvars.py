@@ -12,6 +12,10 @@ import os
 
 import click
 
+# Variables of options renamed with their flag (options.py: formerly), which click no longer derives
+# from any parameter name: their values are carried over to the new names, with a warning.
+FORMER_VARIABLES = {"NEARLINE_WORKER_GPU_BATCH_SHARE": "NEARLINE_WORKER_GPU_BULK_SHARE"}
+
 
 def flag_envvar(prefix: str, option: click.Option) -> str:
     """NEARLINE_<COMMAND PATH>_<LONG FLAG>: `--worker-grace-s` of `submit` is NEARLINE_SUBMIT_WORKER_GRACE_S."""
@@ -42,6 +46,11 @@ def name_envvars(command: click.Command, prefix: str) -> dict[str, list[str]]:
 
 def warn_of_old_names(renamed: dict[str, list[str]]) -> None:
     """Say which old names the environment still sets (their values are still read)."""
+    for old, former_new in FORMER_VARIABLES.items():
+        value = os.environ.get(old)
+        if value and not os.environ.get(former_new):
+            os.environ[former_new] = value
+            click.echo(f"warning: {old} is now {former_new}; the old name is read until the next release", err=True)
     for old, new in sorted(renamed.items()):
         if os.environ.get(old) and not any(os.environ.get(n) for n in new):
             click.echo(

@@ -221,15 +221,31 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+class LaneChoice(click.Choice):
+    """live or bulk; `batch`, the bulk lane's old name, is still taken for one release, with a warning."""
+
+    def __init__(self) -> None:
+        super().__init__(PRIORITIES)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "batch":
+            click.echo(
+                "warning: the batch lane is now the bulk lane (--priority bulk); 'batch' goes in the next release",
+                err=True,
+            )
+            return "bulk"
+        return super().convert(value, param, ctx)
+
+
 def priority_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--priority: the lane a job's records travel in. Live records are served before batch ones
-    at every stage; batch keeps a minimum share of the engine (`nearline worker gpu --batch-share`)."""
+    """--priority: the lane a job's records travel in. Live records are served before bulk ones
+    at every stage; bulk keeps a minimum share of the engine (`nearline worker gpu --bulk-share`)."""
     return click.option(
         "--priority",
-        type=click.Choice(PRIORITIES),
+        type=LaneChoice(),
         default=DEFAULT_PRIORITY,
         show_envvar=True,
-        help="Lane: live jobs overtake batch ones (a backfill) at every stage.",
+        help="Lane: live jobs overtake bulk ones (a backfill) at every stage.",
     )(f)
 
 

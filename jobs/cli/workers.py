@@ -143,13 +143,14 @@ def worker_preprocess(
     help="Take every partition without joining the group (only for a worker that is alone).",
 )
 @click.option(
-    "--batch-share",
+    "--bulk-share",
     type=FiniteFloat(min=0, max=1),
     default=0.1,
     show_default=True,
     show_envvar=True,
-    help="The batch lane's minimum share of engine time while live records keep coming (priority lanes).",
+    help="The bulk lane's minimum share of engine time while live records keep coming (priority lanes).",
 )
+@formerly("--batch-share", "--bulk-share", FiniteFloat(min=0, max=1))
 @click.option(
     "--group-protocol",
     type=click.Choice(GROUP_PROTOCOLS),
@@ -173,7 +174,7 @@ def worker_gpu(
     instance_id: str | None,
     max_windows_in_flight: int,
     sole_consumer: bool,
-    batch_share: float,
+    bulk_share: float,
     group_protocol: str,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
@@ -202,7 +203,7 @@ def worker_gpu(
         pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
         sole_consumer=sole_consumer,
         metrics=metrics,
-        batch_share=batch_share,
+        bulk_share=bulk_share,
         group_protocol=group_protocol,
     )
     # the cluster probed once its metrics port is bound

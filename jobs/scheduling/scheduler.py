@@ -214,7 +214,7 @@ class Scheduler:
                     job_id=job_id,
                     schedule=schedule.name,
                     attributes={"tick": tick.isoformat()},
-                    priority="live" if schedule.priority == "live" else "batch",
+                    priority="live" if schedule.priority == "live" else "bulk",
                 ),
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done

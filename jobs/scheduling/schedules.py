@@ -57,7 +57,7 @@ class ScheduleSpec:
     timezone: str = "UTC"
     misfire: Misfire = "skip"
     columns: Columns = DEFAULT_COLUMNS
-    priority: str = "batch"
+    priority: str = "bulk"
 
 
 def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:

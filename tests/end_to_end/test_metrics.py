@@ -188,7 +188,7 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
         # executed batches: every record of the job ran once, in batches of at most 8
         gpu_only = f'{{job="{GPU}",model="tiny"}}'
         eventually(prometheus, pipeline, f"nearline_batch_size_records_sum{gpu_only}", RECORDS)
-        batch_lane = f'{{job="{GPU}",model="tiny",lane="batch"}}'  # the job was submitted in the batch lane
+        batch_lane = f'{{job="{GPU}",model="tiny",lane="bulk"}}'  # the job was submitted in the bulk lane
         eventually(prometheus, pipeline, f"nearline_end_to_end_seconds_count{batch_lane}", RECORDS)
         assert prometheus.value(f'nearline_end_to_end_seconds_count{{job="{GPU}",lane="live"}}') == 0
         batches = prometheus.value(f"nearline_batch_size_records_count{gpu_only}")

@@ -47,7 +47,7 @@ def test_a_job_flows_end_to_end_with_one_result_per_record_in_input_order(
     assert "to go faster: " in shown.stdout and "(slowest stage: " not in shown.stdout  # says why
     report = json.loads(pipeline.cli("profile", job_id, "--json").stdout)
     assert "to go faster: " in report["bottleneck_reason"]
-    assert report["records"] == len(rows) and report["lane"] == "batch" and "lane: batch" in shown.stdout
+    assert report["records"] == len(rows) and report["lane"] == "bulk" and "lane: bulk" in shown.stdout
     assert set(report["stages"]) == {
         "wait for preprocess",
         "preprocess",

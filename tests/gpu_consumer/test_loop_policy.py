@@ -1,6 +1,6 @@
 """The GPU loop's policy without a broker (tests/support/memory_consumer.py): how windows()
 closes a window (size, whole packs, linger, hurry, hold), which lane it serves (the worker's
-LanePicker: live first, the batch lane paused meanwhile), what it does with no room, and what a
+LanePicker: live first, the bulk lane paused meanwhile), what it does with no room, and what a
 revocation does to what it holds. Each runs in milliseconds; the broker-backed tests of the same
 loop (tests/kafka_io/test_kafka_edge.py, tests/jobs/test_lanes.py) stay for the Kafka edge."""
 
@@ -21,7 +21,7 @@ LIVE, BATCH = "tensors.m.live", "tensors.m"
 
 
 def lane_of(topic: str) -> str:
-    return "live" if topic.endswith(".live") else "batch"
+    return "live" if topic.endswith(".live") else "bulk"
 
 
 def consumer_of(*partitions: tuple[str, int], committed: dict[tuple[str, int], int] | None = None) -> MemoryConsumer:
@@ -95,7 +95,7 @@ def test_the_live_lane_is_served_first_and_the_batch_lane_waits_paused() -> None
     it = windows(consumer, assignment_of(consumer), WindowLimits(100, 50), rules)  # type: ignore[arg-type]
     first = next(it)
     assert offsets(first) == [(LIVE, 0), (LIVE, 1)]
-    # while the live window lingered, the batch lane's partitions were paused (librdkafka then drops
+    # while the live window lingered, the bulk lane's partitions were paused (librdkafka then drops
     # what it prefetched of them: a live record never queues behind a fetched backfill)
     assert {(BATCH, 0)} in paused_at_ticks and (LIVE, 0) not in set().union(*paused_at_ticks)
     second = next(it)

@@ -58,16 +58,16 @@ def test_one_window_is_measured_per_executed_batch(tiny: TinyModel) -> None:
     assert busy == pytest.approx(value("nearline_inference_seconds_sum")) and busy is not None and busy > 0
     assert 0 < (value("nearline_engine_busy_ratio") or 0) <= 1
     # five records ran, four with a submission stamp: 2 s (and a little) before their results
-    assert value("nearline_end_to_end_seconds_count", lane="batch") == 4
-    assert value("nearline_end_to_end_seconds_bucket", lane="batch", le="1.0") == 0
-    assert value("nearline_end_to_end_seconds_bucket", lane="batch", le="+Inf") == 4
-    assert 8 <= (value("nearline_end_to_end_seconds_sum", lane="batch") or 0) < 8 + 4 * 60
-    assert value("nearline_lane_engine_seconds_total", lane="batch") == busy
+    assert value("nearline_end_to_end_seconds_count", lane="bulk") == 4
+    assert value("nearline_end_to_end_seconds_bucket", lane="bulk", le="1.0") == 0
+    assert value("nearline_end_to_end_seconds_bucket", lane="bulk", le="+Inf") == 4
+    assert 8 <= (value("nearline_end_to_end_seconds_sum", lane="bulk") or 0) < 8 + 4 * 60
+    assert value("nearline_lane_engine_seconds_total", lane="bulk") == busy
     assert value("nearline_end_to_end_seconds_count", lane="live") == 0
-    # the same window again as the live lane's: its series, not the batch lane's
+    # the same window again as the live lane's: its series, not the bulk lane's
     handle_window(sources, engine, tiny.config, topics, "w-1", policy, lambda run: metrics.executed(run, "live"))
     assert value("nearline_end_to_end_seconds_count", lane="live") == 4
-    assert value("nearline_end_to_end_seconds_count", lane="batch") == 4
+    assert value("nearline_end_to_end_seconds_count", lane="bulk") == 4
     live_busy = value("nearline_lane_engine_seconds_total", lane="live")
     assert live_busy is not None and live_busy > 0
     assert value("nearline_engine_busy_seconds_total") == pytest.approx(busy + live_busy)

@@ -64,7 +64,7 @@ def test_the_worker_loop_reports_every_window_and_executed_batch(
     batches = value("nearline_batch_size_records_count")
     assert batches is not None and batches >= RECORDS / 8 and value("nearline_inference_seconds_count") == batches
     assert value("nearline_real_tokens_total") == 3 * RECORDS  # feed_tensors: three token ids each
-    assert value("nearline_end_to_end_seconds_count", lane="batch") == RECORDS  # the batch lane's tensors
-    assert value("nearline_lane_engine_seconds_total", lane="batch") == value("nearline_engine_busy_seconds_total")
+    assert value("nearline_end_to_end_seconds_count", lane="bulk") == RECORDS  # the bulk lane's tensors
+    assert value("nearline_lane_engine_seconds_total", lane="bulk") == value("nearline_engine_busy_seconds_total")
     assert value("nearline_lane_engine_seconds_total", lane="live") == 0
     assert value("nearline_windows_in_flight") == 0

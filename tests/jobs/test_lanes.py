@@ -1,5 +1,5 @@
 """Priority lanes through the real broker and workers (#35): a live job's records travel in the
-live twins of the stage topics and are never held behind a backfill in the batch lane."""
+live twins of the stage topics and are never held behind a backfill in the bulk lane."""
 
 from __future__ import annotations
 
@@ -33,22 +33,22 @@ def tensor_keys(pipeline: RunningPipeline, lane: Priority, job_id: str) -> set[s
 def test_a_live_job_is_preprocessed_in_its_lane_while_the_batch_lane_is_held_by_backpressure(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
-    """No GPU worker consumes, so the batch lane's GPU lag passes --max-tensor-lag and the batch
+    """No GPU worker consumes, so the bulk lane's GPU lag passes --max-tensor-lag and the batch
     agent waits: the live job's records still all reach the live tensors topic."""
     pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     backfill = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", example_lines(600)))
     live = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", example_lines(20)), "--priority", "live")
     assert find_job(pipeline.settings, pipeline.topics, live).priority == "live"
-    assert find_job(pipeline.settings, pipeline.topics, backfill).priority == "batch"
+    assert find_job(pipeline.settings, pipeline.topics, backfill).priority == "bulk"
     deadline = time.monotonic() + 120  # a bound on a hang, not a measured time
     while len(tensor_keys(pipeline, "live", live)) < 20:
         pipeline.check_workers()
         assert time.monotonic() < deadline, "the live job's tensors never all arrived"
         time.sleep(0.5)
-    assert not tensor_keys(pipeline, "batch", live)  # nothing of the live job in the batch lane
+    assert not tensor_keys(pipeline, "bulk", live)  # nothing of the live job in the bulk lane
     assert not tensor_keys(pipeline, "live", backfill)
-    held = tensor_keys(pipeline, "batch", backfill)
-    assert 0 < len(held) < 600, f"{len(held)} backfill tensors: the batch lane was not held"
+    held = tensor_keys(pipeline, "bulk", backfill)
+    assert 0 < len(held) < 600, f"{len(held)} backfill tensors: the bulk lane was not held"
     status = job_status(pipeline.settings, pipeline.topics, live)
     assert status.counts()["preprocessed"] == 20 and status.to_dict()["priority"] == "live"
     assert "(live lane)" in status.line()
@@ -171,7 +171,7 @@ def test_a_live_job_overtakes_a_queued_backfill_then_the_backfill_completes_exac
 def test_with_the_live_lane_never_empty_the_backfill_still_gets_its_share(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--batch-share 0.3 with both lanes full: until either job is done, about 30% of the results
+    """--bulk-share 0.3 with both lanes full: until either job is done, about 30% of the results
     are the backfill's, where serving the live lane alone would give it none. The share is of
     engine time; the worker's engine takes 1 ms a record (tests/support/paced_worker.py), so
     records stand for it. With the tiny model's own ~0.2 ms a window, mostly GIL waits and the
@@ -185,7 +185,7 @@ def test_with_the_live_lane_never_empty_the_backfill_still_gets_its_share(
     with log_path.open("ab") as log:
         worker = ["tests.support.paced_worker", pipeline.settings.bootstrap_servers, ns.namespace]
         process = subprocess.Popen(
-            [sys.executable, "-m", *worker, str(pipeline.repository), "--batch-share", "0.3", "--max-window", "32"],
+            [sys.executable, "-m", *worker, str(pipeline.repository), "--bulk-share", "0.3", "--max-window", "32"],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

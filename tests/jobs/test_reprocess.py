@@ -16,7 +16,7 @@ from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import build_tiny_model
 
 
-@pytest.mark.parametrize("priority", ["batch", "live"])
+@pytest.mark.parametrize("priority", ["bulk", "live"])
 def test_reprocess_runs_a_job_again_under_a_new_version_without_preprocessing(
     pipeline: RunningPipeline,
     model_repository: Path,

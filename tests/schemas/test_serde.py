@@ -177,8 +177,9 @@ def test_old_writer_schema_resolves_to_the_current_reader() -> None:
     assert decoded.text == "héllo wörld"
 
 
-def test_a_job_written_before_lanes_decodes_as_batch() -> None:
-    """A job.v4 row (no priority) in an existing registry still decodes: its lane is batch."""
+def test_a_job_written_before_lanes_decodes_as_bulk() -> None:
+    """A job.v4 row (no priority) in an existing registry still decodes: its lane is bulk (the
+    schema's default, batch, the bulk lane's old name)."""
     from io import BytesIO
 
     from fastavro import schemaless_writer
@@ -192,5 +193,5 @@ def test_a_job_written_before_lanes_decodes_as_batch() -> None:
     body = BytesIO()
     schemaless_writer(body, old_schema.parsed, fields)
     decoded = decode(b"\xc3\x01" + old_schema.fingerprint + body.getvalue(), Job)
-    assert decoded.priority == "batch" and decoded.total == 3
+    assert decoded.priority == "bulk" and decoded.total == 3
     assert decode(encode(Job("j", "m", "in.txt", "text", 3, 1, priority="live")), Job).priority == "live"

@@ -3,7 +3,7 @@ Runtime, then a sleep of --per-record-ms for each row. The lane share is of engi
 the tiny model alone a window's time is a fraction of a millisecond, mostly GIL waits and another
 process's CPU, so a share of records did not stand for it. Paced, engine time is records.
 
-    python -m tests.support.paced_worker BOOTSTRAP NAMESPACE REPOSITORY --batch-share 0.3 --max-window 32
+    python -m tests.support.paced_worker BOOTSTRAP NAMESPACE REPOSITORY --bulk-share 0.3 --max-window 32
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("repository", type=Path)
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--per-record-ms", type=float, default=1.0)
-    parser.add_argument("--batch-share", type=float, required=True)
+    parser.add_argument("--bulk-share", type=float, required=True)
     parser.add_argument("--max-window", type=int, required=True)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -66,7 +66,7 @@ def main() -> None:
         KafkaSettings(args.bootstrap),
         Topics(args.namespace),
         args.repository,
-        GpuWorkerSettings(args.model, max_window=args.max_window, batch_share=args.batch_share),
+        GpuWorkerSettings(args.model, max_window=args.max_window, bulk_share=args.bulk_share),
         engine=engine,
     )
 

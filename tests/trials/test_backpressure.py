@@ -67,9 +67,9 @@ def test_a_preprocess_worker_held_by_backpressure_stops_at_once_on_sigterm_and_l
     pre = pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
     deadline = time.monotonic() + 120  # a bound on a hang, not a measured time
-    while "pausing the batch lane" not in pre.log_tail():
+    while "pausing the bulk lane" not in pre.log_tail():
         pipeline.check_workers()
-        assert time.monotonic() < deadline, "backpressure never held the batch lane"
+        assert time.monotonic() < deadline, "backpressure never held the bulk lane"
         time.sleep(0.5)
     code = pre.stop(timeout_s=30)  # SIGTERM, then SIGKILL if it has not left by then
     assert code == 0, f"exit {code}:\n{pre.log_tail()}"

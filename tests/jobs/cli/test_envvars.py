@@ -72,3 +72,23 @@ def test_an_old_variable_name_still_sets_its_option_and_is_warned_of() -> None:
     assert f"warning: NEARLINE_OFFSETS_RESET_TO is now {new}; the old name is read until the next release" in out.output
     # the reset was asked for (to latest): what stops it is the broker that is not there
     assert "one of --to-earliest" not in out.output and "127.0.0.1:1" in out.output
+
+
+def test_the_bulk_lanes_old_name_still_works_for_a_release_with_a_warning() -> None:
+    """The batch lane became the bulk lane (docs/cli.md): `--priority batch`, `--batch-share` and
+    NEARLINE_WORKER_GPU_BATCH_SHARE still set what they set, each with a warning."""
+    from click.testing import CliRunner
+
+    from tests.support.deploy.cli_commands import resolve
+
+    env = {"NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    assert resolve(["submit", "in.jsonl", "-m", "m", "--priority", "batch"], env).params["priority"] == "bulk"
+    assert resolve(["worker", "gpu", "-m", "m", "--batch-share", "0.3"], env).params["formerly_batch_share"] == 0.3
+    carried = resolve(["worker", "gpu", "-m", "m"], {**env, "NEARLINE_WORKER_GPU_BATCH_SHARE": "0.4"})
+    assert carried.params["bulk_share"] == 0.4
+    out = CliRunner().invoke(cli, ["submit", "missing.jsonl", "-m", "m", "--priority", "batch"], env=env)
+    assert "warning: the batch lane is now the bulk lane (--priority bulk)" in out.output
+    out = CliRunner().invoke(cli, ["worker", "gpu", "-m", "m", "--batch-share", "0.3"], env=env)
+    assert "warning: --batch-share is now --bulk-share" in out.output  # then the broker is not there
+    out = CliRunner().invoke(cli, ["worker", "gpu", "-m", "m", "--batch-share", "2"], env=env)
+    assert out.exit_code == 2 and "--batch-share" in out.output  # the old flag checks its value as the new one

@@ -288,6 +288,6 @@ def test_a_live_schedule_submits_its_jobs_in_the_live_lane(
     assert a.step() == ["urgent-20261129T1001Z"]
     job = scheduled_jobs(settings, topics)["urgent-20261129T1001Z"]
     assert job.priority == "live" and job.total == 5
-    assert raw_records_of(settings, topics, job.job_id) == 0  # nothing in the batch lane
+    assert raw_records_of(settings, topics, job.job_id) == 0  # nothing in the bulk lane
     live = topics.lane(topics.raw_text, "live")
     assert sum(1 for t in raw_texts_in(read_topics(settings, [live])) if t.job_id == job.job_id) == 5
