@@ -20,9 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kafka_io.records import OutRecord
-
-TP = tuple[str, int]
+from kafka_io.records import TP, OutRecord
 
 
 @dataclass(eq=False)

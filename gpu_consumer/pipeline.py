@@ -24,12 +24,12 @@ from typing import Literal
 from gpu_consumer.engine import Engine
 from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.lanes import EngineTime
-from gpu_consumer.ledger import TP, Entry, Ledger
+from gpu_consumer.ledger import Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
 from kafka_io.clients import Producer
 from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
-from kafka_io.records import OutRecord
+from kafka_io.records import TP, OutRecord
 from kafka_io.settings import Priority, Topics
 from schemas.model_config import ModelConfig
 

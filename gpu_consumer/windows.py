@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from kafka_io.clients import Consumer
 from kafka_io.errors import KAFKA_FAULTS
-from kafka_io.events import TP
 from kafka_io.polling import (
     Assignment,
     committed_offsets,
@@ -29,7 +28,7 @@ from kafka_io.polling import (
     resume_partitions,
     rewind_to_committed,
 )
-from kafka_io.records import ConsumedRecord
+from kafka_io.records import TP, ConsumedRecord
 
 # How often a lingering window asks whether to close early (windows' `hurry`) or may close (`hold`).
 HURRY_CHECK_S = 0.005

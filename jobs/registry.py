@@ -165,10 +165,10 @@ def _iso(us: int | None) -> str | None:
 
 def job_tensors_topic(topics: Topics, job: Job) -> str:
     """The tensors topic of the job's lane: its records are preprocessed into that lane only."""
-    return topics.lane(topics.tensors(job.model), lane_of(job))
+    return topics.lane(topics.tensors(job.model), job_lane(job))
 
 
-def lane_of(job: Job) -> Priority:
+def job_lane(job: Job) -> Priority:
     return "live" if job.priority == "live" else "bulk"
 
 

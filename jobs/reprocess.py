@@ -14,7 +14,7 @@ from pathlib import Path
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engines import make_engine
 from gpu_consumer.handler import handle_window
-from jobs.registry import JobNotFoundError, find_job, lane_of
+from jobs.registry import JobNotFoundError, find_job, job_lane
 from kafka_io.clients import make_producer
 from kafka_io.polling import records_in
 from kafka_io.produce import produce_all
@@ -29,7 +29,7 @@ def job_tensors(settings: KafkaSettings, topic: str, job_id: str) -> Iterator[Co
     return (record for record in read_topics(settings, [topic]) if record.job_id == job_id)
 
 
-def windows(sources: Iterable[ConsumedRecord], size: int) -> Iterator[list[ConsumedRecord]]:
+def in_windows(sources: Iterable[ConsumedRecord], size: int) -> Iterator[list[ConsumedRecord]]:
     """Windows of about `size` records: counted by what each Kafka record holds (a text model's
     are packs, schemas/packs.py), closed once they reach it."""
     window: list[ConsumedRecord] = []
@@ -57,11 +57,11 @@ def reprocess(
 ) -> int:
     config = load_model_config(repository, model, version)
     # a live job's tensors are in the live lane's topic (#35)
-    topic = topics.lane(topics.tensors(model), lane_of(find_job(settings, topics, job_id)))
+    topic = topics.lane(topics.tensors(model), job_lane(find_job(settings, topics, job_id)))
     policy = BatchPolicy(config.max_batch_size)
     engine, producer = None, None
     done = read = 0
-    for window in windows(job_tensors(settings, topic, job_id), default_window(config.max_batch_size)):
+    for window in in_windows(job_tensors(settings, topic, job_id), default_window(config.max_batch_size)):
         if engine is None or producer is None:  # started at the first record, so a missing job costs no warm-up
             engine = make_engine(config, engine_kind)
             engine.warmup()

@@ -7,11 +7,9 @@ import logging
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
-from kafka_io.records import ConsumedRecord
+from kafka_io.records import TP, ConsumedRecord
 
 log = logging.getLogger(__name__)
-
-TP = tuple[str, int]
 
 
 def record_of(msg: Message) -> ConsumedRecord:

@@ -27,10 +27,8 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from kafka_io.metrics_http import start_server
-from kafka_io.records import OutRecord
+from kafka_io.records import TP, OutRecord
 from kafka_io.settings import MetricsEndpoint
-
-TP = tuple[str, int]
 
 BUILD_INFO = Gauge(
     "nearline_build_info",

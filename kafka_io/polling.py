@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaException, TopicPartition
 
-from kafka_io.events import TP, consume_ready, take
-from kafka_io.records import ConsumedRecord
+from kafka_io.events import consume_ready, take
+from kafka_io.records import TP, ConsumedRecord
 
 log = logging.getLogger(__name__)
 

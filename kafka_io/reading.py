@@ -10,8 +10,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from kafka_io.clients import make_consumer, refusal
 from kafka_io.errors import BrokerUnavailableError
-from kafka_io.events import TP, consume_ready, take
-from kafka_io.records import ConsumedRecord
+from kafka_io.events import consume_ready, take
+from kafka_io.records import TP, ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
 

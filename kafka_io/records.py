@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 Headers = Sequence[tuple[str, bytes | None]] | dict[str, bytes | None]
 
 
+TP = tuple[str, int]  # a partition: (topic, partition)
+
+
 @dataclass(slots=True)
 class OutRecord:
     """A record to produce. Read-only by convention: not frozen, because a frozen dataclass costs

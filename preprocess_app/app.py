@@ -101,7 +101,7 @@ class PreprocessSettings:
     # What has come is handed over at the next tick of this many seconds (preprocess_app/take.py,
     # not a timer from the first record): a record waits up to it. 50 ms was a fifth of a small
     # job's time end to end.
-    batch_within_s: float = 0.02
+    max_linger_s: float = 0.02
     threads: int | None = None  # image decode threads; None: one per usable core
     max_tensor_lag: int | None = None  # backpressure: a GPU group this many records behind holds a lane
     session_timeout_s: float = 6.0
@@ -194,7 +194,7 @@ class Batches:
         metrics: PreprocessMetrics,
     ) -> None:
         self.app, self.settings, self.topics, self.metrics = app, settings, topics, metrics
-        self.max_tensor_lag, self.batch_within_s = worker.max_tensor_lag, worker.batch_within_s
+        self.max_tensor_lag, self.max_linger_s = worker.max_tensor_lag, worker.max_linger_s
         self.cancellations = Cancellations(settings, topics).start()
         self.producer = ServedProducer(make_producer(settings, idempotent=False))
         self.known_topics: set[str] = {topics.dead_letters}
@@ -257,7 +257,7 @@ class Batches:
         loop = asyncio.get_running_loop()
         acks = ConfirmedAcks(stream.ack, fail, self.metrics.produced)
         lane = topic_lane(self.topics, topic)
-        async for events in tick_take(stream, batch_size, self.batch_within_s, event_records):
+        async for events in tick_take(stream, batch_size, self.max_linger_s, event_records):
             await self.wait_for_gpus(lane)
             batch = await acks.open()
             try:

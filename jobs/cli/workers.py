@@ -86,7 +86,7 @@ def worker_preprocess(
 
     worker = PreprocessSettings(
         text_batch=batch_size,
-        batch_within_s=max_linger_ms / 1000.0,
+        max_linger_s=max_linger_ms / 1000.0,
         max_tensor_lag=max_tensor_lag,
         session_timeout_s=session_timeout,
         metrics=metrics,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, TopicPartition
 
-TP = tuple[str, int]
+from kafka_io.records import TP
 
 
 @dataclass(frozen=True)
