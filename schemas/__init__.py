@@ -2,7 +2,7 @@
 model repository's config (model_config.py).
 
 What belongs here: the schemas themselves (avro/: raw_text, raw_image -> tensor_record ->
-inference_result, dead_letter; job, schedule, schedule_tick for the control plane's tables;
+inference_result, dead_letter; job, schedule, schedule_tick, notification for the control plane's tables;
 history/ keeps every earlier version a reader must still decode), their Python records
 (records.py), encode and decode (serde.py; result_encoding.py: the GPU worker's fast path for
 results), the errors a bad record is dead-lettered with (errors.py), input attributes
@@ -25,6 +25,7 @@ from schemas.records import (
     DeadLetter,
     InferenceResult,
     Job,
+    Notification,
     RawImage,
     RawText,
     Schedule,
@@ -40,6 +41,7 @@ __all__ = [
     "InferenceResult",
     "Job",
     "NotSingleObjectError",
+    "Notification",
     "RawImage",
     "RawText",
     "Schedule",

@@ -93,6 +93,42 @@ _last_layout: list[_Layout] = []  # the last one read, at most
 def read_result_body(data: bytes) -> ResultBody | None:
     """The fields up to the attributes (the stage timestamps are not read), or None when `data`
     was written with another schema (decode it whole). TruncatedRecordError when they do not parse."""
+    read = _read_body(data)
+    return None if read is None else read[0]
+
+
+class ResultUsage(NamedTuple):
+    """What a result adds to its job's usage: its length (tokens of a text, pixels of an image)
+    and its share of its executed batch's engine time, in microseconds."""
+
+    length: int
+    engine_us: float
+
+
+def read_result_usage(data: bytes) -> ResultUsage | None:
+    """A result's usage, read from its bytes (the body, then the stage timestamps), or None when
+    `data` was written with another schema (decode it whole)."""
+    read = _read_body(data)
+    if read is None:
+        return None
+    body, length, p = read
+    try:
+        timestamps: dict[str, int] = {} if data[p] == 0 else read_map(data, p, read_long)[0]
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise TruncatedRecordError(f"{InferenceResult.SCHEMA} body is truncated or malformed: {exc}") from None
+    return ResultUsage(length, engine_share_us(timestamps, body.batch_size))
+
+
+def engine_share_us(timestamps: dict[str, int], batch_size: int) -> float:
+    """A record's share of its executed batch's engine time: the batch's span, split evenly."""
+    start, end = timestamps.get("inference_start"), timestamps.get("inference_end")
+    if start is None or end is None or batch_size < 1:
+        return 0.0
+    return max(0, end - start) / batch_size
+
+
+def _read_body(data: bytes) -> tuple[ResultBody, int, int] | None:
+    """read_result_body, the result's length and where its stage timestamps start."""
     read = _read_head(data)
     if read is None:
         return None
@@ -113,12 +149,16 @@ def read_result_body(data: bytes) -> ResultBody | None:
             labels, p = _read_strings(data, p)
         batch_id, p = read_string(data, p)
         batch_size, p = read_long(data, p)
-        _, p = read_long(data, p)  # length
+        length, p = read_long(data, p)
         _, p = read_long(data, p)  # padded_length
-        attributes: dict[str, str] = {} if data[p] == 0 else read_map(data, p, read_string)[0]
+        if data[p] == 0:
+            attributes: dict[str, str] = {}
+            p += 1
+        else:
+            attributes, p = read_map(data, p, read_string)
     except (IndexError, UnicodeDecodeError) as exc:
         raise TruncatedRecordError(f"{InferenceResult.SCHEMA} body is truncated or malformed: {exc}") from None
-    return ResultBody(head, outputs, spans, labels, batch_id, batch_size, attributes)
+    return ResultBody(head, outputs, spans, labels, batch_id, batch_size, attributes), length, p
 
 
 def _known_spans(data: bytes, p: int) -> tuple[tuple[int, int], ...] | None:

@@ -289,6 +289,9 @@ class Job(AvroFields):
     submission: int | None = None
     columns: bytes | None = None  # kept input columns: an Arrow IPC schema (jobs/kept.py)
     priority: str = "bulk"  # its lane, kafka_io.settings.Priority (schemas sit below kafka_io)
+    labels: dict[str, str] = field(default_factory=dict)
+    deadline_at: int | None = None  # microseconds since the epoch; past it the job expires
+    notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
 
     @classmethod
     def from_avro(cls, d: dict[str, Any]) -> Self:
@@ -310,6 +313,9 @@ class Schedule(AvroFields):
     created_at: int
     columns: str | None = None  # JSON of producers.table_rows.Columns; None: the defaults
     priority: str = "bulk"  # the lane of the jobs it submits
+    labels: dict[str, str] = field(default_factory=dict)  # put on every job it submits
+    complete_within_s: float | None = None  # each job's deadline, from its submission
+    notify: str | None = None  # every job's webhook URL
 
     @classmethod
     def from_avro(cls, d: dict[str, Any]) -> Self:
@@ -332,3 +338,27 @@ RECORD_TYPES: dict[str, type[AvroFields]] = {
     cls.SCHEMA: cls
     for cls in (RawText, RawImage, TensorRecord, InferenceResult, DeadLetter, Job, Schedule, ScheduleTick)
 }
+
+
+@dataclass(frozen=True)
+class Notification(AvroFields):
+    """One event of a job's webhook notification: a claim, a renewal, an attempt, its delivery or
+    the notifier giving up (jobs/notifications/)."""
+
+    SCHEMA: ClassVar[str] = "nearline.Notification"
+
+    job_id: str
+    submission: int
+    kind: str  # claim, renew, attempt (failed), delivered or gave_up
+    worker: str
+    claim_id: str
+    at: int
+    url: str
+    lease_ms: int = 0
+    attempts: int = 0
+    http_status: int | None = None
+    error: str | None = None
+    job_state: str | None = None
+
+
+RECORD_TYPES[Notification.SCHEMA] = Notification

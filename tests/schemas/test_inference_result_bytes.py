@@ -14,7 +14,7 @@ import pytest
 
 from schemas import InferenceResult, RawText, Tensor, decode, encode
 from schemas.errors import SerdeError, TruncatedRecordError
-from schemas.inference_result_bytes import ResultHead, read_result_head
+from schemas.inference_result_bytes import ResultHead, read_result_head, read_result_usage
 from schemas.result_encoding import ResultEncoder, RowTensor, avro_string, encoded_ids, encoded_maps
 from schemas.serde import HEADER_LEN
 
@@ -151,3 +151,39 @@ def test_layout_is_the_shipped_schemas() -> None:
         ("attributes", {"type": "map", "values": "string"}),
         ("timestamps", {"type": "map", "values": "long"}),
     ]
+
+
+def timed_results() -> list[bytes]:
+    """Results of one executed batch of three, with its engine span (800 us), as the GPU worker writes them."""
+    return ResultEncoder("minilm", "3").encode_batch(
+        ids=[encoded_ids("job", r, i) for i, r in enumerate("abc")],
+        outputs=[RowTensor("embedding", np.arange(12, dtype=np.float32).reshape(3, 4))],
+        labels=None,
+        batch_id="w:2",
+        lengths=[5, 9, 2],
+        padded_length=16,
+        maps=[encoded_maps({"n": "5"}, {"submitted": 10}), encoded_maps({}, {}), encoded_maps({}, {"submitted": 1})],
+        batch_timestamps={
+            "batch_formed": 12,
+            "inference_start": 1_000,
+            "inference_end": 1_800,
+            "result_produced": 2_000,
+        },
+    )
+
+
+@pytest.mark.parametrize("data", [encode(r) for r in CASES] + gpu_worker_results() + timed_results())
+def test_reads_the_usage_fastavro_reads(data: bytes) -> None:
+    """A result's length and its share of its batch's engine span, from its bytes, as from the decoded result."""
+    result = decode(data, InferenceResult)
+    usage = read_result_usage(data)
+    assert usage is not None and usage.length == result.length
+    start, end = result.timestamps.get("inference_start"), result.timestamps.get("inference_end")
+    expected = (end - start) / result.batch_size if start is not None and end is not None else 0.0
+    assert usage.engine_us == pytest.approx(expected)
+
+
+def test_a_batchs_engine_span_is_shared_by_its_records() -> None:
+    usages = [read_result_usage(d) for d in timed_results()]
+    assert [u.length for u in usages if u] == [5, 9, 2]
+    assert sum(u.engine_us for u in usages if u) == pytest.approx(800)
