@@ -28,7 +28,7 @@ from jobs.input_problems import (
 )
 from kafka_io.records import OutRecord, job_record, pack_record
 from kafka_io.settings import DEFAULT_PRIORITY, Priority, Topics
-from producers import JSONL_SUFFIXES, InputError, InputFormat, InputRecord, read_text_input
+from producers import JSONL_SUFFIXES, InputError, InputFormat, InputRecord, is_openai_batch_file, read_text_input
 from producers.images import (
     MAX_IMAGE_BYTES,
     ImageFileError,
@@ -39,6 +39,7 @@ from producers.images import (
     read_image_folder,
     read_image_jsonl,
 )
+from producers.openai_batch import batch_model
 from producers.table_rows import DEFAULT_COLUMNS, Columns, kept_schema, read_tables, table_kind
 from producers.tables import TableFormat, table_files, table_format
 from schemas import RawImage, encode, now_us
@@ -79,7 +80,7 @@ def pack_limits_from_env(environ: Mapping[str, str] = os.environ) -> PackLimits:
 def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
     """The table files `path` names: itself (a .parquet, .csv, ... or any file with a table
     --format), or a folder's table files when it holds no image; else ()."""
-    if fmt in ("jsonl", "lines"):
+    if fmt in ("jsonl", "openai-batch", "lines"):
         return ()
     if path.is_dir():
         files = table_files(path)
@@ -220,9 +221,28 @@ class JobInput:
         if self.kind == "image":
             return "images"
         paths = self.parts or (self.path,)
+        if self.openai_batch:
+            return "openai-batch"
         if self.fmt == "jsonl" or (self.fmt == "auto" and any(p.suffix.lower() in JSONL_SUFFIXES for p in paths)):
             return "jsonl"
         return "texts, one per line"
+
+    @property
+    def openai_batch(self) -> bool:
+        """Whether the input is OpenAI batch requests: --format openai-batch, or JSON Lines whose
+        first object is a request (each file of a glob is told apart by itself when read)."""
+        if self.fmt == "openai-batch":
+            return True
+        paths = self.parts or (self.path,)
+        return self.fmt == "auto" and self.kind == "text" and is_openai_batch_file(paths[0])
+
+    def openai_model(self) -> str | None:
+        """The model an OpenAI batch input's first request names (body.model), else None."""
+        if not self.openai_batch:
+            return None
+        if self._stdin is not None:
+            return batch_model(self.path, io.BytesIO(self._stdin))
+        return batch_model((self.parts or (self.path,))[0])
 
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         if self.parts:
@@ -430,4 +450,4 @@ def _held_bytes(record: Record) -> int:
 
 
 def _table_fmt(fmt: InputFormat) -> TableFormat | None:
-    return None if fmt in ("auto", "jsonl", "lines") else fmt  # type: ignore[return-value]
+    return None if fmt in ("auto", "jsonl", "openai-batch", "lines") else fmt  # type: ignore[return-value]

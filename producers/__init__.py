@@ -7,6 +7,7 @@ What does not: producing to Kafka or registering jobs (jobs/submit.py), preproce
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal
@@ -14,18 +15,37 @@ from typing import IO, Literal
 from producers.inputs import InputError, InputRecord
 from producers.jsonl import read_jsonl
 from producers.lines import read_lines
+from producers.openai_batch import is_openai_request, read_openai_batch
 
-InputFormat = Literal["auto", "jsonl", "lines", "parquet", "arrow", "csv", "tsv"]
+InputFormat = Literal["auto", "jsonl", "openai-batch", "lines", "parquet", "arrow", "csv", "tsv"]
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 
 def read_text_input(
     path: Path, fmt: InputFormat = "auto", stream: IO[bytes] | None = None, text_key: str = "text", id_key: str = "id"
 ) -> Iterator[InputRecord | InputError]:
-    """JSON Lines for .jsonl/.ndjson (or fmt="jsonl"), one text per line otherwise."""
+    """JSON Lines for .jsonl/.ndjson (or fmt="jsonl"), OpenAI batch requests for fmt="openai-batch",
+    one text per line otherwise."""
+    if fmt == "openai-batch" or (fmt == "auto" and stream is None and is_openai_batch_file(path)):
+        return read_openai_batch(path, stream)
     if fmt == "jsonl" or (fmt == "auto" and path.suffix.lower() in JSONL_SUFFIXES):
         return read_jsonl(path, stream, text_key, id_key)
     return read_lines(path, stream)
+
+
+def is_openai_batch_file(path: Path) -> bool:
+    """Whether `path` is a JSON Lines file whose first object is an OpenAI batch request
+    (producers/openai_batch.py): what --format auto reads as one."""
+    if path.suffix.lower() not in JSONL_SUFFIXES or not path.is_file():
+        return False
+    with path.open("rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    return is_openai_request(json.loads(raw))
+                except ValueError:
+                    return False
+    return False
 
 
 __all__ = ["JSONL_SUFFIXES", "InputError", "InputFormat", "InputRecord", "read_text_input"]

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 from schemas.attributes import attribute_text
+
+T = TypeVar("T")
 
 # A text record larger than this is refused at submit: it cannot be meant as one input of a
 # 512-token model, and Kafka clusters commonly cap records at 1 MB.
@@ -66,6 +70,21 @@ def decode_line(raw: bytes, number: int = 0) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})") from None
+
+
+def parsed_lines(path: Path, stream: IO[bytes] | None, parse: Callable[[str, int], T]) -> Iterator[T | InputError]:
+    """Each non-blank line of the file (or stream), as parse(line, number) makes it, in file order;
+    a line that is not UTF-8, or that parse refuses with a ValueError, as the InputError naming it."""
+    source = stream if stream is not None else path.open("rb")
+    with source:
+        for number, raw in enumerate(source, start=1):
+            try:
+                line = decode_line(raw, number).rstrip("\r\n")
+                if not line.strip():
+                    continue
+                yield parse(line, number)
+            except ValueError as exc:
+                yield InputError(str(path), number, str(exc))
 
 
 def lone_surrogate(value: str) -> str | None:

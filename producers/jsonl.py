@@ -12,8 +12,8 @@ from producers.inputs import (
     InputRecord,
     check_attributes,
     check_text,
-    decode_line,
     json_type,
+    parsed_lines,
     record_id_of,
 )
 
@@ -24,25 +24,14 @@ def read_jsonl(
     """Records in file order, the text under text_key and the id under id_key (the line number
     when absent); blank lines are skipped."""
     first_seen: dict[str, int] = {}
-    source = stream if stream is not None else path.open("rb")
-    with source:
-        for number, raw in enumerate(source, start=1):
-            try:
-                line = decode_line(raw, number).rstrip("\r\n")
-                if not line.strip():
-                    continue
-                record = _parse(line, number, text_key, id_key)
-            except ValueError as exc:
-                yield InputError(str(path), number, str(exc))
-                continue
-            if record.record_id in first_seen:
-                yield InputError(
-                    str(path),
-                    number,
-                    f"duplicate id {record.record_id!r} (first on line {first_seen[record.record_id]})",
-                )
-                continue
-            first_seen[record.record_id] = number
+    for record in parsed_lines(path, stream, lambda line, number: _parse(line, number, text_key, id_key)):
+        if isinstance(record, InputError):
+            yield record
+        elif record.record_id in first_seen:
+            first = first_seen[record.record_id]
+            yield InputError(str(path), record.line, f"duplicate id {record.record_id!r} (first on line {first})")
+        else:
+            first_seen[record.record_id] = record.line
             yield record
 
 

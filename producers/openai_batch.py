@@ -1,0 +1,129 @@
+"""OpenAI batch input: the Batch API's JSON Lines of requests, which `vllm run-batch` reads too.
+
+    {"custom_id": "req-1", "method": "POST", "url": "/v1/embeddings",
+     "body": {"model": "minilm", "input": "a text" | ["a text", "another"]}}
+
+Each input string is one record: a request with a string input is the record `custom_id`, one
+with a list is the records `custom_id[0]`, `custom_id[1]`, ... Each record carries its request in
+its attributes (custom_id, its index in the input, the request's input count), so that results
+can be written back in OpenAI's output shape (jobs/openai_output.py) without the input file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from producers.inputs import InputError, InputRecord, check_text, json_type, lone_surrogate, parsed_lines
+
+EMBEDDINGS_URL = "/v1/embeddings"
+# the attributes a record of an OpenAI batch file carries (values as JSON text, like any attribute)
+CUSTOM_ID, INDEX, INPUTS = "custom_id", "index", "inputs"
+
+
+def is_openai_request(obj: Any) -> bool:
+    """Whether a decoded JSON line is shaped as a batch request (how --format auto tells the files apart)."""
+    return isinstance(obj, dict) and "custom_id" in obj and "body" in obj
+
+
+def read_openai_batch(path: Path, stream: IO[bytes] | None = None) -> Iterator[InputRecord | InputError]:
+    """The records of every request, in file order; a line that is not a request we can run is an
+    InputError naming its line (all of its inputs are left out together, never part of a request).
+    Every request must name the same model: one job runs one model."""
+    seen: dict[str, int] = {}  # custom_id or record id -> the line it was first on
+    model: list[tuple[str, int]] = []  # the first request's, and its line
+
+    def records(line: str, number: int) -> list[InputRecord]:
+        custom_id, body_model, texts = _request(line)
+        if custom_id in seen:
+            raise ValueError(f"duplicate custom_id {custom_id!r} (first on line {seen[custom_id]})")
+        if model and body_model != model[0][0]:
+            raise ValueError(
+                f"body.model is {body_model!r}, but line {model[0][1]} asks for {model[0][0]!r}: one job runs one "
+                "model: split the file by model"
+            )
+        listed = [texts] if isinstance(texts, str) else texts
+        ids = [custom_id] if isinstance(texts, str) else [f"{custom_id}[{i}]" for i in range(len(texts))]
+        clash = next((i for i in ids if i != custom_id and i in seen), None)
+        if clash is not None:
+            raise ValueError(f"its input {clash!r} has the id of the request on line {seen[clash]}")
+        model[:] = model or [(body_model, number)]
+        for record_id in (custom_id, *ids):
+            seen.setdefault(record_id, number)
+        return [
+            InputRecord(
+                record_id, text, number, {CUSTOM_ID: json.dumps(custom_id), INDEX: str(i), INPUTS: str(len(listed))}
+            )
+            for i, (record_id, text) in enumerate(zip(ids, listed, strict=True))
+        ]
+
+    for parsed in parsed_lines(path, stream, records):
+        if isinstance(parsed, InputError):
+            yield parsed
+        else:
+            yield from parsed
+
+
+def batch_model(path: Path, stream: IO[bytes] | None = None) -> str | None:
+    """The model the file's first valid request names (body.model), or None."""
+    for parsed in parsed_lines(path, stream, lambda line, number: _request(line)[1]):
+        if not isinstance(parsed, InputError):
+            return parsed
+    return None
+
+
+def _request(line: str) -> tuple[str, str, str | list[str]]:
+    """(custom_id, body.model, body.input) of one request line, or ValueError saying what is wrong."""
+    try:
+        obj: Any = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a request object, got {json_type(obj)}")
+    custom_id = obj.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        got = "nothing" if custom_id is None else json.dumps(custom_id)
+        raise ValueError(f'"custom_id" must be a non-empty string, got {got}')
+    if (surrogate := lone_surrogate(custom_id)) is not None:
+        raise ValueError(f'"custom_id" holds a lone surrogate ({surrogate}), which is not valid Unicode')
+    method, url = obj.get("method", "POST"), obj.get("url")
+    if method != "POST":
+        raise ValueError(f'request {custom_id}: "method" must be "POST", got {json.dumps(method)}')
+    if url != EMBEDDINGS_URL:
+        raise ValueError(
+            f'request {custom_id}: "url" must be "{EMBEDDINGS_URL}" (nearline runs embedding and classification '
+            f"models), got {json.dumps(url)}"
+        )
+    body = obj.get("body")
+    if not isinstance(body, dict):
+        raise ValueError(f'request {custom_id}: "body" must be an object, got {json_type(body)}')
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ValueError(f'request {custom_id}: "body.model" must name a model, got {json.dumps(model)}')
+    return custom_id, model, _inputs(custom_id, body)
+
+
+def _inputs(custom_id: str, body: dict[str, Any]) -> str | list[str]:
+    if "input" not in body:
+        raise ValueError(f'request {custom_id}: its body has no "input"')
+    texts = body["input"]
+    if isinstance(texts, list):
+        if not texts:
+            raise ValueError(f'request {custom_id}: "input" is an empty list')
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                what = "token arrays are not taken: give the text" if isinstance(text, int | list) else ""
+                raise ValueError(
+                    f'request {custom_id}: "input"[{index}] must be a string, got {json_type(text)}'
+                    + (f" ({what})" if what else "")
+                )
+            if (problem := check_text(text)) is not None:
+                raise ValueError(f'request {custom_id}: "input"[{index}]: {problem}')
+        return texts
+    if not isinstance(texts, str):
+        raise ValueError(f'request {custom_id}: "input" must be a string or a list of strings, got {json_type(texts)}')
+    if (problem := check_text(texts)) is not None:
+        raise ValueError(f"request {custom_id}: {problem}")
+    return texts
