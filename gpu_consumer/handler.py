@@ -271,6 +271,8 @@ class Emitter:
         self.config, self.topics, self.done = config, topics, tuple(done)
         self._encoder = ResultEncoder(config.name, config.version)
         self._text = config.tokenizer is not None
+        # An image's length is the pixels the engine ran (its crop), counted as a job's usage
+        self._pixels = config.image.crop * config.image.crop if config.image is not None else 0
 
     def results(self, run: Executed, batch_id: str, formed_us: int) -> list[OutRecord]:
         out = postprocess(self.config, run.outputs, run.batch, self.done)
@@ -280,7 +282,7 @@ class Emitter:
             outputs=out.tensors,
             labels=out.labels,
             batch_id=batch_id,
-            lengths=run.batch.lengths.tolist() if self._text else [0] * len(items),
+            lengths=run.batch.lengths.tolist() if self._text else [self._pixels] * len(items),
             padded_length=run.batch.width,
             maps=[i.maps if i.maps is not None else encoded_maps(i.attributes, i.timestamps) for i in items],
             batch_timestamps={

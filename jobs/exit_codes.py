@@ -14,3 +14,4 @@ class ExitCode(IntEnum):
     WORKERS_GONE = 6  # mid-job: no worker (or the embedded broker) alive; results so far go beside -o
     TIMED_OUT = 7  # --timeout-s passed before the job completed; results so far go beside -o
     CANCELLED = 8  # mid-wait: the job was cancelled (nearline cancel); results so far go beside -o
+    EXPIRED = 9  # its completion window (--complete-within) passed: what finished is written, the rest listed

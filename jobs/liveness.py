@@ -32,6 +32,12 @@ class JobCancelledError(JobWaitError):
     exit_code = ExitCode.CANCELLED
 
 
+class JobExpiredError(JobWaitError):
+    """The job's completion window passed while a wait followed it: its remaining records are skipped."""
+
+    exit_code = ExitCode.EXPIRED
+
+
 class JobInterrupted(JobWaitError):
     """Ctrl-C, SIGTERM or SIGHUP while waiting: the shell's convention, 128 + the signal number."""
 

@@ -16,10 +16,11 @@ class OutputFormat(StrEnum):
     JSONL = "jsonl"  # one JSON object per record, floats as text
     PARQUET = "parquet"  # columnar, typed: what pandas, Polars, DuckDB and Spark read natively
     ARROW = "arrow"  # Arrow IPC file (Feather v2): the same columns, uncompressed, memory-mappable
+    OPENAI_BATCH = "openai-batch"  # OpenAI's batch output: JSON Lines, one line per request (jobs/openai_output.py)
 
     @property
     def binary(self) -> bool:
-        return self is not OutputFormat.JSONL
+        return self in (OutputFormat.PARQUET, OutputFormat.ARROW)
 
 
 _SUFFIXES = {

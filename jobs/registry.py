@@ -8,15 +8,16 @@ across worker restarts and at-least-once redelivery.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from jobs.liveness import JobCancelledError
+from jobs.liveness import JobCancelledError, JobExpiredError
 from jobs.progress import Progress, format_eta
 from jobs.results import JobFold, JobOutcome
+from jobs.usage import Usage
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
 from kafka_io.settings import KafkaSettings, Priority, Topics
@@ -36,6 +37,7 @@ class JobState(StrEnum):
     COMPLETED = "completed"
     COMPLETED_WITH_ERRORS = "completed_with_errors"  # every record done, some dead-lettered
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # its deadline (--complete-within) passed before every record was done
     FAILED = "failed"  # the job itself failed (e.g. a scheduled tick whose input was unreadable)
 
     @property
@@ -84,7 +86,11 @@ class JobStatus:
         # A job id submitted again counts its latest submission only (the registry row's); a job
         # registered before submissions were told apart (no submission) counts every record.
         self.outcome = JobOutcome(
-            self.job.job_id, submission=self.job.submission, keep_results=False, keep_timings=self.keep_timings
+            self.job.job_id,
+            submission=self.job.submission,
+            keep_results=False,
+            keep_timings=self.keep_timings,
+            usage=Usage(),
         )
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
@@ -110,6 +116,8 @@ class JobStatus:
             return JobState.FAILED
         if self.job.cancelled_at is not None and self.done < self.job.total:
             return JobState.CANCELLED
+        if self.job.deadline_at is not None and self.done < self.job.total and now_us() > self.job.deadline_at:
+            return JobState.EXPIRED
         if self.done >= self.job.total:
             return JobState.COMPLETED_WITH_ERRORS if self.outcome.dead else JobState.COMPLETED
         return JobState.RUNNING if self.preprocessed or self.done else JobState.SUBMITTED
@@ -117,14 +125,23 @@ class JobStatus:
     def counts(self) -> dict[str, int]:
         # cancelled: records with no result or dead letter at the time of asking. Records already
         # in flight when the cancel came (polled, in a batch) still land, so it shrinks for a while.
-        cancelled = self.job.total - self.done if self.state is JobState.CANCELLED else 0
+        # expired: the same, for a job whose deadline passed (in-flight records may still land)
+        state = self.state
+        undone = self.job.total - self.done
         return {
             "submitted": self.job.total,
             "preprocessed": len(self.preprocessed | {f"{self.job.job_id}/{r}" for r in self.outcome.dead}),
             "inferred": self.outcome.inferred,
             "dead_lettered": len(self.outcome.dead),
-            "cancelled": cancelled,
+            "cancelled": undone if state is JobState.CANCELLED else 0,
+            "expired": undone if state is JobState.EXPIRED else 0,
         }
+
+    def time_left_s(self) -> float | None:
+        """Seconds until the deadline (0 once passed), or None without one."""
+        if self.job.deadline_at is None:
+            return None
+        return max(0.0, (self.job.deadline_at - now_us()) / 1e6)
 
     def to_dict(self, progress: Progress | None = None) -> dict[str, Any]:
         now = time.monotonic()
@@ -139,7 +156,12 @@ class JobStatus:
             "error": self.job.error,
             # when the cancel was registered; counts.cancelled is as of now (see counts())
             "cancelled_at": _iso(self.job.cancelled_at),
+            "labels": dict(self.job.labels),
+            "deadline": _iso(self.job.deadline_at),
+            "time_left_s": self.time_left_s(),
+            "notify": self.job.notify,
             "counts": self.counts(),
+            "usage": self.outcome.usage.to_dict(self.job.kind) if self.outcome.usage is not None else None,
             "records_per_s": rate,
             "eta_s": progress.eta(now) if progress is not None and self.done < self.job.total else None,
         }
@@ -154,9 +176,24 @@ class JobStatus:
             f"{self.done}/{c['submitted']} done "
             f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
             + (f", cancelled {c['cancelled']} not done yet, fewer as in-flight results land" if c["cancelled"] else "")
+            + (f", expired {c['expired']} not done by the deadline" if c["expired"] else "")
             + ")"
             + (f"  {progress.rate(now):.1f} rec/s  ETA {format_eta(progress.eta(now))}" if progress else "")
+            + self._deadline_text()
+            + (f"  labels {format_labels(self.job.labels)}" if self.job.labels else "")
         )
+
+    def _deadline_text(self) -> str:
+        left = self.time_left_s()
+        if left is None:
+            return ""
+        when = _iso(self.job.deadline_at)
+        return f"  deadline {when} ({format_eta(left)} left)" if left > 0 else f"  deadline {when} (passed)"
+
+
+def format_labels(labels: dict[str, str]) -> str:
+    """KEY=VALUE,KEY=VALUE in key order: how labels are shown and given (--label)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
 def _iso(us: int | None) -> str | None:
@@ -166,6 +203,10 @@ def _iso(us: int | None) -> str | None:
 def job_tensors_topic(topics: Topics, job: Job) -> str:
     """The tensors topic of the job's lane: its records are preprocessed into that lane only."""
     return topics.lane(topics.tensors(job.model), job_lane(job))
+
+
+def has_labels(job: Job, labels: Mapping[str, str]) -> bool:
+    return all(job.labels.get(key) == value for key, value in labels.items())
 
 
 def job_lane(job: Job) -> Priority:
@@ -182,11 +223,15 @@ def job_status(settings: KafkaSettings, topics: Topics, job_id: str, keep_timing
     return status
 
 
-def job_statuses(settings: KafkaSettings, topics: Topics) -> list[JobStatus]:
-    """Every registered job's status, oldest first, folded by the same rule as job_status() in one
-    read of the topics all of them need (each job's records are routed by their `job_id` header,
-    or a dead letter's job/record key)."""
-    jobs = sorted(load_jobs(settings, topics).values(), key=lambda j: j.submitted_at)
+def job_statuses(settings: KafkaSettings, topics: Topics, labels: Mapping[str, str] | None = None) -> list[JobStatus]:
+    """Every registered job's status (those with all of `labels`, if given), oldest first, folded
+    by the same rule as job_status() in one read of the topics all of them need (each job's records
+    are routed by their `job_id` header, or a dead letter's job/record key)."""
+    wanted = labels or {}
+    jobs = sorted(
+        (job for job in load_jobs(settings, topics).values() if has_labels(job, wanted)),
+        key=lambda j: j.submitted_at,
+    )
     statuses = {job.job_id: JobStatus(job) for job in jobs}
     needed = sorted({t for status in statuses.values() for t in status_topics(topics, status.job)})
     if needed:
@@ -222,9 +267,15 @@ def watch_status(
                 raise TimeoutError(f"job {job_id} still {status.state.value} after {timeout_s:.0f} s")
 
 
+# Past a job's deadline, records already in flight (polled, in a batch) still land while the
+# workers skip the rest; a wait follows them this much longer before it ends the job expired.
+EXPIRY_DRAIN_S = 3.0
+
+
 class CancelWatch:
     """A follow_job watchdog that stops a wait once the submission it follows is cancelled
-    (JobCancelledError). It follows the jobs topic itself, a poll that returns at once each tick,
+    (JobCancelledError) or its completion window has passed (JobExpiredError, EXPIRY_DRAIN_S
+    after the deadline). It follows the jobs topic itself, a poll that returns at once each tick,
     so a cancel is noticed within a poll or two of reaching the registry. A context manager: its
     reader is closed on leaving."""
 
@@ -232,6 +283,8 @@ class CancelWatch:
         self._topics, self._job_id, self._submission = topics, job_id, submission
         self._follower = TopicFollower(settings, [topics.jobs])
         self._cancelled: Job | None = None
+        self._deadline_at: int | None = None
+        self._total = 0
 
     def __enter__(self) -> CancelWatch:
         return self
@@ -251,11 +304,18 @@ class CancelWatch:
             # (resubmitted since) says nothing about this one.
             if job.submission == self._submission:
                 self._cancelled = job if job.cancelled_at is not None else None
+                self._deadline_at, self._total = job.deadline_at, job.total
         if self._cancelled is not None and fold.done < self._cancelled.total:
             raise JobCancelledError(
                 f"job {self._job_id} was cancelled (nearline cancel) with {fold.done} of {self._cancelled.total} "
                 "records done; results of records already in flight may still land: nearline status "
                 f"{self._job_id} counts them"
+            )
+        deadline = self._deadline_at
+        if deadline is not None and fold.done < self._total and now_us() > deadline + EXPIRY_DRAIN_S * 1e6:
+            raise JobExpiredError(
+                f"job {self._job_id} expired at {_iso(self._deadline_at)} (its --complete-within window) with "
+                f"{fold.done} records done; the rest were skipped"
             )
 
 

@@ -14,6 +14,7 @@ import orjson
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat, write_output
 from jobs.reports.profile import Timings
+from jobs.usage import Usage
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
@@ -58,6 +59,7 @@ class JobOutcome:
     duplicates: int = 0
     versions: dict[str, str] = field(default_factory=dict)  # record id -> model version of the kept result
     timings: Timings = field(default_factory=Timings)
+    usage: Usage | None = None  # counts each kept record's usage when set (status, jobs list)
 
     @property
     def inferred(self) -> int:
@@ -90,7 +92,9 @@ class JobOutcome:
     def _add_result(self, msg: ConsumedRecord) -> None:
         try:
             if self.keep_results or self.keep_timings or not self._count(msg):
-                self._add_fields(decode_fields(msg.value, InferenceResult))
+                fields = decode_fields(msg.value, InferenceResult)
+                if self._add_fields(fields) and self.usage is not None:
+                    self.usage.add_fields(fields)
         except SerdeError:
             return  # not ours to judge here; the results topic is written only by GPU workers
 
@@ -106,25 +110,29 @@ class JobOutcome:
         head = read_result_head(msg.value)
         if head is None:
             return False
-        if submission in (None, self.submission):
-            self._keep(head.job_id, head.record_id, head.model_version, None)
+        if (
+            submission in (None, self.submission)
+            and self._keep(head.job_id, head.record_id, head.model_version, None)
+            and self.usage is not None
+        ):
+            self.usage.add_bytes(msg.value)
         return True
 
-    def _add_fields(self, fields: dict[str, Any]) -> None:
+    def _add_fields(self, fields: dict[str, Any]) -> bool:
         if self.submission is not None and fields["timestamps"].get("submitted", self.submission) != self.submission:
-            return
-        self._keep(fields["job_id"], fields["record_id"], fields["model_version"], fields)
+            return False
+        return self._keep(fields["job_id"], fields["record_id"], fields["model_version"], fields)
 
-    def _keep(self, job_id: str, record_id: str, version: str, fields: dict[str, Any] | None) -> None:
+    def _keep(self, job_id: str, record_id: str, version: str, fields: dict[str, Any] | None) -> bool:
         """The rules: this job (and version, if one is asked for) only; the first copy wins unless
         a newer version comes; a result replaces a dead letter. fields: the decoded result, kept as
-        results or timings ask."""
+        results or timings ask. True when the record had no result kept before (its usage counts)."""
         if job_id != self.job_id or self.model_version not in (None, version):
-            return
+            return False
         kept = self.versions.get(record_id)
         if not wins_over(version, kept):
             self.duplicates += kept == version
-            return
+            return False
         self.dead.pop(record_id, None)  # a retried record that succeeded is not dead
         self.versions[record_id] = version
         if fields is not None and (self.keep_results or self.keep_timings):
@@ -133,6 +141,7 @@ class JobOutcome:
                 self.results[record_id] = result
             if self.keep_timings:
                 self.timings.put(result)
+        return kept is None
 
     def _add_dead(self, value: bytes) -> None:
         try:

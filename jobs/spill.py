@@ -250,6 +250,15 @@ class ResultSpill:
         for dead, value in self._db.execute("SELECT dead, value FROM records ORDER BY seq, record_id"):
             yield OutputRow(value, bool(dead), None)
 
+    def outcomes(self) -> dict[str, DeadLetter | None]:
+        """Every record that has an outcome: its dead letter, or None for a result."""
+        if self._db is None:
+            rows: Iterable[tuple[str, int, bytes]] = ((rid, row[1], row[3]) for rid, row in self._rows.items())
+        else:
+            self._db.commit()
+            rows = self._db.execute("SELECT record_id, dead, value FROM records")
+        return {rid: decode(value, DeadLetter) if dead else None for rid, dead, value in rows}
+
     def ordered(self) -> Iterator[InferenceResult | DeadLetter]:
         """Every record in the job's input order, decoded one at a time."""
         for row in self.rows():
@@ -309,13 +318,32 @@ def write_results(
     path, or to out (see write_items); returns the (closed) spill for its counts, and the job. A job
     id submitted again writes its latest submission's records; an unregistered job id, every record
     of that id, and JobNotFoundError (nothing written) when there is none."""
+    spill, job = read_results(settings, topics, job_id, model_version=model_version, directory=directory)
+    with spill:
+        write_rows(spill.rows(), spill.example(), path, out, fmt, spill.kept)
+    return spill, job
+
+
+def read_results(
+    settings: KafkaSettings,
+    topics: Topics,
+    job_id: str,
+    *,
+    model_version: str | None = None,
+    directory: Path | None = None,
+) -> tuple[ResultSpill, Job | None]:
+    """The job's results and dead letters in a spill (the caller closes it), and the job; see
+    write_results for which records count."""
     job = load_jobs(settings, topics).get(job_id)
     submission = job.submission if job is not None else None
     kept = KeptColumns.of(job.columns) if job is not None else None
     memory_bytes = int(os.environ.get(ENV_MEMORY_BYTES, MEMORY_BYTES))
-    with ResultSpill(job_id, model_version, submission, directory, kept, memory_bytes) as spill:
+    spill = ResultSpill(job_id, model_version, submission, directory, kept, memory_bytes)
+    try:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
         if job is None and not spill.done:
             raise JobNotFoundError(f"no job {job_id} in {topics.jobs}, and no result or dead letter of it")
-        write_rows(spill.rows(), spill.example(), path, out, fmt, kept)
+    except BaseException:
+        spill.close()
+        raise
     return spill, job

@@ -6,10 +6,11 @@ import re
 import secrets
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from jobs.job_input import JobInput, Record, check_input, pack_limits_from_env
+from jobs.job_terms import JobTerms
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
@@ -150,6 +151,7 @@ class JobOptions:
     attributes: Mapping[str, str] | None = None  # the job's own attributes (a schedule's tick)
     priority: Priority = DEFAULT_PRIORITY
     pack_limits: PackLimits | None = None  # None: pack_limits_from_env
+    terms: JobTerms = field(default_factory=JobTerms)  # labels, completion window, webhook
 
 
 # JobInput.validate_keeping's answer, when the caller ran it: the valid count, the errors and the
@@ -229,6 +231,9 @@ def submit(
             submission=submitted_at,
             columns=source.kept_schema(),
             priority=priority,
+            labels=dict(options.terms.labels),
+            deadline_at=options.terms.deadline_at(submitted_at),
+            notify=options.terms.notify,
         ),
     )
     known = set(errors)

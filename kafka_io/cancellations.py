@@ -1,4 +1,5 @@
-"""Which job submissions are cancelled, followed live from the jobs topic by the workers that must skip them."""
+"""Which job submissions are cancelled or expired, followed live from the jobs topic by the workers
+that must skip them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, Headers, job_of, submission_of
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, jobs_topic
-from schemas import Job, SerdeError, decode
+from schemas import Job, SerdeError, decode, now_us
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,9 @@ class Cancellations:
         self._settings, self._topics = settings, topics
         self._cancelled: set[str] = set()  # jobs whose latest registry row is cancelled
         self._cancelled_submissions: dict[str, set[int]] = {}
+        # (job id, submission) -> when it expires, microseconds; (job id, None) for records without
+        # a submission header, which follow the job's latest registry row
+        self._deadlines: dict[tuple[str, int | None], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="cancellations", daemon=True)
 
@@ -40,18 +44,22 @@ class Cancellations:
         return self
 
     def skips(self, headers: Headers | None) -> bool:
-        """Whether a record with these headers belongs to a cancelled submission. A record without
-        a `submission` header (written before submissions were told apart) follows the job's
-        latest registry row, as it always did."""
-        if not self._cancelled and not self._cancelled_submissions:
+        """Whether a record with these headers belongs to a cancelled submission, or to one whose
+        deadline (--complete-within) has passed. A record without a `submission` header (written
+        before submissions were told apart) follows the job's latest registry row, as it always did."""
+        if not self._cancelled and not self._cancelled_submissions and not self._deadlines:
             return False  # the usual case, asked of every record: no header read
         job_id = job_of(headers)
         if job_id is None:
             return False
         submission = submission_of(headers)
         if submission is None:
-            return job_id in self._cancelled
-        return submission in self._cancelled_submissions.get(job_id, ())
+            if job_id in self._cancelled:
+                return True
+        elif submission in self._cancelled_submissions.get(job_id, ()):
+            return True
+        deadline = self._deadlines.get((job_id, submission))
+        return deadline is not None and now_us() > deadline
 
     def close(self) -> None:
         self._stop.set()
@@ -93,6 +101,12 @@ class Cancellations:
             job = decode(record.value, Job)
         except SerdeError:
             return
+        if job.deadline_at is not None:
+            self._deadlines[(job.job_id, None)] = job.deadline_at
+            if job.submission is not None:
+                self._deadlines[(job.job_id, job.submission)] = job.deadline_at
+        else:
+            self._deadlines.pop((job.job_id, None), None)
         if job.cancelled_at is not None:
             self._cancelled.add(job.job_id)
             if job.submission is not None:

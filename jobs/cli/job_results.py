@@ -5,37 +5,53 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from jobs.cli.options import cluster_options, output_options
+from jobs.cli.options import cluster_options, errors_option, output_options
 from jobs.cli.validators import checked_output, require_servers
 from jobs.exit_codes import ExitCode
-from kafka_io.settings import Topics
+from kafka_io.settings import KafkaSettings, Topics
+from schemas import now_us
+
+if TYPE_CHECKING:
+    from jobs.output import OutputFormat
+    from jobs.spill import ResultSpill
+    from schemas import Job
 
 
 @click.command()
 @click.argument("job_id")
 @output_options
+@errors_option
 @click.option("--model-version", default=None, help="Only this version's results [default: the newest per record].")
 @cluster_options
 def results(
     job_id: str,
     output: Path | None,
     output_format: str | None,
+    errors: Path | None,
     model_version: str | None,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
-    """Write a job's results in input order, one per record: JSON Lines, Parquet or Arrow.
+    """Write a job's results in input order, one per record: JSON Lines, Parquet or Arrow (or, for
+    an OpenAI batch file's job, one line per request in OpenAI's batch output shape).
 
     Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory;
     -o is written to a temporary file renamed into place."""
+    from jobs.output import OutputFormat
     from jobs.spill import write_results
 
     out_format = checked_output(output, output_format)
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    spill, job = write_results(settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version)
+    if errors is not None or out_format is OutputFormat.OPENAI_BATCH:
+        spill, job = _write_job_files(settings, topics, job_id, output, out_format, errors, model_version)
+    else:
+        spill, job = write_results(
+            settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version
+        )
     click.echo(
         f"{spill.results} results, {spill.dead} dead letters"
         + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),
@@ -45,6 +61,8 @@ def results(
         counts = f"{spill.done} of its {job.total} records have a result or a dead letter (nearline status {job_id})"
         if job.cancelled_at is not None:
             click.echo(f"job {job_id} was cancelled: {counts}", err=True)
+        elif job.deadline_at is not None and now_us() > job.deadline_at:
+            click.echo(f"job {job_id} expired (--complete-within): {counts}", err=True)
         elif job.error:
             click.echo(f"error: job {job_id} failed: {counts}", err=True)
         else:  # what is written is not the job's output yet
@@ -52,6 +70,38 @@ def results(
             raise SystemExit(ExitCode.FAILED)
     if spill.done == 0:
         raise SystemExit(ExitCode.FAILED)
+
+
+def _write_job_files(
+    settings: KafkaSettings,
+    topics: Topics,
+    job_id: str,
+    output: Path | None,
+    out_format: OutputFormat,
+    errors: Path | None,
+    model_version: str | None,
+) -> tuple[ResultSpill, Job | None]:
+    """results with --errors or --output-format openai-batch: both read the job's submitted records."""
+    from jobs.bulk_output import write_rows
+    from jobs.error_file import missing_reason
+    from jobs.job_files import write_errors, write_openai
+    from jobs.job_records import submitted_from_topic
+    from jobs.output import OutputFormat
+    from jobs.spill import read_results
+
+    spill, job = read_results(settings, topics, job_id, model_version=model_version)
+    with spill:
+        submitted = submitted_from_topic(settings, topics, job) if job is not None else []
+        if out_format is OutputFormat.OPENAI_BATCH:
+            written = write_openai(spill, submitted, output, sys.stdout, job_id)
+            click.echo(f"wrote {written} request lines", err=True)
+        else:
+            write_rows(spill.rows(), spill.example(), output, sys.stdout, out_format, spill.kept)
+        if errors is not None:
+            openai_shape = out_format is OutputFormat.OPENAI_BATCH
+            count = write_errors(spill, submitted, errors, missing_reason(job), openai_shape, job_id)
+            click.echo(f"wrote {count} error lines to {errors}", err=True)
+    return spill, job
 
 
 @click.command(name="profile")
@@ -65,7 +115,6 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     from jobs.registry import JobNotFoundError, find_job
     from jobs.reports.profile import profile
     from jobs.results import read_outcome
-    from schemas import Job
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +17,20 @@ from jobs.cli.options import (
     batch_args,
     batch_options,
     cluster_options,
+    errors_option,
     format_option,
+    label_option,
     output_options,
     priority_option,
     repository_option,
+    terms_options,
     wait_options,
 )
 from jobs.cli.progress_display import ProgressDisplay
-from jobs.cli.validators import checked_job_id, checked_output, opened_input, require_servers
+from jobs.cli.validators import checked_job_id, checked_output, job_model, opened_input, require_servers
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
-from jobs.output import OutputFormat
+from jobs.job_terms import JobTerms
 from jobs.submit import JobOptions, SubmitReport, submit
 from kafka_io.settings import Priority, Topics
 from producers.table_rows import Columns
@@ -35,8 +38,15 @@ from producers.table_rows import Columns
 
 @click.command()
 @click.argument("input_path", metavar="INPUT")
-@click.option("--model", "-m", required=True, show_envvar=True, help="Model name in the model repository.")
+@click.option(
+    "--model",
+    "-m",
+    default=None,
+    show_envvar=True,
+    help="Model name in the model repository (an OpenAI batch file's body.model by default).",
+)
 @output_options
+@errors_option
 @click.option("--job-id", default=None, callback=checked_job_id, help="Job id [default: generated].")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid records and list the invalid ones.")
 @wait_options
@@ -44,13 +54,15 @@ from producers.table_rows import Columns
 @column_options
 @batch_options
 @priority_option
+@terms_options
 @cluster_options
 @repository_option
 def run(
     input_path: str,
-    model: str,
+    model: str | None,
     output: Path | None,
     output_format: str | None,
+    errors: Path | None,
     job_id: str | None,
     skip_invalid: bool,
     timeout: float | None,
@@ -65,6 +77,7 @@ def run(
     max_window: int | None,
     max_linger_ms: float,
     priority: Priority,
+    terms: JobTerms,
     bootstrap_servers: str,
     namespace: str,
     model_repository: Path,
@@ -79,7 +92,7 @@ def run(
       nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
       nearline run reviews.parquet --text-column body --keep-columns stars,date -m minilm -o out.parquet
     """
-    from jobs.cli.run_output import write_run_output
+    from jobs.cli.run_output import write_run_files
     from jobs.launch.runner import RunSettings, run_job
     from jobs.launch.signals import Terminated, terminate_like_interrupt
 
@@ -106,9 +119,10 @@ def run(
                 timeout_s=timeout,
                 worker_grace_s=worker_grace,
                 priority=priority,
+                terms=terms,
             )
             source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
-            result = run_job(source, model, run_settings, display.echo, display)
+            result = run_job(source, job_model(model, source), run_settings, display.echo, display)
     except Terminated as exc:
         display.close()
         click.echo(f"stopped by {exc}; the broker and workers it started were stopped", err=True)
@@ -121,12 +135,10 @@ def run(
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
     with result.results as spill:
-        written = write_run_output(
-            spill, output, out_format, run_failed=result.failure is not None, cluster=bool(bootstrap_servers)
-        )
+        written = write_run_files(spill, source, output, out_format, errors, result.failure, bool(bootstrap_servers))
     click.echo(result.summary.line(), err=True)
     if written.path is not None:
-        unit = "lines" if written.fmt is OutputFormat.JSONL else "rows"
+        unit = "rows" if written.fmt.binary else "lines"
         click.echo(f"wrote {written.count} {unit} to {written.path}", err=True)
     if result.failure is not None:
         click.echo(f"error: {result.failure}", err=True)
@@ -149,11 +161,13 @@ class Submission:
     priority: Priority
     bootstrap_servers: str
     namespace: str
+    terms: JobTerms = field(default_factory=JobTerms)
 
 
 def as_submission(f: Callable[..., Any]) -> Callable[..., Any]:
-    """INPUT, its reading options, --model, --job-id, --skip-invalid, --priority and the cluster as
-    one `job` argument. The options stay on each command, which gives them its own help."""
+    """INPUT, its reading options, --model, --job-id, --skip-invalid, --priority, the job's terms
+    (`terms`, or `labels` alone) and the cluster as one `job` argument. The options stay on each
+    command, which gives them its own help."""
 
     @functools.wraps(f)
     def wrapper(
@@ -164,22 +178,26 @@ def as_submission(f: Callable[..., Any]) -> Callable[..., Any]:
         max_image_bytes: int,
         follow_symlinks: bool,
         columns: Columns,
-        model: str,
+        model: str | None,
         job_id: str | None,
         skip_invalid: bool,
         priority: Priority,
         bootstrap_servers: str,
         namespace: str,
+        terms: JobTerms | None = None,
+        labels: dict[str, str] | None = None,
         **kwargs: Any,
     ) -> Any:
+        source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
         job = Submission(
-            source=opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns),
-            model=model,
+            source=source,
+            model=job_model(model, source),
             job_id=job_id,
             skip_invalid=skip_invalid,
             priority=priority,
             bootstrap_servers=bootstrap_servers,
             namespace=namespace,
+            terms=terms or JobTerms(labels or {}),
         )
         return f(*args, job=job, **kwargs)
 
@@ -203,7 +221,7 @@ def _submit(job: Submission, *, topic: str | None = None, max_backlog: int | Non
         topics,
         source,
         job.model,
-        JobOptions(job.job_id, job.skip_invalid, topic, max_backlog, priority=priority),
+        JobOptions(job.job_id, job.skip_invalid, topic, max_backlog, priority=priority, terms=job.terms),
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)
@@ -221,7 +239,9 @@ def _submit(job: Submission, *, topic: str | None = None, max_backlog: int | Non
     help="Refuse (exit 5) a job that would leave more records than this waiting in the pipeline.",
 )
 @click.argument("input_path", metavar="INPUT")
-@click.option("--model", "-m", required=True, show_envvar=True)
+@click.option(
+    "--model", "-m", default=None, show_envvar=True, help="Model name [default: an OpenAI batch file's body.model]."
+)
 @click.option(
     "--job-id", default=None, callback=checked_job_id, help="Job id [default: generated]; resubmitting reuses it."
 )
@@ -230,6 +250,7 @@ def _submit(job: Submission, *, topic: str | None = None, max_backlog: int | Non
 @format_option
 @column_options
 @priority_option
+@terms_options
 @cluster_options
 @as_submission
 def submit_cmd(
@@ -239,6 +260,12 @@ def submit_cmd(
     report = _submit(job, max_backlog=max_backlog)
     click.echo(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'}", err=True)
     click.echo(report.job_id)
+    if job.source.openai_batch:  # body.model is often a hosted model's name no worker here serves
+        from jobs.scheduling.schedules import unserved_model
+
+        unserved = unserved_model(require_servers(job.bootstrap_servers), Topics(job.namespace), job.model)
+        if unserved:
+            click.echo(f"note: {unserved}", err=True)
     if wait:
         from jobs.launch.runner import WaitRules, all_of, watch_job, worker_liveness
         from jobs.liveness import JobCancelledError, JobWaitError
@@ -274,12 +301,19 @@ def submit_cmd(
 @click.command()
 @click.argument("topic")
 @click.argument("input_path", metavar="FILE|-")
-@click.option("--model", "-m", required=True, show_envvar=True, help="Model the records are addressed to.")
+@click.option(
+    "--model",
+    "-m",
+    default=None,
+    show_envvar=True,
+    help="Model the records are addressed to [default: an OpenAI batch file's body.model].",
+)
 @click.option("--job-id", default=None, callback=checked_job_id)
 @click.option("--skip-invalid", is_flag=True)
 @format_option
 @column_options
 @priority_option
+@label_option
 @cluster_options
 @as_submission
 def produce(topic: str, job: Submission) -> None:

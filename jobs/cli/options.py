@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
 from jobs.output import OutputFormat
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
@@ -193,11 +194,12 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["auto", "jsonl", "lines", "parquet", "csv", "tsv", "arrow"]),
+        type=click.Choice(["auto", "jsonl", "openai-batch", "lines", "parquet", "csv", "tsv", "arrow"]),
         default="auto",
         show_default=True,
         show_envvar=True,
-        help="auto: JSON Lines for .jsonl/.ndjson, a table for .parquet/.pq, .csv, .tsv, .arrow/.feather/.ipc "
+        help="auto: JSON Lines for .jsonl/.ndjson (OpenAI batch requests when the first line is one), "
+        "a table for .parquet/.pq, .csv, .tsv, .arrow/.feather/.ipc "
         "(and a folder or glob of them), else one text per line.",
     )(f)
 
@@ -295,3 +297,79 @@ def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
     f = formerly("--worker-grace", "--worker-grace-s", FiniteFloat(min=0), "worker_grace")(f)
     return formerly("--timeout", "--timeout-s", FiniteFloat(min=0, min_open=True), "timeout")(f)
+
+
+def _labels(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    try:
+        return parse_labels(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    try:
+        return None if value is None else parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _webhook(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    problem = None if value is None else webhook_problem(value)
+    if problem:
+        raise click.BadParameter(problem)
+    return value
+
+
+def label_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--label KEY=VALUE, repeatable: the job's labels (`jobs list --label` finds them)."""
+    return click.option(
+        "--label",
+        "labels",
+        multiple=True,
+        callback=_labels,
+        metavar="KEY=VALUE",
+        help="Label the job (repeatable); `nearline jobs list --label KEY=VALUE` finds it. In the environment: "
+        "space-separated.",
+    )(f)
+
+
+def terms_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--label, --complete-within and --notify as one `terms: JobTerms` argument (submit, run, schedule add)."""
+
+    @label_option
+    @click.option(
+        "--complete-within",
+        callback=_duration,
+        default=None,
+        metavar="DURATION",
+        help="Completion window (OpenAI's completion_window), e.g. 24h or 30m: past it, workers skip the job's "
+        "remaining records, it ends expired, and `results` gives what finished [default: none].",
+    )
+    @click.option(
+        "--notify",
+        callback=_webhook,
+        default=None,
+        metavar="URL",
+        help="POST the job's `status --json` document to this http(s) URL when it ends (delivered by "
+        "`nearline worker notifier`).",
+    )
+    @functools.wraps(f)
+    def wrapper(
+        *args: Any, labels: dict[str, str], complete_within: float | None, notify: str | None, **kwargs: Any
+    ) -> Any:
+        return f(*args, terms=JobTerms(labels, complete_within, notify), **kwargs)
+
+    return wrapper
+
+
+def errors_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--errors FILE: the error file, a JSON line per record without a result (run, results)."""
+    return click.option(
+        "--errors",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="Also write a JSON line per record with no result (dead-lettered with its stage and reason, "
+        "cancelled, expired, not done), keyed by its id (and custom_id); with --output-format openai-batch, "
+        "a line per failed request in OpenAI's error shape.",
+    )(f)

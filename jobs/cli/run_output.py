@@ -16,6 +16,11 @@ import click
 from jobs.bulk_output import write_rows
 from jobs.cli.group import STORAGE_ERRNOS
 from jobs.columnar import ColumnarShapeError
+from jobs.error_file import Missing
+from jobs.job_files import write_errors, write_openai
+from jobs.job_input import JobInput
+from jobs.job_records import submitted_from_input
+from jobs.liveness import JobCancelledError, JobExpiredError, JobWaitError
 from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
 from jobs.spill import ResultSpill, keep_elsewhere
 
@@ -26,6 +31,37 @@ class RunOutput:
     fmt: OutputFormat
     count: int
     failed: bool  # -o did not get what was asked for: the run must not exit 0
+
+
+def write_run_files(
+    spill: ResultSpill,
+    source: JobInput,
+    output: Path | None,
+    fmt: OutputFormat,
+    errors: Path | None,
+    failure: JobWaitError | None,
+    cluster: bool,
+) -> RunOutput:
+    """The run's output (write_run_output), in OpenAI's batch shape if asked, and its error file.
+    A job that expired ended as it should: what finished goes to -o, as `results` would write it."""
+    expired = isinstance(failure, JobExpiredError)
+    run_failed = failure is not None and not expired
+    if fmt is not OutputFormat.OPENAI_BATCH and errors is None:
+        return write_run_output(spill, output, fmt, run_failed=run_failed, cluster=cluster)
+    submitted = list(submitted_from_input(source))
+    if fmt is OutputFormat.OPENAI_BATCH:
+        target = partial_output(output, spill.done) if run_failed and output is not None else output
+        count = write_openai(spill, submitted, target, sys.stdout, spill.job_id) if target or output is None else 0
+        written = RunOutput(target, fmt, count, False)
+    else:
+        written = write_run_output(spill, output, fmt, run_failed=run_failed, cluster=cluster)
+    if errors is not None:
+        missing: Missing = (
+            "expired" if expired else "cancelled" if isinstance(failure, JobCancelledError) else "not_done"
+        )
+        count = write_errors(spill, submitted, errors, missing, fmt is OutputFormat.OPENAI_BATCH, spill.job_id)
+        click.echo(f"wrote {count} error lines to {errors}", err=True)
+    return written
 
 
 def write_run_output(

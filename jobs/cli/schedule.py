@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 import click
 
 from jobs.cli.columns import column_options
-from jobs.cli.options import cluster_options, priority_option
+from jobs.cli.options import cluster_options, priority_option, terms_options
 from jobs.cli.validators import require_servers
+from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
 from jobs.scheduling.schedules import (
     ScheduleSpec,
@@ -50,6 +51,7 @@ def schedule() -> None:
 @click.option("--replace", "replace_existing", is_flag=True, help="Overwrite a schedule of the same name.")
 @column_options
 @priority_option
+@terms_options
 @cluster_options
 def schedule_add(
     name: str,
@@ -61,12 +63,14 @@ def schedule_add(
     replace_existing: bool,
     columns: Columns,
     priority: str,
+    terms: JobTerms,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
-    """Add a schedule; it runs from its next tick on."""
+    """Add a schedule; it runs from its next tick on. Its --label, --complete-within (counted from
+    each job's submission) and --notify go on every job it submits."""
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
-    spec = ScheduleSpec(name, cron, input_pattern, model, timezone, misfire, columns, priority)  # type: ignore[arg-type]
+    spec = ScheduleSpec(name, cron, input_pattern, model, timezone, misfire, columns, priority, terms)  # type: ignore[arg-type]
     created = new_schedule(spec)
     add_schedule(settings, topics, created, replace_existing)
     first = next_tick(created.cron, created.timezone, datetime.now(UTC))

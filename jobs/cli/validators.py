@@ -37,7 +37,9 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
                 raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
             return fmt
         named = output_format(output) if names_format(output) else None
-        if named is not None and named is not fmt:  # out.parquet holding Arrow, or JSON Lines
+        jsonl = (OutputFormat.JSONL, OutputFormat.OPENAI_BATCH)  # both are JSON Lines files
+        if named is not None and named is not fmt and not (named in jsonl and fmt in jsonl):
+            # out.parquet holding Arrow, or JSON Lines
             raise click.BadParameter(
                 f"{output.name} names {named} but --output-format says {fmt}: name the file for the format, "
                 "or drop one of them",
@@ -96,3 +98,14 @@ def require_servers(bootstrap_servers: str, probe: bool = True) -> KafkaSettings
     if probe:
         check_not_refused(settings)  # known at once: not after the client's 15 s request timeout
     return settings
+
+
+def job_model(model: str | None, source: JobInput) -> str:
+    """--model, else the model an OpenAI batch input names (its first request's body.model); a
+    usage error when neither names one."""
+    if model:
+        return model
+    named = source.openai_model()
+    if named is None:
+        raise click.UsageError("Missing option '--model' / '-m' (only an OpenAI batch file names its own model).")
+    return named

@@ -10,10 +10,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.job_input import JobInput, check_input
+from jobs.job_terms import JobTerms
 from jobs.kept import KeptColumns
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
@@ -314,6 +315,7 @@ class RunSettings:
     timeout_s: float | None = None
     worker_grace_s: float = 30.0  # on a cluster: how long the job may wait for a GPU worker to join
     priority: Priority = DEFAULT_PRIORITY
+    terms: JobTerms = field(default_factory=JobTerms)  # labels, completion window, webhook
 
 
 def run_job(
@@ -365,7 +367,7 @@ def run_job(
             topics,
             source,
             model,
-            JobOptions(run.job_id, run.skip_invalid, priority=run.priority),
+            JobOptions(run.job_id, run.skip_invalid, priority=run.priority, terms=run.terms),
             (valid, errors, records),
         )
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")

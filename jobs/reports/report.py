@@ -11,7 +11,8 @@ from html import escape
 
 import numpy as np
 
-from jobs.registry import JobStatus
+from jobs.progress import format_eta
+from jobs.registry import JobStatus, format_labels
 from jobs.reports.plots import Bar, ChartStyle, Line, bar_chart, histogram_bars, nice_step
 from jobs.reports.profile import MISSING, Profile, Timings, as_timings, profile, stage_samples_us
 from schemas import InferenceResult
@@ -69,6 +70,14 @@ def stage_latencies_ms(results: Timings | Iterable[InferenceResult]) -> dict[str
     return {name: us / 1000 for name, us in stage_samples_us(as_timings(results)).items()}
 
 
+def _deadline(status: JobStatus) -> str:
+    left = status.time_left_s()
+    if left is None or status.job.deadline_at is None:
+        return ""
+    when = datetime.fromtimestamp(status.job.deadline_at / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f" · deadline {when} ({format_eta(left)} left)" if left else f" · deadline {when} (passed)"
+
+
 def render(status: JobStatus, generated_at: datetime | None = None) -> str:
     job, results = status.job, status.outcome.timings
     generated = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -85,12 +94,17 @@ def render(status: JobStatus, generated_at: datetime | None = None) -> str:
         f'<p class="meta">model {escape(job.model)} · input {escape(job.input)} · state <b>{status.state}</b>'
         + f" · {escape(job.priority)} lane"
         + (f" · schedule {escape(job.schedule)}" if job.schedule else "")
+        + _deadline(status)
+        + (f" · labels {escape(format_labels(job.labels))}" if job.labels else "")
         + f" · generated {generated}</p>",
         "<table><thead><tr>" + "".join(f"<th>{escape(k.replace('_', ' '))}</th>" for k in counts) + "</tr></thead>",
         "<tbody><tr>" + "".join(f"<td>{v:,}</td>" for v in counts.values()) + "</tr></tbody></table>",
     ]
     if job.error:
         parts.append(f"<p><b>Failed:</b> {escape(job.error)}</p>")
+    usage = status.outcome.usage
+    if usage is not None and usage.records:
+        parts.append(f"<p>Usage: {escape(usage.text(job.kind))}.</p>")
     if summary is not None:
         parts.append(
             f"<p>{summary.records:,} records in {summary.wall_s:.2f} s ({summary.records_per_s:,.1f} records/s); "

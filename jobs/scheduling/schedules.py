@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import Misfire, check_spec, from_us, next_tick
 from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
 from jobs.submit import JOB_ID
@@ -58,6 +59,7 @@ class ScheduleSpec:
     misfire: Misfire = "skip"
     columns: Columns = DEFAULT_COLUMNS
     priority: str = "bulk"
+    terms: JobTerms = field(default_factory=JobTerms)  # put on every job it submits
 
 
 def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
@@ -82,6 +84,9 @@ def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
         now,
         spec.columns.to_json(),
         spec.priority,
+        dict(spec.terms.labels),
+        spec.terms.complete_within_s,
+        spec.terms.notify,
     )
 
 
@@ -188,6 +193,9 @@ class ScheduleView:
             "model": s.model,
             "misfire": s.misfire,
             "priority": s.priority,
+            "labels": dict(s.labels),
+            "complete_within_s": s.complete_within_s,
+            "notify": s.notify,
             "state": "paused" if s.paused else "active",
             "active_since": from_us(s.active_since).isoformat(),
             "next_tick": self.next_tick.isoformat() if self.next_tick else None,

@@ -4,21 +4,18 @@ live twins of the stage topics and are never held behind a backfill in the bulk 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from jobs.job_input import ENV_PACK_RECORDS
-from jobs.launch.local import WorkerProcess
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job, job_status
 from kafka_io.reading import read_topics
 from kafka_io.settings import Priority
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.pipeline import RunningPipeline, submit
+from tests.support.pipeline import RunningPipeline, start_paced_gpu, submit
 from tests.support.records import raw_texts_in, record_keys_in, tensor_rows
 from tests.support.tiny_model import TinyModel
 
@@ -181,16 +178,7 @@ def test_with_the_live_lane_never_empty_the_backfill_still_gets_its_share(
     # Packs of 8 make windows of 32 records (4 packs): ~90 windows over the 3,000 results.
     monkeypatch.setenv(ENV_PACK_RECORDS, "8")
     backfill, live = queue_both(pipeline, tmp_path, n, n)
-    log_path = pipeline.logs / "paced-gpu.log"
-    with log_path.open("ab") as log:
-        worker = ["tests.support.paced_worker", pipeline.settings.bootstrap_servers, ns.namespace]
-        process = subprocess.Popen(
-            [sys.executable, "-m", *worker, str(pipeline.repository), "--bulk-share", "0.3", "--max-window", "32"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    pipeline.workers.append(WorkerProcess("paced-gpu", process, log_path))
+    start_paced_gpu(pipeline, "--bulk-share", "0.3", "--max-window", "32")
     for job in (backfill, live):
         outcome, _ = watch_job(pipeline.settings, ns, job, n, WaitRules(check=pipeline.check_workers, timeout_s=400))
         assert len(outcome.results) == n and not outcome.dead

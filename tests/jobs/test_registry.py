@@ -50,6 +50,7 @@ def test_a_job_is_listed_watched_and_waited_for(pipeline: RunningPipeline, tiny:
         "inferred": 300,
         "dead_lettered": 0,
         "cancelled": 0,
+        "expired": 0,
     }
     listed = json.loads(pipeline.cli("jobs", "list", "--json").stdout)
     assert [(j["job_id"], j["state"], j["counts"]["inferred"]) for j in listed] == [(job_id, "completed", 300)]
@@ -109,8 +110,22 @@ def test_cancelled_jobs_are_skipped_by_both_stages_and_counted_as_cancelled(
     # both workers have read past every record of the first two, skipping them.
     one, two = status(first), status(second)
     assert one["state"] == two["state"] == "cancelled"
-    assert one["counts"] == {"submitted": 200, "preprocessed": 200, "inferred": 0, "dead_lettered": 0, "cancelled": 200}
-    assert two["counts"] == {"submitted": 200, "preprocessed": 0, "inferred": 0, "dead_lettered": 0, "cancelled": 200}
+    assert one["counts"] == {
+        "submitted": 200,
+        "preprocessed": 200,
+        "inferred": 0,
+        "dead_lettered": 0,
+        "cancelled": 200,
+        "expired": 0,
+    }
+    assert two["counts"] == {
+        "submitted": 200,
+        "preprocessed": 0,
+        "inferred": 0,
+        "dead_lettered": 0,
+        "cancelled": 200,
+        "expired": 0,
+    }
     assert pipeline.cli("cancel", "job-nope").returncode == 1
 
 
@@ -142,6 +157,7 @@ def test_a_cancelled_job_submitted_again_with_the_same_id_runs_and_counts_only_t
         "inferred": 1000,
         "dead_lettered": 0,
         "cancelled": 0,
+        "expired": 0,
     }
     results = pipeline.cli("results", job_id)
     assert results.returncode == 0, results.stderr

@@ -29,6 +29,7 @@ def assert_status_is_exact(where: RunsCli, job_id: str, total: int) -> None:
         "inferred": total,
         "dead_lettered": 0,
         "cancelled": 0,
+        "expired": 0,
     }
 
 

@@ -76,6 +76,24 @@ class RunningPipeline:
         stop_all([w for w in self.workers if w.process.poll() is None])
 
 
+def start_paced_gpu(pipeline: RunningPipeline, *args: str) -> WorkerProcess:
+    """A GPU worker whose engine takes a fixed time a record (tests/support/paced_worker.py, its
+    flags in `args`), as one of the pipeline's workers."""
+    log_path = pipeline.logs / f"paced-gpu-{len(pipeline.workers)}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "tests.support.paced_worker", pipeline.settings.bootstrap_servers]
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [*command, pipeline.topics.namespace, str(pipeline.repository), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    worker = WorkerProcess("paced-gpu", process, log_path)
+    pipeline.workers.append(worker)
+    return worker
+
+
 def run_embedded(*args: str, repository: Path, timeout_s: float = 800) -> subprocess.CompletedProcess[str]:
     """`nearline run ...` on the embedded default (no cluster named), as README command 1 runs it."""
     env = {k: v for k, v in os.environ.items() if k not in (ENV_BOOTSTRAP, ENV_NAMESPACE)}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jobs.job_terms import JobTerms
 from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
@@ -291,3 +292,26 @@ def test_a_live_schedule_submits_its_jobs_in_the_live_lane(
     assert raw_records_of(settings, topics, job.job_id) == 0  # nothing in the bulk lane
     live = topics.lane(topics.raw_text, "live")
     assert sum(1 for t in raw_texts_in(read_topics(settings, [live])) if t.job_id == job.job_id) == 5
+
+
+def test_a_schedules_labels_window_and_webhook_go_on_every_job_it_submits(
+    settings: KafkaSettings, topics: Topics, clock: Clock, tmp_path: Path, schedulers: list[Scheduler]
+) -> None:
+    """And an OpenAI batch file is read as one at each tick, its requests' inputs the job's records."""
+    requests = [
+        {"custom_id": f"q{i}", "method": "POST", "url": "/v1/embeddings", "body": {"model": "tiny", "input": [t, t]}}
+        for i, t in enumerate(row["text"] for row in example_lines(3))
+    ]
+    batch = write_jsonl(tmp_path / "batch.jsonl", requests)
+    terms = JobTerms({"team": "search"}, 3600.0, "http://127.0.0.1:9/hook")
+    spec = ScheduleSpec("nightly", "* * * * *", str(batch), "tiny", terms=terms)
+    add_schedule(settings, topics, new_schedule(spec, to_us(T0)))
+    listed = [v.to_dict() for v in describe(settings, topics, T0) if v.schedule.name == "nightly"]
+    assert listed[0]["labels"] == {"team": "search"} and listed[0]["complete_within_s"] == 3600.0
+    a, _ = schedulers
+    clock.at(1, 2)
+    assert a.step() == ["nightly-20261129T1001Z"]
+    job = scheduled_jobs(settings, topics)["nightly-20261129T1001Z"]
+    assert job.labels == {"team": "search"} and job.notify == "http://127.0.0.1:9/hook"
+    assert job.submission is not None and job.deadline_at == job.submission + 3_600_000_000
+    assert job.total == 6

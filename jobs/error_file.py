@@ -1,0 +1,47 @@
+"""The error file (`results --errors`, `run --errors`): one JSON line per record of the job with
+no result, keyed by its id (and its request's custom_id, for an OpenAI batch file's record), saying
+why: dead-lettered (with the stage and reason), cancelled, expired, or not done yet."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+from jobs.job_records import Submitted
+from producers.openai_batch import CUSTOM_ID, INDEX
+from schemas import DeadLetter, Job, now_us
+
+# Why a record with neither a result nor a dead letter has none
+Missing = Literal["cancelled", "expired", "not_done"]
+
+
+def missing_reason(job: Job | None) -> Missing:
+    """Why the job's records without an outcome have none: it was cancelled, its deadline passed,
+    or (still running, or its workers gone) it is not done."""
+    if job is not None and job.cancelled_at is not None:
+        return "cancelled"
+    if job is not None and job.deadline_at is not None and now_us() > job.deadline_at:
+        return "expired"
+    return "not_done"
+
+
+def error_lines(
+    submitted: Iterable[Submitted], outcomes: Mapping[str, DeadLetter | None], missing: Missing
+) -> Iterator[dict[str, Any]]:
+    """A line per submitted record without a result, in input order. `outcomes`: every record that
+    has one, its dead letter, or None for a result."""
+    for record in submitted:
+        if record.record_id in outcomes and outcomes[record.record_id] is None:
+            continue
+        line: dict[str, Any] = {"id": record.record_id}
+        if CUSTOM_ID in record.attributes:
+            line["custom_id"] = json.loads(record.attributes[CUSTOM_ID])
+            line["index"] = int(record.attributes.get(INDEX, "0"))
+        letter = outcomes.get(record.record_id)
+        if letter is not None:
+            line["status"] = "dead_lettered"
+            line["error"] = {"stage": letter.stage, "type": letter.error_type, "message": letter.error}
+        else:
+            line["status"] = missing
+        yield line

@@ -1,0 +1,89 @@
+"""A job's terms besides its input, as the user gives them: labels (KEY=VALUE), a completion window
+(a duration such as 24h, OpenAI's completion_window) and a webhook URL. Pure parsers, each with an
+error that says what was wrong and what is expected."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+# A label's key: what Kubernetes allows in a label name (letters, digits, '-', '_', '.', an
+# optional DNS prefix with '/'), so labels copy between the two; its value is any text but a newline.
+LABEL_KEY = re.compile(r"(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+MAX_LABEL_VALUE = 256
+MAX_LABELS = 64
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+DURATION_RULE = "a number of seconds or a duration such as 90s, 30m, 24h, 1h30m or 7d"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`: "24h", "1h30m", "90s", "500ms", "7d" or a bare number of seconds.
+    ValueError (saying what a duration looks like) for anything else, zero or negative."""
+    spec = text.strip().lower()
+    seconds: float | None = None
+    if re.fullmatch(r"\d+(\.\d+)?", spec):
+        seconds = float(spec)
+    elif spec and _DURATION_PART.sub("", spec) == "":
+        seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(spec))
+    if seconds is None:
+        raise ValueError(f"{text!r} is not a duration: use {DURATION_RULE}")
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: a completion window must be longer than zero")
+    return seconds
+
+
+def parse_labels(items: Iterable[str]) -> dict[str, str]:
+    """KEY=VALUE items as a dict (a key given twice keeps its last value); ValueError naming the
+    item that is not a label."""
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"{item!r} is not a label: use KEY=VALUE, e.g. --label team=search")
+        if LABEL_KEY.fullmatch(key) is None:
+            raise ValueError(
+                f"{key!r} is not a label key: use letters, digits, '-', '_' and '.' (at most 63, starting and "
+                "ending with a letter or digit), optionally after a DNS prefix and '/' (example.com/team)"
+            )
+        if "\n" in value or "\t" in value or len(value) > MAX_LABEL_VALUE:
+            raise ValueError(
+                f"label {key}: its value must be one line without tabs, at most {MAX_LABEL_VALUE} characters"
+            )
+        labels[key] = value
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"{len(labels)} labels: a job takes at most {MAX_LABELS}")
+    return labels
+
+
+def webhook_problem(url: str) -> str | None:
+    """Why `url` cannot be a webhook (not http or https, no host), or None. Whether it answers is
+    learnt when the job ends: the notifier reports a failed delivery (nearline status)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        return f"{url!r} is not a URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        return f"{url!r}: a webhook URL must start with http:// or https://"
+    if not parts.hostname:
+        return f"{url!r}: a webhook URL must name a host"
+    return None
+
+
+@dataclass(frozen=True)
+class JobTerms:
+    """What `--label`, `--complete-within` and `--notify` ask of a job (a schedule's, of each of its jobs)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    complete_within_s: float | None = None  # the job expires this long after its submission
+    notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
+
+    def deadline_at(self, submitted_at: int) -> int | None:
+        """When a job submitted at `submitted_at` (microseconds) expires; None without a window.
+        Counted from the submission's start, as OpenAI's completion window counts from creation."""
+        return None if self.complete_within_s is None else submitted_at + round(self.complete_within_s * 1e6)

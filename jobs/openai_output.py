@@ -1,0 +1,140 @@
+"""A job of OpenAI batch requests written back in OpenAI's batch output shape, one line per request
+(`--output-format openai-batch`), and its error file in OpenAI's error shape.
+
+A request's records are its input strings (producers/openai_batch.py); its output line holds every
+one's embedding in `data[index]`, with `usage.prompt_tokens` the tokens the engine ran. A request
+with any input that has no result goes to the error file instead, whole: OpenAI answers a
+request or fails it, never half. Classifiers are ours, not OpenAI's: their `data` items are
+{"object": "classification", "index", "labels": [{"label", "index", "score"}]}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from jobs.error_file import Missing
+from jobs.job_records import Submitted
+from producers.openai_batch import CUSTOM_ID
+from schemas import DeadLetter, InferenceResult
+
+_MISSING_ERRORS = {
+    "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
+    "cancelled": ("batch_cancelled", "This request was not executed: the batch was cancelled."),
+    "not_done": ("not_done", "This request has no result yet: the batch is still running, or its workers are gone."),
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    custom_id: str
+    record_ids: tuple[str, ...]  # its input strings' records, in input order
+
+
+def requests_of(submitted: Iterable[Submitted]) -> list[Request]:
+    """The requests a job's records make up, in input order (a request's records are consecutive).
+    A record that is not of an OpenAI batch file is a request of its own, named by its id."""
+    requests: list[Request] = []
+    current: tuple[str, list[str]] | None = None
+    for record in submitted:
+        raw = record.attributes.get(CUSTOM_ID)
+        custom_id = json.loads(raw) if raw is not None else record.record_id
+        if current is not None and current[0] == custom_id and raw is not None:
+            current[1].append(record.record_id)
+            continue
+        if current is not None:
+            requests.append(Request(current[0], tuple(current[1])))
+        current = (custom_id, [record.record_id])
+    if current is not None:
+        requests.append(Request(current[0], tuple(current[1])))
+    return requests
+
+
+def output_lines(requests: list[Request], results: Iterable[InferenceResult], job_id: str) -> Iterator[dict[str, Any]]:
+    """One line per request every input of which has a result, in input order. `results`: the
+    job's results (one per record), in input order."""
+    owner = {rid: k for k, request in enumerate(requests) for rid in request.record_ids}
+    held: dict[int, dict[str, InferenceResult]] = {}
+    for result in results:
+        k = owner.get(result.record_id)
+        if k is None:
+            continue
+        got = held.setdefault(k, {})
+        got[result.record_id] = result
+        if len(got) == len(requests[k].record_ids):
+            del held[k]
+            yield _success(requests[k], got, job_id, k)
+
+
+def _success(request: Request, got: Mapping[str, InferenceResult], job_id: str, k: int) -> dict[str, Any]:
+    results = [got[rid] for rid in request.record_ids]
+    return {
+        "id": f"{job_id}-{k}",
+        "custom_id": request.custom_id,
+        "response": {
+            "status_code": 200,
+            "request_id": f"{job_id}-{k}",
+            "body": {
+                "object": "list",
+                "data": [_datum(i, result) for i, result in enumerate(results)],
+                "model": results[0].model,
+                "usage": {
+                    "prompt_tokens": sum(r.length for r in results),
+                    "total_tokens": sum(r.length for r in results),
+                },
+            },
+        },
+        "error": None,
+    }
+
+
+def _datum(index: int, result: InferenceResult) -> dict[str, Any]:
+    arrays = result.arrays()
+    if result.labels:
+        scores, indexes = arrays["top_score"], arrays["top_index"]
+        labels = [
+            {"label": label, "index": int(i), "score": round(float(s), 6)}
+            for label, i, s in zip(result.labels, indexes, scores, strict=True)
+        ]
+        return {"object": "classification", "index": index, "labels": labels}
+    name = next((n for n in arrays if "embedding" in n), next(iter(arrays)))
+    # as the JSON Lines output writes a vector: 8 decimals keep float32's digits, an array for orjson
+    return {"object": "embedding", "index": index, "embedding": np.round(arrays[name].astype(np.float64).ravel(), 8)}
+
+
+def error_lines(
+    requests: list[Request], outcomes: Mapping[str, DeadLetter | None], missing: Missing, job_id: str
+) -> Iterator[dict[str, Any]]:
+    """One line per request with an input that has no result, in OpenAI's error shape: a dead-lettered
+    input as the 400 response OpenAI gives an invalid request; an input never run as OpenAI's
+    batch_expired (or, ours, batch_cancelled and not_done) error."""
+    for k, request in enumerate(requests):
+        if all(rid in outcomes and outcomes[rid] is None for rid in request.record_ids):
+            continue
+        line: dict[str, Any] = {"id": f"{job_id}-{k}", "custom_id": request.custom_id, "response": None, "error": None}
+        dead = next(
+            ((i, letter) for i, rid in enumerate(request.record_ids) if (letter := outcomes.get(rid)) is not None), None
+        )
+        if dead is not None:
+            i, letter = dead
+            param = "input" if len(request.record_ids) == 1 else f"input[{i}]"
+            line["response"] = {
+                "status_code": 400,
+                "request_id": f"{job_id}-{k}",
+                "body": {
+                    "error": {
+                        "message": f"{letter.stage}: {letter.error}",
+                        "type": "invalid_request_error",
+                        "param": param,
+                        "code": letter.error_type,
+                    }
+                },
+            }
+        else:
+            code, message = _MISSING_ERRORS[missing]
+            line["error"] = {"code": code, "message": message}
+        yield line

@@ -1,0 +1,46 @@
+"""What a job used, counted from the results its GPU workers wrote: records, input tokens (texts)
+or pixels (images), and engine time. Each record counts once, as the results fold keeps it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schemas import InferenceResult
+from schemas.inference_result_bytes import engine_share_us, read_result_usage
+from schemas.serde import decode_fields
+
+
+@dataclass
+class Usage:
+    records: int = 0
+    length: int = 0  # tokens of every text, or pixels of every image, as the engine ran them
+    engine_us: float = 0.0  # each record's share of its executed batch's engine time
+
+    def add_bytes(self, value: bytes) -> None:
+        """Count one result, read from its bytes (another writer schema is decoded whole)."""
+        usage = read_result_usage(value)
+        if usage is None:
+            self.add_fields(decode_fields(value, InferenceResult))
+            return
+        self.records += 1
+        self.length += usage.length
+        self.engine_us += usage.engine_us
+
+    def add_fields(self, fields: dict[str, Any]) -> None:
+        """Count one decoded result."""
+        self.records += 1
+        self.length += fields["length"]
+        self.engine_us += engine_share_us(fields["timestamps"], fields["batch_size"])
+
+    def to_dict(self, kind: str) -> dict[str, Any]:
+        """The usage document of `status --json` and `jobs list --json`: OpenAI's names where they exist."""
+        return {
+            "records": self.records,
+            "input_tokens" if kind == "text" else "pixels": self.length,
+            "engine_seconds": round(self.engine_us / 1e6, 6),
+        }
+
+    def text(self, kind: str) -> str:
+        unit = "input tokens" if kind == "text" else "pixels"
+        return f"{self.records:,} records, {self.length:,} {unit}, {self.engine_us / 1e6:.2f} engine-s"

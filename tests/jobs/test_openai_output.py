@@ -1,0 +1,85 @@
+"""A job's outcomes written back per request: OpenAI's output lines for the requests every input of
+which has a result, OpenAI's error lines for the rest, and our per-record error file."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jobs import error_file, openai_output
+from jobs.job_records import Submitted
+from schemas import DeadLetter, InferenceResult, Tensor
+
+
+def submitted(custom_id: str, n: int, seq: int) -> list[Submitted]:
+    ids = [custom_id] if n == 1 else [f"{custom_id}[{i}]" for i in range(n)]
+    return [
+        Submitted(rid, seq + i, {"custom_id": f'"{custom_id}"', "index": str(i), "inputs": str(n)})
+        for i, rid in enumerate(ids)
+    ]
+
+
+def result(record_id: str, seq: int, value: float, length: int) -> InferenceResult:
+    vector = Tensor.from_array("embedding", np.full(4, value, dtype=np.float32))
+    return InferenceResult("job", record_id, seq, "minilm", "1", (vector,), "b", 2, length=length)
+
+
+def letter(record_id: str) -> DeadLetter:
+    return DeadLetter("preprocess", "TokenizerError", "cannot tokenize", "raw.text", 0, 5, b"", 1, "job", record_id)
+
+
+RECORDS = [*submitted("a", 1, 0), *submitted("b", 3, 1), *submitted("c", 2, 4), *submitted("d", 1, 6)]
+
+
+def test_requests_are_the_consecutive_records_of_one_custom_id() -> None:
+    assert openai_output.requests_of(RECORDS) == [
+        openai_output.Request("a", ("a",)),
+        openai_output.Request("b", ("b[0]", "b[1]", "b[2]")),
+        openai_output.Request("c", ("c[0]", "c[1]")),
+        openai_output.Request("d", ("d",)),
+    ]
+    plain = [Submitted("x", 0), Submitted("y", 1)]  # not from a batch file: a request per record
+    assert [r.custom_id for r in openai_output.requests_of(plain)] == ["x", "y"]
+
+
+def test_a_request_is_answered_once_every_input_has_a_result_in_index_order() -> None:
+    requests = openai_output.requests_of(RECORDS)
+    # c[1] dead-lettered, d expired: only a and b are answered; b's results come out of order
+    results = [result("a", 0, 0.5, 3), result("b[2]", 3, 3.0, 2), result("b[0]", 1, 1.0, 4), result("b[1]", 2, 2.0, 5)]
+    results.append(result("c[0]", 4, 9.0, 1))
+    lines = list(openai_output.output_lines(requests, results, "job"))
+    assert [line["custom_id"] for line in lines] == ["a", "b"]
+    body = lines[1]["response"]["body"]
+    assert [d["index"] for d in body["data"]] == [0, 1, 2]
+    assert [float(d["embedding"][0]) for d in body["data"]] == [1.0, 2.0, 3.0]
+    assert body["usage"] == {"prompt_tokens": 11, "total_tokens": 11} and body["model"] == "minilm"
+    assert lines[0]["response"]["status_code"] == 200 and lines[0]["error"] is None
+
+
+def test_a_failed_request_is_one_openai_error_line_and_a_record_never_run_is_batch_expired() -> None:
+    requests = openai_output.requests_of(RECORDS)
+    outcomes = {"a": None, "b[0]": None, "b[1]": None, "b[2]": None, "c[0]": None, "c[1]": letter("c[1]")}
+    lines = list(openai_output.error_lines(requests, outcomes, "expired", "job"))
+    assert [line["custom_id"] for line in lines] == ["c", "d"]
+    invalid = lines[0]["response"]
+    assert invalid["status_code"] == 400 and lines[0]["error"] is None
+    assert invalid["body"]["error"]["param"] == "input[1]"
+    assert invalid["body"]["error"]["message"] == "preprocess: cannot tokenize"
+    assert lines[1]["response"] is None and lines[1]["error"]["code"] == "batch_expired"
+    cancelled = list(openai_output.error_lines(requests, {}, "cancelled", "job"))
+    assert {line["error"]["code"] for line in cancelled} == {"batch_cancelled"} and len(cancelled) == 4
+
+
+def test_the_error_file_lists_each_record_without_a_result_with_why() -> None:
+    outcomes = {"a": None, "b[0]": None, "b[2]": letter("b[2]")}
+    lines = list(error_file.error_lines(RECORDS, outcomes, "not_done"))
+    assert [(line["id"], line["status"]) for line in lines] == [
+        ("b[1]", "not_done"),
+        ("b[2]", "dead_lettered"),
+        ("c[0]", "not_done"),
+        ("c[1]", "not_done"),
+        ("d", "not_done"),
+    ]
+    assert lines[1]["error"] == {"stage": "preprocess", "type": "TokenizerError", "message": "cannot tokenize"}
+    assert lines[1]["custom_id"] == "b" and lines[1]["index"] == 2
+    plain = list(error_file.error_lines([Submitted("r1", 0), Submitted("r2", 1)], {"r1": None}, "expired"))
+    assert plain == [{"id": "r2", "status": "expired"}]
