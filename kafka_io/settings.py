@@ -93,6 +93,11 @@ class Topics:
         return self.name("schedule.ticks")
 
     @property
+    def notifications(self) -> str:
+        """The log of webhook notifications (claims, attempts, deliveries): jobs/notifications/."""
+        return self.name("notifications")
+
+    @property
     def dead_letters(self) -> str:
         return self.name("dead.letters")
 

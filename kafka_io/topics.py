@@ -67,6 +67,18 @@ def schedule_ticks_topic(topics: Topics) -> TopicSpec:
     )
 
 
+def notifications_topic(topics: Topics) -> TopicSpec:
+    """Notifier workers' claims on job notifications and their outcomes. One partition, so every
+    notifier reads them in one order and agrees which claim came first. Compacted per key (the
+    final record of a notification has a key of its own, so it outlives the rest), but only after
+    a week: every record of a notification still being retried must stay readable."""
+    return TopicSpec(
+        topics.notifications,
+        partitions=1,
+        config=(("cleanup.policy", "compact"), ("min.compaction.lag.ms", str(7 * 24 * 3600 * 1000))),
+    )
+
+
 def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:
     """Create the topics that do not exist yet; existing ones are left as they are, but must take
     records as large as the limit (TopicConfigError otherwise, before anything is produced)."""

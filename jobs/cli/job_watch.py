@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import click
 
-from jobs.cli.options import cluster_options
+from jobs.cli.options import cluster_options, label_option
 from jobs.cli.progress_display import ProgressDisplay
 from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
+from jobs.progress import format_eta
 from kafka_io.settings import Topics
 
 
@@ -21,25 +23,35 @@ def jobs_group() -> None:
 
 @jobs_group.command(name="list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of the objects `status --json` prints.")
+@label_option
 @cluster_options
-def jobs_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
-    """Every registered job with its state and progress, oldest first."""
+def jobs_list(as_json: bool, labels: dict[str, str], bootstrap_servers: str, namespace: str) -> None:
+    """Every registered job with its state and progress, oldest first; with --label, only the jobs
+    that carry every label given."""
     import json
 
-    from jobs.registry import job_statuses
+    from jobs.notifications.status import notifications_for
+    from jobs.registry import format_labels, job_statuses
 
-    topics = Topics(namespace)
-    statuses = job_statuses(require_servers(bootstrap_servers), topics)
+    settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    statuses = job_statuses(settings, topics, labels)
     if as_json:
-        click.echo(json.dumps([status.to_dict() for status in statuses], indent=2))
+        told = notifications_for(settings, topics, [status.job for status in statuses])
+        rows = [{**status.to_dict(), "notification": told[status.job.job_id]} for status in statuses]
+        click.echo(json.dumps(rows, indent=2))
         return
     if not statuses:  # said where a person reads it; stdout stays one line per job
-        click.echo(f"no jobs in {topics.jobs}", err=True)
+        having = f" labelled {format_labels(labels)}" if labels else ""
+        click.echo(f"no jobs{having} in {topics.jobs}", err=True)
     for status in statuses:
-        schedule = f"\tschedule {status.job.schedule}" if status.job.schedule else ""
-        lane = "\tlive" if status.job.priority == "live" else ""
+        job = status.job
+        schedule = f"\tschedule {job.schedule}" if job.schedule else ""
+        lane = "\tlive" if job.priority == "live" else ""
+        left = status.time_left_s()
+        deadline = "" if left is None else f"\t{'expires in ' + format_eta(left) if left else 'deadline passed'}"
+        tags = f"\t{format_labels(job.labels)}" if job.labels else ""
         click.echo(
-            f"{status.job.job_id}\t{status.job.model}\t{status.state.value}\t{status.done}/{status.job.total}{lane}{schedule}"
+            f"{job.job_id}\t{job.model}\t{status.state.value}\t{status.done}/{job.total}{lane}{deadline}{schedule}{tags}"
         )
 
 
@@ -52,12 +64,21 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
     """A job's state and per-stage counts (submitted, preprocessed, inferred, dead-lettered)."""
     import json
 
+    from jobs.notifications.status import notification_for
     from jobs.registry import job_status, watch_status
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     if not watch:
         status = job_status(settings, topics, job_id)
-        click.echo(json.dumps(status.to_dict()) if as_json else status.line())
+        notification = notification_for(settings, topics, status.job)
+        if as_json:
+            click.echo(json.dumps({**status.to_dict(), "notification": notification}))
+            return
+        click.echo(status.line())
+        if status.outcome.usage is not None and status.outcome.usage.records:
+            click.echo(f"  usage: {status.outcome.usage.text(status.job.kind)}")
+        if notification is not None:
+            click.echo(f"  webhook: {notification_line(notification)}")
         return
     display = ProgressDisplay(every_s=0)  # watch_status paces the updates
     if as_json or not (display.tty and sys.stdout.isatty()):
@@ -77,6 +98,18 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
         display.close()
     if last is not None:
         click.echo(last[0].line(last[1]))  # the end state, in full
+
+
+def notification_line(notification: dict[str, Any]) -> str:
+    """How `status` tells a webhook's delivery: pending, delivered, failing (why) or given up."""
+    state, url, attempts = notification["state"], notification["url"], notification["attempts"]
+    if state == "delivered":
+        return f"delivered to {url} at {notification['delivered_at']} (attempt {attempts})"
+    if state == "pending":
+        return f"{url}: told when the job ends (by `nearline worker notifier`)"
+    why = notification["last_error"] or f"HTTP {notification['http_status']}"
+    ended = "gave up" if state == "gave_up" else "failing, retried"
+    return f"{url}: {ended} after {attempts} attempt{'s' if attempts != 1 else ''}: {why}"
 
 
 @click.command(name="cancel")

@@ -270,6 +270,103 @@ def worker_scheduler(
     say(f"scheduler {config.instance_id} stopped")
 
 
+@worker.command(name="notifier")
+@click.option(
+    "--instance-id",
+    default=None,
+    show_envvar=True,
+    help="Stable name, unique per notifier: a restart with the same name takes back its notifications at once, "
+    "where another notifier waits out --lease-s [default: the host name].",
+)
+@click.option(
+    "--first-retry-s",
+    type=FiniteFloat(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    show_envvar=True,
+    help="Wait after a failed POST; doubled after each, up to --max-retry-s.",
+)
+@click.option(
+    "--max-retry-s",
+    type=FiniteFloat(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    show_envvar=True,
+    help="The longest wait between two attempts.",
+)
+@click.option(
+    "--give-up-after-s",
+    type=FiniteFloat(min=0, max=6 * 86400, min_open=True),
+    default=86400.0,
+    show_default=True,
+    show_envvar=True,
+    help="Stop retrying this long after the first attempt; `nearline status` shows it gave up, and why.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    show_envvar=True,
+    help="Stop retrying after this many attempts [default: only --give-up-after-s stops them].",
+)
+@click.option(
+    "--timeout-s",
+    type=FiniteFloat(min=0, max=600, min_open=True),
+    default=10.0,
+    show_default=True,
+    show_envvar=True,
+    help="A receiver that has not answered a POST in this long has failed that attempt.",
+)
+@click.option(
+    "--lease-s",
+    type=FiniteFloat(min=1),
+    default=60.0,
+    show_default=True,
+    show_envvar=True,
+    help="A notification whose notifier has written nothing for this long may be taken over by another.",
+)
+@cluster_options
+def worker_notifier(
+    instance_id: str | None,
+    first_retry_s: float,
+    max_retry_s: float,
+    give_up_after_s: float,
+    max_attempts: int | None,
+    timeout_s: float,
+    lease_s: float,
+    bootstrap_servers: str,
+    namespace: str,
+) -> None:
+    """POST each ended job's status to its --notify URL. Run as many as you like: each is POSTed once."""
+    import signal
+    import socket
+    import threading
+    from datetime import UTC, datetime
+
+    from jobs.notifications.delivery import RetryPolicy
+    from jobs.notifications.notifier import Notifier, NotifierConfig
+    from kafka_io.clients import check_reachable
+
+    try:
+        retry = RetryPolicy(first_retry_s, max_retry_s, max_attempts, give_up_after_s)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    config = NotifierConfig(instance_id or socket.gethostname(), retry, timeout_s=timeout_s, lease_s=lease_s)
+    settings = require_servers(bootstrap_servers, probe=False)
+    check_reachable(settings)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def say(line: str) -> None:
+        click.echo(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} {line}", err=True)
+
+    with Notifier(settings, Topics(namespace), config, on_event=say) as notifier:
+        say(f"notifier {config.instance_id} running: {len(notifier.jobs)} job(s) with a webhook")
+        with contextlib.suppress(KeyboardInterrupt):
+            notifier.run(stop)
+    say(f"notifier {config.instance_id} stopped")
+
+
 @click.group()
 def broker() -> None:
     """A long-lived local broker for development (Tansu, memory only: data ends with it)."""

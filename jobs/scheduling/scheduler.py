@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from jobs.job_input import JobInput
+from jobs.job_terms import JobTerms
+from jobs.outages import OutageLog
 from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.scheduling.metrics import SchedulerMetrics
@@ -215,6 +217,7 @@ class Scheduler:
                     schedule=schedule.name,
                     attributes={"tick": tick.isoformat()},
                     priority="live" if schedule.priority == "live" else "bulk",
+                    terms=JobTerms(schedule.labels, schedule.complete_within_s, schedule.notify),
                 ),
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
@@ -262,8 +265,7 @@ class Scheduler:
     def run(self, stop: threading.Event, retry_s: float = 5.0) -> None:
         """Step about once a second until `stop` is set. A broker outage, however long, is waited
         out: every retry_s the clients are made afresh and the state read again, until it answers."""
-        down_since: float | None = None
-        last_said = 0.0
+        outage = OutageLog("scheduler", self.on_event, retry_s)
         while not stop.is_set():
             try:
                 if self._follower is None:  # the outage's first step, or a reopen that failed
@@ -271,19 +273,8 @@ class Scheduler:
                 self.step()
             except KAFKA_FAULTS as exc:
                 self._drop_clients()
-                now = time.monotonic()
-                if down_since is None:
-                    down_since = last_said = now
-                    self.on_event(f"scheduler: Kafka unavailable, retrying every {retry_s:g} s: {exc}")
-                elif now - last_said >= 60:  # one line a minute, not one per retry
-                    last_said = now
-                    self.on_event(f"scheduler: Kafka still unavailable after {now - down_since:.0f} s: {exc}")
+                outage.failed(exc)
                 stop.wait(retry_s)
                 continue
-            if down_since is not None:
-                self.on_event(
-                    f"scheduler: Kafka answers again after {time.monotonic() - down_since:.0f} s; "
-                    f"{len(self.schedules)} schedule(s) read afresh"
-                )
-                down_since = None
+            outage.answered(f"; {len(self.schedules)} schedule(s) read afresh")
             stop.wait(self.config.poll_s)

@@ -13,6 +13,7 @@ from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.scheduling import T0, Clock, LoneScheduler, lone_scheduler
 from tests.support.tiny_model import TinyModel
+from tests.support.webhook_receiver import closed_port, receiver  # noqa: F401 (fixtures for any test)
 
 
 @pytest.fixture

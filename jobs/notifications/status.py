@@ -1,0 +1,49 @@
+"""What `nearline status` shows of a job's webhook notification: read from the notifications log,
+by the same rules the notifiers fold it with (claims.py). Reading creates no topic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.notifications.claims import NotificationLog, key_of, pending
+from jobs.registry import load_jobs
+from kafka_io.reading import read_topics
+from kafka_io.settings import KafkaSettings, Topics
+from schemas import Job, Notification, SerdeError, decode
+
+
+def load_notifications(settings: KafkaSettings, topics: Topics) -> NotificationLog:
+    """The whole log, folded; a record that is not a Notification is passed over."""
+    folded = NotificationLog()
+    for msg in read_topics(settings, [topics.notifications]):
+        if msg.deleted:
+            continue
+        try:
+            folded.add(decode(msg.value, Notification))
+        except SerdeError:
+            continue
+    return folded
+
+
+def notification_for(settings: KafkaSettings, topics: Topics, job: Job) -> dict[str, Any] | None:
+    """The notification of the job's submission, or None when the job has no --notify URL:
+    {"state": pending|failing|delivered|gave_up, "url", "idempotency_key", "attempts",
+    "last_error", "http_status", "last_attempt_at", "delivered_at", "gave_up_at" (ISO 8601, UTC,
+    or None), "worker" (the notifier that owns it, or None)}. pending: not attempted yet (the job
+    has not ended, or no notifier has run since); failing: attempted, not delivered yet."""
+    if not job.notify:
+        return None
+    state = load_notifications(settings, topics).get(key_of(job)) or pending(job)
+    return state.to_dict()
+
+
+def notification_of(settings: KafkaSettings, topics: Topics, job_id: str) -> dict[str, Any] | None:
+    """notification_for() the job registered as `job_id`; None when there is none, or it has no URL."""
+    job = load_jobs(settings, topics).get(job_id)
+    return None if job is None else notification_for(settings, topics, job)
+
+
+def notifications_for(settings: KafkaSettings, topics: Topics, jobs: list[Job]) -> dict[str, dict[str, Any] | None]:
+    """notification_for() each of `jobs` by id, from one read of the log (`jobs list --json`)."""
+    folded = load_notifications(settings, topics) if any(job.notify for job in jobs) else NotificationLog()
+    return {job.job_id: (folded.get(key_of(job)) or pending(job)).to_dict() if job.notify else None for job in jobs}

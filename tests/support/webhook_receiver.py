@@ -1,0 +1,96 @@
+"""A loopback webhook receiver (http.server in a thread): it records every POST, answers each path
+with the statuses it is told to (then 200), and can hold a path's answers until the test ends;
+and an address where nothing listens."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Post:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int  # what the receiver answered
+
+
+@dataclass
+class Receiver:
+    port: int = 0
+    posts: list[Post] = field(default_factory=list)
+    answers: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses to answer first, in order
+    hold: set[str] = field(default_factory=set)  # paths answered only when the test ends
+    released: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def to(self, path: str) -> list[Post]:
+        with self.lock:
+            return [p for p in self.posts if p.path == path]
+
+    def answer(self, path: str, headers: dict[str, str], body: bytes) -> int:
+        with self.lock:
+            queued = self.answers.get(path) or []
+            status = queued.pop(0) if queued else 200
+            self.posts.append(Post(path, headers, body, status))
+            return status
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path in state.hold:
+                state.released.wait(30)
+                return
+            status = state.answer(self.path, dict(self.headers.items()), body)
+            reply = b"busy, try later" if status >= 300 else b"ok"
+            self.send_response(status)
+            if 300 <= status < 400:
+                self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # the test asserts on what came, not on the server's log
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        state.released.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections: bound, never listening, until the test ends."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
