@@ -10,7 +10,9 @@ import difflib
 import os
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 
+from jobs.input_problems import options_problem
 from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import Misfire, check_spec, from_us, next_tick
 from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
@@ -20,7 +22,9 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
+from producers import JSONL_SUFFIXES
 from producers.table_rows import DEFAULT_COLUMNS, Columns
+from producers.tables import table_format
 from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 from schemas.model_config import check_model_name
 
@@ -72,6 +76,8 @@ def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
         raise ScheduleSpecError("the schedule's input is empty: name a file, a folder or a glob pattern")
     now = at_us if at_us is not None else now_us()
     pattern = absolute_input(spec.input_pattern)
+    if (problem := _columns_problem(spec.columns, pattern)) is not None:
+        raise ScheduleSpecError(f"{problem}; every tick's job would fail on it")
     return Schedule(
         spec.name,
         spec.cron,
@@ -88,6 +94,15 @@ def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
         spec.terms.complete_within_s,
         spec.terms.notify,
     )
+
+
+def _columns_problem(columns: Columns, pattern: str) -> str | None:
+    """Why the column options cannot apply to what the pattern's suffix says its files are (table
+    options for "*.jsonl", JSON Lines keys for "*.parquet"), said when the schedule is added rather
+    than by a failed job at every tick; None when they can, or when the name does not say."""
+    name = Path(pattern)
+    reads = "table" if table_format(name) else "jsonl" if name.suffix.lower() in JSONL_SUFFIXES else None
+    return None if reads is None else options_problem(columns, reads, pattern)
 
 
 def unserved_model(settings: KafkaSettings, topics: Topics, model: str) -> str | None:
