@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job, job_status
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.pipeline import RunningPipeline, start_paced_gpu, submit
+from tests.support.pipeline import RunningPipeline, run_embedded, start_paced_gpu, submit
 from tests.support.tiny_model import TinyModel, minilm_tokenizer_file
 from tests.support.webhook_receiver import Receiver, wait_until
 
@@ -155,3 +155,32 @@ def test_a_job_past_its_completion_window_ends_expired_with_partial_results_and_
     assert {p.headers["Idempotency-Key"] for p in receiver.to("/hook")} == {f"{job_id}/{submission}"}
     time.sleep(1.0)  # a second notifier's POST would come within its step
     assert len(receiver.to("/hook")) == 2
+
+
+@pytest.mark.timeout(300)
+def test_run_writes_openai_output_and_on_expiry_every_request_to_the_error_file(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    """`nearline run` on the embedded default: its broker is gone at the end, so the error file's
+    records come from its input. A window that has passed before anything runs expires every request."""
+    texts = [row["text"] for row in example_lines(5)]
+    batch = write_jsonl(tmp_path / "batch.jsonl", [openai_request("one", texts[0]), openai_request("two", texts[1:])])
+    out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
+    common = ("--output-format", "openai-batch", "--errors", str(errors))
+    done = run_embedded(str(batch), "-o", str(out), *common, repository=model_repository, timeout_s=240)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(line["custom_id"], len(line["response"]["body"]["data"])) for line in lines] == [("one", 1), ("two", 4)]
+    assert errors.read_text() == "" and "wrote 0 error lines" in done.stderr
+
+    late = run_embedded(
+        str(batch), "-o", str(out), *common, "--complete-within", "1ms", repository=model_repository, timeout_s=240
+    )
+    assert late.returncode == 9, late.stderr  # ExitCode.EXPIRED
+    assert "expired" in late.stderr
+    assert out.read_text() == ""  # -o itself: the job ended as asked, with nothing finished
+    failed = [json.loads(line) for line in errors.read_text().splitlines()]
+    assert [(f["custom_id"], f["error"]["code"], f["response"]) for f in failed] == [
+        ("one", "batch_expired", None),
+        ("two", "batch_expired", None),
+    ]
