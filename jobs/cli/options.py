@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
-from jobs.output import OutputFormat
+from jobs.output import OutputFormat, OutputPathError, check_output_path
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
     DEFAULT_PRIORITY,
@@ -362,11 +362,27 @@ def terms_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _errors_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """--errors, checked before any work as -o is: a folder that is missing or read-only is said at
+    once, not after the whole job has run; and it may not be -o itself."""
+    if value is None:
+        return None
+    try:
+        check_output_path(value)
+    except OutputPathError as exc:
+        raise click.BadParameter(str(exc)) from None
+    output = ctx.params.get("output")
+    if output is not None and Path(output).absolute() == value.absolute():
+        raise click.BadParameter(f"{value} is -o too: the error file would replace the results")
+    return value
+
+
 def errors_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """--errors FILE: the error file, a JSON line per record without a result (run, results)."""
     return click.option(
         "--errors",
         type=click.Path(dir_okay=False, path_type=Path),
+        callback=_errors_path,
         default=None,
         metavar="FILE",
         help="Also write a JSON line per record with no result (dead-lettered with its stage and reason, "
