@@ -9,6 +9,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -88,32 +89,9 @@ def test_an_exactly_once_worker_sigkilled_mid_transaction_is_taken_over_with_no_
 def test_a_broker_restarted_on_its_own_data_mid_job_loses_and_duplicates_nothing(
     tiny: TinyModel, model_repository: Path, tmp_path: Path, how: str
 ) -> None:
-    broker = ApacheKafka.start(tmp_path / "kafka")
-    pipeline = RunningPipeline(
-        KafkaSettings(broker.bootstrap_servers), Topics("restart"), model_repository, tmp_path / "logs"
-    )
     batch, window, in_flight = 16, 128, 4
-    try:
-        rows = example_lines(3000)
-        pipeline.start("preprocess", "preprocess")
-        gpu_args = ["--model", "tiny", "--max-batch-size", str(batch), "--max-window", str(window)]
-        pipeline.start("gpu", "gpu", *gpu_args, "--max-windows-in-flight", str(in_flight))
-        job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
-        follow_until(pipeline, pipeline.topics.results, job_id, 400)
-        (broker.stop if how == "stopped" else broker.kill)()
-        time.sleep(3)
-        pipeline.check_workers()  # an outage is not a reason to exit
-        broker.restart()
-        watch_job(
-            pipeline.settings,
-            pipeline.topics,
-            job_id,
-            len(rows),
-            WaitRules(check=pipeline.check_workers, timeout_s=300),
-        )
-        ids = [r["id"] for r in rows]
-        assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / "out.jsonl")
-        assert_status_is_exact(pipeline, job_id, len(rows))
+    gpu_args = ["--max-batch-size", str(batch), "--max-window", str(window), "--max-windows-in-flight", str(in_flight)]
+    with job_through_a_restart(model_repository, tmp_path, "restart", gpu_args, how) as (pipeline, job_id, ids):
         copies = copies_of(pipeline.settings, pipeline.topics.results)
         assert sorted(copies) == sorted(f"{job_id}/{i}" for i in ids)
         tensors = len(tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny")))  # records, copies too
@@ -125,13 +103,10 @@ def test_a_broker_restarted_on_its_own_data_mid_job_loses_and_duplicates_nothing
         # share (tensors past one a record) is what it had acked but faust had not committed yet
         # (its commit interval: at this model's speed, up to the whole job); neither stage may
         # skip a record (the checks above).
-        print(f"{sum(copies.values())} results and {tensors} tensor records for {len(rows)} records")
+        print(f"{sum(copies.values())} results and {tensors} tensor records for {len(ids)} records")
         assert sum(copies.values()) - tensors <= (2 + 1) * in_flight * window
         gpu_log = "".join(p.read_text() for p in (tmp_path / "logs").glob("gpu*.log"))
         assert "broker restarted empty" not in gpu_log, gpu_log[-3000:]
-    finally:
-        pipeline.stop()
-        broker.stop()
 
 
 @pytest.mark.long
@@ -143,31 +118,8 @@ def test_an_exactly_once_worker_rides_out_a_broker_killed_and_restarted_on_its_o
     ever (librdkafka#5456: this worker hung, 432 of 1,200 records done); the worker replaces the
     producer and resumes from the group's committed offsets (gpu_consumer/steps.py:
     TransactionalStep._commit), and read_committed readers see one result per tensor record."""
-    broker = ApacheKafka.start(tmp_path / "kafka")
-    pipeline = RunningPipeline(
-        KafkaSettings(broker.bootstrap_servers), Topics("eosrestart"), model_repository, tmp_path / "logs"
-    )
-    try:
-        rows = example_lines(3000)
-        pipeline.start("preprocess", "preprocess")
-        gpu_args = ["--model", "tiny", "--max-batch-size", "16", "--max-window", "128"]
-        pipeline.start("gpu", "gpu", *gpu_args, "--exactly-once", "--instance-id", "eos-restart")
-        job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
-        follow_until(pipeline, pipeline.topics.results, job_id, 400)
-        broker.kill()
-        time.sleep(3)
-        pipeline.check_workers()  # an outage is not a reason to exit
-        broker.restart()
-        watch_job(
-            pipeline.settings,
-            pipeline.topics,
-            job_id,
-            len(rows),
-            WaitRules(check=pipeline.check_workers, timeout_s=300),
-        )
-        ids = [r["id"] for r in rows]
-        assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / "out.jsonl")
-        assert_status_is_exact(pipeline, job_id, len(rows))
+    gpu_args = ["--max-batch-size", "16", "--max-window", "128", "--exactly-once", "--instance-id", "eos-restart"]
+    with job_through_a_restart(model_repository, tmp_path, "eosrestart", gpu_args, "killed") as (pipeline, job_id, ids):
         # Exactly once per tensor record: the preprocess worker may write a record's tensors twice
         # (at least once: what it had acked but faust had not committed as the broker died), and
         # each copy gets its result; a window the GPU worker ran again would show as one more. A
@@ -180,6 +132,35 @@ def test_an_exactly_once_worker_rides_out_a_broker_killed_and_restarted_on_its_o
         assert sorted(copies) == sorted(f"{job_id}/{i}" for i in ids)
         tensors = len(tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny")))  # records, copies too
         assert sum(copies.values()) == tensors
+
+
+@contextmanager
+def job_through_a_restart(
+    repository: Path, tmp_path: Path, namespace: str, gpu_args: list[str], how: str
+) -> Iterator[tuple[RunningPipeline, str, list[str]]]:
+    """A 3,000-record job on a Kafka of its own, which is stopped or killed (`how`) on its own data
+    once 400 results are in and restarted 3 s later; yields (pipeline, job id, record ids) once the
+    job has every result, one each, and `status` counts it exactly."""
+    broker = ApacheKafka.start(tmp_path / "kafka")
+    pipeline = RunningPipeline(
+        KafkaSettings(broker.bootstrap_servers), Topics(namespace), repository, tmp_path / "logs"
+    )
+    try:
+        rows = example_lines(3000)
+        pipeline.start("preprocess", "preprocess")
+        pipeline.start("gpu", "gpu", "--model", "tiny", *gpu_args)
+        job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+        follow_until(pipeline, pipeline.topics.results, job_id, 400)
+        (broker.stop if how == "stopped" else broker.kill)()
+        time.sleep(3)
+        pipeline.check_workers()  # an outage is not a reason to exit
+        broker.restart()
+        rules = WaitRules(check=pipeline.check_workers, timeout_s=300)
+        watch_job(pipeline.settings, pipeline.topics, job_id, len(rows), rules)
+        ids = [r["id"] for r in rows]
+        assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / "out.jsonl")
+        assert_status_is_exact(pipeline, job_id, len(rows))
+        yield pipeline, job_id, ids
     finally:
         pipeline.stop()
         broker.stop()
