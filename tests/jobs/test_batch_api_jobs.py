@@ -157,6 +157,7 @@ def test_a_job_past_its_completion_window_ends_expired_with_partial_results_and_
     assert len(receiver.to("/hook")) == 2
 
 
+@pytest.mark.process
 @pytest.mark.timeout(300)
 def test_run_writes_openai_output_and_on_expiry_every_request_to_the_error_file(
     tiny: TinyModel, model_repository: Path, tmp_path: Path
