@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 import pytest
 
 from jobs.registry import JobStatus
 from jobs.reports.plots import Bar, ChartStyle, bar_chart, histogram_bars, log_ticks, nice_step, ticks
 from jobs.reports.report import render, stage_latencies_ms, throughput
-from schemas import DeadLetter, Job
+from jobs.usage import Usage
+from schemas import DeadLetter, Job, now_us
 from tests.support.inputs import result
 
 
@@ -69,3 +72,17 @@ def test_the_report_groups_dead_letters_by_stage_and_error_with_an_example() -> 
     assert "<tr><td>preprocess</td><td>TextTooLong</td><td>2</td><td>a: a broke</td></tr>" in page
     assert "<tr><td>gpu</td><td>EngineError</td><td>1</td><td>c: c broke</td></tr>" in page
     assert status.state == "completed_with_errors" and "no data" in page  # no results: empty charts say so
+
+
+def test_the_report_shows_the_deadline_time_left_labels_and_usage() -> None:
+    deadline = now_us() + 3_600_000_000
+    job = Job("job-2", "tiny", "in.jsonl", "text", 10, 0, labels={"team": "search"}, deadline_at=deadline)
+    status = JobStatus(job)
+    status.outcome.usage = Usage(records=4, length=96, engine_us=2_500_000)
+    page = render(status)
+    when = datetime.fromtimestamp(deadline / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f" · deadline {when} (" in page and " left)" in page
+    assert " · labels team=search" in page
+    assert "Usage: 4 records, 96 input tokens, 2.50 engine-s." in page
+    passed = JobStatus(Job("job-3", "tiny", "in.jsonl", "text", 10, 0, deadline_at=now_us() - 1))
+    assert "(passed)" in render(passed) and passed.state == "expired"
