@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpu_consumer.engine import Engine
@@ -73,8 +73,10 @@ class Pipeline:
         new_producer: Callable[[], Producer],
         settings: PipelineConfig | None = None,
         metrics: GpuMetrics | None = None,
+        skip_job: Callable[[str, int | None], bool] = lambda job_id, submission: False,
     ) -> None:
         self.settings = settings or PipelineConfig()
+        self._skip_job = skip_job
         self.ledger = Ledger()
         self._metrics = metrics or GpuMetrics()
         self._metrics.follow(self.ledger.in_flight)
@@ -273,7 +275,7 @@ class Pipeline:
                     self._queued[(lane, rank)] -= 1
                 self._to_emit.put((entry, window, lane, "start"))
                 started = time.perf_counter()
-                for event in execute(self._engine, window, self._config):
+                for event in execute(self._engine, self._still_wanted(window), self._config):
                     self._to_emit.put((entry, window, lane, event))
                 if contended:
                     self.engine_time = self.engine_time.served(lane, time.perf_counter() - started)
@@ -281,6 +283,19 @@ class Pipeline:
                 self._to_engine.task_done()
         finally:
             self._to_emit.put(None)
+
+    def _still_wanted(self, window: Window) -> Window:
+        """The window less its executed batches whose every record's job was cancelled or passed
+        its deadline while the window waited for the engine (up to --max-windows-in-flight
+        windows): those records are committed with the window and never run, as if skipped at
+        the poll. A batch whose first record is wanted costs one question."""
+        skip = self._skip_job
+        kept = [
+            planned
+            for planned in window.planned
+            if not all(skip(item.job_id, item.timestamps.get("submitted")) for item in planned.items)
+        ]
+        return window if len(kept) == len(window.planned) else replace(window, planned=kept)
 
     def _emit_loop(self) -> None:
         executed = 0

@@ -67,6 +67,9 @@ class Inference:
     topics: Topics
     policy: BatchPolicy
     worker_id: str  # windows are named <worker_id>-<n>, n counting this worker's windows
+    # (job id, submission) of records not to run (cancelled, or past their deadline), asked again
+    # as a queued window reaches the engine: kafka_io.cancellations.Cancellations.skips_submission
+    skip_job: Callable[[str, int | None], bool] = lambda job_id, submission: False
 
     def window_id(self, n: int) -> str:
         return f"{self.worker_id}-{n}"
@@ -140,7 +143,9 @@ class PipelinedStep:
         self.stats = WorkerStats()
         self._consumer, self._inference = consumer, inference
         self._assignment, self._incarnation = assignment, incarnation
-        self._flow = Pipeline(inference.engine, inference.config, inference.topics, new_producer, settings, metrics)
+        self._flow = Pipeline(
+            inference.engine, inference.config, inference.topics, new_producer, settings, metrics, inference.skip_job
+        )
 
     @property
     def engine_time(self) -> EngineTime:

@@ -251,7 +251,7 @@ def serve(
             bulk_share=worker.bulk_share,
             incarnation=incarnation,
         )
-        inference = Inference(engine, config, topics, policy, worker_id)
+        inference = Inference(engine, config, topics, policy, worker_id, cancellations.skips_submission)
         return run(consumer, assignment, new_producer, inference, limits, options)
     finally:
         cancellations.close()

@@ -52,7 +52,13 @@ class Cancellations:
         job_id = job_of(headers)
         if job_id is None:
             return False
-        submission = submission_of(headers)
+        return self.skips_submission(job_id, submission_of(headers))
+
+    def skips_submission(self, job_id: str, submission: int | None) -> bool:
+        """skips() for a record already decoded: the GPU worker asks again as a window it polled
+        earlier reaches the engine, since a deadline may have passed while it waited its turn."""
+        if not self._cancelled and not self._cancelled_submissions and not self._deadlines:
+            return False
         if submission is None:
             if job_id in self._cancelled:
                 return True
