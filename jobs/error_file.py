@@ -9,8 +9,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from jobs.job_records import Submitted
+from jobs.registry import past_deadline
+from producers import InputError
 from producers.openai_batch import CUSTOM_ID, INDEX
-from schemas import DeadLetter, Job, now_us
+from schemas import DeadLetter, Job
 
 # Why a record with neither a result nor a dead letter has none
 Missing = Literal["cancelled", "expired", "not_done"]
@@ -21,9 +23,14 @@ def missing_reason(job: Job | None) -> Missing:
     or (still running, or its workers gone) it is not done."""
     if job is not None and job.cancelled_at is not None:
         return "cancelled"
-    if job is not None and job.deadline_at is not None and now_us() > job.deadline_at:
+    if job is not None and past_deadline(job):
         return "expired"
     return "not_done"
+
+
+def invalid_line(error: InputError) -> dict[str, Any]:
+    """A line of the input that was refused at submit and left out (--skip-invalid)."""
+    return {"file": error.path, "line": error.line, "status": "invalid", "error": {"message": error.reason}}
 
 
 def error_lines(
@@ -37,7 +44,8 @@ def error_lines(
         line: dict[str, Any] = {"id": record.record_id}
         if CUSTOM_ID in record.attributes:
             line["custom_id"] = json.loads(record.attributes[CUSTOM_ID])
-            line["index"] = int(record.attributes.get(INDEX, "0"))
+            index = record.attributes.get(INDEX, "0")
+            line["index"] = int(index) if index.isdigit() else index
         letter = outcomes.get(record.record_id)
         if letter is not None:
             line["status"] = "dead_lettered"

@@ -4,6 +4,7 @@ its outcomes (a ResultSpill)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -13,6 +14,7 @@ from jobs.job_records import Submitted
 from jobs.output import OutputFormat, write_atomically, write_output
 from jobs.results import dumps_line
 from jobs.spill import ResultSpill
+from producers import InputError
 from schemas import InferenceResult
 
 
@@ -42,13 +44,17 @@ def write_errors(
     missing: error_file.Missing,
     openai_shape: bool,
     job_id: str,
+    invalid: Iterable[InputError] = (),
 ) -> int:
-    """The error file: a line per record (openai_shape: per request) without a result; the lines written."""
+    """The error file: a line per input line that was not submitted (`invalid`: what --skip-invalid
+    left out) and per record (openai_shape: per request) without a result; the lines written."""
     outcomes = spill.outcomes()
     if openai_shape:
         requests = openai_output.requests_of(submitted)
-        lines = openai_output.error_lines(requests, outcomes, missing, job_id)
+        rejected = (openai_output.invalid_line(error) for error in invalid)
+        lines = itertools.chain(rejected, openai_output.error_lines(requests, outcomes, missing, job_id))
     else:
-        lines = error_file.error_lines(submitted, outcomes, missing)
+        rejected = (error_file.invalid_line(error) for error in invalid)
+        lines = itertools.chain(rejected, error_file.error_lines(submitted, outcomes, missing))
     write = _lines(lines)
     return write_atomically(path, lambda f: write(f.write), binary=True)

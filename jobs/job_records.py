@@ -13,7 +13,7 @@ from jobs.registry import job_lane
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from producers import InputError
-from schemas import Job, RawImage, SerdeError, decode
+from schemas import DeadLetter, InferenceResult, Job, RawImage, SerdeError, decode
 from schemas.packs import kind_of, read_raw_text_pack
 
 
@@ -49,6 +49,19 @@ def _records_in(value: bytes) -> Iterable[Submitted]:
         return [Submitted(image.record_id, image.seq, dict(image.attributes))]
     except SerdeError:
         return []  # not a record of ours: the preprocess worker dead-letters it, under no id
+
+
+def submitted_from_outcomes(items: Iterable[InferenceResult | DeadLetter]) -> list[Submitted]:
+    """The records that have an outcome, in input order: the job's records as far as its results
+    and dead letters tell, where its raw topic no longer holds them (retention) or the job was
+    never registered. Records with neither cannot be known so."""
+    found: list[Submitted] = []
+    for item in items:
+        if isinstance(item, InferenceResult):
+            found.append(Submitted(item.record_id, item.seq, dict(item.attributes)))
+        elif item.record_id is not None:
+            found.append(Submitted(item.record_id, len(found)))
+    return found
 
 
 def submitted_from_input(source: JobInput) -> Iterator[Submitted]:

@@ -15,24 +15,30 @@ LABEL_KEY = re.compile(r"(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([
 MAX_LABEL_VALUE = 256
 MAX_LABELS = 64
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+# Units largest first, each at most once ("1h30m", not "30s30s")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)w)?(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?"
+                       r"(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?")  # fmt: skip
+_UNIT_S = (604800.0, 86400.0, 3600.0, 60.0, 1.0, 0.001)
+# A window under a millisecond rounds to none at all; one past a year is a typo, and past
+# ~292,000 years no longer fits the registry's microseconds.
+MIN_WINDOW_S, MAX_WINDOW_S = 0.001, 366 * 86400.0
 DURATION_RULE = "a number of seconds or a duration such as 90s, 30m, 24h, 1h30m or 7d"
 
 
 def parse_duration(text: str) -> float:
     """Seconds in `text`: "24h", "1h30m", "90s", "500ms", "7d" or a bare number of seconds.
-    ValueError (saying what a duration looks like) for anything else, zero or negative."""
+    ValueError (saying what a duration looks like) for anything else, and for a window under a
+    millisecond or over a year."""
     spec = text.strip().lower()
     seconds: float | None = None
     if re.fullmatch(r"\d+(\.\d+)?", spec):
         seconds = float(spec)
-    elif spec and _DURATION_PART.sub("", spec) == "":
-        seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(spec))
+    elif spec and (parts := _DURATION.fullmatch(spec)) is not None:
+        seconds = sum(float(n) * unit for n, unit in zip(parts.groups(), _UNIT_S, strict=True) if n is not None)
     if seconds is None:
         raise ValueError(f"{text!r} is not a duration: use {DURATION_RULE}")
-    if seconds <= 0:
-        raise ValueError(f"{text!r}: a completion window must be longer than zero")
+    if not MIN_WINDOW_S <= seconds <= MAX_WINDOW_S:
+        raise ValueError(f"{text!r}: a completion window must be from 1ms to 366d")
     return seconds
 
 
@@ -54,7 +60,7 @@ def parse_labels(items: Iterable[str]) -> dict[str, str]:
             raise ValueError(
                 f"label {key}: its value must be one line without tabs, at most {MAX_LABEL_VALUE} characters"
             )
-        labels[key] = value
+        labels[key] = value.strip()
     if len(labels) > MAX_LABELS:
         raise ValueError(f"{len(labels)} labels: a job takes at most {MAX_LABELS}")
     return labels

@@ -19,7 +19,8 @@ import numpy as np
 
 from jobs.error_file import Missing
 from jobs.job_records import Submitted
-from producers.openai_batch import CUSTOM_ID
+from producers import InputError
+from producers.openai_batch import CUSTOM_ID, INDEX
 from schemas import DeadLetter, InferenceResult
 
 _MISSING_ERRORS = {
@@ -29,6 +30,11 @@ _MISSING_ERRORS = {
 }
 
 
+# Dead letters of the preprocess stage that are not the input's fault: answered as OpenAI answers a
+# server fault (500, worth a retry once fixed), where the input's own (400) are not worth one.
+SERVER_SIDE = frozenset({"ModelNotFoundError", "ModelUnavailableError", "ModelError", "OSError"})
+
+
 @dataclass(frozen=True)
 class Request:
     custom_id: str
@@ -36,14 +42,15 @@ class Request:
 
 
 def requests_of(submitted: Iterable[Submitted]) -> list[Request]:
-    """The requests a job's records make up, in input order (a request's records are consecutive).
-    A record that is not of an OpenAI batch file is a request of its own, named by its id."""
+    """The requests a job's records make up, in input order: a request's records are consecutive,
+    its first at index 0 (two files of a glob may each hold a request of one custom_id). A record
+    that is not of an OpenAI batch file is a request of its own, named by its id."""
     requests: list[Request] = []
     current: tuple[str, list[str]] | None = None
     for record in submitted:
-        raw = record.attributes.get(CUSTOM_ID)
+        raw, index = record.attributes.get(CUSTOM_ID), record.attributes.get(INDEX)
         custom_id = json.loads(raw) if raw is not None else record.record_id
-        if current is not None and current[0] == custom_id and raw is not None:
+        if current is not None and raw is not None and index not in (None, "0") and current[0] == custom_id:
             current[1].append(record.record_id)
             continue
         if current is not None:
@@ -106,6 +113,18 @@ def _datum(index: int, result: InferenceResult) -> dict[str, Any]:
     return {"object": "embedding", "index": index, "embedding": np.round(arrays[name].astype(np.float64).ravel(), 8)}
 
 
+def invalid_line(error: InputError) -> dict[str, Any]:
+    """A line of the batch file refused at submit and left out (--skip-invalid), as the 400 OpenAI
+    gives a request it cannot read; its custom_id may be what was wrong with it, so it is null."""
+    body = {"message": str(error), "type": "invalid_request_error", "param": None, "code": "invalid_request"}
+    return {
+        "id": None,
+        "custom_id": None,
+        "response": {"status_code": 400, "request_id": None, "body": {"error": body}},
+        "error": None,
+    }
+
+
 def error_lines(
     requests: list[Request], outcomes: Mapping[str, DeadLetter | None], missing: Missing, job_id: str
 ) -> Iterator[dict[str, Any]]:
@@ -121,14 +140,16 @@ def error_lines(
         )
         if dead is not None:
             i, letter = dead
-            param = "input" if len(request.record_ids) == 1 else f"input[{i}]"
+            # a string input is the record custom_id, a list's are custom_id[i] (one item too)
+            param = "input" if request.record_ids[i] == request.custom_id else f"input[{i}]"
+            client = letter.stage == "preprocess" and letter.error_type not in SERVER_SIDE
             line["response"] = {
-                "status_code": 400,
+                "status_code": 400 if client else 500,
                 "request_id": f"{job_id}-{k}",
                 "body": {
                     "error": {
                         "message": f"{letter.stage}: {letter.error}",
-                        "type": "invalid_request_error",
+                        "type": "invalid_request_error" if client else "server_error",
                         "param": param,
                         "code": letter.error_type,
                     }

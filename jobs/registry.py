@@ -116,7 +116,7 @@ class JobStatus:
             return JobState.FAILED
         if self.job.cancelled_at is not None and self.done < self.job.total:
             return JobState.CANCELLED
-        if self.job.deadline_at is not None and self.done < self.job.total and now_us() > self.job.deadline_at:
+        if self.done < self.job.total and past_deadline(self.job):
             return JobState.EXPIRED
         if self.done >= self.job.total:
             return JobState.COMPLETED_WITH_ERRORS if self.outcome.dead else JobState.COMPLETED
@@ -184,8 +184,8 @@ class JobStatus:
         )
 
     def _deadline_text(self) -> str:
-        left = self.time_left_s()
-        if left is None:
+        left, state = self.time_left_s(), self.state
+        if left is None or (state.ended and state is not JobState.EXPIRED):
             return ""
         when = _iso(self.job.deadline_at)
         return f"  deadline {when} ({format_eta(left)} left)" if left > 0 else f"  deadline {when} (passed)"
@@ -203,6 +203,11 @@ def _iso(us: int | None) -> str | None:
 def job_tensors_topic(topics: Topics, job: Job) -> str:
     """The tensors topic of the job's lane: its records are preprocessed into that lane only."""
     return topics.lane(topics.tensors(job.model), job_lane(job))
+
+
+def past_deadline(job: Job) -> bool:
+    """Whether the job's --complete-within window has passed (its records not yet run are skipped)."""
+    return job.deadline_at is not None and now_us() > job.deadline_at
 
 
 def has_labels(job: Job, labels: Mapping[str, str]) -> bool:

@@ -7,6 +7,7 @@ What does not: producing to Kafka or registering jobs (jobs/submit.py), preproce
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,18 +34,22 @@ def read_text_input(
     return read_lines(path, stream)
 
 
+# Lines of a .jsonl file read to tell OpenAI batch requests from JSON Lines texts: the first that
+# is JSON decides, so that one malformed first line is reported as itself, not as every other line.
+DETECT_LINES = 20
+
+
 def is_openai_batch_file(path: Path) -> bool:
-    """Whether `path` is a JSON Lines file whose first object is an OpenAI batch request
-    (producers/openai_batch.py): what --format auto reads as one."""
+    """Whether `path` is a JSON Lines file whose first JSON object among its first DETECT_LINES
+    lines is an OpenAI batch request (producers/openai_batch.py): what --format auto reads as one."""
     if path.suffix.lower() not in JSONL_SUFFIXES or not path.is_file():
         return False
     with path.open("rb") as f:
-        for raw in f:
-            if raw.strip():
-                try:
-                    return is_openai_request(json.loads(raw))
-                except ValueError:
-                    return False
+        for raw in itertools.islice((line for line in f if line.strip()), DETECT_LINES):
+            try:
+                return is_openai_request(json.loads(raw))
+            except ValueError:
+                continue
     return False
 
 

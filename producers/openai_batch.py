@@ -5,7 +5,8 @@
 
 Each input string is one record: a request with a string input is the record `custom_id`, one
 with a list is the records `custom_id[0]`, `custom_id[1]`, ... Each record carries its request in
-its attributes (custom_id, its index in the input, the request's input count), so that results
+its attributes (openai.custom_id, openai.index: its place in the input, openai.inputs: the
+request's input count), so that results
 can be written back in OpenAI's output shape (jobs/openai_output.py) without the input file.
 """
 
@@ -19,8 +20,9 @@ from typing import IO, Any
 from producers.inputs import InputError, InputRecord, check_text, json_type, lone_surrogate, parsed_lines
 
 EMBEDDINGS_URL = "/v1/embeddings"
-# the attributes a record of an OpenAI batch file carries (values as JSON text, like any attribute)
-CUSTOM_ID, INDEX, INPUTS = "custom_id", "index", "inputs"
+# the attributes a record of an OpenAI batch file carries (values as JSON text, like any
+# attribute), named apart from a JSON Lines input's own attributes
+CUSTOM_ID, INDEX, INPUTS = "openai.custom_id", "openai.index", "openai.inputs"
 
 
 def is_openai_request(obj: Any) -> bool:
@@ -102,6 +104,13 @@ def _request(line: str) -> tuple[str, str, str | list[str]]:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ValueError(f'request {custom_id}: "body.model" must name a model, got {json.dumps(model)}')
+    if body.get("encoding_format", "float") != "float":
+        raise ValueError(
+            f'request {custom_id}: "encoding_format" {json.dumps(body["encoding_format"])} is not taken: '
+            "embeddings come back as floats"
+        )
+    if "dimensions" in body:
+        raise ValueError(f'request {custom_id}: "dimensions" is not taken: a model\'s embedding has its own size')
     return custom_id, model, _inputs(custom_id, body)
 
 

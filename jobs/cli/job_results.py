@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 import click
 
 from jobs.cli.options import cluster_options, errors_option, output_options
-from jobs.cli.validators import checked_output, require_servers
+from jobs.cli.validators import check_errors_path, checked_output, require_servers
 from jobs.exit_codes import ExitCode
 from kafka_io.settings import KafkaSettings, Topics
-from schemas import now_us
 
 if TYPE_CHECKING:
     from jobs.output import OutputFormat
@@ -42,9 +41,11 @@ def results(
     Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory;
     -o is written to a temporary file renamed into place."""
     from jobs.output import OutputFormat
+    from jobs.registry import past_deadline
     from jobs.spill import write_results
 
     out_format = checked_output(output, output_format)
+    check_errors_path(errors, ("-o", output))
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     if errors is not None or out_format is OutputFormat.OPENAI_BATCH:
         spill, job = _write_job_files(settings, topics, job_id, output, out_format, errors, model_version)
@@ -61,7 +62,7 @@ def results(
         counts = f"{spill.done} of its {job.total} records have a result or a dead letter (nearline status {job_id})"
         if job.cancelled_at is not None:
             click.echo(f"job {job_id} was cancelled: {counts}", err=True)
-        elif job.deadline_at is not None and now_us() > job.deadline_at:
+        elif past_deadline(job):
             click.echo(f"job {job_id} expired (--complete-within): {counts}", err=True)
         elif job.error:
             click.echo(f"error: job {job_id} failed: {counts}", err=True)
@@ -85,13 +86,21 @@ def _write_job_files(
     from jobs.bulk_output import write_rows
     from jobs.error_file import missing_reason
     from jobs.job_files import write_errors, write_openai
-    from jobs.job_records import submitted_from_topic
+    from jobs.job_records import submitted_from_outcomes, submitted_from_topic
     from jobs.output import OutputFormat
     from jobs.spill import read_results
 
     spill, job = read_results(settings, topics, job_id, model_version=model_version)
     with spill:
         submitted = submitted_from_topic(settings, topics, job) if job is not None else []
+        if not submitted:
+            where = f"{topics.jobs} has no job {job_id}" if job is None else "its raw topic no longer holds them"
+            click.echo(
+                f"note: the job's records are not known ({where}): only records with a result or a dead letter "
+                "are written, and none as missing",
+                err=True,
+            )
+            submitted = submitted_from_outcomes(spill.ordered())
         if out_format is OutputFormat.OPENAI_BATCH:
             written = write_openai(spill, submitted, output, sys.stdout, job_id)
             click.echo(f"wrote {written} request lines", err=True)

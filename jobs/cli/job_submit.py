@@ -27,7 +27,14 @@ from jobs.cli.options import (
     wait_options,
 )
 from jobs.cli.progress_display import ProgressDisplay
-from jobs.cli.validators import checked_job_id, checked_output, job_model, opened_input, require_servers
+from jobs.cli.validators import (
+    check_errors_path,
+    checked_job_id,
+    checked_output,
+    job_model,
+    opened_input,
+    require_servers,
+)
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
@@ -99,6 +106,13 @@ def run(
     out_format = checked_output(output, output_format)
     if output is not None and output.exists() and Path(input_path).exists() and output.samefile(input_path):
         raise click.BadParameter(f"{output} is the input: the results would replace it", param_hint="'--output' / '-o'")
+    check_errors_path(errors, ("-o", output), ("the input", input_path))
+    if terms.notify and not bootstrap_servers:  # its broker and workers are gone when it returns
+        raise click.BadParameter(
+            "nearline run on its own broker ends with the job, and no notifier could tell the URL: "
+            "name a cluster (--bootstrap-servers) where `nearline worker notifier` runs",
+            param_hint="'--notify'",
+        )
     worker_args = batch_args(
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
@@ -135,7 +149,9 @@ def run(
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
     with result.results as spill:
-        written = write_run_files(spill, source, output, out_format, errors, result.failure, bool(bootstrap_servers))
+        written = write_run_files(
+            spill, source, output, out_format, errors, result.failure, bool(bootstrap_servers), result.report.skipped
+        )
     click.echo(result.summary.line(), err=True)
     if written.path is not None:
         unit = "rows" if written.fmt.binary else "lines"

@@ -364,16 +364,13 @@ def terms_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _errors_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     """--errors, checked before any work as -o is: a folder that is missing or read-only is said at
-    once, not after the whole job has run; and it may not be -o itself."""
+    once, not after the whole job has run (that it is neither -o nor the input: validators.py)."""
     if value is None:
         return None
     try:
         check_output_path(value)
     except OutputPathError as exc:
         raise click.BadParameter(str(exc)) from None
-    output = ctx.params.get("output")
-    if output is not None and Path(output).absolute() == value.absolute():
-        raise click.BadParameter(f"{value} is -o too: the error file would replace the results")
     return value
 
 

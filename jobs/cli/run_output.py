@@ -23,6 +23,7 @@ from jobs.job_records import submitted_from_input
 from jobs.liveness import JobCancelledError, JobExpiredError, JobWaitError
 from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
 from jobs.spill import ResultSpill, keep_elsewhere
+from producers import InputError
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ def write_run_files(
     errors: Path | None,
     failure: JobWaitError | None,
     cluster: bool,
+    skipped: list[InputError],
 ) -> RunOutput:
     """The run's output (write_run_output), in OpenAI's batch shape if asked, and its error file.
     A job that expired ended as it should: what finished goes to -o, as `results` would write it."""
@@ -59,7 +61,8 @@ def write_run_files(
         missing: Missing = (
             "expired" if expired else "cancelled" if isinstance(failure, JobCancelledError) else "not_done"
         )
-        count = write_errors(spill, submitted, errors, missing, fmt is OutputFormat.OPENAI_BATCH, spill.job_id)
+        openai_shape = fmt is OutputFormat.OPENAI_BATCH
+        count = write_errors(spill, submitted, errors, missing, openai_shape, spill.job_id, skipped)
         click.echo(f"wrote {count} error lines to {errors}", err=True)
     return written
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from jobs.job_input import JobInput
+from jobs.input_problems import unreadable_input
+from jobs.job_input import STDIN, JobInput
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, output_format
 from jobs.submit import job_id_problem
 from kafka_io.clients import check_not_refused
@@ -105,7 +106,25 @@ def job_model(model: str | None, source: JobInput) -> str:
     usage error when neither names one."""
     if model:
         return model
+    if source.path != STDIN and (problem := unreadable_input(source.path, folder_ok=True)) is not None:
+        raise click.UsageError(f"{source.path}: {problem}")  # what is wrong first, not a missing --model
     named = source.openai_model()
     if named is None:
         raise click.UsageError("Missing option '--model' / '-m' (only an OpenAI batch file names its own model).")
     return named
+
+
+def check_errors_path(errors: Path | None, *others: tuple[str, str | Path | None]) -> None:
+    """A usage error when --errors names the same file as one of `others` ((what, path) pairs: -o,
+    the input), which writing it would replace: by its path resolved (`..`, links) or, when both
+    exist, as the same file."""
+    if errors is None:
+        return
+    for what, other in others:
+        if other is None:
+            continue
+        same = Path(other).resolve() == errors.resolve()
+        if same or (errors.exists() and Path(other).exists() and errors.samefile(other)):
+            raise click.BadParameter(
+                f"{errors} is {what} too: the error file would replace it", param_hint="'--errors'"
+            )

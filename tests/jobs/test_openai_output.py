@@ -7,13 +7,14 @@ import numpy as np
 
 from jobs import error_file, openai_output
 from jobs.job_records import Submitted
+from producers.openai_batch import CUSTOM_ID, INDEX, INPUTS
 from schemas import DeadLetter, InferenceResult, Tensor
 
 
 def submitted(custom_id: str, n: int, seq: int) -> list[Submitted]:
     ids = [custom_id] if n == 1 else [f"{custom_id}[{i}]" for i in range(n)]
     return [
-        Submitted(rid, seq + i, {"custom_id": f'"{custom_id}"', "index": str(i), "inputs": str(n)})
+        Submitted(rid, seq + i, {CUSTOM_ID: f'"{custom_id}"', INDEX: str(i), INPUTS: str(n)})
         for i, rid in enumerate(ids)
     ]
 
@@ -39,6 +40,13 @@ def test_requests_are_the_consecutive_records_of_one_custom_id() -> None:
     ]
     plain = [Submitted("x", 0), Submitted("y", 1)]  # not from a batch file: a request per record
     assert [r.custom_id for r in openai_output.requests_of(plain)] == ["x", "y"]
+    # a glob of two files, each with a request "x": two requests, not one of three inputs
+    two_files = [*submitted("x", 2, 0), *submitted("x", 1, 2)]
+    assert [r.record_ids for r in openai_output.requests_of(two_files)] == [("x[0]", "x[1]"), ("x",)]
+    # a JSON Lines input's own attributes named like ours are its own
+    own = [Submitted("r1", 0, {"custom_id": '"c"', "index": '"first"'}), Submitted("r2", 1, {"custom_id": '"c"'})]
+    assert [r.custom_id for r in openai_output.requests_of(own)] == ["r1", "r2"]
+    assert [line["id"] for line in error_file.error_lines(own, {}, "expired")] == ["r1", "r2"]
 
 
 def test_a_request_is_answered_once_every_input_has_a_result_in_index_order() -> None:
@@ -83,3 +91,19 @@ def test_the_error_file_lists_each_record_without_a_result_with_why() -> None:
     assert lines[1]["custom_id"] == "b" and lines[1]["index"] == 2
     plain = list(error_file.error_lines([Submitted("r1", 0), Submitted("r2", 1)], {"r1": None}, "expired"))
     assert plain == [{"id": "r2", "status": "expired"}]
+
+
+def test_a_fault_that_is_not_the_inputs_is_a_500_and_a_one_item_list_names_its_item() -> None:
+    requests = openai_output.requests_of(
+        [*submitted("solo", 1, 0), Submitted("one[0]", 1, {CUSTOM_ID: '"one"', INDEX: "0"})]
+    )
+    missing_model = DeadLetter("preprocess", "ModelNotFoundError", "no model minilm", "raw.text", 0, 1, b"", 1)
+    outcomes = {"solo": missing_model, "one[0]": letter("one[0]")}
+    lines = list(openai_output.error_lines(requests, outcomes, "not_done", "job"))
+    server, client = lines[0]["response"], lines[1]["response"]
+    assert (server["status_code"], server["body"]["error"]["type"], server["body"]["error"]["param"]) == (
+        500,
+        "server_error",
+        "input",
+    )
+    assert (client["status_code"], client["body"]["error"]["param"]) == (400, "input[0]")

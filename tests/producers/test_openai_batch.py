@@ -30,9 +30,9 @@ def test_each_input_string_is_a_record_named_by_its_request(tmp_path: Path) -> N
     path = write(tmp_path / "b.jsonl", request("a", "one"), "", request("b", ["two", "three"]))
     records = list(read_openai_batch(path))
     assert records == [
-        InputRecord("a", "one", 1, {"custom_id": '"a"', "index": "0", "inputs": "1"}),
-        InputRecord("b[0]", "two", 3, {"custom_id": '"b"', "index": "0", "inputs": "2"}),
-        InputRecord("b[1]", "three", 3, {"custom_id": '"b"', "index": "1", "inputs": "2"}),
+        InputRecord("a", "one", 1, {"openai.custom_id": '"a"', "openai.index": "0", "openai.inputs": "1"}),
+        InputRecord("b[0]", "two", 3, {"openai.custom_id": '"b"', "openai.index": "0", "openai.inputs": "2"}),
+        InputRecord("b[1]", "three", 3, {"openai.custom_id": '"b"', "openai.index": "1", "openai.inputs": "2"}),
     ]
     assert batch_model(path) == "minilm"
 
@@ -62,6 +62,8 @@ def test_every_request_that_cannot_run_is_an_error_at_its_line_and_the_others_ar
         "not json",
         request("i", "x", method="GET"),
         request("ok", ["also", "fine"]),
+        {**request("j", "x"), "body": {"model": "minilm", "input": "x", "encoding_format": "base64"}},
+        {**request("k", "x"), "body": {"model": "minilm", "input": "x", "dimensions": 8}},
     )
     read = list(read_openai_batch(path))
     errors = {e.line: e.reason for e in read if isinstance(e, InputError)}
@@ -76,6 +78,8 @@ def test_every_request_that_cannot_run_is_an_error_at_its_line_and_the_others_ar
     assert errors[9] == "request h: text is empty"
     assert errors[10].startswith("invalid JSON")
     assert errors[11] == 'request i: "method" must be "POST", got "GET"'
+    assert errors[13] == 'request j: "encoding_format" "base64" is not taken: embeddings come back as floats'
+    assert errors[14] == 'request k: "dimensions" is not taken: a model\'s embedding has its own size'
     assert (
         str(next(e for e in read if isinstance(e, InputError)))
         == f"{path}:2: duplicate custom_id 'a' (first on line 1)"
