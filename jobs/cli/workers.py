@@ -325,6 +325,7 @@ def worker_scheduler(
     show_envvar=True,
     help="A notification whose notifier has written nothing for this long may be taken over by another.",
 )
+@metrics_option
 @cluster_options
 def worker_notifier(
     instance_id: str | None,
@@ -334,6 +335,7 @@ def worker_notifier(
     max_attempts: int | None,
     timeout_s: float,
     lease_s: float,
+    metrics: MetricsEndpoint | None,
     bootstrap_servers: str,
     namespace: str,
 ) -> None:
@@ -344,6 +346,7 @@ def worker_notifier(
     from datetime import UTC, datetime
 
     from jobs.notifications.delivery import RetryPolicy
+    from jobs.notifications.metrics import notifier_metrics
     from jobs.notifications.notifier import Notifier, NotifierConfig
     from kafka_io.clients import check_reachable
 
@@ -352,7 +355,8 @@ def worker_notifier(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     config = NotifierConfig(instance_id or socket.gethostname(), retry, timeout_s=timeout_s, lease_s=lease_s)
-    settings = require_servers(bootstrap_servers, probe=False)
+    settings = require_servers(bootstrap_servers, probe=False)  # probed once its metrics port is bound
+    reports = notifier_metrics(metrics)
     check_reachable(settings)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -360,7 +364,7 @@ def worker_notifier(
     def say(line: str) -> None:
         click.echo(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} {line}", err=True)
 
-    with Notifier(settings, Topics(namespace), config, on_event=say) as notifier:
+    with Notifier(settings, Topics(namespace), config, on_event=say, metrics=reports) as notifier:
         say(f"notifier {config.instance_id} running: {len(notifier.jobs)} job(s) with a webhook")
         with contextlib.suppress(KeyboardInterrupt):
             notifier.run(stop)

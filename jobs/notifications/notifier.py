@@ -41,6 +41,7 @@ from jobs.notifications.claims import (
 )
 from jobs.notifications.delivery import Answer, RetryPolicy, post
 from jobs.notifications.endings import Endings
+from jobs.notifications.metrics import NotifierMetrics
 from jobs.outages import OutageLog
 from jobs.registry import EXPIRY_DRAIN_S, JobNotFoundError, JobState, job_status
 from kafka_io.clients import Producer, make_producer
@@ -96,8 +97,10 @@ class Notifier:
         topics: Topics,
         config: NotifierConfig,
         on_event: Callable[[str], None] = log.info,
+        metrics: NotifierMetrics | None = None,
     ) -> None:
         self.settings = settings.with_client_id(f"notifier-{config.instance_id}")
+        self.metrics = metrics or NotifierMetrics()
         self.topics, self.config, self.on_event = topics, config, on_event
         self.jobs: dict[str, Job] = {}  # registry rows with a URL: the latest per job id
         self.log = NotificationLog()
@@ -255,6 +258,7 @@ class Notifier:
         if self.config.retry.gives_up(state, now):
             reason = f"gave up after {state.attempts} attempt(s); the last: {state.last_error}"
             self._write(replace(self._record(job, GAVE_UP, claim_id), attempts=state.attempts, error=reason))
+            self.metrics.gave_up()
             self.on_event(f"notification {key}: {reason}")
         elif now >= self.config.retry.next_attempt_at(state):
             self._in_flight[key] = (job, claim_id, self._pool.submit(self._attempt, job, claim_id))
@@ -299,15 +303,18 @@ class Notifier:
         if attempt.answer is None:
             if attempt.final:
                 self._write(replace(base, kind=GAVE_UP, attempts=attempts, error=attempt.reason))
+                self.metrics.gave_up()
             self.on_event(f"notification {key}: not sent: {attempt.reason}")
             return
         answer, attempts = attempt.answer, attempts + 1
         kind = DELIVERED if answer.delivered else ATTEMPT
         self._write(replace(base, kind=kind, attempts=attempts, http_status=answer.http_status, error=answer.error))
+        self.metrics.posted(answer.delivered)
         if answer.delivered:
             self.on_event(f"notification {key}: delivered to {job.notify} (HTTP {answer.http_status}, try {attempts})")
         elif answer.permanent:
             self._write(replace(base, kind=GAVE_UP, attempts=attempts, error=answer.error))
+            self.metrics.gave_up()
             self.on_event(f"notification {key}: gave up: {answer.error}")
         else:
             delay = self.config.retry.delay_after(attempts)

@@ -1,4 +1,4 @@
-"""A real Prometheus scrapes real workers (GPU, preprocess, scheduler) through a scheduled job with
+"""A real Prometheus scrapes real workers (GPU, preprocess, scheduler, notifier) through a scheduled job with
 poison records, and the values it holds are the job's; the shipped dashboard's queries answer, and
 the shipped "GPU worker absent" alert fires once the GPU worker is stopped."""
 
@@ -31,6 +31,7 @@ from tests.support.tiny_model import TinyModel
 
 RECORDS = 200
 GPU, PREPROCESS, SCHEDULER = "nearline-gpu", "nearline-preprocess", "nearline-scheduler"
+NOTIFIER = "nearline-notifier"
 
 
 def eventually(
@@ -136,13 +137,14 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
 ) -> None:
     topics = pipeline.topics
     tensors = topics.tensors("tiny")
-    ports = {GPU: free_port(), PREPROCESS: free_port(), SCHEDULER: free_port()}
+    ports = {GPU: free_port(), PREPROCESS: free_port(), SCHEDULER: free_port(), NOTIFIER: free_port()}
     prometheus = Prometheus.start(tmp_path, ports, rules_without_waits(ALERTS, tmp_path / "rules.yml"))
     try:
         poison(pipeline)
         # a low lag bound and no GPU worker yet: the preprocess worker pauses once the job arrives
         pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "20", "--metrics-port", str(ports[PREPROCESS]))
         pipeline.start("scheduler", "scheduler", "--instance-id", "metrics-a", "--metrics-port", str(ports[SCHEDULER]))
+        pipeline.start("notifier", "notifier", "--instance-id", "metrics-n", "--metrics-port", str(ports[NOTIFIER]))
         drop = tmp_path / "drop"
         drop.mkdir()
         write_jsonl(drop / "in.jsonl", example_lines(RECORDS))
@@ -226,8 +228,11 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
             (GPU, "gpu", "tiny", "1", "onnxruntime"): 1,
             (PREPROCESS, "preprocess", "", "", ""): 1,
             (SCHEDULER, "scheduler", "", "", ""): 1,
+            (NOTIFIER, "notifier", "", "", ""): 1,
         }
-        assert series(prometheus, "up", "job") == {(GPU,): 1, (PREPROCESS,): 1, (SCHEDULER,): 1}
+        assert series(prometheus, "up", "job") == {(GPU,): 1, (PREPROCESS,): 1, (SCHEDULER,): 1, (NOTIFIER,): 1}
+        # no job asked for a webhook: the notifier's counters are there, at zero
+        assert series(prometheus, "nearline_notifier_attempts_total", "outcome") == {("delivered",): 0, ("failed",): 0}
         for job, port in ports.items():
             checked = subprocess.run(
                 [promtool(), "check", "metrics"], input=scrape(port), capture_output=True, timeout=30

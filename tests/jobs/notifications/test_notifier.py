@@ -14,9 +14,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from jobs.notifications.claims import CLAIM, DELIVERED, kafka_key, key_of
 from jobs.notifications.delivery import RetryPolicy, user_agent
+from jobs.notifications.metrics import PrometheusNotifierMetrics
 from jobs.notifications.notifier import Notifier, NotifierConfig
 from jobs.notifications.status import load_notifications, notification_of
 from jobs.registry import register
@@ -262,3 +264,30 @@ def test_the_worker_names_a_broker_that_is_down_with_exit_code_3() -> None:
     assert done.returncode == 3, done.stderr
     assert "Kafka at 127.0.0.1:1 cannot be reached: 127.0.0.1:1 refused the connection" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_notifiers_metrics_count_its_posts_by_outcome_and_what_it_gave_up(
+    settings: KafkaSettings, topics: Topics, receiver: Receiver
+) -> None:
+    receiver.answers["/counted"] = [503]
+    register(settings, topics, a_job("counted", receiver.url("/counted"), total=0, error="input missing"))
+    register(settings, topics, a_job("never", "ftp://files.example/hook", total=0, error="input missing"))
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = (
+        sample("nearline_notifier_attempts_total", outcome="delivered"),
+        sample("nearline_notifier_attempts_total", outcome="failed"),
+        sample("nearline_notifier_gave_up_total"),
+    )
+    with Notifier(settings, topics, quick("metered"), metrics=PrometheusNotifierMetrics()) as notifier:
+        step_until(notifier, lambda: delivered(settings, topics, "counted"), 30, "the delivery")
+        step_until(notifier, lambda: sample("nearline_notifier_gave_up_total") > before[2], 30, "giving up")
+    after = (
+        sample("nearline_notifier_attempts_total", outcome="delivered"),
+        sample("nearline_notifier_attempts_total", outcome="failed"),
+        sample("nearline_notifier_gave_up_total"),
+    )
+    # /counted: refused once, then delivered; the ftp:// URL: one failed attempt, given up at once
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 2, 1]
