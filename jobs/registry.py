@@ -143,6 +143,12 @@ class JobStatus:
             return None
         return max(0.0, (self.job.deadline_at - now_us()) / 1e6)
 
+    def deadline_news(self) -> float | None:
+        """time_left_s() where people are shown the deadline (status, jobs list, report): while the
+        job runs, and once it expired; None for a job without one, or one that ended otherwise."""
+        state = self.state
+        return None if state.ended and state is not JobState.EXPIRED else self.time_left_s()
+
     def to_dict(self, progress: Progress | None = None) -> dict[str, Any]:
         now = time.monotonic()
         rate = progress.rate(now) if progress is not None else None
@@ -184,8 +190,8 @@ class JobStatus:
         )
 
     def _deadline_text(self) -> str:
-        left, state = self.time_left_s(), self.state
-        if left is None or (state.ended and state is not JobState.EXPIRED):
+        left = self.deadline_news()
+        if left is None:
             return ""
         when = _iso(self.job.deadline_at)
         return f"  deadline {when} ({format_eta(left)} left)" if left > 0 else f"  deadline {when} (passed)"

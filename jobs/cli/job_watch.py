@@ -31,7 +31,7 @@ def jobs_list(as_json: bool, labels: dict[str, str], bootstrap_servers: str, nam
     import json
 
     from jobs.notifications.status import notifications_for
-    from jobs.registry import JobState, format_labels, job_statuses
+    from jobs.registry import format_labels, job_statuses
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     statuses = job_statuses(settings, topics, labels)
@@ -47,11 +47,8 @@ def jobs_list(as_json: bool, labels: dict[str, str], bootstrap_servers: str, nam
         job = status.job
         schedule = f"\tschedule {job.schedule}" if job.schedule else ""
         lane = "\tlive" if job.priority == "live" else ""
-        left, state = status.time_left_s(), status.state
-        if left is None or (state.ended and state is not JobState.EXPIRED):
-            deadline = ""  # a deadline is news while the job runs, or once it cut the job short
-        else:
-            deadline = f"\texpires in {format_eta(left)}" if left else "\tdeadline passed"
+        left = status.deadline_news()
+        deadline = "" if left is None else f"\texpires in {format_eta(left)}" if left else "\tdeadline passed"
         tags = f"\t{format_labels(job.labels)}" if job.labels else ""
         click.echo(
             f"{job.job_id}\t{job.model}\t{status.state.value}\t{status.done}/{job.total}{lane}{deadline}{schedule}{tags}"

@@ -71,7 +71,7 @@ def stage_latencies_ms(results: Timings | Iterable[InferenceResult]) -> dict[str
 
 
 def _deadline(status: JobStatus) -> str:
-    left = status.time_left_s()
+    left = status.deadline_news()
     if left is None or status.job.deadline_at is None:
         return ""
     when = datetime.fromtimestamp(status.job.deadline_at / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
