@@ -1,11 +1,15 @@
-"""What a control-plane worker (the scheduler, the notifier) says of a Kafka outage it waits out:
-one line when it starts, one a minute while it lasts, one when Kafka answers again."""
+"""How a control-plane worker (the scheduler, the notifier) waits out a Kafka outage: it steps
+until told to stop, making its clients afresh after each failed step, and says one line when an
+outage starts, one a minute while it lasts, one when Kafka answers again."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from kafka_io.errors import KAFKA_FAULTS
 
 
 @dataclass
@@ -30,3 +34,26 @@ class OutageLog:
         if self.down_since is not None:
             self.say(f"{self.name}: Kafka answers again after {time.monotonic() - self.down_since:.0f} s{note}")
             self.down_since = None
+
+
+def step_until_stopped(
+    stop: threading.Event,
+    step: Callable[[], object],
+    drop_clients: Callable[[], None],
+    outage: OutageLog,
+    poll_s: float,
+    note: Callable[[], str] = str,
+) -> None:
+    """step() every poll_s until `stop` is set. A step that meets a Kafka fault drops the clients
+    (the next step makes them afresh) and is tried again every outage.retry_s, however long the
+    outage lasts; note() is added to the line that says Kafka answers again."""
+    while not stop.is_set():
+        try:
+            step()
+        except KAFKA_FAULTS as exc:
+            drop_clients()
+            outage.failed(exc)
+            stop.wait(outage.retry_s)
+            continue
+        outage.answered(note())
+        stop.wait(poll_s)

@@ -42,7 +42,7 @@ from jobs.notifications.claims import (
 from jobs.notifications.delivery import Answer, RetryPolicy, post
 from jobs.notifications.endings import Endings
 from jobs.notifications.metrics import NotifierMetrics
-from jobs.outages import OutageLog
+from jobs.outages import OutageLog, step_until_stopped
 from jobs.registry import EXPIRY_DRAIN_S, JobNotFoundError, JobState, job_status
 from kafka_io.clients import Producer, make_producer
 from kafka_io.errors import KAFKA_FAULTS
@@ -345,15 +345,9 @@ class Notifier:
         """Step every poll_s until `stop` is set. A broker outage, however long, is waited out:
         every retry_s the clients are made afresh and the topics read again, until it answers."""
         outage = OutageLog("notifier", self.on_event, retry_s)
-        while not stop.is_set():
-            try:
-                if self._follower is None:
-                    self._open()
-                self.step()
-            except KAFKA_FAULTS as exc:
-                self._drop_clients()
-                outage.failed(exc)
-                stop.wait(retry_s)
-                continue
-            outage.answered()
-            stop.wait(self.config.poll_s)
+        step_until_stopped(stop, self._reopened_step, self._drop_clients, outage, self.config.poll_s)
+
+    def _reopened_step(self) -> None:
+        if self._follower is None:  # the outage's first step, or a reopen that failed
+            self._open()
+        self.step()

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
-from jobs.outages import OutageLog
+from jobs.outages import OutageLog, step_until_stopped
 from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.scheduling.metrics import SchedulerMetrics
@@ -266,15 +266,16 @@ class Scheduler:
         """Step about once a second until `stop` is set. A broker outage, however long, is waited
         out: every retry_s the clients are made afresh and the state read again, until it answers."""
         outage = OutageLog("scheduler", self.on_event, retry_s)
-        while not stop.is_set():
-            try:
-                if self._follower is None:  # the outage's first step, or a reopen that failed
-                    self._open()
-                self.step()
-            except KAFKA_FAULTS as exc:
-                self._drop_clients()
-                outage.failed(exc)
-                stop.wait(retry_s)
-                continue
-            outage.answered(f"; {len(self.schedules)} schedule(s) read afresh")
-            stop.wait(self.config.poll_s)
+        step_until_stopped(
+            stop,
+            self._reopened_step,
+            self._drop_clients,
+            outage,
+            self.config.poll_s,
+            note=lambda: f"; {len(self.schedules)} schedule(s) read afresh",
+        )
+
+    def _reopened_step(self) -> None:
+        if self._follower is None:  # the outage's first step, or a reopen that failed
+            self._open()
+        self.step()
