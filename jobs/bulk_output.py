@@ -21,7 +21,7 @@ import numpy as np
 
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat, write_output
-from jobs.results import dumps_line, finish_line, json_line
+from jobs.results import dumps_line, finish_line, json_line, rounded
 from schemas import DeadLetter, InferenceResult, decode
 from schemas.inference_result_bytes import ResultBody, read_result_body
 from schemas.records import tensor_array
@@ -67,10 +67,10 @@ def _body(row: OutputRow) -> ResultBody | None:
 
 
 def _matrices(
-    window: list[OutputRow], bodies: list[ResultBody | None], rounded: bool
+    window: list[OutputRow], bodies: list[ResultBody | None], for_json: bool
 ) -> tuple[list[int], list[np.ndarray]]:
     """The window's rows whose outputs share the first such row's layout, and each output as one
-    matrix of theirs ([rows, *shape]): float64 rounded to 8 decimals when rounded (as JSON Lines
+    matrix of theirs ([rows, *shape]): float64 rounded to 8 decimals for JSON (as JSON Lines
     writes them), else in their own dtype."""
     first = next((b for b in bodies if b is not None), None)
     if first is None:
@@ -83,14 +83,14 @@ def _matrices(
         count = int(np.prod(shape, dtype=np.int64)) * len(members)
         flat = tensor_array(name, dtype, (count,), joined)
         matrix = flat.reshape((len(members), *shape))
-        matrices.append(np.round(matrix.astype(np.float64), 8) if rounded else matrix)
+        matrices.append(rounded(matrix) if for_json else matrix)
     return members, matrices
 
 
 def jsonl_lines(window: list[OutputRow], kept: KeptColumns | None) -> list[bytes]:
     """The window's lines, in its order."""
     bodies = [_body(row) for row in window]
-    members, matrices = _matrices(window, bodies, rounded=True)
+    members, matrices = _matrices(window, bodies, for_json=True)
     lines: list[bytes | None] = [None] * len(window)
     if members:
         names = [name for name, _, _ in bodies[members[0]].outputs]  # type: ignore[union-attr]
@@ -131,7 +131,7 @@ def write_columnar_rows(
     with RowGroups(columns, out, fmt) as groups:
         for window in _windows(rows):
             bodies = [_body(row) for row in window]
-            members, matrices = _matrices(window, bodies, rounded=False) if columns.tensors else ([], [])
+            members, matrices = _matrices(window, bodies, for_json=False) if columns.tensors else ([], [])
             fits = bool(members) and columns.fits(bodies[members[0]].outputs)  # type: ignore[union-attr]
             fast = dict(zip(members, range(len(members)), strict=True)) if fits else {}
             for i, row in enumerate(window):

@@ -15,10 +15,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from jobs.error_file import Missing
 from jobs.job_records import Submitted
+from jobs.results import rounded
 from producers import InputError
 from producers.openai_batch import CUSTOM_ID, INDEX
 from schemas import DeadLetter, InferenceResult
@@ -109,8 +108,7 @@ def _datum(index: int, result: InferenceResult) -> dict[str, Any]:
         ]
         return {"object": "classification", "index": index, "labels": labels}
     name = next((n for n in arrays if "embedding" in n), next(iter(arrays)))
-    # as the JSON Lines output writes a vector: 8 decimals keep float32's digits, an array for orjson
-    return {"object": "embedding", "index": index, "embedding": np.round(arrays[name].astype(np.float64).ravel(), 8)}
+    return {"object": "embedding", "index": index, "embedding": rounded(arrays[name].ravel())}
 
 
 def invalid_line(error: InputError) -> dict[str, Any]:

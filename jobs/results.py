@@ -239,10 +239,20 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
         ]
     else:
         for name, array in arrays.items():
-            # float32 holds ~7 significant digits; 8 decimals keep them all and halve the file.
-            # Left an array: json_line writes it without a Python float per element.
-            line[name] = np.round(array.astype(np.float64), 8)
+            line[name] = rounded(array)
     return finish_line(line, item.model_version, item.attributes, kept)
+
+
+def rounded(array: np.ndarray) -> np.ndarray:
+    """An output as every JSON output writes it: float64 rounded to 8 decimals (float32 holds ~7
+    significant digits; 8 decimals keep them all and halve the file), left an array so orjson
+    writes it without a Python float per element. np.round's own steps, in place: its
+    temporaries made it 2.8 against 0.7 us a 384-float row, the same values bit for bit."""
+    out = np.array(array, np.float64)  # a copy, also of float64 input
+    out *= 1e8
+    np.rint(out, out=out)
+    out /= 1e8
+    return out if out.ndim else out[()]  # a scalar output as np.round gives it: a numpy float
 
 
 def finish_line(

@@ -92,3 +92,24 @@ def test_json_lines_hold_each_output_to_8_decimals_and_odd_strings_still_make_a_
         assert line["embedding"] == np.round(vector.astype(np.float64), 8).tolist()
         assert line["attributes"] == {"k": "v"} and line["model_version"] == "1"
     (tmp_path / "out.jsonl").write_text(out.getvalue(), encoding="utf-8")  # every line is UTF-8 text
+
+
+def test_the_rounding_of_every_json_output_is_numpys_to_the_bit() -> None:
+    """jobs.results.rounded (np.round's steps in place) against np.round itself, over magnitudes
+    from 1e-12 to 1e30, both signs, zeros, the float32 extremes, infinities and NaN."""
+    import numpy as np
+
+    from jobs.results import rounded
+
+    rng = np.random.default_rng(11)
+    scales = [10.0**e for e in range(-12, 31, 3)]
+    values = np.concatenate([rng.standard_normal(2000).astype(np.float32) * s for s in scales])
+    edges = np.array([0.0, -0.0, 0.5e-8, -0.5e-8, 1.5e-8, 3.4e38, -3.4e38, 1e-45, np.inf, -np.inf, np.nan], np.float32)
+    scalars = (np.float32(0.123456789), np.array(-2.5e-9, np.float32))
+    for array in (values, edges, values.reshape(-1, 8), values.astype(np.float64), *scalars):
+        expected = np.round(np.asarray(array).astype(np.float64), 8)
+        assert type(rounded(array)) is type(expected)
+        assert rounded(array).tobytes() == expected.tobytes()
+    source = values.copy()
+    rounded(source.astype(np.float64))
+    assert np.array_equal(source, values)  # the input is never changed in place
