@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -27,13 +28,15 @@ from jobs.output import OutputFormat
 from jobs.registry import JobNotFoundError, load_jobs
 from jobs.results import dead_seq, dead_submission, wins_over
 from kafka_io.reading import read_topics
-from kafka_io.records import ConsumedRecord
+from kafka_io.records import ConsumedRecord, header_of, submission_of
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, Job, SerdeError, decode
+from schemas.inference_result_bulk import read_result_bodies
 from schemas.inference_result_bytes import ResultBody, read_result_body
 from schemas.serde import decode_fields
 
 _COMMIT_EVERY = 10_000  # rows per transaction: fewer fsync-free commits, bounded journal
+_READ_AT_ONCE = 1024  # records whose results' bodies are read together (numpy's calls amortised)
 
 
 # Results held in memory before the spill moves them to sqlite: a 30,000-result MiniLM job is
@@ -70,7 +73,8 @@ class ResultSpill:
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._db: sqlite3.Connection | None = None
         self._pending = 0
-        self._job_prefix = f"{job_id}/".encode()
+        self._job_bytes = job_id.encode()
+        self._job_prefix = self._job_bytes + b"/"
         self._batches: dict[str, int] = {}
 
     @property
@@ -113,12 +117,34 @@ class ResultSpill:
         return dict(self._batches)
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
+        messages = iter(messages)
+        while chunk := list(islice(messages, _READ_AT_ONCE)):
+            self._add_chunk(chunk, topics)
+
+    def _add_chunk(self, messages: list[ConsumedRecord], topics: Topics) -> None:
         results, dead_letters = topics.results, topics.dead_letters
+        asked = self.submission
+        # (record, its submission header, whether its body is read from its bytes): unless a
+        # submission is asked for and the result has no header to tell it (then its decoded
+        # fields decide). The bodies are read at once (schemas/inference_result_bulk.py); the
+        # ones that leaves (None), one by one.
+        ours: list[tuple[ConsumedRecord, int | None, bool]] = []
         for msg in messages:
             if not self._may_be_ours(msg):
                 continue
+            if msg.topic != results:
+                ours.append((msg, None, False))
+                continue
+            submitted = submission_of(msg.headers)
+            if asked is None or submitted is None:
+                ours.append((msg, submitted, asked is None))
+            elif submitted == asked:
+                ours.append((msg, submitted, True))
+            # else another submission of this job id: not read at all
+        bodies = iter(read_result_bodies([msg.value for msg, _, read in ours if read]))
+        for msg, submitted, read in ours:
             if msg.topic == results:
-                self._add_result(msg)
+                self._add_result(msg.value, submitted, next(bodies) if read else None, read)
             elif msg.topic == dead_letters:
                 self._add_dead(msg.value)
             if self._db is not None:
@@ -131,9 +157,9 @@ class ResultSpill:
 
     def _may_be_ours(self, msg: ConsumedRecord) -> bool:
         """Skip other jobs' records without decoding them, by header or key where they tell."""
-        job_id = msg.job_id
+        job_id = header_of(msg.headers, "job_id")
         if job_id is not None:
-            return job_id == self.job_id
+            return job_id == self._job_bytes
         key = msg.key
         return key is None or b"/" not in key or key.startswith(self._job_prefix)
 
@@ -144,17 +170,14 @@ class ResultSpill:
         found = self._db.execute("SELECT dead, version FROM records WHERE record_id = ?", (record_id,)).fetchone()
         return None if found is None else (found[0], found[1])
 
-    def _add_result(self, msg: ConsumedRecord) -> None:
+    def _add_result(self, value: bytes, submitted: int | None, body: ResultBody | None, read: bool) -> None:
         # The encoded value is kept as it came: the output is written from its bytes in windows
-        # (jobs/bulk_output.py). Its leading fields and layout are read by hand (~3 us against
-        # fastavro's ~8-9); the submission from the header the GPU worker writes (the result's own
-        # `submitted` stamp). Another writer schema, or no header where a submission is asked
-        # for: the fields decoded whole decide, as before.
-        value = msg.value
-        submitted = msg.submission
-        body: ResultBody | None = None
+        # (jobs/bulk_output.py). Its leading fields and layout are read by hand (`body` when its
+        # chunk's reading did, else here when `read`); the submission from the header the GPU
+        # worker writes (the result's own `submitted` stamp). Another writer schema, or no header
+        # where a submission is asked for: the fields decoded whole decide, as before.
         try:
-            if self.submission is None or submitted is not None:
+            if body is None and read:
                 body = read_result_body(value)
             if body is None:
                 fields = decode_fields(value, InferenceResult)

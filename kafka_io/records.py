@@ -97,11 +97,12 @@ RECORDS_HEADER = "records"
 
 def records_of(headers: Headers | None) -> int:
     """The records a Kafka record holds: its `records` header (a pack), else 1."""
-    value = _header(headers, RECORDS_HEADER)
+    value = header_of(headers, RECORDS_HEADER)
     return int(value) if value is not None and value.isdigit() and value != b"0" else 1
 
 
-def _header(headers: Headers | None, name: str) -> bytes | None:
+def header_of(headers: Headers | None, name: str) -> bytes | None:
+    """A header's value as it came (bytes), None when absent or null."""
     # Runs twice for every consumed record: a list is scanned, not made a dict, and the check is
     # against dict, not the Mapping ABC (4x slower).
     value = None
@@ -117,12 +118,12 @@ def _header(headers: Headers | None, name: str) -> bytes | None:
 
 def job_of(headers: Headers | None) -> str | None:
     """The job id a record carries in its `job_id` header (every stage's output has one)."""
-    value = _header(headers, "job_id")
+    value = header_of(headers, "job_id")
     return value.decode() if value is not None else None
 
 
 def submission_of(headers: Headers | None) -> int | None:
     """The submission (its `submitted_at`) a record carries in its `submission` header; None for
     records written before submissions were told apart, or with a malformed header."""
-    value = _header(headers, "submission")
+    value = header_of(headers, "submission")
     return int(value) if value is not None and value.isdigit() else None

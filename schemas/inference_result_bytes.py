@@ -25,7 +25,8 @@ from schemas.serde import HEADER_LEN, MAGIC, fingerprint_of
 
 
 @cache
-def _header() -> bytes:
+def result_header() -> bytes:
+    """The bytes every result of this schema version starts with: the magic and its fingerprint."""
     return MAGIC + fingerprint_of(InferenceResult.SCHEMA)
 
 
@@ -48,7 +49,7 @@ def read_result_head(data: bytes) -> ResultHead | None:
 
 def _read_head(data: bytes) -> tuple[ResultHead, int] | None:
     """read_result_head, and where the outputs start."""
-    if not data.startswith(_header()):
+    if not data.startswith(result_header()):
         return None
     try:
         job_id, p = read_string(data, HEADER_LEN)
@@ -77,7 +78,7 @@ class ResultBody(NamedTuple):
 
 
 @dataclass(frozen=True)
-class _Layout:
+class OutputsLayout:
     """The outputs of a result as bytes: from the outputs' count to the first data byte, then
     between one output's data and the next one's. Every result of one model version shares them,
     so a result whose bytes match is read without parsing names, dtypes and shapes again."""
@@ -87,7 +88,13 @@ class _Layout:
     outputs: tuple[tuple[str, str, tuple[int, ...]], ...]
 
 
-_last_layout: list[_Layout] = []  # the last one read, at most
+_last_layout: list[OutputsLayout] = []  # the last one read, at most
+
+
+def known_layout() -> OutputsLayout | None:
+    """The outputs' layout of the last result read whole (schemas/inference_result_bulk.py reads
+    others of that layout at once)."""
+    return _last_layout[0] if _last_layout else None
 
 
 def read_result_body(data: bytes) -> ResultBody | None:
@@ -196,7 +203,7 @@ def _read_outputs(
         spans.append((p, p + size))
         outputs.append((name, dtype, tuple(dims)))
         p = start = p + size
-    _last_layout[:] = [_Layout(tuple(parts), tuple(e - s for s, e in spans), tuple(outputs))]
+    _last_layout[:] = [OutputsLayout(tuple(parts), tuple(e - s for s, e in spans), tuple(outputs))]
     return tuple(outputs), tuple(spans), p
 
 

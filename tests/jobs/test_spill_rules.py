@@ -4,6 +4,7 @@ jobs.results.wins_over, for redelivered copies, newer model versions and retried
 from __future__ import annotations
 
 import io
+import random
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,8 @@ def result(topic: str, job_id: str, i: int, version: str) -> OutRecord:
     return job_record(topic, value, job_id, f"r{i}")
 
 
-def dead(topics: Topics, job_id: str, i: int) -> OutRecord:
-    raw = encode(RawText(job_id, f"r{i}", i, "tiny", "x", 1))
+def dead(topics: Topics, job_id: str, i: int, submitted: int = 1) -> OutRecord:
+    raw = encode(RawText(job_id, f"r{i}", i, "tiny", "x", submitted))
     letter = DeadLetter.from_error(
         "preprocess", ValueError("bad"), (topics.raw_text, 0, i, raw), job_id=job_id, record_id=f"r{i}", model="tiny"
     )
@@ -135,3 +136,56 @@ def test_results_written_from_their_bytes_are_the_files_decoded_results_give(
         import pyarrow as pa
 
         assert pa.ipc.open_file(bulk_path).read_all().equals(pa.ipc.open_file(decoded_path).read_all())
+
+
+@pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 0], ids=["in-memory", "sqlite"])
+def test_the_rules_hold_where_results_are_read_in_bulk(memory_bytes: int, tmp_path: Path) -> None:
+    """Batches large enough for schemas/inference_result_bulk.py, mixed as a reader meets them: two
+    submissions of one job id (only the asked one counts, by header, or by its stamp where a
+    result has no header), two model versions, redelivered copies, dead letters retried into
+    results, another job's results. The spill keeps what JobOutcome (fastavro) keeps, and writes
+    it as the per-record writer does."""
+    topics = Topics(namespace="spill-bulk-rules")
+    asked, other = 1_700_000_000_000_001, 1_700_000_000_000_002
+    rng = np.random.default_rng(3)
+
+    def sent(i: int, version: str, submission: int, *, header: bool = True, job: str = "job-m") -> OutRecord:
+        vector = rng.standard_normal(6, dtype=np.float32)
+        value = encode(
+            InferenceResult(
+                job,
+                f"r{i}",
+                i,
+                "tiny",
+                version,
+                (Tensor.from_array("embedding", vector),),
+                f"w.{i // 40}",
+                40,
+                timestamps={"submitted": submission},
+            )
+        )
+        return job_record(topics.results, value, job, f"r{i}", submission if header else None)
+
+    records = [sent(i, "1", asked) for i in range(120)]
+    records += [sent(i, "1", other) for i in range(0, 120, 2)]  # the other submission's, by header
+    records += [sent(i, "1", other, header=False) for i in range(1, 120, 4)]  # by stamp alone
+    records += [sent(i, "2", asked) for i in range(0, 120, 3)]  # a newer version wins
+    records += [sent(i, "1", asked) for i in range(0, 120, 5)]  # redelivered
+    records += [sent(i, "1", asked, job="job-n") for i in range(60)]  # another job's
+    records += [dead(topics, "job-m", i, asked) for i in range(120, 140)]
+    records += [dead(topics, "job-m", i, other) for i in range(140, 150)]  # the other submission's
+    records += [sent(i, "1", asked) for i in range(120, 140, 2)]  # retried dead letters that succeeded
+    random.Random(7).shuffle(records)
+    outcome = JobOutcome("job-m", submission=asked)
+    outcome.add(consumed(records), topics)
+    decoded_path, bulk_path = tmp_path / "decoded.jsonl", tmp_path / "bulk.jsonl"
+    with ResultSpill("job-m", submission=asked, memory_bytes=memory_bytes) as spill:
+        spill.add(consumed(records), topics)
+        assert (spill.results, spill.dead, spill.duplicates) == (130, 10, outcome.duplicates)
+        assert spill.done == outcome.done
+        kept = [(item.record_id, getattr(item, "model_version", None)) for item in spill.ordered()]
+        write_items(spill.ordered(), spill.example(), decoded_path, io.StringIO(), OutputFormat.JSONL)
+        write_rows(spill.rows(), spill.example(), bulk_path, io.StringIO(), OutputFormat.JSONL)
+    assert kept == [(item.record_id, getattr(item, "model_version", None)) for item in outcome.ordered()]
+    assert kept[:4] == [("r0", "2"), ("r1", "1"), ("r2", "1"), ("r3", "2")]
+    assert bulk_path.read_bytes() == decoded_path.read_bytes()
