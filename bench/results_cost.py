@@ -10,7 +10,8 @@ job/record, headers job_id and submission), in shuffled batch order. Then, --rou
 each source tree given (PYTHONPATH=TREE: alternate the code before and after a change in one
 sitting, on one broker) and each format, runs `python -m jobs.cli results JOB -o out.FORMAT` in a
 child and prints its CPU (user + system, from wait4: imports included, as bench.system_cost
-measures it) per record, and its wall time. Outputs of the same format are compared byte for byte
+measures it; each tree's bytecode written first, as an installed copy has it) per record, and its
+wall time. Outputs of the same format are compared byte for byte
 across trees (Parquet: as tables, since writer metadata may differ).
 
 --profile FILE: instead, run the first format's command in this process under cProfile and
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.decoupling import exit_on_sigterm, machine
+from bench.decoupling import exit_on_sigterm, machine, precompile
 from jobs.registry import register
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
@@ -125,6 +126,8 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None)
     args = parser.parse_args()
     print(f"machine: {machine()}, {os.cpu_count()} CPUs")
+    for tree in args.trees:
+        precompile(tree.absolute())
     with tempfile.TemporaryDirectory(prefix="nearline-results-cost-") as tmp:
         work = Path(tmp)
         broker = EmbeddedBroker.start(work / "broker.log")

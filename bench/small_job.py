@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.decoupling import exit_on_sigterm, machine
+from bench.decoupling import exit_on_sigterm, machine, precompile
 from bench.feed import short_texts
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model
@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--model-repository", type=Path, default=default_repository())
     args = parser.parse_args()
+    precompile(Path(__file__).resolve().parents[1])  # the commands and workers start as installed
     repository = args.model_repository.resolve()
     ensure_model(repository, "minilm", print)
     namespace = "small"

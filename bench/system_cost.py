@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
+from bench.decoupling import EXAMPLE, exit_on_sigterm, machine, precompile
 from bench.feed import short_texts
 from bench.procfs import cpu_seconds
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
@@ -342,6 +342,7 @@ def main() -> None:
     )
     parser.add_argument("--gpu-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    precompile(Path(__file__).resolve().parents[1])  # the commands and workers start as installed
     repository = args.model_repository or Path(os.environ.get(ENV_MODEL_REPOSITORY) or default_repository())
     if args.gpu_worker:
         gpu_worker_main(repository, args.gpu_worker[0], Path(args.gpu_worker[1]))
