@@ -1,6 +1,6 @@
 """A real Prometheus scrapes real workers (GPU, preprocess, scheduler, notifier) through a scheduled job with
 poison records, and the values it holds are the job's; the shipped dashboard's queries answer, and
-the shipped "GPU worker absent" alert fires once the GPU worker is stopped."""
+the shipped "GPU worker absent" and "notifier down" alerts fire once those workers are stopped."""
 
 from __future__ import annotations
 
@@ -126,13 +126,20 @@ def job_tokens(pipeline: RunningPipeline, job_id: str) -> int:
     return sum(lengths.values())
 
 
+def firing(prometheus: Prometheus, alert: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while prometheus.alert_state(alert) != "firing" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert prometheus.alert_state(alert) == "firing"
+
+
 def scrape(port: int) -> bytes:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         return bytes(answer.read())
 
 
 @pytest.mark.long
-def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_absent_gpu_alert_fires(
+def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_worker_alerts_fire(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     topics = pipeline.topics
@@ -144,7 +151,9 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
         # a low lag bound and no GPU worker yet: the preprocess worker pauses once the job arrives
         pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "20", "--metrics-port", str(ports[PREPROCESS]))
         pipeline.start("scheduler", "scheduler", "--instance-id", "metrics-a", "--metrics-port", str(ports[SCHEDULER]))
-        pipeline.start("notifier", "notifier", "--instance-id", "metrics-n", "--metrics-port", str(ports[NOTIFIER]))
+        notifier = pipeline.start(
+            "notifier", "notifier", "--instance-id", "metrics-n", "--metrics-port", str(ports[NOTIFIER])
+        )
         drop = tmp_path / "drop"
         drop.mkdir()
         write_jsonl(drop / "in.jsonl", example_lines(RECORDS))
@@ -248,15 +257,16 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_abse
             answer = prometheus.query(query.replace("$__rate_interval", "30s").replace("$model", ".*"))
             assert answer, f"no data for {query}"
 
-        # the GPU worker goes: the shipped alert (without its 2-minute wait) fires
-        assert prometheus.alert_state("NearlineGpuWorkerAbsent") == "inactive"
-        assert prometheus.alert_state("NearlinePreprocessWorkerAbsent") == "inactive"
+        # the GPU worker goes, then the notifier: the shipped alerts (without their waits) fire
+        for alert in ("GpuWorkerAbsent", "PreprocessWorkerAbsent", "SchedulerDown", "NotifierDown"):
+            assert prometheus.alert_state(f"Nearline{alert}") == "inactive"
         gpu.stop()
         eventually(prometheus, pipeline, f'up{{job="{GPU}"}}', 0)
-        deadline = time.monotonic() + 60
-        while prometheus.alert_state("NearlineGpuWorkerAbsent") != "firing" and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert prometheus.alert_state("NearlineGpuWorkerAbsent") == "firing"
+        firing(prometheus, "NearlineGpuWorkerAbsent")
         assert prometheus.alert_state("NearlinePreprocessWorkerAbsent") == "inactive"
+        notifier.stop()
+        eventually(prometheus, pipeline, f'up{{job="{NOTIFIER}"}}', 0)
+        firing(prometheus, "NearlineNotifierDown")
+        assert prometheus.alert_state("NearlineSchedulerDown") == "inactive"
     finally:
         prometheus.stop()

@@ -44,7 +44,13 @@ def metric_names(expr: str) -> set[str]:
 def exported_names() -> set[str]:
     """Every series name nearline's workers can export: their metric families, with the suffixes
     each type's samples carry, and the process collector's (prometheus_client's default registry)."""
-    for module in ("kafka_io.metrics", "gpu_consumer.metrics", "preprocess_app.metrics", "jobs.scheduling.metrics"):
+    for module in (
+        "kafka_io.metrics",
+        "gpu_consumer.metrics",
+        "preprocess_app.metrics",
+        "jobs.scheduling.metrics",
+        "jobs.notifications.metrics",
+    ):
         importlib.import_module(module)  # each registers its families
 
     suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"], "info": ["_info"]}
