@@ -51,6 +51,7 @@ from kafka_io.clients import (
     make_consumer,
     make_producer,
 )
+from kafka_io.heap import settle_heap
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, assign_topics, records_in, subscribe
 from kafka_io.records import Headers
@@ -240,6 +241,7 @@ def serve(
         assignment = subscribe(consumer, lane_topics)
     incarnation.generation = lambda: assignment.revocations
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
+    settle_heap()  # the engine, its libraries and the clients: never scanned by the collector again
     try:
         options = LoopOptions(
             drain=worker.drain,

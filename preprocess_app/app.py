@@ -30,6 +30,7 @@ from kafka_io.clients import check_reachable, make_producer
 from kafka_io.cpus import usable_cpus
 from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials
+from kafka_io.heap import settle_heap
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
@@ -335,6 +336,7 @@ def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, worker
         # faust's terminal spinner sets the root logger to DEBUG so it can spin on every record: each
         # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
         runner.spinner = None
+        settle_heap()  # the tokenizers and faust's app: never scanned by the collector again
         runner.execute_from_commandline()
 
 

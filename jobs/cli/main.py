@@ -11,6 +11,7 @@ import click
 
 from jobs.cli.group import NearlineGroup
 from jobs.job_input import pack_limits_from_env
+from kafka_io.heap import settle_heap, settle_heaps_here
 
 # The command modules define their commands standalone; the root group gathers them here, by name.
 COMMANDS = {
@@ -54,6 +55,9 @@ def cli(log_level: str) -> None:
     # `kill -USR1 PID` writes every thread's stack to stderr (a worker's log): what a process that
     # stalled is doing, without stopping it (bench.system_cost asks so when a job stops moving)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # the command's module is imported by now (click resolves a lazy command before this group's
+    # callback runs): what start-up made is never scanned again (kafka_io/heap.py)
+    settle_heap()
     try:
         pack_limits_from_env()  # a bad $NEARLINE_PACK_* is said before any command reads input
     except ValueError as exc:
@@ -61,4 +65,5 @@ def cli(log_level: str) -> None:
 
 
 def main() -> None:
+    settle_heaps_here()  # a process of its own: kafka_io/heap.py
     cli()
