@@ -13,6 +13,7 @@ a dead letter, another writer schema) is decoded whole and written as before.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -23,8 +24,11 @@ from jobs.kept import KeptColumns
 from jobs.output import OutputFormat, write_output
 from jobs.results import dumps_line, finish_line, json_line, rounded
 from schemas import DeadLetter, InferenceResult, decode
-from schemas.inference_result_bytes import ResultBody, read_result_body
-from schemas.records import tensor_array
+from schemas.errors import TensorFormatError
+from schemas.inference_result_bytes import ResultBody, read_result_body, read_result_head
+from schemas.records import now_us, tensor_array
+
+log = logging.getLogger(__name__)
 
 # Records a window: a matrix of 1,024 MiniLM embeddings is 1.5 MiB in float32 (3 MiB rounded).
 WINDOW = 1024
@@ -41,7 +45,50 @@ class OutputRow(NamedTuple):
     body: ResultBody | None
 
     def item(self) -> InferenceResult | DeadLetter:
-        return decode(self.value, DeadLetter) if self.dead else decode(self.value, InferenceResult)
+        """The record decoded whole: a result that cannot be written becomes an error of its own."""
+        if self.dead:
+            return decode(self.value, DeadLetter)
+        try:
+            return writable_result(self.value)
+        except ValueError as exc:
+            return unwritable(self.value, exc)
+
+
+def writable_result(value: bytes) -> InferenceResult:
+    """A result decoded whole and checked as writing it needs: each output's data as its dtype and
+    shape say, a classifier's top_index and top_score. ValueError (a SerdeError, numpy's) if not:
+    the results topic takes any producer's bytes, and one record must not fail a job's output."""
+    result = decode(value, InferenceResult)
+    arrays = result.arrays()
+    if result.labels and not {"top_index", "top_score"} <= arrays.keys():
+        raise TensorFormatError(f"labels without top_index and top_score outputs (it has {sorted(arrays)})")
+    return result
+
+
+def unwritable(value: bytes, error: ValueError) -> DeadLetter:
+    """A result that cannot be written, as an error row of the output (stage `results`), said on
+    stderr: the job's other records are written as they are."""
+    try:
+        head = read_result_head(value)
+    except ValueError:
+        head = None
+    job_id, record_id, model = (head.job_id, head.record_id, head.model) if head else (None, None, None)
+    log.warning(
+        "record %s of job %s: its result cannot be written (%s); an error line instead", record_id, job_id, error
+    )
+    return DeadLetter(
+        "results",
+        type(error).__name__,
+        f"the result cannot be written: {error}",
+        "",
+        0,
+        -1,
+        b"",
+        now_us(),
+        job_id=job_id,
+        record_id=record_id,
+        model=model,
+    )
 
 
 def _windows(rows: Iterable[OutputRow]) -> Iterator[list[OutputRow]]:
@@ -81,8 +128,10 @@ def _matrices(
     for k, (name, dtype, shape) in enumerate(layout):
         joined = b"".join([memoryview(window[i].value)[slice(*bodies[i].spans[k])] for i in members])  # type: ignore[union-attr]
         count = int(np.prod(shape, dtype=np.int64)) * len(members)
-        flat = tensor_array(name, dtype, (count,), joined)
-        matrix = flat.reshape((len(members), *shape))
+        try:
+            matrix = tensor_array(name, dtype, (count,), joined).reshape((len(members), *shape))
+        except ValueError:  # data that does not fit its own dtype and shape: each row is written alone
+            return [], []
         matrices.append(rounded(matrix) if for_json else matrix)
     return members, matrices
 

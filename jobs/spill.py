@@ -11,6 +11,7 @@ the records wait between reading the topics and writing them out.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from jobs.bulk_output import OutputRow, write_rows
+from jobs.bulk_output import OutputRow, writable_result, write_rows
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from jobs.registry import JobNotFoundError, load_jobs
@@ -174,8 +175,9 @@ class ResultSpill:
         # The encoded value is kept as it came: the output is written from its bytes in windows
         # (jobs/bulk_output.py). Its leading fields and layout are read by hand (`body` when its
         # chunk's reading did, else here when `read`); the submission from the header the GPU
-        # worker writes (the result's own `submitted` stamp). Another writer schema, or no header
-        # where a submission is asked for: the fields decoded whole decide, as before.
+        # worker writes (the result's own `submitted` stamp: a header naming another submission
+        # was skipped unread, whatever the value says). Another writer schema, or no (or a
+        # malformed) header where a submission is asked for: the fields decoded whole decide.
         try:
             if body is None and read:
                 body = read_result_body(value)
@@ -292,10 +294,14 @@ class ResultSpill:
         if it has none. Ordered on purpose: the order the topics gave would change which result
         sets the columns."""
         if self._db is None:
-            ids = [rid for rid, row in self._rows.items() if not row[1]]
-            return decode(self._rows[min(ids)][3], InferenceResult) if ids else None
-        found = self._db.execute("SELECT value FROM records WHERE dead = 0 ORDER BY record_id LIMIT 1").fetchone()
-        return None if found is None else decode(found[0], InferenceResult)
+            ids = sorted(rid for rid, row in self._rows.items() if not row[1])
+            values: Iterable[bytes] = (self._rows[rid][3] for rid in ids)
+        else:
+            values = (row[0] for row in self._db.execute("SELECT value FROM records WHERE dead = 0 ORDER BY record_id"))
+        for value in values:
+            with contextlib.suppress(ValueError):  # one that cannot be written is an error row
+                return writable_result(value)
+        return None
 
     def close(self) -> None:
         self._rows.clear()

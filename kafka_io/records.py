@@ -97,8 +97,7 @@ RECORDS_HEADER = "records"
 
 def records_of(headers: Headers | None) -> int:
     """The records a Kafka record holds: its `records` header (a pack), else 1."""
-    value = header_of(headers, RECORDS_HEADER)
-    return int(value) if value is not None and value.isdigit() and value != b"0" else 1
+    return _number(header_of(headers, RECORDS_HEADER)) or 1
 
 
 def header_of(headers: Headers | None, name: str) -> bytes | None:
@@ -117,13 +116,28 @@ def header_of(headers: Headers | None, name: str) -> bytes | None:
 
 
 def job_of(headers: Headers | None) -> str | None:
-    """The job id a record carries in its `job_id` header (every stage's output has one)."""
+    """The job id a record carries in its `job_id` header (every stage's output has one); None for
+    a header that is not UTF-8, as for none (the value's own job id decides): any producer may
+    write one, and a reader that raised on it would fail on that record at every redelivery."""
     value = header_of(headers, "job_id")
-    return value.decode() if value is not None else None
+    if value is None:
+        return None
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+# A number header longer than this is malformed: a submission is microseconds since the epoch (16
+# digits), a pack's count far less; int() of a 4,301-digit one raises instead of answering.
+_MAX_DIGITS = 19
+
+
+def _number(value: bytes | None) -> int | None:
+    return int(value) if value is not None and len(value) <= _MAX_DIGITS and value.isdigit() else None
 
 
 def submission_of(headers: Headers | None) -> int | None:
     """The submission (its `submitted_at`) a record carries in its `submission` header; None for
     records written before submissions were told apart, or with a malformed header."""
-    value = header_of(headers, "submission")
-    return int(value) if value is not None and value.isdigit() else None
+    return _number(header_of(headers, "submission"))

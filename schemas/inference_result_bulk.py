@@ -35,6 +35,7 @@ MIN_BATCH = 16
 _MAX_VARINT = 10  # bytes of a 64-bit zig-zag long
 _PASSES = 3  # layouts tried on one batch
 _EXAMPLES = 8  # results tried as a pass's example
+MAX_COMPARED = 512  # bytes of a field compared at once (a job id, a model version, an outputs' layout)
 
 
 class _Buffer:
@@ -137,9 +138,19 @@ def _example(values: Sequence[bytes]) -> tuple[ResultBody, OutputsLayout] | None
         layout = known_layout()
         if body is None or layout is None or not body.outputs or layout.outputs != body.outputs:
             continue
-        if not body.labels and not body.attributes:
-            return body, layout
+        if body.labels or body.attributes or not _compact(body, layout):
+            continue
+        return body, layout
     return None
+
+
+def _compact(body: ResultBody, layout: OutputsLayout) -> bool:
+    """Whether the bytes every other result is compared against are short: each comparison gathers
+    a matrix of records x bytes, and one result of a 500 KB model version (anyone may write to the
+    results topic) made that 8 GB. Such an example is passed over; such a result is read alone."""
+    head = body.head
+    fixed = [head.job_id.encode(), head.model.encode(), head.model_version.encode(), *layout.parts]
+    return all(len(part) <= MAX_COMPARED for part in fixed)
 
 
 def _read(values: Sequence[bytes], example: ResultBody, layout: OutputsLayout) -> list[ResultBody | None]:

@@ -4,6 +4,7 @@ jobs.results.wins_over, for redelivered copies, newer model versions and retried
 from __future__ import annotations
 
 import io
+import json
 import random
 from pathlib import Path
 
@@ -189,3 +190,45 @@ def test_the_rules_hold_where_results_are_read_in_bulk(memory_bytes: int, tmp_pa
     assert kept == [(item.record_id, getattr(item, "model_version", None)) for item in outcome.ordered()]
     assert kept[:4] == [("r0", "2"), ("r1", "1"), ("r2", "1"), ("r3", "2")]
     assert bulk_path.read_bytes() == decoded_path.read_bytes()
+
+
+@pytest.mark.parametrize("memory_bytes", [MEMORY_BYTES, 0], ids=["in-memory", "sqlite"])
+@pytest.mark.parametrize("fmt", [OutputFormat.JSONL, OutputFormat.PARQUET, OutputFormat.ARROW])
+def test_a_result_that_cannot_be_written_is_an_error_row_and_the_rest_is_written(
+    memory_bytes: int, fmt: OutputFormat, tmp_path: Path
+) -> None:
+    """Anyone may write to the results topic: a result whose data does not fit its own dtype and
+    shape, one of 65 dimensions, or labels without the classifier's outputs failed the whole
+    output. Each is now a row with an error of stage `results`; every other record is written."""
+    topics = Topics(namespace="spill-unwritable")
+
+    def result(i: int, outputs: tuple[Tensor, ...], labels: tuple[str, ...] = ()) -> OutRecord:
+        value = encode(InferenceResult("job-u", f"r{i}", i, "tiny", "1", outputs, "b", 1, labels=labels))
+        return job_record(topics.results, value, "job-u", f"r{i}")
+
+    good = [
+        result(i, (Tensor.from_array("embedding", np.full(4, i, np.float32)),))
+        for i in (1, 2, 4, 6, *range(10, 40))
+    ]
+    bad = [
+        result(0, (Tensor("embedding", "float32", (4,), bytes(12)),)),  # 12 bytes for 4 floats
+        result(3, (Tensor("embedding", "float32", (1,) * 65, bytes(4)),)),  # more dimensions than numpy's 64
+        result(5, (Tensor("embedding", "float32", (4,), bytes(16)),), labels=("cat",)),  # labels, no top_index
+    ]
+    out = tmp_path / f"out.{fmt.value}"
+    with ResultSpill("job-u", memory_bytes=memory_bytes) as spill:
+        spill.add(consumed(bad + good), topics)  # the lowest record id (r0) is bad: the columns come from r1
+        write_rows(spill.rows(), spill.example(), out, io.StringIO(), fmt)
+    if fmt is OutputFormat.JSONL:
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(out) if fmt is OutputFormat.PARQUET else pa.ipc.open_file(out).read_all()
+        lines = table.to_pylist()
+    assert [line["id"] for line in lines] == [f"r{i}" for i in (0, 1, 2, 3, 4, 5, 6, *range(10, 40))]
+    errors = {line["id"]: line["error"] for line in lines if line.get("error")}
+    assert sorted(errors) == ["r0", "r3", "r5"]
+    assert all(e["stage"] == "results" and "cannot be written" in e["message"] for e in errors.values())
+    assert [list(line["embedding"]) for line in lines if line["id"] == "r10"] == [[10.0] * 4]

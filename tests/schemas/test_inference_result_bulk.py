@@ -11,7 +11,7 @@ import pytest
 
 from schemas import InferenceResult, Tensor, encode
 from schemas.errors import SerdeError
-from schemas.inference_result_bulk import MIN_BATCH, read_result_bodies
+from schemas.inference_result_bulk import MAX_COMPARED, MIN_BATCH, read_result_bodies
 from schemas.inference_result_bytes import read_result_body
 from schemas.result_encoding import ResultEncoder, RowTensor, encoded_ids, encoded_maps
 
@@ -136,3 +136,16 @@ def test_large_sequence_numbers_and_long_ids() -> None:
 
 def test_small_batches_are_left_to_the_reader_of_one() -> None:
     assert read_result_bodies(worker_results(MIN_BATCH - 1)) == [None] * (MIN_BATCH - 1)
+
+
+def test_a_result_of_huge_fields_is_never_the_batchs_example() -> None:
+    """Each field of the example is compared against every result as a records x bytes matrix: one
+    result of a 500 KB model version first in a batch made that 8 GB. It is read alone instead,
+    and the batch takes the next result's layout."""
+    huge = worker_results(1, version="v" * (MAX_COMPARED + 1))
+    values = huge + worker_results(100)
+    bodies = read_result_bodies(values)
+    assert bodies[0] is None  # left to read_result_body, which reads it
+    assert read_result_body(values[0]) is not None
+    assert all(body == read_result_body(v) for body, v in zip(bodies[1:], values[1:], strict=True))
+    assert read_result_bodies(worker_results(40, version="v" * (MAX_COMPARED + 1))) == [None] * 40
