@@ -44,3 +44,12 @@ def test_the_deadline_is_per_submission_and_records_without_one_follow_the_lates
     assert skips.skips(headers("again", 1))  # the expired submission's records stay skipped
     assert not skips.skips(headers("again", 2))  # the new submission has no deadline
     assert not skips.skips(headers("again", None))  # a record from before submissions: the latest row
+
+
+def test_headers_a_foreign_producer_garbled_are_asked_without_raising() -> None:
+    """Once any job has a deadline every record's headers are read: a job header that is not
+    UTF-8, or a submission of 5,000 digits, raised there, in the worker's poll loop, at every
+    redelivery of that record. They read as absent: the record is not skipped."""
+    skips = following(job("late", 1, PAST))
+    assert not skips.skips((("job_id", b"\xff\xfe"), ("submission", b"1")))
+    assert skips.skips((("job_id", b"late"), ("submission", b"9" * 5000)))  # no submission: the job's latest row
