@@ -207,8 +207,7 @@ def test_a_result_that_cannot_be_written_is_an_error_row_and_the_rest_is_written
         return job_record(topics.results, value, "job-u", f"r{i}")
 
     good = [
-        result(i, (Tensor.from_array("embedding", np.full(4, i, np.float32)),))
-        for i in (1, 2, 4, 6, *range(10, 40))
+        result(i, (Tensor.from_array("embedding", np.full(4, i, np.float32)),)) for i in (1, 2, 4, 6, *range(10, 40))
     ]
     bad = [
         result(0, (Tensor("embedding", "float32", (4,), bytes(12)),)),  # 12 bytes for 4 floats
