@@ -105,7 +105,7 @@ def test_the_rounding_of_every_json_output_is_numpys_to_the_bit() -> None:
     scales = [10.0**e for e in range(-12, 31, 3)]
     values = np.concatenate([rng.standard_normal(2000).astype(np.float32) * s for s in scales])
     edges = np.array([0.0, -0.0, 0.5e-8, -0.5e-8, 1.5e-8, 3.4e38, -3.4e38, 1e-45, np.inf, -np.inf, np.nan], np.float32)
-    scalars = (np.float32(0.123456789), np.array(-2.5e-9, np.float32))
+    scalars = (np.array(0.123456789, np.float32), np.array(-2.5e-9, np.float32))  # scalar outputs: 0-d
     for array in (values, edges, values.reshape(-1, 8), values.astype(np.float64), *scalars):
         expected = np.round(np.asarray(array).astype(np.float64), 8)
         assert type(rounded(array)) is type(expected)
