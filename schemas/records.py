@@ -41,7 +41,11 @@ def tensor_array(name: str, dtype: str, shape: tuple[int, ...] | list[int], data
         raise TensorFormatError(
             f"tensor {name!r}: {dtype}{list(shape)} needs {count * little.itemsize} bytes, record has {len(data)}"
         )
-    return np.frombuffer(data, dtype=little).reshape(shape)
+    try:
+        return np.frombuffer(data, dtype=little).reshape(shape)
+    except ValueError as exc:  # more dimensions than numpy's 64, or a dimension it cannot index
+        shown = f"{list(shape)[:8]}"[:-1] + (", ...]" if len(shape) > 8 else "]")
+        raise TensorFormatError(f"tensor {name!r}: {dtype}{shown} cannot be an array: {exc}") from None
 
 
 @dataclass(frozen=True)

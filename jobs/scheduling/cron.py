@@ -177,5 +177,12 @@ def to_us(t: datetime) -> int:
     return int(t.timestamp() * 1_000_000)
 
 
+# The instants a datetime holds (years 1 to 9999), in microseconds since the epoch.
+_FIRST_US, _LAST_US = -62_135_596_800_000_000, 253_402_300_799_000_000
+
+
 def from_us(us: int) -> datetime:
-    return datetime.fromtimestamp(us / 1_000_000, UTC)
+    """An instant of the schedule logs, clamped to the years a datetime holds: a row or claim any
+    producer may write (active_since or tick_at of 2**62) raised in the scheduler's step, at every
+    restart, since the compacted log keeps it. A schedule whose cursor is in year 9999 never ticks."""
+    return datetime.fromtimestamp(min(max(us, _FIRST_US), _LAST_US) / 1_000_000, UTC)

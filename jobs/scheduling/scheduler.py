@@ -149,9 +149,9 @@ class Scheduler:
         for schedule in list(self.schedules.values()):
             if schedule.paused:
                 continue
-            cursor = from_us(max(self.ticks.newest.get(schedule.name, 0), schedule.active_since))
-            cursor = max(cursor, self._skipped_to.get(schedule.name, cursor))
             try:
+                cursor = from_us(max(self.ticks.newest.get(schedule.name, 0), schedule.active_since))
+                cursor = max(cursor, self._skipped_to.get(schedule.name, cursor))
                 plan = plan_ticks(
                     schedule.cron,
                     schedule.timezone,

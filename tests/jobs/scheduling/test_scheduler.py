@@ -315,3 +315,35 @@ def test_a_schedules_labels_window_and_webhook_go_on_every_job_it_submits(
     assert job.labels == {"team": "search"} and job.notify == "http://127.0.0.1:9/hook"
     assert job.submission is not None and job.deadline_at == job.submission + 3_600_000_000
     assert job.total == 6
+
+
+def test_rows_of_instants_no_datetime_holds_never_stop_the_scheduler(
+    settings: KafkaSettings, topics: Topics, clock: Clock, text_input: Path
+) -> None:
+    """Any producer may write to the schedule logs: a schedule active since 2**62 us, a claim of a
+    tick at 2**62 us (one of its own instance, so it would finish it) raised in every step, at every
+    restart, as the compacted logs keep them. The scheduler goes on, and the other schedules tick."""
+    from dataclasses import replace
+
+    add(settings, topics, text_input, name="fine")
+    add(settings, topics, text_input, name="claimed")
+    spec = ScheduleSpec("future", "* * * * *", str(text_input), "tiny")
+    add_schedule(settings, topics, replace(new_schedule(spec, to_us(T0)), active_since=2**62))
+    forged = [
+        ScheduleTick("claimed", 2**62, "claimed-x", "sched-a", "c0ffee", to_us(T0)),
+        ScheduleTick("fine", -(2**62), "fine-x", "sched-a", "c0ffee", to_us(T0)),
+    ]
+    ensure_topics(settings, [schedule_ticks_topic(topics)])
+    produce_all(
+        make_producer(settings),
+        [OutRecord(topics.schedule_ticks, encode(t), f"{t.schedule}@{t.tick_at}".encode()) for t in forged],
+    )
+    clock.at(1, 2)
+    with Scheduler(settings, topics, SchedulerConfig("sched-a"), clock=clock) as scheduler:
+        submitted = scheduler.step()
+        assert "fine-20261129T1001Z" in submitted
+        assert not [j for j in submitted if j.startswith("future")]
+        assert scheduler.step() == []
+    views = {v.schedule.name: v.to_dict() for v in describe(settings, topics, clock())}  # `schedule list`
+    assert views["future"]["active_since"] == "9999-12-31T23:59:59+00:00"
+    assert views["claimed"]["last_tick"] == "9999-12-31T23:59:59+00:00"
