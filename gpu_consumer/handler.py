@@ -29,6 +29,7 @@ from gpu_consumer.batcher import (
 from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
+from gpu_consumer.vocabulary import check_ids, vocabulary_size
 from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
@@ -121,9 +122,10 @@ def prepare(
     valid: list[Item] = []
     spec = carried_input(config)
     carried = spec.name
+    vocabulary = vocabulary_size(config) if spec.role == "token_ids" else None
     for src in sources:
         if kind_of(src.value) == "TensorPack":
-            _prepare_pack(src, config, topics, valid, dead)
+            _prepare_pack(src, config, topics, valid, dead, vocabulary)
             continue
         parts: TensorRecordParts | None = None
         try:
@@ -137,6 +139,7 @@ def prepare(
             if array is None:
                 raise TensorFormatError(f"record has no {carried!r} tensor (has {sorted(t[0] for t in parts.tensors)})")
             check_record_input(config, array, spec)
+            check_ids(carried, array, vocabulary)
         except SerdeError as exc:
             ids = {"job_id": parts.job_id, "record_id": parts.record_id} if parts else {}
             dead.append(_dead(exc, src, topics, config, ids))
@@ -165,7 +168,12 @@ def prepare(
 
 
 def _prepare_pack(
-    src: ConsumedRecord, config: ModelConfig, topics: Topics, valid: list[Item], dead: list[OutRecord]
+    src: ConsumedRecord,
+    config: ModelConfig,
+    topics: Topics,
+    valid: list[Item],
+    dead: list[OutRecord],
+    vocabulary: int | None,
 ) -> None:
     """The records of the pack `src` holds into `valid`, or dead-lettered alone into `dead`.
 
@@ -196,10 +204,22 @@ def _prepare_pack(
     bare = encoded_maps({}, timestamps)  # most records have no attributes: their maps are the pack's stamps
     ids_of, offsets, seqs = pack.ids, pack.offsets.tolist(), pack.seqs.tolist()
     longest = config.max_length
+    try:
+        check_ids(spec.name, ids_of, vocabulary)  # once a pack; record by record only if it fails
+        suspect = None
+    except TensorFormatError:
+        suspect = vocabulary
     for i, record_id in enumerate(record_ids):
         start, end = offsets[i], offsets[i + 1]
+        error: TensorFormatError | None = None
         if not 0 < end - start <= longest:
             error = TensorFormatError(f"{spec.name}: {end - start} tokens, model {config.name} takes 1 to {longest}")
+        elif suspect is not None:
+            try:
+                check_ids(spec.name, ids_of[start:end], suspect)
+            except TensorFormatError as exc:
+                error = exc
+        if error is not None:
             ids = {"job_id": job_id, "record_id": record_id}
             dead.append(_dead(error, src, topics, config, ids, (i, pack.single(i))))
             continue

@@ -40,6 +40,7 @@ from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.postprocess import STEPS
 from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, TransactionalStep, WorkerStats
+from gpu_consumer.vocabulary import vocabulary_size
 from gpu_consumer.windows import WindowLimits, WindowRules, windows
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import (
@@ -198,6 +199,7 @@ def serve(
         config, worker.engine_kind, worker.threads, policy.max_batch_size, policy.max_batch_tokens
     )
     engine.warmup()  # before subscribing: a broken engine must not hold partitions
+    vocabulary_size(config)  # the tokenizer read once now, not in the first window's time
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
     reports = model_metrics(config.name, config.version, engine.name) if metrics is not None else GpuMetrics()

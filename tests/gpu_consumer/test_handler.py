@@ -7,6 +7,7 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import Engine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.vocabulary import vocabulary_size
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
@@ -226,7 +227,11 @@ def test_a_record_of_a_pack_with_no_tokens_or_too_many_is_dead_lettered_alone(ti
     assert "0 tokens" in letters[0][1].error and f"{tiny.config.max_length + 1} tokens" in letters[1][1].error
 
 
-def test_a_record_of_a_pack_that_breaks_the_engine_is_dead_lettered_alone(tiny: TinyModel) -> None:
+def test_a_record_of_a_pack_that_breaks_the_engine_is_dead_lettered_alone(
+    tiny: TinyModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the ids left unchecked (gpu_consumer/vocabulary.py would refuse 99999 first): the engine breaks
+    monkeypatch.setattr("gpu_consumer.handler.vocabulary_size", lambda config: None)
     arrays = [np.array([101, 2000 + i, 102]) for i in range(6)]
     arrays[4] = np.array([101, 99999, 102])  # outside the vocabulary: Gather fails on its whole batch
     src = ConsumedRecord("ns.tensors.tiny", 0, 5, pack_of(0, arrays), headers=(("records", b"6"),))
@@ -249,3 +254,33 @@ def test_a_pack_for_another_model_dead_letters_each_record_alone(tiny: TinyModel
     letters = [decode(value(o), DeadLetter) for o in out]
     assert [(d.record_id, d.source_index) for d in letters] == [("a", 0), ("b", 1)]
     assert all("pack is for model 'other'" in d.error for d in letters)
+
+
+def test_token_ids_outside_the_vocabulary_are_dead_letters_before_any_engine_runs(tiny: TinyModel) -> None:
+    """On CUDA such an id is a device-side assert: the worker must exit, and each worker that polls
+    the record again dies too. It is refused on the CPU instead: a pack's record alone, a single
+    record alone, and the engine never sees them (this engine would have raised for the batch)."""
+    size = vocabulary_size(tiny.config)
+    assert size is not None and size > 200
+    arrays = [np.array([101, 2000 + i, 102]) for i in range(5)]
+    arrays[1] = np.array([101, size, 102])  # one past the last id
+    pack = ConsumedRecord("ns.tensors.tiny", 0, 7, pack_of(0, arrays), headers=(("records", b"5"),))
+    negative = ConsumedRecord("ns.tensors.tiny", 0, 8, tensor_record(9, np.array([101, -3, 102])))
+    last = ConsumedRecord("ns.tensors.tiny", 0, 9, tensor_record(10, np.array([101, size - 1, 102])))
+
+    rows: list[int] = []
+
+    class Counting(OnnxRuntimeEngine):
+        def infer(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            rows.append(len(next(iter(inputs.values()))))
+            return super().infer(inputs)
+
+    engine = Counting(tiny.config, threads=1)
+    out = handle_window([pack, negative, last], engine, tiny.config, Topics("ns"), "w-0")
+    results = sorted(str(decode(value(o), InferenceResult).record_id) for o in out if o.topic == "ns.results")
+    assert results == ["r0", "r10", "r2", "r3", "r4"]
+    letters = {str(d.record_id): d for d in (decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters")}
+    assert sorted(letters) == ["r1", "r9"]
+    assert f"token id {size} is outside the model's vocabulary (0 to {size - 1})" in letters["r1"].error
+    assert "token id -3 is outside" in letters["r9"].error and letters["r1"].source_index == 1
+    assert sum(rows) == 5  # no batch failed and was bisected: the bad ids never reached it
