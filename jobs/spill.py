@@ -294,8 +294,8 @@ class ResultSpill:
         if it has none. Ordered on purpose: the order the topics gave would change which result
         sets the columns."""
         if self._db is None:
-            ids = sorted(rid for rid, row in self._rows.items() if not row[1])
-            values: Iterable[bytes] = (self._rows[rid][3] for rid in ids)
+            ids = [rid for rid, row in self._rows.items() if not row[1]]
+            values: Iterable[bytes] = (self._rows[rid][3] for rid in _lowest_first(ids))
         else:
             values = (row[0] for row in self._db.execute("SELECT value FROM records WHERE dead = 0 ORDER BY record_id"))
         for value in values:
@@ -317,6 +317,14 @@ class ResultSpill:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _lowest_first(ids: list[str]) -> Iterator[str]:
+    """The lowest id, then (only when the caller asks on: that one could not be written) all of
+    them in order: a job's ids are sorted only in that rare case, not on every export."""
+    if ids:
+        yield min(ids)
+        yield from sorted(ids)
 
 
 def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple[Path, int]:
