@@ -55,20 +55,6 @@ class Figures:
     padding_waste: float
 
 
-PACKAGES = ("schemas", "kafka_io", "producers", "preprocess_app", "gpu_consumer", "model_repository", "jobs")
-
-
-def precompile(tree: Path) -> None:
-    """Write the bytecode of tree's packages, as `pip install` does (and .ci/setup): a command timed
-    from a tree without it compiles every module it imports at each start where
-    PYTHONDONTWRITEBYTECODE is set (this machine's image sets it), ~0.08 CPU-s no installed copy
-    spends."""
-    import compileall
-
-    for package in PACKAGES:
-        compileall.compile_dir(tree / package, quiet=1, workers=0)
-
-
 def machine() -> str:
     cpu = platform.processor() or "unknown CPU"
     try:

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.decoupling import exit_on_sigterm, machine, precompile
+from bench.bytecode import precompile
+from bench.decoupling import exit_on_sigterm, machine
 from jobs.registry import register
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer

@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.decoupling import exit_on_sigterm, machine, precompile
+from bench.bytecode import precompile
+from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.decoupling import EXAMPLE, exit_on_sigterm, machine, precompile
+from bench.bytecode import precompile
+from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.feed import short_texts
 from bench.procfs import cpu_seconds
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
