@@ -102,6 +102,16 @@ def _java(*args: str) -> list[str]:
     return ["java", "-Xms128m", "-Xmx768m", "-XX:+UseSerialGC", "-cp", f"{kafka_lib()}/*", *args]
 
 
+def cluster_id() -> str:
+    """A random cluster id in Kafka's form of a UUID (URL-safe base64, no padding), drawn again
+    when it starts with "-", as Kafka's Uuid.randomUuid does: the format command's parser took
+    such an id for an option ("--cluster-id/-t: expected one argument"), one broker start in 64."""
+    while True:
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster.startswith("-"):
+            return cluster
+
+
 @dataclass
 class ApacheKafka:
     """One KRaft node: broker and controller in one JVM, its data in `folder`/data."""
@@ -159,9 +169,8 @@ class ApacheKafka:
     def _format(self) -> None:
         if (self.folder / "data" / "meta.properties").is_file():
             return
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")  # Kafka's form of a UUID
         done = subprocess.run(
-            _java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self._properties())),
+            _java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(self._properties())),
             capture_output=True,
             text=True,
             timeout=120,
