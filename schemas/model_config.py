@@ -23,8 +23,8 @@ from typing import Any, Literal
 # How the batcher fills each graph input: token ids travel in the record; the mask and the
 # segment ids are derived from the lengths when the batch is padded.
 InputRole = Literal["token_ids", "attention_mask", "token_type_ids", "pixels"]
-Task = Literal["text-embedding", "text-classification", "image-classification"]
-TASKS: tuple[Task, ...] = ("text-embedding", "text-classification", "image-classification")
+Task = Literal["text-embedding", "text-classification", "image-classification", "text-generation"]
+TASKS: tuple[Task, ...] = ("text-embedding", "text-classification", "image-classification", "text-generation")
 # Tasks whose results are labels ({label, index, score}, best first) rather than a tensor
 CLASSIFIER_TASKS: tuple[Task, ...] = ("text-classification", "image-classification")
 # The files of a model version's folder in the repository, named here only.
@@ -38,6 +38,9 @@ TOKENIZER_FILE = "tokenizer.json"  # a text model's tokenizer (Hugging Face toke
 # ImageNet classes ship one a line (LINE_LABELS_FILE).
 LABELS_FILE = "labels.json"
 LINE_LABELS_FILE = "labels.txt"
+# A causal LM's transformers folder (save_pretrained: its config.json, safetensors, tokenizer files
+# and chat template) inside the version's folder, apart from nearline's own config.json.
+GENERATOR_FOLDER = "model"
 
 
 # Where models were kept before the per-user cache: ./models of whatever folder a command ran in
@@ -200,6 +203,20 @@ class ImageSpec:
 
 
 @dataclass(frozen=True)
+class GenerationSpec:
+    """What a causal LM (task text-generation) needs besides its tokenizer: where its transformers
+    folder is, the ids that end a sequence, its context and its default completion length."""
+
+    folder: str = GENERATOR_FOLDER  # save_pretrained output, relative to the version's folder
+    eos_token_ids: tuple[int, ...] = ()  # any of them ends a sequence (finish_reason "stop")
+    context_length: int = 2048  # prompt and completion tokens together
+    default_max_tokens: int = 256  # a request's completion length when it names none
+    # The chat template (Jinja, transformers' apply_chat_template) is in the folder; False: the
+    # model takes prompts only, and a request with messages is refused.
+    chat_template: bool = False
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str
     version: str
@@ -217,6 +234,7 @@ class ModelConfig:
     length_buckets: tuple[int, ...] = ()
     result_name: str = "embedding"
     source: str = ""
+    generation: GenerationSpec | None = None  # causal LMs (task text-generation)
     directory: Path = field(default=Path("."), compare=False)
 
     @property
@@ -232,6 +250,17 @@ class ModelConfig:
     @property
     def is_classifier(self) -> bool:
         return self.task in CLASSIFIER_TASKS
+
+    @property
+    def is_generator(self) -> bool:
+        return self.task == "text-generation"
+
+    @property
+    def generator_path(self) -> Path:
+        """The causal LM's transformers folder (weights, tokenizer files, chat template)."""
+        if self.generation is None:
+            raise ModelNotFoundError(f"model {self.name!r} does not generate text")
+        return self.directory / self.generation.folder
 
     @property
     def pooling(self) -> str | None:
@@ -281,6 +310,7 @@ class ModelConfig:
             length_buckets=_length_buckets(d.get("length_buckets", ()), tokenizer),
             result_name=d.get("result_name", "embedding"),
             source=d.get("source", ""),
+            generation=_generation_spec(d["generation"]) if d.get("generation") else None,
             directory=directory,
         )
 
@@ -308,6 +338,13 @@ def _length_buckets(given: Any, tokenizer: TokenizerSpec | None) -> tuple[int, .
             "longer records would have no bucket"
         )
     return buckets
+
+
+def _generation_spec(d: dict[str, Any]) -> GenerationSpec:
+    spec = GenerationSpec(**{**d, "eos_token_ids": tuple(int(i) for i in d.get("eos_token_ids", ()))})
+    if spec.context_length < 2 or spec.default_max_tokens < 1:
+        raise ValueError(f"generation: context_length {spec.context_length}, default_max_tokens {spec.default_max_tokens}")
+    return spec
 
 
 def _image_spec(d: dict[str, Any]) -> ImageSpec:
