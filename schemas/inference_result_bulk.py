@@ -8,7 +8,7 @@ buffer and each field is read for all of them in one numpy operation; only what 
 needs as a Python object (the record id, the batch id) is made per result.
 
 A result whose bytes do not follow that layout (another writer schema, labels, attributes,
-another model or layout, a truncated or malformed value) is not read here: its place in the
+another model or layout, a generation's fields, a truncated or malformed value) is not read here: its place in the
 answer is None, and the caller reads it alone with read_result_body, which gives it the same
 answer or the same error. What is read here is exactly what read_result_body reads
 (tests/schemas/test_inference_result_bulk.py compares them on fuzzed values).
@@ -27,7 +27,10 @@ from schemas.inference_result_bytes import (
     known_layout,
     read_result_body,
     result_header,
+    result_headers,
 )
+from schemas.result_encoding import NOT_GENERATION
+from schemas.serde import HEADER_LEN
 
 # Below this many results the per-result reader is as quick: numpy's fixed cost per call
 # (~1 us) times the ~40 calls of a batch is ~40 us.
@@ -111,9 +114,11 @@ def read_result_bodies(values: Sequence[bytes]) -> list[ResultBody | None]:
     """read_result_body of each value where the batch's common layout lets numpy read it; None
     where it does not (read that one alone: read_result_body answers, or raises, for it). The
     layout is the first readable result's; what it leaves gets a second and a third pass (a job
-    reprocessed with another model version holds results of two layouts)."""
+    reprocessed with another model version, or by workers of two schema versions, holds results
+    of two layouts)."""
     bodies: list[ResultBody | None] = [None] * len(values)
-    left = [i for i, v in enumerate(values) if v.startswith(result_header())]
+    headers = result_headers()
+    left = [i for i, v in enumerate(values) if v.startswith(headers)]
     for _ in range(_PASSES):
         if len(left) < MIN_BATCH:
             break
@@ -127,9 +132,9 @@ def read_result_bodies(values: Sequence[bytes]) -> list[ResultBody | None]:
     return bodies
 
 
-def _example(values: Sequence[bytes]) -> tuple[ResultBody, OutputsLayout] | None:
+def _example(values: Sequence[bytes]) -> tuple[bytes, ResultBody, OutputsLayout] | None:
     """The first of values that read_result_body reads as the bulk reader can read others like it
-    (outputs, no labels, no attributes), and its outputs' layout."""
+    (outputs, no labels, no attributes): its header, body and outputs' layout."""
     for value in values:
         try:
             body = read_result_body(value)
@@ -140,7 +145,7 @@ def _example(values: Sequence[bytes]) -> tuple[ResultBody, OutputsLayout] | None
             continue
         if body.labels or body.attributes or not _compact(body, layout):
             continue
-        return body, layout
+        return value[:HEADER_LEN], body, layout
     return None
 
 
@@ -153,12 +158,16 @@ def _compact(body: ResultBody, layout: OutputsLayout) -> bool:
     return all(len(part) <= MAX_COMPARED for part in fixed)
 
 
-def _read(values: Sequence[bytes], example: ResultBody, layout: OutputsLayout) -> list[ResultBody | None]:
+def _read(
+    values: Sequence[bytes], header: bytes, example: ResultBody, layout: OutputsLayout
+) -> list[ResultBody | None]:
     buf = _Buffer(values)
-    ok = buf.same(buf.starts, result_header())
+    ok = buf.same(buf.starts, header)
+    if header == result_header():  # as read_result_body: the generation fields at their defaults
+        ok &= buf.same(buf.ends - len(NOT_GENERATION), NOT_GENERATION)
     head = example.head
     job_id = head.job_id.encode()
-    p = buf.starts + len(result_header())
+    p = buf.starts + len(header)
     s, p = buf.string(p)
     ok &= buf.same(s, job_id) & (p - s == len(job_id))
     id_start, id_end = buf.string(p)

@@ -6,10 +6,18 @@ needs five leading fields: read_result_head() reads them and stops before the ou
 The rest of the record is not read, so a result whose body is corrupt is counted here and
 refused where it is decoded whole (`results`, `run`); the results topic is written only by GPU
 workers, and Kafka checks every record batch's CRC. A whole result read this way in Python was
-slower than fastavro (12.6 against 8 us), so whole results stay with fastavro. Records of another
-writer schema give None: decode those whole. schemas/avro/inference_result.avsc changing its
-leading fields must change this module too; tests/schemas/test_inference_result_bytes.py would
-show it.
+slower than fastavro (12.6 against 8 us), so whole results stay with fastavro. Records of
+another writer schema than the current one and v1 (the same fields without the generation ones)
+give None: decode those whole.
+
+A generation's fields (text, finish_reason, completion_tokens, cached_prompt_tokens) come last,
+after the stage timestamps, which the body reader does not read: it reads a current result only
+when its last four bytes are those fields at their defaults (NOT_GENERATION, what every
+embedding or classifier result ends with), and gives None for any other (a generation: decode it
+whole). Read backwards, those bytes are exactly two zero varints and then either an empty
+finish_reason or one that ends in two U+0000 characters, which no writer writes ("stop" or
+"length"); so a result read here is not a generation. schemas/avro/inference_result.avsc changing
+its fields must change this module too; tests/schemas/test_inference_result_bytes.py would show it.
 """
 
 from __future__ import annotations
@@ -21,13 +29,25 @@ from typing import NamedTuple
 from schemas.avro_bytes import read_count, read_long, read_map, read_string, read_tensor
 from schemas.errors import TruncatedRecordError
 from schemas.records import InferenceResult
+from schemas.result_encoding import NOT_GENERATION
 from schemas.serde import HEADER_LEN, MAGIC, fingerprint_of
+
+# Results of schemas/avro/history/inference_result.v1.avsc (its CRC-64-AVRO fingerprint): the
+# current fields up to the timestamps, so the same reads serve them.
+V1_HEADER = MAGIC + bytes.fromhex("61e0a3c7f5c8b2f9")
 
 
 @cache
 def result_header() -> bytes:
-    """The bytes every result of this schema version starts with: the magic and its fingerprint."""
+    """The bytes every result of the current schema version starts with: the magic and its fingerprint."""
     return MAGIC + fingerprint_of(InferenceResult.SCHEMA)
+
+
+@cache
+def result_headers() -> tuple[bytes, bytes]:
+    """The headers of the results these readers read: the current version's, then v1's (for
+    bytes.startswith)."""
+    return result_header(), V1_HEADER
 
 
 class ResultHead(NamedTuple):
@@ -49,7 +69,7 @@ def read_result_head(data: bytes) -> ResultHead | None:
 
 def _read_head(data: bytes) -> tuple[ResultHead, int] | None:
     """read_result_head, and where the outputs start."""
-    if not data.startswith(result_header()):
+    if not data.startswith(result_headers()):
         return None
     try:
         job_id, p = read_string(data, HEADER_LEN)
@@ -99,7 +119,8 @@ def known_layout() -> OutputsLayout | None:
 
 def read_result_body(data: bytes) -> ResultBody | None:
     """The fields up to the attributes (the stage timestamps are not read), or None when `data`
-    was written with another schema (decode it whole). TruncatedRecordError when they do not parse."""
+    was written with another schema or may be a generation's (decode it whole).
+    TruncatedRecordError when they do not parse."""
     read = _read_body(data)
     return None if read is None else read[0]
 
@@ -114,7 +135,8 @@ class ResultUsage(NamedTuple):
 
 def read_result_usage(data: bytes) -> ResultUsage | None:
     """A result's usage, read from its bytes (the body, then the stage timestamps), or None when
-    `data` was written with another schema (decode it whole)."""
+    `data` was written with another schema or may be a generation's (decode it whole: its
+    completion tokens count too)."""
     read = _read_body(data)
     if read is None:
         return None
@@ -136,6 +158,8 @@ def engine_share_us(timestamps: dict[str, int], batch_size: int) -> float:
 
 def _read_body(data: bytes) -> tuple[ResultBody, int, int] | None:
     """read_result_body, the result's length and where its stage timestamps start."""
+    if not data.endswith(NOT_GENERATION) and not data.startswith(V1_HEADER):
+        return None  # a generation's (or a value cut short): its fields lie past the timestamps
     read = _read_head(data)
     if read is None:
         return None

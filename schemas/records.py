@@ -186,6 +186,10 @@ class InferenceResult(AvroFields):
     labels: tuple[str, ...] = ()
     length: int = 0
     padded_length: int = 0
+    text: str = ""  # a generation's completion (detokenized, the stop string cut)
+    finish_reason: str = ""  # "stop" or "length": not "" is what makes a result a generation's
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens whose KV came from a shared prefix
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {t.name: t.to_array() for t in self.outputs}

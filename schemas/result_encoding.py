@@ -71,6 +71,13 @@ def avro_long_map_block(m: Mapping[str, int]) -> bytes:
     return avro_long(len(m)) + b"".join([_key(k) + avro_long(v) for k, v in m.items()])
 
 
+# The fields after the timestamps as a result that is not a generation has them: text "",
+# finish_reason "", completion_tokens 0, cached_prompt_tokens 0 (their defaults). Every result this
+# encoder writes ends with them; schemas/inference_result_bytes.py reads a result that does from
+# its bytes.
+NOT_GENERATION = b"\x00\x00\x00\x00"
+
+
 def encoded_ids(job_id: str, record_id: str, seq: int) -> bytes:
     """A result's first three fields, as its TensorRecord's first three are written too."""
     return avro_string(job_id) + avro_string(record_id) + avro_long(seq)
@@ -124,7 +131,8 @@ class ResultEncoder:
         maps: Sequence[bytes],  # encoded_maps of each row's record
         batch_timestamps: Mapping[str, int],
     ) -> list[bytes]:
-        """One encoded InferenceResult per row; a row's timestamps are its own, then the batch's.
+        """One encoded InferenceResult per row (an embedding's or a classifier's: the generation
+        fields at their defaults); a row's timestamps are its own, then the batch's.
 
         A row is its record's encoded spans and its outputs' bytes between parts every row of the
         batch shares, joined once: ~1 µs a row, where encoding each field of it cost ~4."""
@@ -135,7 +143,7 @@ class ResultEncoder:
         views = [t.row_views() for t in outputs]
         middle = avro_string(batch_id) + avro_long(size)
         tail = avro_long(padded_length)
-        end = avro_long_map_block(batch_timestamps) + b"\x00"
+        end = avro_long_map_block(batch_timestamps) + b"\x00" + NOT_GENERATION
         header = self._header
         out: list[bytes] = []
         for row in range(size):

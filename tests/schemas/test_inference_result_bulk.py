@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from schemas import InferenceResult, Tensor, encode
+from schemas import InferenceResult, Tensor, decode, encode
 from schemas.errors import SerdeError
 from schemas.inference_result_bulk import MAX_COMPARED, MIN_BATCH, read_result_bodies
 from schemas.inference_result_bytes import read_result_body
@@ -149,3 +149,46 @@ def test_a_result_of_huge_fields_is_never_the_batchs_example() -> None:
     assert read_result_body(values[0]) is not None
     assert all(body == read_result_body(v) for body, v in zip(bodies[1:], values[1:], strict=True))
     assert read_result_bodies(worker_results(40, version="v" * (MAX_COMPARED + 1))) == [None] * 40
+
+
+V1_HEADER = b"\xc3\x01" + bytes.fromhex("61e0a3c7f5c8b2f9")  # schemas/avro/history/inference_result.v1.avsc
+
+
+def as_v1(value: bytes) -> bytes:
+    """A result as a worker of schema v1 wrote it: v1's fingerprint, no generation fields
+    (tests/schemas/test_inference_result_bytes.py checks this against fastavro's v1 writer)."""
+    return V1_HEADER + value[10:-4]
+
+
+def test_results_written_under_v1_are_read_in_bulk_beside_current_ones() -> None:
+    old = [as_v1(v) for v in worker_results(40, seed=1)]
+    new = worker_results(40, seed=2)
+    mixed = old + new
+    random.Random(3).shuffle(mixed)
+    bodies = read_result_bodies(mixed)
+    assert all(body is not None for body in bodies)  # two passes, one per header
+    assert check(mixed) == 80
+    first = bodies[mixed.index(old[0])]
+    assert first is not None and (first.head.record_id, first.head.seq, first.batch_id) == ("r0", 3, "gpu-0:1")
+
+
+def test_a_generation_among_embeddings_is_left_to_the_whole_decode_with_its_text() -> None:
+    values = worker_results(40)
+    generation = InferenceResult(
+        "job-1",
+        "g",
+        7,
+        "minilm",
+        "1",
+        (Tensor.from_array("embedding", np.zeros(8, np.float32)),),
+        "gpu-0:0",
+        40,
+        text="a completion",
+        finish_reason="length",
+        completion_tokens=16,
+    )
+    values.insert(5, encode(generation))
+    bodies = read_result_bodies(values)
+    assert bodies[5] is None and read_result_body(values[5]) is None
+    assert decode(values[5], InferenceResult).text == "a completion"
+    assert sum(body is not None for body in bodies) == 40

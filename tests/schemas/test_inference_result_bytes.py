@@ -4,19 +4,30 @@ cut short."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
 import numpy as np
 import pytest
+from fastavro import parse_schema, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas import InferenceResult, RawText, Tensor, decode, encode
 from schemas.errors import SerdeError, TruncatedRecordError
-from schemas.inference_result_bytes import ResultHead, read_result_head, read_result_usage
-from schemas.result_encoding import ResultEncoder, RowTensor, avro_string, encoded_ids, encoded_maps
-from schemas.serde import HEADER_LEN
+from schemas.inference_result_bytes import (
+    V1_HEADER,
+    ResultBody,
+    ResultHead,
+    read_result_body,
+    read_result_head,
+    read_result_usage,
+)
+from schemas.result_encoding import NOT_GENERATION, ResultEncoder, RowTensor, avro_string, encoded_ids, encoded_maps
+from schemas.serde import HEADER_LEN, MAGIC
 
 CASES = [
     InferenceResult(
@@ -150,7 +161,13 @@ def test_layout_is_the_shipped_schemas() -> None:
         ("padded_length", "int"),
         ("attributes", {"type": "map", "values": "string"}),
         ("timestamps", {"type": "map", "values": "long"}),
+        ("text", "string"),
+        ("finish_reason", "string"),
+        ("completion_tokens", "int"),
+        ("cached_prompt_tokens", "int"),
     ]
+    defaults = [f.get("default") for f in schema["fields"][-4:]]
+    assert defaults == ["", "", 0, 0] and NOT_GENERATION == b"\x00\x00\x00\x00"
 
 
 def timed_results() -> list[bytes]:
@@ -187,3 +204,114 @@ def test_a_batchs_engine_span_is_shared_by_its_records() -> None:
     usages = [read_result_usage(d) for d in timed_results()]
     assert [u.length for u in usages if u] == [5, 9, 2]
     assert sum(u.engine_us for u in usages if u) == pytest.approx(800)
+
+
+def v1_written(result: InferenceResult) -> bytes:
+    """The result as a worker of schemas/avro/history/inference_result.v1.avsc wrote it: fastavro
+    alone, with that schema and its fingerprint."""
+    raw = json.loads(
+        (resources.files("schemas") / "avro" / "history" / "inference_result.v1.avsc").read_text(encoding="utf-8")
+    )
+    parsed = parse_schema(raw, named_schemas={})
+    out = io.BytesIO()
+    out.write(MAGIC + bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO")))
+    fields = {k: v for k, v in result.to_avro().items() if k in {f["name"] for f in raw["fields"]}}
+    schemaless_writer(out, parsed, fields)
+    return out.getvalue()
+
+
+def test_v1_results_are_the_current_bytes_without_the_generation_fields_under_v1s_fingerprint() -> None:
+    result = CASES[0]
+    assert V1_HEADER.hex() == "c30161e0a3c7f5c8b2f9"
+    assert v1_written(result)[:HEADER_LEN] == V1_HEADER
+    assert v1_written(result) == V1_HEADER + encode(result)[HEADER_LEN:-4]  # what tests/jobs writes as v1
+
+
+@pytest.mark.parametrize("result", CASES)
+def test_a_result_written_under_v1_reads_as_before_with_the_generation_fields_at_their_defaults(
+    result: InferenceResult,
+) -> None:
+    data = v1_written(result)
+    assert decode(data, InferenceResult) == result  # the serde's fallback: fastavro resolves v1 to the current
+    assert read_result_head(data) == head_of(result)
+    body = read_result_body(data)
+    assert body is not None and body == read_result_body(encode(result))
+    assert read_result_usage(data) == read_result_usage(encode(result))
+
+
+def test_the_v1_body_read_from_its_bytes_has_the_values_written() -> None:
+    body = read_result_body(v1_written(CASES[0]))
+    assert body is not None
+    assert body.head == ResultHead("job-1", "r1", 0, "minilm", "1")
+    assert (body.outputs, body.labels, body.batch_id, body.batch_size) == (
+        (("embedding", "float32", (384,)),),
+        (),
+        "w-1:7",
+        64,
+    )
+    assert body.attributes == {"lang": '"en"'}
+    usage = read_result_usage(v1_written(CASES[0]))
+    assert usage is not None and (usage.length, usage.engine_us) == (11, 0.0)
+
+
+GENERATION = InferenceResult(
+    "job-g",
+    "p1",
+    3,
+    "tiny-lm",
+    "1",
+    (),
+    "gen-0:4",
+    8,
+    {"topic": '"cats"'},
+    {"submitted": 1_764_822_600_123_456, "inference_start": 100, "inference_end": 900},
+    length=12,
+    text="Cats sleep — a lot.\n",
+    finish_reason="stop",
+    completion_tokens=7,
+    cached_prompt_tokens=4,
+)
+
+
+def test_a_generation_round_trips_through_the_serde_with_its_text_and_token_counts() -> None:
+    back = decode(encode(GENERATION), InferenceResult)
+    assert back == GENERATION
+    assert (back.text, back.finish_reason, back.completion_tokens, back.cached_prompt_tokens, back.length) == (
+        "Cats sleep — a lot.\n",
+        "stop",
+        7,
+        4,
+        12,
+    )
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"text": "x", "finish_reason": "length", "completion_tokens": 0},
+        {"text": "", "finish_reason": "stop", "completion_tokens": 0, "cached_prompt_tokens": 0},
+        {"text": "ends in nul\x00\x00", "finish_reason": "stop"},
+        {"finish_reason": "length", "completion_tokens": 1},
+        {"finish_reason": "", "cached_prompt_tokens": 3},
+    ],
+)
+def test_a_generations_body_and_usage_are_left_to_the_whole_decode_and_its_head_still_reads(
+    fields: dict[str, Any],
+) -> None:
+    """Its fields lie past the timestamps, which the body reader skips: it says None (decode it
+    whole), as for another writer schema; the leading fields, before them, still read."""
+    data = encode(replace(GENERATION, **fields))
+    assert read_result_head(data) == ResultHead("job-g", "p1", 3, "tiny-lm", "1")
+    assert read_result_body(data) is None
+    assert read_result_usage(data) is None
+
+
+def test_a_result_with_the_generation_fields_at_their_defaults_is_read_from_its_bytes() -> None:
+    plain = replace(GENERATION, text="", finish_reason="", completion_tokens=0, cached_prompt_tokens=0)
+    data = encode(plain)
+    assert data.endswith(b"\x00\x00\x00\x00")
+    assert read_result_body(data) == ResultBody(
+        ResultHead("job-g", "p1", 3, "tiny-lm", "1"), (), (), (), "gen-0:4", 8, {"topic": '"cats"'}
+    )
+    usage = read_result_usage(data)
+    assert usage is not None and (usage.length, usage.engine_us) == (12, 100.0)

@@ -67,3 +67,43 @@ def test_encoded_batches_read_back_as_the_results_serde_would_write() -> None:
             )
             assert plain == want.to_avro()
             assert value[:HEADER_LEN] == encode(want)[:HEADER_LEN]
+
+
+def test_a_batchs_results_are_serdes_bytes_with_the_generation_fields_at_their_defaults() -> None:
+    """Records without timestamps of their own (one timestamps block, as serde writes it): the
+    same bytes as serde.encode, the current schema's, ending in the four defaults; fastavro reads
+    those fields as "", "", 0, 0."""
+    vectors = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = ResultEncoder("minilm", "1").encode_batch(
+        ids=[encoded_ids("job", "a", 0), encoded_ids("job", "b", 1)],
+        outputs=[RowTensor("embedding", vectors)],
+        labels=None,
+        batch_id="w:1",
+        lengths=[3, 4],
+        padded_length=4,
+        maps=[encoded_maps({}, {}), encoded_maps({"n": "1"}, {})],
+        batch_timestamps={"batch_formed": 5, "inference_end": 6},
+    )
+    for row, value in enumerate(got):
+        want = InferenceResult(
+            "job",
+            "ab"[row],
+            row,
+            "minilm",
+            "1",
+            (Tensor.from_array("embedding", vectors[row]),),
+            "w:1",
+            2,
+            [{}, {"n": "1"}][row],
+            {"batch_formed": 5, "inference_end": 6},
+            length=[3, 4][row],
+            padded_length=4,
+        )
+        assert value == encode(want)
+        assert value.endswith(b"\x00\x00\x00\x00")
+        plain = schemaless_reader(
+            io.BytesIO(value[HEADER_LEN:]), registry().current("nearline.InferenceResult").parsed, None
+        )
+        assert isinstance(plain, dict)
+        names = ("text", "finish_reason", "completion_tokens", "cached_prompt_tokens")
+        assert [plain[name] for name in names] == ["", "", 0, 0]
