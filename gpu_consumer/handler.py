@@ -118,6 +118,21 @@ def prepare(
     model is dead-lettered here; a record of a pack alone, its neighbours run."""
     formed = now_us()
     policy = policy or BatchPolicy(engine.max_batch_size)
+    valid, dead = decode_sources(sources, config, topics)
+    text = config.tokenizer is not None
+    lengths = [len(item.array) if text else 0 for item in valid]
+    planned = []
+    for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket):
+        items = [valid[i] for i in rows]
+        planned.append(Planned(items, _batch_of(engine, config, items)))
+    return Window(window_id, formed, planned, dead)
+
+
+def decode_sources(
+    sources: Sequence[ConsumedRecord], config: ModelConfig, topics: Topics
+) -> tuple[list[Item], list[OutRecord]]:
+    """Every record of `sources` decoded and checked against the model: (the valid records, dead
+    letters of the others). A record of a pack that fails is dead-lettered alone."""
     dead: list[OutRecord] = []
     valid: list[Item] = []
     spec = carried_input(config)
@@ -157,14 +172,7 @@ def prepare(
                 parts.maps,
             )
         )
-
-    text = config.tokenizer is not None
-    lengths = [len(item.array) if text else 0 for item in valid]
-    planned = []
-    for rows in plan_batches(lengths, policy, config.buckets, engine.pad_to_bucket):
-        items = [valid[i] for i in rows]
-        planned.append(Planned(items, _batch_of(engine, config, items)))
-    return Window(window_id, formed, planned, dead)
+    return valid, dead
 
 
 def _prepare_pack(

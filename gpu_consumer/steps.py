@@ -62,7 +62,7 @@ class WorkerStats:
 class Inference:
     """What every window is run with."""
 
-    engine: Engine
+    engine: Engine | None  # None for a causal LM, whose engine runs through GenerationStep
     config: ModelConfig
     topics: Topics
     policy: BatchPolicy
@@ -143,6 +143,7 @@ class PipelinedStep:
         self.stats = WorkerStats()
         self._consumer, self._inference = consumer, inference
         self._assignment, self._incarnation = assignment, incarnation
+        assert inference.engine is not None
         self._flow = Pipeline(
             inference.engine, inference.config, inference.topics, new_producer, settings, metrics, inference.skip_job
         )
@@ -155,6 +156,7 @@ class PipelinedStep:
         self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
     ) -> None:
         work = self._inference
+        assert work.engine is not None
         window_id = work.window_id(self.stats.windows)
         prepared = prepare(sources, work.engine, work.config, work.topics, window_id, work.policy)
         self._flow.submit(
@@ -256,6 +258,7 @@ class TransactionalStep:
         self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
     ) -> None:
         work = self._inference
+        assert work.engine is not None
         started = time.perf_counter()
         out = handle_window(
             sources,

@@ -35,6 +35,8 @@ from types import FrameType
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
+from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
+from gpu_consumer.generation.step import GenerationStep
 from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig
@@ -59,7 +61,7 @@ from kafka_io.records import Headers
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from kafka_io.transactions import make_transactional_producer
-from schemas.model_config import load_model_config
+from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class LoopOptions:
     metrics: GpuMetrics | None = None
     bulk_share: float = DEFAULT_BULK_SHARE  # the bulk lane's share of engine time (LanePicker)
     incarnation: BrokerIncarnation | None = None  # a broker that restarts without its state
+    # A causal LM's engine: prompts run on it through GenerationStep (inference.engine is unused)
+    generator: GenerationEngine | None = None
 
 
 def run(
@@ -96,11 +100,25 @@ def run(
     metrics = options.metrics or GpuMetrics()
     settings, should_stop, skip, topics = options.pipeline, options.should_stop, options.skip, inference.topics
     broker = options.incarnation or BrokerIncarnation()
-    step: CommitStep = (
-        TransactionalStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
-        if options.transactional
-        else PipelinedStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
-    )
+    step: CommitStep
+    if options.generator is not None:
+        step = GenerationStep(
+            consumer,
+            assignment,
+            broker,
+            inference.config,
+            topics,
+            inference.worker_id,
+            options.generator,
+            new_producer,
+            metrics,
+            inference.skip_job,
+            settings.delivery_timeout_s,
+        )
+    elif options.transactional:
+        step = TransactionalStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
+    else:
+        step = PipelinedStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
 
     def tick() -> None:  # after every poll, also while no record comes
         step.tick()
@@ -180,6 +198,8 @@ def serve(
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     check_group_protocol(settings, worker.group_protocol)
     config = load_model_config(repository, model)
+    if config.is_generator:
+        return _serve_generator(settings, topics, config, worker)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
@@ -194,7 +214,6 @@ def serve(
             f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size} "
             "(only the torch engine on CUDA takes more, with --max-batch-tokens bounding a batch)"
         )
-    limits = WindowLimits(worker.max_window or default_window(policy.max_batch_size), worker.max_linger_ms)
     engine = engine or make_engine(
         config, worker.engine_kind, worker.threads, policy.max_batch_size, policy.max_batch_tokens
     )
@@ -202,7 +221,23 @@ def serve(
     vocabulary_size(config)  # the tokenizer read once now, not in the first window's time
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
-    reports = model_metrics(config.name, config.version, engine.name) if metrics is not None else GpuMetrics()
+    return _consume(settings, topics, config, worker, engine, policy)
+
+
+def _consume(
+    settings: KafkaSettings,
+    topics: Topics,
+    config: ModelConfig,
+    worker: GpuWorkerSettings,
+    engine: Engine | None,
+    policy: BatchPolicy,
+    generator: GenerationEngine | None = None,
+) -> WorkerStats:
+    """Subscribe to tensors.<model> (both lanes) with the engine warm, and run the loop until told to stop."""
+    model, metrics = config.name, worker.metrics
+    engine_name = generator.name if generator is not None else engine.name if engine is not None else "none"
+    reports = model_metrics(config.name, config.version, engine_name) if metrics is not None else GpuMetrics()
+    limits = WindowLimits(worker.max_window or default_window(policy.max_batch_size), worker.max_linger_ms)
     tensors = topics.tensors(model)
     lane_topics = [topics.lane(tensors, p) for p in PRIORITIES]  # both lanes, in one group
     ensure_topics(
@@ -242,7 +277,7 @@ def serve(
     else:
         assignment = subscribe(consumer, lane_topics)
     incarnation.generation = lambda: assignment.revocations
-    log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine.name)
+    log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine_name)
     settle_heap()  # the engine, its libraries and the clients: never scanned by the collector again
     try:
         options = LoopOptions(
@@ -254,9 +289,30 @@ def serve(
             metrics=reports,
             bulk_share=worker.bulk_share,
             incarnation=incarnation,
+            generator=generator,
         )
         inference = Inference(engine, config, topics, policy, worker_id, cancellations.skips_submission)
         return run(consumer, assignment, new_producer, inference, limits, options)
     finally:
         cancellations.close()
         close_consumer(consumer)  # leave the group now, so the partitions move without waiting for the session timeout
+
+
+def _serve_generator(
+    settings: KafkaSettings, topics: Topics, config: ModelConfig, worker: GpuWorkerSettings
+) -> WorkerStats:
+    """serve() for a causal LM: the engine decodes with continuous batching (gpu_consumer/generation/),
+    and the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
+    sequences decoded at once; exactly-once is not offered (a completion is produced as its
+    sequence ends, outside any window's transaction)."""
+    from gpu_consumer.generation.engine import TransformersEngine
+
+    if worker.exactly_once:
+        raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
+    limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size)
+    engine = TransformersEngine(config, limits)
+    try:
+        engine.warmup()  # before subscribing: a broken model must not hold partitions
+        return _consume(settings, topics, config, worker, None, BatchPolicy(1), engine)
+    finally:
+        engine.close()

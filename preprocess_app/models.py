@@ -14,10 +14,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
 from schemas.model_config import ModelConfig, ModelUnavailableError, load_model_config, token_id_dtype
+
+if TYPE_CHECKING:
+    from preprocess_app.prompts import PromptRenderer
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +46,17 @@ class LoadedModel:
     # The dtype token ids travel in, worked out once: get_vocab_size() builds the vocabulary
     # anew on every call (15 ms for MiniLM's), which per batch was half of tokenizing one.
     token_dtype: str | None = None
+    prompts: PromptRenderer | None = None  # causal LMs: requests to prompt ids (prompts.py)
 
     @classmethod
     def load(cls, config: ModelConfig) -> LoadedModel:
         if config.tokenizer is None:
             return cls(config, None)
+        if config.is_generator:
+            from preprocess_app.prompts import PromptRenderer
+
+            tokenizer = load_tokenizer(config.tokenizer_path, config.max_length)
+            return cls(config, tokenizer, "int64", PromptRenderer(config))
         tokenizer = load_tokenizer(config.tokenizer_path, config.max_length)
         ids_input = config.input_for("token_ids")
         graph_dtype = ids_input.dtype if ids_input is not None else "int64"

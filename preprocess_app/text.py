@@ -24,7 +24,9 @@ from kafka_io.settings import Topics
 from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
+from preprocess_app.prompts import PromptRenderer, with_sampling
 from schemas import SerdeError, now_us
+from schemas.generation_request import RequestError
 from schemas.model_config import ModelError, ModelNotFoundError
 from schemas.packs import PackHead, PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
 from schemas.raw_text_bytes import RawTextParts, read_raw_text
@@ -156,8 +158,10 @@ def preprocess_texts(
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
         carried = np.dtype(model.token_dtype or ids_input.dtype).newbyteorder("<")  # tensors travel little-endian
-        # every text of the model in one call, whichever record brought it
-        token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
+        if model.prompts is not None:  # a causal LM: each text is a request (schemas/generation_request.py)
+            groups, token_ids = _prompts(model.prompts, groups, out)
+        else:  # every text of the model in one call, whichever record brought it
+            token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
         stamps = {"preprocess_start": started, "preprocess_end": now_us()}
         at = 0
         for g in groups:
@@ -176,6 +180,46 @@ def preprocess_texts(
             for start, end in pack_spans(sizes, limits):
                 out.extend(write(start, end))
     return out
+
+
+def _prompts(
+    prompts: PromptRenderer, groups: list[_Texts], out: list[OutRecord]
+) -> tuple[list[_Texts], list[np.ndarray]]:
+    """Each request rendered to its prompt ids, its sampling parameters added to its attributes;
+    a request that cannot run is dead-lettered alone (RequestError says why) and its neighbours go on."""
+    kept_groups: list[_Texts] = []
+    token_ids: list[np.ndarray] = []
+    for g in groups:
+        kept: list[int] = []
+        attributes: list[Mapping[str, str]] = []
+        for j, text in enumerate(g.texts):
+            try:
+                ids, sampling = prompts.render(text)
+            except RequestError as exc:
+                out.append(g.dead(j, exc))
+                continue
+            kept.append(j)
+            token_ids.append(ids)
+            attributes.append(with_sampling(dict(g.attributes[j]), sampling))
+        if kept:
+            kept_groups.append(_kept(g, kept, attributes))
+    return kept_groups, token_ids
+
+
+def _kept(g: _Texts, kept: list[int], attributes: list[Mapping[str, str]]) -> _Texts:
+    def dead(j: int, error: Exception) -> OutRecord:
+        return g.dead(kept[j], error)
+
+    return _Texts(
+        g.topic,
+        g.job_id,
+        g.submitted_at,
+        [g.record_ids[j] for j in kept],
+        [int(g.seqs[j]) for j in kept],
+        [g.texts[j] for j in kept],
+        attributes,
+        dead,
+    )
 
 
 def _tensor_packs(

@@ -343,7 +343,9 @@ def _length_buckets(given: Any, tokenizer: TokenizerSpec | None) -> tuple[int, .
 def _generation_spec(d: dict[str, Any]) -> GenerationSpec:
     spec = GenerationSpec(**{**d, "eos_token_ids": tuple(int(i) for i in d.get("eos_token_ids", ()))})
     if spec.context_length < 2 or spec.default_max_tokens < 1:
-        raise ValueError(f"generation: context_length {spec.context_length}, default_max_tokens {spec.default_max_tokens}")
+        raise ValueError(
+            f"generation: context_length {spec.context_length}, default_max_tokens {spec.default_max_tokens}"
+        )
     return spec
 
 

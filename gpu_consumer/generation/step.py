@@ -1,0 +1,391 @@
+"""The GPU loop's commit step for causal LMs: prompts join the running batch as they are polled,
+and each result is produced as soon as its sequence finishes.
+
+    main thread     poll a window, decode its records, submit each prompt to the engine
+    engine thread   the engine's own (continuous batching: a new prompt joins at the next step)
+    emit thread     completions: detokenize and cut at stop strings (the engine), encode, produce
+
+The commit rule is the encoder steps' (gpu_consumer/ledger.py): a window's offsets move once
+every record of it, and of every window polled before it, has a confirmed result or dead letter,
+so a partition's offset never passes a record whose result is not stored. A 2,000-token story
+holds back only the commit, never the results of the short answers beside it. A crash loses
+nothing: what was in flight is consumed and generated again, and readers keep one result per
+record. Windows stay small (the engine takes records as they come), and `has_room` bounds what
+is submitted and not finished to twice the sequences the engine decodes at once, so a queue is
+always ready for a sequence that ends and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpu_consumer.generation.engine import GenerationEngine
+from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
+from gpu_consumer.handler import Emitter, Item, Poisoned, decode_sources
+from gpu_consumer.lanes import EngineTime
+from gpu_consumer.ledger import Entry, Ledger
+from gpu_consumer.metrics import GpuMetrics
+from gpu_consumer.steps import WorkerStats
+from kafka_io.clients import Consumer, Producer
+from kafka_io.errors import KAFKA_FAULTS, DeliveryError
+from kafka_io.incarnation import BrokerIncarnation
+from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
+from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
+from kafka_io.records import ConsumedRecord, OutRecord, job_record
+from kafka_io.settings import Priority, Topics
+from schemas import encode, now_us
+from schemas.errors import TensorFormatError
+from schemas.generation_request import SAMPLING_ATTRIBUTE
+from schemas.model_config import ModelConfig
+from schemas.records import InferenceResult, Tensor
+
+log = logging.getLogger(__name__)
+
+RETRY_PAUSE_S = 2.0
+EMIT_WAIT_S = 0.02
+
+
+@dataclass(eq=False)
+class _Window:
+    entry: Entry
+    formed_us: int
+    window_id: str
+    waiting: int  # records submitted and not finished
+
+
+@dataclass(eq=False)
+class _Running:
+    window: _Window
+    item: Item
+    params: SamplingParams
+    started_us: int
+
+
+@dataclass
+class GenerationStats:
+    completions: int = 0
+    completion_tokens: int = 0
+    cancelled: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def sampling_of(attributes: Mapping[str, str], config: ModelConfig) -> SamplingParams:
+    """A record's sampling parameters (its SAMPLING_ATTRIBUTE), checked against the model:
+    TensorFormatError (the record is dead-lettered) when they cannot be decoded or do not fit."""
+    assert config.generation is not None
+    raw = attributes.get(SAMPLING_ATTRIBUTE)
+    try:
+        given = json.loads(raw) if raw is not None else {}
+        if not isinstance(given, dict):
+            raise ValueError("not an object")
+        params = SamplingParams(
+            max_tokens=int(given.get("max_tokens", config.generation.default_max_tokens)),
+            temperature=float(given.get("temperature", 0.0)),
+            top_p=float(given.get("top_p", 1.0)),
+            top_k=int(given.get("top_k", 0)),
+            seed=None if given.get("seed") is None else int(given["seed"]),
+            stop=tuple(str(s) for s in given.get("stop", ())),
+        )
+    except (ValueError, TypeError) as exc:
+        raise TensorFormatError(f"{SAMPLING_ATTRIBUTE}: cannot be read as sampling parameters: {exc}") from None
+    if params.max_tokens < 1:
+        raise TensorFormatError(f"max_tokens must be at least 1, got {params.max_tokens}")
+    if not params.greedy:
+        raise TensorFormatError(f"temperature {params.temperature}: this worker decodes greedily only (temperature 0)")
+    return params
+
+
+class GenerationStep:
+    """At-least-once for causal LMs (the CommitStep protocol of gpu_consumer/steps.py)."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        assignment: Assignment,
+        incarnation: BrokerIncarnation,
+        config: ModelConfig,
+        topics: Topics,
+        worker_id: str,
+        engine: GenerationEngine,
+        new_producer: Callable[[], Producer],
+        metrics: GpuMetrics,
+        skip_job: Callable[[str, int | None], bool] = lambda job_id, submission: False,
+        delivery_timeout_s: float = 30.0,
+    ) -> None:
+        if config.generation is None:
+            raise ValueError(f"model {config.name} does not generate text")
+        self.stats = WorkerStats()
+        self.generation_stats = GenerationStats()
+        self._consumer, self._assignment, self._incarnation = consumer, assignment, incarnation
+        self._config, self._topics, self._worker_id = config, topics, worker_id
+        self._context = config.generation.context_length
+        self._engine, self._metrics, self._skip_job = engine, metrics, skip_job
+        self._emitter = Emitter(config, topics)
+        self._new_producer = new_producer
+        self._producer = new_producer()
+        self._producer_generation = 0
+        self._delivery_timeout_s = delivery_timeout_s
+        self.ledger = Ledger()
+        metrics.follow(self.ledger.in_flight)
+        self._lock = threading.Lock()
+        self._running: dict[str, _Running] = {}  # by engine key
+        self._keys = 0
+        self._to_emit: queue.Queue[tuple[_Window, list[OutRecord]] | None] = queue.Queue()
+        self._error: BaseException | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._guarded_emit_loop, name="nearline-generation-emit", daemon=True)
+        self._thread.start()
+
+    @property
+    def engine_time(self) -> EngineTime:
+        return EngineTime()  # every lane's prompts share the running batch: no lane waits for another's
+
+    # --- main thread ---
+
+    def submit(
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+    ) -> None:
+        self.check()
+        window_id = f"{self._worker_id}-{self.stats.windows}"
+        entry = self.ledger.open(window_offsets(window), records_in(window), self._assignment.revocations)
+        items, dead = decode_sources(sources, self._config, self._topics)
+        held = _Window(entry, now_us(), window_id, len(items))
+        requests: list[tuple[GenerationRequest, _Running]] = []
+        for item in items:
+            try:
+                params = sampling_of(item.attributes, self._config)
+                if len(item.array) + params.max_tokens > self._context:
+                    raise TensorFormatError(
+                        f"{len(item.array)} prompt tokens and max_tokens {params.max_tokens} exceed the model's "
+                        f"context of {self._context} tokens"
+                    )
+            except TensorFormatError as exc:
+                dead.append(self._emitter.dead(Poisoned(item, exc)))
+                held.waiting -= 1
+                continue
+            self._keys += 1
+            key = f"{window_id}.{self._keys}"
+            prompt = tuple(int(t) for t in item.array.tolist())
+            requests.append((GenerationRequest(key, prompt, params), _Running(held, item, params, now_us())))
+        # Handed to the emit thread before any prompt reaches the engine, so its dead letters are
+        # produced before the window can be sealed by its last completion.
+        self._to_emit.put((held, dead))
+        with self._lock:
+            for request, running in requests:
+                self._running[request.key] = running
+        for request, _ in requests:
+            self._engine.submit(request)
+        self.stats.windows += 1
+        self._commit()
+
+    def tick(self) -> None:
+        self.check()
+        self._cancel_unwanted()
+        self._commit()
+
+    def idle(self) -> None:
+        pass
+
+    def before_revoke(self) -> None:
+        if self._incarnation.doubting:
+            log.warning("a revoke while the broker is in doubt; the prompts in flight will be generated again")
+            return
+        if not self._finish(lambda: self._commit(ask=False)):
+            log.warning("prompts still unfinished at revoke; they will be consumed and generated again")
+
+    def has_room(self, lane: str) -> bool:
+        with self._lock:
+            return len(self._running) < 2 * self._engine.max_sequences
+
+    def queued(self, lane: str) -> int:
+        return 0  # prompts go to the engine as they are polled
+
+    def engine_idle(self) -> bool:
+        with self._lock:  # fewer sequences than the engine decodes at once: a prompt waiting would join now
+            return len(self._running) < self._engine.max_sequences
+
+    def window_waiting(self, lane: str) -> bool:
+        return False
+
+    def finish(self) -> bool:
+        self._finish(self._commit)
+        return True
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._to_emit.put(None)
+        self._thread.join(timeout=10)
+        flush(self._producer, 5)
+
+    def check(self) -> None:
+        """Raise what stopped the emit thread (the engine failed: the worker exits, nothing more is
+        committed); produce again, with a new producer, what a failed delivery left unconfirmed."""
+        if self._error is not None:
+            raise self._error
+        if self.ledger.failure is not None or self.ledger.stalled(self._delivery_timeout_s):
+            self._recover(self.ledger.failure or f"deliveries unconfirmed after {self._delivery_timeout_s:.0f} s")
+
+    def _finish(self, commit: Callable[[], None], timeout_s: float = 600.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check()
+            self._cancel_unwanted()
+            commit()
+            if not self.ledger.in_flight() or time.monotonic() >= deadline:
+                return not self.ledger.in_flight()
+            self.ledger.wait(0.05)
+
+    def _cancel_unwanted(self) -> None:
+        """Sequences of jobs cancelled or past their deadline stop at the engine's next step; their
+        records count as done without a result, as records skipped at the poll do."""
+        with self._lock:
+            unwanted = [
+                key
+                for key, running in self._running.items()
+                if self._skip_job(running.item.job_id, running.item.timestamps.get("submitted"))
+            ]
+        for key in unwanted:
+            self._engine.cancel(key)
+            with self._lock:
+                running = self._running.pop(key, None)
+            if running is not None:
+                self.generation_stats.cancelled += 1
+                self._finished(running.window)
+
+    def _finished(self, window: _Window) -> None:
+        with self._lock:
+            window.waiting -= 1
+            done = window.waiting == 0
+        if done:
+            self._to_emit.put((window, []))  # seals it once what was handed before is produced
+
+    def _commit(self, *, ask: bool = True) -> None:
+        if not self._incarnation.settled(self._consumer, ask=ask):
+            return
+        offsets, records = self.ledger.take_committable(stale_through=self._incarnation.stale_through)
+        if not offsets:
+            return
+        try:
+            commit_offsets(self._consumer, offsets)
+        except KAFKA_FAULTS as exc:
+            log.warning("commit failed (%s); its records may be consumed again", exc)
+        self.stats.records += records
+
+    def _recover(self, reason: str) -> None:
+        log.warning("%s; recreating the producer and producing the unconfirmed results again", reason)
+        entries = self.ledger.unconfirmed()
+        records = [r for e in entries for r in e.outputs]
+        while True:
+            self._producer_generation += 1
+            discard(self._producer)
+            self._producer = self._new_producer()
+            try:
+                produce_all(self._producer, records, self._delivery_timeout_s)
+                break
+            except DeliveryError as exc:
+                log.warning("waiting for the broker to store %d results: %s", len(records), exc)
+            time.sleep(RETRY_PAUSE_S)
+        self.ledger.resolve(entries)
+
+    # --- emit thread ---
+
+    def _guarded_emit_loop(self) -> None:
+        try:
+            self._emit_loop()
+        except BaseException as exc:  # handed to the main thread, which exits the worker
+            self._error = exc
+            self.ledger.fail(f"generation emit thread: {exc}")
+
+    def _emit_loop(self) -> None:
+        while not self._stopping.is_set():
+            generation, producer = self._producer_generation, self._producer
+            try:
+                serve_deliveries(producer)
+            except DeliveryError as exc:
+                if generation == self._producer_generation:
+                    self.ledger.fail(str(exc))
+            while True:  # what the main thread handed over: dead letters, windows to seal
+                try:
+                    handed = self._to_emit.get_nowait()
+                except queue.Empty:
+                    break
+                if handed is None:
+                    return
+                window, records = handed
+                self._produce(window.entry, records)
+                if window.waiting == 0 and window.entry.sealed_at is None:
+                    self.ledger.seal(window.entry)
+            for completion in self._engine.completions(EMIT_WAIT_S):
+                with self._lock:
+                    running = self._running.pop(completion.key, None)
+                if running is None:
+                    continue  # cancelled meanwhile
+                self._produce(running.window.entry, [self._result(completion, running)])
+                self._finished(running.window)
+
+    def _result(self, completion: Completion, running: _Running) -> OutRecord:
+        item = running.item
+        if completion.error is not None:
+            return self._emitter.dead(Poisoned(item, RuntimeError(f"generation failed: {completion.error}")))
+        stats = self.generation_stats
+        stats.completions += 1
+        stats.completion_tokens += len(completion.token_ids)
+        stats.by_reason[completion.finish_reason] = stats.by_reason.get(completion.finish_reason, 0) + 1
+        attributes = {k: v for k, v in item.attributes.items() if k != SAMPLING_ATTRIBUTE}
+        with self._lock:
+            running_now = len(self._running) + 1
+        result = InferenceResult(
+            job_id=item.job_id,
+            record_id=item.record_id,
+            seq=item.seq,
+            model=self._config.name,
+            model_version=self._config.version,
+            outputs=(Tensor.from_array("completion_ids", np.asarray(completion.token_ids, dtype=np.int32)),),
+            batch_id=running.window.window_id,
+            batch_size=running_now,
+            attributes=attributes,
+            timestamps={
+                **item.timestamps,
+                "batch_formed": running.window.formed_us,
+                "inference_start": running.started_us,
+                "inference_end": now_us(),
+                "result_produced": now_us(),
+            },
+            length=completion.prompt_tokens,
+            padded_length=completion.prompt_tokens,
+            text=completion.text,
+            finish_reason=completion.finish_reason,
+            completion_tokens=len(completion.token_ids),
+            cached_prompt_tokens=completion.cached_prompt_tokens,
+        )
+        return job_record(
+            self._topics.results, encode(result), item.job_id, item.record_id, item.timestamps.get("submitted")
+        )
+
+    def _produce(self, entry: Entry, records: list[OutRecord]) -> None:
+        if not records:
+            return
+        self.ledger.sent(entry, records)
+        generation, ledger = self._producer_generation, self.ledger
+
+        def on_stored() -> None:
+            if generation == self._producer_generation:
+                ledger.confirm(entry)
+
+        def on_failed(reason: str) -> None:
+            if generation == self._producer_generation:
+                ledger.fail(reason)
+
+        try:
+            send(self._producer, records, on_stored, on_failed)
+        except DeliveryError as exc:
+            ledger.fail(str(exc))
+        self._metrics.produced(records)

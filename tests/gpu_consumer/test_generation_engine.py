@@ -1,0 +1,109 @@
+"""The transformers generation engine (gpu_consumer/generation/engine.py) against transformers'
+own `generate()` run one prompt at a time: greedy completions token-identical whatever runs beside
+them, max_tokens and end-of-sequence exact, stop strings cut where they start."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
+from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
+from schemas.model_config import ModelConfig
+
+pytestmark = pytest.mark.real_model  # a model built with transformers (seconds to load)
+
+
+@pytest.fixture(scope="module")
+def tiny_generator(tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelConfig:
+    from model_repository.causal_lm import import_causal_lm
+
+    return import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_generator: ModelConfig) -> Iterator[TransformersEngine]:
+    engine = TransformersEngine(tiny_generator, GenerationLimits(max_sequences=8, kv_cache_tokens=8192, page_size=32))
+    engine.warmup()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_generator: ModelConfig) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_generator.generator_path), dtype=torch.float32).eval()
+
+
+def generated(model: Any, prompt: list[int], max_tokens: int, eos: list[int]) -> list[int]:
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos[0]
+        )
+    return [int(t) for t in out[0, len(prompt) :]]
+
+
+def run_all(engine: TransformersEngine, requests: list[GenerationRequest]) -> dict[str, Completion]:
+    for request in requests:
+        engine.submit(request)
+    done: dict[str, Completion] = {}
+    for _ in range(600):
+        done.update((c.key, c) for c in engine.completions(0.1))
+        if len(done) == len(requests):
+            return done
+    raise AssertionError(f"{len(requests) - len(done)} requests did not finish")
+
+
+def test_greedy_completions_match_generate_one_prompt_at_a_time(
+    engine: TransformersEngine, reference: Any, tiny_generator: ModelConfig
+) -> None:
+    rng = random.Random(7)
+    vocab = reference.config.vocab_size
+    eos = list(tiny_generator.generation.eos_token_ids)  # type: ignore[union-attr]
+    prompts = [[rng.randrange(3, vocab) for _ in range(rng.choice([3, 17, 60, 200]))] for _ in range(20)]
+    max_tokens = [rng.choice([1, 5, 24, 40]) for _ in prompts]
+    requests = [
+        GenerationRequest(f"r{i}", tuple(p), SamplingParams(max_tokens=n))
+        for i, (p, n) in enumerate(zip(prompts, max_tokens, strict=True))
+    ]
+    done = run_all(engine, requests)
+    for i, (prompt, n) in enumerate(zip(prompts, max_tokens, strict=True)):
+        expected = generated(reference, prompt, n, eos)
+        got = done[f"r{i}"]
+        assert list(got.token_ids) == expected, f"request {i}: {len(prompt)} prompt tokens, max_tokens {n}"
+        assert got.prompt_tokens == len(prompt)
+        assert got.finish_reason == ("stop" if expected[-1] in eos and len(expected) <= n else "length")
+        assert got.text == engine.decode(expected)
+
+
+def test_a_stop_string_cuts_the_text_and_ends_the_sequence(engine: TransformersEngine, reference: Any) -> None:
+    prompt = [101, 102, 103, 104, 105]
+    free = run_all(engine, [GenerationRequest("free", tuple(prompt), SamplingParams(max_tokens=30))])["free"]
+    text = free.text
+    assert len(text) > 6, "the tiny model's greedy text is long enough to cut"
+    stop = text[3:6]
+    cut = text.find(stop)
+    stopped = run_all(
+        engine, [GenerationRequest("stopped", tuple(prompt), SamplingParams(max_tokens=30, stop=(stop,)))]
+    )["stopped"]
+    assert stopped.text == text[:cut]
+    assert stopped.finish_reason == "stop"
+    assert list(stopped.token_ids) == list(free.token_ids[: len(stopped.token_ids)])
+    assert stop in engine.decode(stopped.token_ids)
+    assert stop not in engine.decode(stopped.token_ids[:-1])
+
+
+def test_a_shared_prefix_is_computed_once_and_counted(engine: TransformersEngine) -> None:
+    shared = tuple(range(200, 400))  # 200 tokens: six full blocks of 32
+    first = run_all(engine, [GenerationRequest("p0", (*shared, 7), SamplingParams(max_tokens=2))])["p0"]
+    second = run_all(engine, [GenerationRequest("p1", (*shared, 9), SamplingParams(max_tokens=2))])["p1"]
+    assert first.cached_prompt_tokens == 0
+    assert second.cached_prompt_tokens == 192

@@ -1,0 +1,120 @@
+"""Generation through the real stages on a real broker: requests (a chat, prompts) tokenized by
+the preprocess stage's pure function, produced to tensors.<model>, and run by the GPU loop's
+GenerationStep (drain mode) on the transformers engine; every result's completion is
+token-identical to transformers' `generate()` run on the same prompt alone, and a request that
+cannot run is a dead letter while its neighbours get results."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
+from gpu_consumer.steps import Inference
+from gpu_consumer.windows import WindowLimits
+from gpu_consumer.worker import LoopOptions, run
+from kafka_io.clients import make_consumer, make_producer
+from kafka_io.polling import subscribe
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from preprocess_app.models import Models
+from preprocess_app.text import preprocess_texts
+from schemas import DeadLetter, InferenceResult, RawText, decode, encode
+from schemas.model_config import ModelConfig
+from tests.support.causal_lm import CHAT, chat_ids
+
+pytestmark = pytest.mark.real_model
+
+MODEL = "tiny-llama"
+
+
+@pytest.fixture(scope="module")
+def generator_repository(tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from model_repository.causal_lm import import_causal_lm
+
+    return import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, MODEL).directory.parents[1]
+
+
+def reference_completion(folder: Path, prompt: list[int], max_tokens: int, eos: list[int]) -> list[int]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos[0]
+        )
+    return [int(t) for t in out[0, len(prompt) :]]
+
+
+def test_requests_become_completions_identical_to_generate(
+    settings: KafkaSettings, topics: Topics, generator_repository: Path, smollm2_tokenizer: Any
+) -> None:
+    models = Models(generator_repository)
+    config: ModelConfig = models(MODEL).config
+    assert config.generation is not None
+    rng = random.Random(3)
+    words = ["river", "Danube", "stone", "light", "north", "quiet", "sea", "tower"]
+    prompts = [" ".join(rng.choice(words) for _ in range(rng.randrange(1, 40))) for _ in range(11)]
+    requests = [{"messages": CHAT, "params": {"max_tokens": 12}}] + [
+        {"prompt": p, "params": {"max_tokens": rng.choice([1, 6, 20])}} for p in prompts
+    ]
+    requests.append({"prompt": "too long", "params": {"max_tokens": 5000}})  # past the 512-token context
+    raw = [
+        ConsumedRecord(
+            topics.raw_text,
+            0,
+            i,
+            encode(RawText("job-g", f"r{i}", i, MODEL, json.dumps(r), 1_000 + i)),
+        )
+        for i, r in enumerate(requests)
+    ]
+    out = preprocess_texts(raw, models, topics)
+    dead = [o for o in out if o.topic == topics.dead_letters]
+    assert [decode(d.value, DeadLetter).record_id for d in dead if d.value] == [f"r{len(requests) - 1}"]
+    tensors = topics.tensors(MODEL)
+    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    producer = make_producer(settings)
+    produce_all(producer, [OutRecord(o.topic, o.value, o.key, o.headers) for o in out if o.topic == tensors])
+
+    engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32))
+    engine.warmup()
+    consumer = make_consumer(settings, topics.gpu_group(MODEL))
+    try:
+        stats = run(
+            consumer,
+            subscribe(consumer, [tensors]),
+            lambda: make_producer(settings),
+            Inference(None, config, topics, BatchPolicy(1), "g"),
+            WindowLimits(8, 20.0),
+            LoopOptions(drain=True, generator=engine),
+        )
+    finally:
+        consumer.close()
+        engine.close()
+    assert stats.records == len(requests) - 1
+
+    results = {
+        r.record_id: r for r in (decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results]))
+    }
+    assert sorted(results) == sorted(f"r{i}" for i in range(len(requests) - 1))
+    eos = list(config.generation.eos_token_ids)
+    inputs = [chat_ids(smollm2_tokenizer)] + [list(smollm2_tokenizer(p)["input_ids"]) for p in prompts]
+    for i, (prompt, request) in enumerate(zip(inputs, requests, strict=False)):
+        max_tokens = request["params"]["max_tokens"]  # type: ignore[index]
+        expected = reference_completion(config.generator_path, prompt, max_tokens, eos)
+        got = results[f"r{i}"]
+        assert got.outputs[0].to_array().tolist() == expected, f"r{i}"
+        assert got.text == smollm2_tokenizer.decode(expected, skip_special_tokens=True)
+        assert got.length == len(prompt)
+        assert got.completion_tokens == len(expected)
+        assert got.finish_reason == ("stop" if expected[-1] in eos else "length")
+        assert "nearline.sampling" not in got.attributes
