@@ -8,7 +8,7 @@ and rounded in one numpy call, and each line is a small dict of a matrix row giv
 Parquet or Arrow row group takes the row views as they are. The lines and columns are the same
 as jobs/results.to_json's and jobs/columnar.ResultColumns.add's (tested byte for byte); a record
 that does not fit the window's layout (labels, another model version's outputs, a scalar output,
-a dead letter, another writer schema) is decoded whole and written as before.
+a generation's text, a dead letter, another writer schema) is decoded whole and written as before.
 """
 
 from __future__ import annotations
@@ -56,11 +56,12 @@ class OutputRow(NamedTuple):
 
 def writable_result(value: bytes) -> InferenceResult:
     """A result decoded whole and checked as writing it needs: each output's data as its dtype and
-    shape say, a classifier's top_index and top_score. ValueError (a SerdeError, numpy's) if not:
-    the results topic takes any producer's bytes, and one record must not fail a job's output."""
+    shape say, a classifier's top_index and top_score (a generation writes its text, not those).
+    ValueError (a SerdeError, numpy's) if not: the results topic takes any producer's bytes, and
+    one record must not fail a job's output."""
     result = decode(value, InferenceResult)
     arrays = result.arrays()
-    if result.labels and not {"top_index", "top_score"} <= arrays.keys():
+    if result.labels and not result.finish_reason and not {"top_index", "top_score"} <= arrays.keys():
         raise TensorFormatError(f"labels without top_index and top_score outputs (it has {sorted(arrays)})")
     return result
 

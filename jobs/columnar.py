@@ -3,7 +3,9 @@ they stream in (memory: one row group, not the job).
 
 One row per record, in input order, the same records and values as the JSON Lines output:
 `id`, `job_id`, `model`, the model's outputs as typed columns (an embedding is a fixed-size list
-of float32; a classifier's `labels` a list of {label, index, score}), `model_version`, `error`
+of float32; a classifier's `labels` a list of {label, index, score}; a generation's `text`,
+`finish_reason` and its tokens, `prompt_tokens`, `completion_tokens`, `cached_prompt_tokens`, as
+int64), `model_version`, `error`
 ({stage, type, message} for a dead-lettered record, else null) and `attributes` (the input's
 attributes as a JSON object string of the values they were, else null: jobs mix attribute keys, so
 no struct fits all), then the kept input columns, each of its own type (jobs/kept.py).
@@ -15,12 +17,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
+from jobs.results import generation_usage
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
 from schemas.inference_result_bytes import ResultBody
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
 
 # ~24 MB of 384-float embeddings: large enough for fast scans, small enough to bound memory
 ROW_GROUP_ROWS = 16_384
+# A generation's columns after `model`: its text, why it ended, then its tokens (generation_usage's keys)
+GENERATION_STRINGS = ("text", "finish_reason")
+GENERATION_TOKENS = ("prompt_tokens", "completion_tokens", "cached_prompt_tokens")
 
 
 class ColumnarShapeError(ValueError):
@@ -65,15 +71,20 @@ class ResultColumns:
         import pyarrow as pa
 
         self.kept = kept
-        # (name, dtype, shape) of each tensor column; empty for a classifier (its labels) or no result
+        # (name, dtype, shape) of each tensor column; empty for a classifier (its labels), a
+        # generation (its text and tokens) or no result
         self.tensors: list[tuple[str, np.dtype[Any], tuple[int, ...]]] = []
-        self.classifier = example is not None and bool(example.labels)
-        if example is not None and not self.classifier:
+        self.generation = example is not None and bool(example.finish_reason)
+        self.classifier = example is not None and not self.generation and bool(example.labels)
+        if example is not None and not self.classifier and not self.generation:
             self.tensors = [(n, a.dtype, a.shape) for n, a in example.arrays().items()]
         fields = [("id", pa.string()), ("job_id", pa.string()), ("model", pa.string())]
         fields += [(name, _list_type(dtype, shape)) for name, dtype, shape in self.tensors]
         if self.classifier:
             fields.append(("labels", _label_type()))
+        if self.generation:
+            fields += [(name, pa.string()) for name in GENERATION_STRINGS]
+            fields += [(name, pa.int64()) for name in GENERATION_TOKENS]
         fields += [("model_version", pa.string()), ("error", _error_type()), ("attributes", pa.string())]
         if kept is not None:
             fields += kept.fields(name for name, _ in fields)
@@ -89,6 +100,9 @@ class ResultColumns:
         self.attributes: list[str | None] = []
         self.arrays: dict[str, list[np.ndarray | None]] = {name: [] for name, _, _ in self.tensors}
         self.labels: list[tuple[tuple[str, ...], np.ndarray, np.ndarray] | None] = []
+        self.generated: dict[str, list[Any]] = (
+            {name: [] for name in (*GENERATION_STRINGS, *GENERATION_TOKENS)} if self.generation else {}
+        )
         self.kept_values: dict[str, list[Any]] = {name: [] for name in self.kept.names} if self.kept else {}
 
     def __len__(self) -> int:
@@ -98,20 +112,25 @@ class ResultColumns:
         if isinstance(item, DeadLetter):
             self._add_row(item.record_id, item.job_id, item.model, item.model_version, None)
             self.errors[-1] = {"stage": item.stage, "type": item.error_type, "message": item.error}
-            for column in self.arrays.values():
+            for column in (*self.arrays.values(), *self.generated.values()):
                 column.append(None)
             if self.classifier:
                 self.labels.append(None)
+            return
+        if self.generation != bool(item.finish_reason):
+            self._refuse(item)
+        if self.generation:
+            self._add_row(item.record_id, item.job_id, item.model, item.model_version, item.attributes)
+            usage = generation_usage(item)
+            values = (item.text, item.finish_reason, *(usage[name] for name in GENERATION_TOKENS))
+            for column, value in zip(self.generated.values(), values, strict=True):
+                column.append(value)
             return
         arrays = item.arrays()
         if self.classifier != bool(item.labels) or (
             not self.classifier and [(n, a.shape) for n, a in arrays.items()] != [(n, s) for n, _, s in self.tensors]
         ):
-            raise ColumnarShapeError(
-                f"record {item.record_id!r} (model {item.model} version {item.model_version}) has outputs "
-                f"{self._describe(item)} where the job's first result had {self._describe_columns()}; "
-                "write JSON Lines instead (--output-format jsonl)"
-            )
+            self._refuse(item)
         self._add_row(item.record_id, item.job_id, item.model, item.model_version, item.attributes)
         if self.classifier:
             self.labels.append((item.labels, arrays["top_index"], arrays["top_score"]))
@@ -119,11 +138,19 @@ class ResultColumns:
         for name, _, _ in self.tensors:
             self.arrays[name].append(arrays[name])
 
+    def _refuse(self, item: InferenceResult) -> NoReturn:
+        raise ColumnarShapeError(
+            f"record {item.record_id!r} (model {item.model} version {item.model_version}) has outputs "
+            f"{self._describe(item)} where the job's first result had {self._describe_columns()}; "
+            "write JSON Lines instead (--output-format jsonl)"
+        )
+
     def fits(self, outputs: tuple[tuple[str, str, tuple[int, ...]], ...]) -> bool:
         """Whether a result of these outputs ((name, dtype, shape) each) fills the tensor columns
         exactly, in their dtypes (jobs/bulk_output.py adds those by add_body)."""
         return (
             not self.classifier
+            and not self.generation
             and len(outputs) == len(self.tensors)
             and all(
                 name == column and shape == column_shape and np.dtype(dtype) == column_dtype
@@ -157,9 +184,13 @@ class ResultColumns:
 
     @staticmethod
     def _describe(item: InferenceResult) -> str:
+        if item.finish_reason:
+            return "a generation's text"
         return "labels" if item.labels else ", ".join(f"{n}{list(a.shape)}" for n, a in item.arrays().items())
 
     def _describe_columns(self) -> str:
+        if self.generation:
+            return "a generation's text"
         return "labels" if self.classifier else ", ".join(f"{n}{list(s)}" for n, _, s in self.tensors) or "none"
 
     def take(self) -> pa.RecordBatch:
@@ -172,6 +203,8 @@ class ResultColumns:
             columns.append(_tensor_column(self.arrays[name], dtype, shape))
         if self.classifier:
             columns.append(_label_column(self.labels))
+        for name, values in self.generated.items():
+            columns.append(pa.array(values, pa.int64() if name in GENERATION_TOKENS else pa.string()))
         columns.append(pa.array(self.versions, pa.string()))
         columns.append(pa.array(self.errors, _error_type()))
         columns.append(pa.array(self.attributes, pa.string()))

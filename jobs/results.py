@@ -218,8 +218,9 @@ def read_outcome(
 
 
 def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None) -> dict[str, Any]:
-    """One output line: {"id", "job_id", "model", "<output>": [...]}, or an "error" object; then
-    the kept input columns, each under its own key (jobs/kept.py)."""
+    """One output line: {"id", "job_id", "model", "<output>": [...]}, a generation's {"id",
+    "job_id", "model", "text", "finish_reason", "usage": {...}}, or an "error" object; then the
+    kept input columns, each under its own key (jobs/kept.py)."""
     if isinstance(item, DeadLetter):
         dead: dict[str, Any] = {
             "id": item.record_id,
@@ -231,6 +232,11 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
             dead.update(zip(kept.output_names(dead), [None] * len(kept.names), strict=True))
         return dead
     line: dict[str, Any] = {"id": item.record_id, "job_id": item.job_id, "model": item.model}
+    if item.finish_reason:  # a generation: its text; its outputs (the completion's token ids) are not written
+        line["text"] = item.text
+        line["finish_reason"] = item.finish_reason
+        line["usage"] = generation_usage(item)
+        return finish_line(line, item.model_version, item.attributes, kept)
     arrays = item.arrays()
     if item.labels:  # a classifier: its top classes, best first
         line["labels"] = [
@@ -241,6 +247,16 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
         for name, array in arrays.items():
             line[name] = rounded(array)
     return finish_line(line, item.model_version, item.attributes, kept)
+
+
+def generation_usage(result: InferenceResult) -> dict[str, int]:
+    """A generation's tokens: its prompt's (its length), those it produced, and those of its prompt
+    whose keys and values came from a shared prefix (OpenAI's prompt_tokens_details.cached_tokens)."""
+    return {
+        "prompt_tokens": result.length,
+        "completion_tokens": result.completion_tokens,
+        "cached_prompt_tokens": result.cached_prompt_tokens,
+    }
 
 
 def rounded(array: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """What a job used, counted from the results its GPU workers wrote: records, input tokens (texts)
-or pixels (images), and engine time. Each record counts once, as the results fold keeps it."""
+or pixels (images), completion tokens (generations), and engine time. Each record counts once, as
+the results fold keeps it."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ class Usage:
     records: int = 0
     length: int = 0  # tokens of every text, or pixels of every image, as the engine ran them
     engine_us: float = 0.0  # each record's share of its executed batch's engine time
+    completion_tokens: int = 0  # tokens the generations produced
 
     def add_bytes(self, value: bytes) -> None:
-        """Count one result, read from its bytes (another writer schema is decoded whole)."""
+        """Count one result, read from its bytes (another writer schema, and a generation's
+        result, are decoded whole)."""
         usage = read_result_usage(value)
         if usage is None:
             self.add_fields(decode_fields(value, InferenceResult))
@@ -32,15 +35,21 @@ class Usage:
         self.records += 1
         self.length += fields["length"]
         self.engine_us += engine_share_us(fields["timestamps"], fields["batch_size"])
+        self.completion_tokens += fields["completion_tokens"]
 
     def to_dict(self, kind: str) -> dict[str, Any]:
-        """The usage document of `status --json` and `jobs list --json`: OpenAI's names where they exist."""
-        return {
+        """The usage document of `status --json` and `jobs list --json`: OpenAI's names where they
+        exist; completion_tokens only where generations produced some."""
+        document: dict[str, Any] = {
             "records": self.records,
             "input_tokens" if kind == "text" else "pixels": self.length,
-            "engine_seconds": round(self.engine_us / 1e6, 6),
         }
+        if self.completion_tokens:
+            document["completion_tokens"] = self.completion_tokens
+        document["engine_seconds"] = round(self.engine_us / 1e6, 6)
+        return document
 
     def text(self, kind: str) -> str:
         unit = "input tokens" if kind == "text" else "pixels"
-        return f"{self.records:,} records, {self.length:,} {unit}, {self.engine_us / 1e6:.2f} engine-s"
+        completions = f", {self.completion_tokens:,} completion tokens" if self.completion_tokens else ""
+        return f"{self.records:,} records, {self.length:,} {unit}{completions}, {self.engine_us / 1e6:.2f} engine-s"
