@@ -5,13 +5,16 @@ A request's records are its input strings (producers/openai_batch.py); its outpu
 one's embedding in `data[index]`, with `usage.prompt_tokens` the tokens the engine ran. A request
 with any input that has no result goes to the error file instead, whole: OpenAI answers a
 request or fails it, never half. Classifiers are ours, not OpenAI's: their `data` items are
-{"object": "classification", "index", "labels": [{"label", "index", "score"}]}.
+{"object": "classification", "index", "labels": [{"label", "index", "score"}]}. A generation's
+request (its results have a finish_reason) is answered with a `chat.completion` body when its
+`openai.url` attribute is /v1/chat/completions, else a `text_completion` body (/v1/completions,
+or a prompt that came without a request), a choice per record.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +24,7 @@ from jobs.results import rounded
 from producers import InputError
 from producers.openai_batch import CUSTOM_ID, INDEX
 from schemas import DeadLetter, InferenceResult
+from schemas.attributes import attribute_values
 
 _MISSING_ERRORS = {
     "expired": ("batch_expired", "This request could not be executed before the completion window expired."),
@@ -28,6 +32,10 @@ _MISSING_ERRORS = {
     "not_done": ("not_done", "This request has no result yet: the batch is still running, or its workers are gone."),
 }
 
+
+CHAT_COMPLETIONS_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"
+URL = "openai.url"  # the attribute that carries a request's url, as JSON text, like openai.custom_id
 
 # Dead letters of the preprocess stage that are not the input's fault: answered as OpenAI answers a
 # server fault (500, worth a retry once fixed), where the input's own (400) are not worth one.
@@ -78,23 +86,76 @@ def output_lines(requests: list[Request], results: Iterable[InferenceResult], jo
 
 def _success(request: Request, got: Mapping[str, InferenceResult], job_id: str, k: int) -> dict[str, Any]:
     results = [got[rid] for rid in request.record_ids]
-    return {
-        "id": f"{job_id}-{k}",
-        "custom_id": request.custom_id,
-        "response": {
-            "status_code": 200,
-            "request_id": f"{job_id}-{k}",
-            "body": {
-                "object": "list",
-                "data": [_datum(i, result) for i, result in enumerate(results)],
-                "model": results[0].model,
-                "usage": {
-                    "prompt_tokens": sum(r.length for r in results),
-                    "total_tokens": sum(r.length for r in results),
-                },
+    request_id = f"{job_id}-{k}"
+    if results[0].finish_reason:  # a generation's request
+        chat = request_url(results[0]) == CHAT_COMPLETIONS_URL
+        body = chat_completion_body(request_id, results) if chat else text_completion_body(request_id, results)
+    else:
+        body = {
+            "object": "list",
+            "data": [_datum(i, result) for i, result in enumerate(results)],
+            "model": results[0].model,
+            "usage": {
+                "prompt_tokens": sum(r.length for r in results),
+                "total_tokens": sum(r.length for r in results),
             },
-        },
+        }
+    return {
+        "id": request_id,
+        "custom_id": request.custom_id,
+        "response": {"status_code": 200, "request_id": request_id, "body": body},
         "error": None,
+    }
+
+
+def request_url(result: InferenceResult) -> Any:
+    """The url the result's request named (its openai.url attribute), None where it has none."""
+    text = result.attributes.get(URL)
+    return None if text is None else attribute_values({URL: text})[URL]
+
+
+def chat_completion_body(request_id: str, results: Sequence[InferenceResult]) -> dict[str, Any]:
+    """OpenAI's chat.completion for a request of generation results: a choice per result (a
+    chat request is one), its text the assistant message's content."""
+    choices = [
+        {
+            "index": i,
+            "message": {"role": "assistant", "content": result.text},
+            "finish_reason": result.finish_reason,
+        }
+        for i, result in enumerate(results)
+    ]
+    return _completion(f"chatcmpl-{request_id}", "chat.completion", choices, results)
+
+
+def text_completion_body(request_id: str, results: Sequence[InferenceResult]) -> dict[str, Any]:
+    """OpenAI's text_completion for a request of generation results: a choice per result (per
+    prompt of the request), in input order."""
+    choices = [
+        {"index": i, "text": result.text, "finish_reason": result.finish_reason} for i, result in enumerate(results)
+    ]
+    return _completion(f"cmpl-{request_id}", "text_completion", choices, results)
+
+
+def _completion(
+    body_id: str, kind: str, choices: list[dict[str, Any]], results: Sequence[InferenceResult]
+) -> dict[str, Any]:
+    """The body around the choices: `created` is when the last result was produced (Unix
+    seconds), so writing a job's output again gives the same lines."""
+    prompt = sum(r.length for r in results)
+    completion = sum(r.completion_tokens for r in results)
+    return {
+        "id": body_id,
+        "object": kind,
+        "created": max(r.timestamps.get("result_produced", 0) for r in results) // 1_000_000,
+        "model": results[0].model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(r.cached_prompt_tokens for r in results)},
+        },
     }
 
 

@@ -107,3 +107,81 @@ def test_a_fault_that_is_not_the_inputs_is_a_500_and_a_one_item_list_names_its_i
         "input",
     )
     assert (client["status_code"], client["body"]["error"]["param"]) == (400, "input[0]")
+
+
+def generated(record_id: str, seq: int, text: str, finish_reason: str, url: str | None) -> InferenceResult:
+    attributes = {CUSTOM_ID: f'"{record_id.split("[")[0]}"', INDEX: str(seq % 2)}
+    if url is not None:
+        attributes[openai_output.URL] = f'"{url}"'
+    return InferenceResult(
+        "job",
+        record_id,
+        seq,
+        "tiny-lm",
+        "1",
+        (),
+        "gen:0",
+        2,
+        attributes,
+        {"result_produced": 1_764_822_600_250_000},
+        length=9,
+        text=text,
+        finish_reason=finish_reason,
+        completion_tokens=4,
+        cached_prompt_tokens=6,
+    )
+
+
+def test_a_chat_request_is_answered_with_a_chat_completion() -> None:
+    result = generated("q", 0, "Paris.", "stop", openai_output.CHAT_COMPLETIONS_URL)
+    assert openai_output.chat_completion_body("job-0", [result]) == {
+        "id": "chatcmpl-job-0",
+        "object": "chat.completion",
+        "created": 1_764_822_600,
+        "model": "tiny-lm",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 9,
+            "completion_tokens": 4,
+            "total_tokens": 13,
+            "prompt_tokens_details": {"cached_tokens": 6},
+        },
+    }
+    [line] = openai_output.output_lines(openai_output.requests_of(submitted("q", 1, 0)), [result], "job")
+    assert line["response"]["body"] == openai_output.chat_completion_body("job-0", [result])
+    assert (line["id"], line["custom_id"], line["response"]["status_code"], line["error"]) == ("job-0", "q", 200, None)
+
+
+def test_a_completions_request_is_answered_with_a_text_completion_a_choice_per_prompt() -> None:
+    results = [
+        generated("t[0]", 0, " the end", "stop", openai_output.COMPLETIONS_URL),
+        generated("t[1]", 1, " and then", "length", openai_output.COMPLETIONS_URL),
+    ]
+    [line] = openai_output.output_lines(openai_output.requests_of(submitted("t", 2, 0)), results, "job")
+    assert line["response"]["body"] == {
+        "id": "cmpl-job-0",
+        "object": "text_completion",
+        "created": 1_764_822_600,
+        "model": "tiny-lm",
+        "choices": [
+            {"index": 0, "text": " the end", "finish_reason": "stop"},
+            {"index": 1, "text": " and then", "finish_reason": "length"},
+        ],
+        "usage": {
+            "prompt_tokens": 18,
+            "completion_tokens": 8,
+            "total_tokens": 26,
+            "prompt_tokens_details": {"cached_tokens": 12},
+        },
+    }
+
+
+def test_a_generation_without_a_request_url_is_a_text_completion_and_embeddings_stay_a_list() -> None:
+    plain = generated("x", 0, "text", "stop", None)
+    [line] = openai_output.output_lines([openai_output.Request("x", ("x",))], [plain], "job")
+    assert line["response"]["body"]["object"] == "text_completion"
+    assert line["response"]["body"]["choices"] == [{"index": 0, "text": "text", "finish_reason": "stop"}]
+    [embedded] = openai_output.output_lines(
+        openai_output.requests_of(submitted("a", 1, 0)), [result("a", 0, 1, 3)], "job"
+    )
+    assert embedded["response"]["body"]["object"] == "list"
