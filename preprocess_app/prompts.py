@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from schemas.generation_request import SAMPLING_ATTRIBUTE, RequestError, parse_request
+from schemas.generation_request import (
+    REQUEST_ATTRIBUTE,
+    SAMPLING_ATTRIBUTE,
+    RequestError,
+    parse_request,
+    prompt_request,
+)
 from schemas.model_config import ModelConfig, ModelUnavailableError
 
 
@@ -33,9 +40,10 @@ class PromptRenderer:
                 f"{config.generator_path} cannot be loaded: {exc}"
             ) from None
 
-    def render(self, text: str) -> tuple[np.ndarray, str]:
-        """(prompt token ids, the sampling attribute's JSON) of one request, or RequestError."""
-        request = parse_request(text)
+    def render(self, text: str, attributes: Mapping[str, str]) -> tuple[np.ndarray, str]:
+        """(prompt token ids, the sampling attribute's JSON) of one record, or RequestError: a
+        request (REQUEST_ATTRIBUTE) as it asks, any other text as a prompt with the defaults."""
+        request = parse_request(text) if REQUEST_ATTRIBUTE in attributes else prompt_request(text)
         if request.messages:
             if not self.config.generation or not self.config.generation.chat_template:
                 raise RequestError(f"model {self.config.name} has no chat template: send a prompt instead of messages")
@@ -53,5 +61,13 @@ class PromptRenderer:
         return np.asarray(ids, dtype=np.int64), json.dumps(params, separators=(",", ":"))
 
 
-def with_sampling(attributes: dict[str, str], sampling: str) -> dict[str, str]:
-    return {**attributes, SAMPLING_ATTRIBUTE: sampling}
+def with_sampling(attributes: Mapping[str, str], sampling: str) -> dict[str, str]:
+    """The record's attributes for the GPU stage: its sampling parameters in, the request mark out."""
+    kept = {k: v for k, v in attributes.items() if k != REQUEST_ATTRIBUTE}
+    return {**kept, SAMPLING_ATTRIBUTE: sampling}
+
+
+def request_for_encoder(attributes: Sequence[Mapping[str, str]]) -> int | None:
+    """The index of the first record that is a generation request, which a model that does not
+    generate cannot run (each such record is dead-lettered), else None."""
+    return next((i for i, a in enumerate(attributes) if a and REQUEST_ATTRIBUTE in a), None)

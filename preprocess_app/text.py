@@ -24,10 +24,10 @@ from kafka_io.settings import Topics
 from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
-from preprocess_app.prompts import PromptRenderer, with_sampling
+from preprocess_app.prompts import PromptRenderer, request_for_encoder, with_sampling
 from schemas import SerdeError, now_us
-from schemas.generation_request import RequestError
-from schemas.model_config import ModelError, ModelNotFoundError
+from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
+from schemas.model_config import ModelConfig, ModelError, ModelNotFoundError
 from schemas.packs import PackHead, PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
 from schemas.raw_text_bytes import RawTextParts, read_raw_text
 
@@ -161,6 +161,7 @@ def preprocess_texts(
         if model.prompts is not None:  # a causal LM: each text is a request (schemas/generation_request.py)
             groups, token_ids = _prompts(model.prompts, groups, out)
         else:  # every text of the model in one call, whichever record brought it
+            groups = _not_requests(cfg, groups, out)
             token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
         stamps = {"preprocess_start": started, "preprocess_end": now_us()}
         at = 0
@@ -194,16 +195,35 @@ def _prompts(
         attributes: list[Mapping[str, str]] = []
         for j, text in enumerate(g.texts):
             try:
-                ids, sampling = prompts.render(text)
+                ids, sampling = prompts.render(text, g.attributes[j])
             except RequestError as exc:
                 out.append(g.dead(j, exc))
                 continue
             kept.append(j)
             token_ids.append(ids)
-            attributes.append(with_sampling(dict(g.attributes[j]), sampling))
+            attributes.append(with_sampling(g.attributes[j], sampling))
         if kept:
             kept_groups.append(_kept(g, kept, attributes))
     return kept_groups, token_ids
+
+
+def _not_requests(cfg: ModelConfig, groups: list[_Texts], out: list[OutRecord]) -> list[_Texts]:
+    """The groups less their generation requests, each dead-lettered: this model does not generate."""
+    kept_groups = []
+    for g in groups:
+        if request_for_encoder(g.attributes) is None:
+            kept_groups.append(g)
+            continue
+        error = ModelError(f"model {cfg.name} is for {cfg.task}: it cannot answer a generation request")
+        kept = []
+        for j, a in enumerate(g.attributes):
+            if a and REQUEST_ATTRIBUTE in a:
+                out.append(g.dead(j, error))
+            else:
+                kept.append(j)
+        if kept:
+            kept_groups.append(_kept(g, kept, [g.attributes[j] for j in kept]))
+    return kept_groups
 
 
 def _kept(g: _Texts, kept: list[int], attributes: list[Mapping[str, str]]) -> _Texts:

@@ -1,4 +1,6 @@
-"""JSON Lines input: one {"id": ..., "text": ..., "attributes": {...}} object per line."""
+"""JSON Lines input: one {"id": ..., "text": ..., "attributes": {...}} object per line, or for a
+causal LM one request per line: {"id", "prompt"} or {"id", "messages"}, with optional "params"
+(schemas/generation_request.py), read as a record whose text is the request."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from producers.inputs import (
     parsed_lines,
     record_id_of,
 )
+from schemas.generation_request import REQUEST_ATTRIBUTE, chat_request, prompt_request
 
 
 def read_jsonl(
@@ -42,6 +45,8 @@ def _parse(line: str, number: int, text_key: str, id_key: str) -> InputRecord:
         raise ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if text_key not in obj and ("prompt" in obj or "messages" in obj):
+        return _request(obj, number, id_key)
     if text_key not in obj:
         raise ValueError(f'missing "{text_key}"' + (" (--text-field)" if text_key != "text" else ""))
     text = obj[text_key]
@@ -51,3 +56,22 @@ def _parse(line: str, number: int, text_key: str, id_key: str) -> InputRecord:
     if problem:
         raise ValueError(problem)
     return InputRecord(record_id_of(obj, number, id_key), text, number, check_attributes(obj))
+
+
+def _request(obj: dict[str, Any], number: int, id_key: str) -> InputRecord:
+    """A generation request's line: its prompt or messages and params, checked now (RequestError is
+    a ValueError: the line's error), its text the request, marked as one by REQUEST_ATTRIBUTE."""
+    if "prompt" in obj and "messages" in obj:
+        raise ValueError('a request has "prompt" or "messages", not both')
+    params = obj.get("params", {})
+    if not isinstance(params, dict):
+        raise ValueError(f'"params" must be an object, got {json_type(params)}')
+    if "prompt" in obj:
+        request = prompt_request(obj["prompt"], params)
+        problem = check_text(obj["prompt"])
+        if problem:
+            raise ValueError(problem)
+    else:
+        request = chat_request(obj["messages"], params)
+    attributes = {**check_attributes(obj), REQUEST_ATTRIBUTE: "true"}
+    return InputRecord(record_id_of(obj, number, id_key), request.to_text(), number, attributes)

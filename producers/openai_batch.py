@@ -2,12 +2,19 @@
 
     {"custom_id": "req-1", "method": "POST", "url": "/v1/embeddings",
      "body": {"model": "minilm", "input": "a text" | ["a text", "another"]}}
+    {"custom_id": "req-2", "method": "POST", "url": "/v1/chat/completions",
+     "body": {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64}}
+    {"custom_id": "req-3", "method": "POST", "url": "/v1/completions",
+     "body": {"model": "smollm2-135m", "prompt": "Once upon a time", "max_tokens": 64, "stop": "\n"}}
 
-Each input string is one record: a request with a string input is the record `custom_id`, one
-with a list is the records `custom_id[0]`, `custom_id[1]`, ... Each record carries its request in
-its attributes (openai.custom_id, openai.index: its place in the input, openai.inputs: the
-request's input count), so that results
-can be written back in OpenAI's output shape (jobs/openai_output.py) without the input file.
+Each input string of an embeddings request is one record: a request with a string input is the
+record `custom_id`, one with a list is the records `custom_id[0]`, `custom_id[1]`, ... A chat or
+completion request is one record, `custom_id`, whose text is the generation request
+(schemas/generation_request.py). Each record carries its request in its attributes
+(openai.custom_id, openai.index: its place in the input, openai.inputs: the request's input
+count, openai.url), so that results can be written back in OpenAI's output shape
+(jobs/openai_output.py) without the input file. Body fields nearline does not run (tools,
+response_format, logprobs, n > 1, ...) are refused by line, naming the field.
 """
 
 from __future__ import annotations
@@ -18,11 +25,27 @@ from pathlib import Path
 from typing import IO, Any
 
 from producers.inputs import InputError, InputRecord, check_text, json_type, lone_surrogate, parsed_lines
+from schemas.generation_request import REQUEST_ATTRIBUTE, GenerationRequestDoc, chat_request, prompt_request
 
 EMBEDDINGS_URL = "/v1/embeddings"
+CHAT_COMPLETIONS_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"
+URLS = (EMBEDDINGS_URL, CHAT_COMPLETIONS_URL, COMPLETIONS_URL)
 # the attributes a record of an OpenAI batch file carries (values as JSON text, like any
 # attribute), named apart from a JSON Lines input's own attributes
-CUSTOM_ID, INDEX, INPUTS = "openai.custom_id", "openai.index", "openai.inputs"
+CUSTOM_ID, INDEX, INPUTS, URL = "openai.custom_id", "openai.index", "openai.inputs", "openai.url"
+# A generation request's body fields that run, mapped to the sampling parameter each sets
+SAMPLING_FIELDS = {
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "seed": "seed",
+    "stop": "stop",
+}
+# Fields a generation body may hold that change nothing here (n and stream only at their default)
+INERT_FIELDS = ("model", "messages", "prompt", "n", "stream", "user", "metadata", "store")
 
 
 def is_openai_request(obj: Any) -> bool:
@@ -38,7 +61,7 @@ def read_openai_batch(path: Path, stream: IO[bytes] | None = None) -> Iterator[I
     model: list[tuple[str, int]] = []  # the first request's, and its line
 
     def records(line: str, number: int) -> list[InputRecord]:
-        custom_id, body_model, texts = _request(line)
+        custom_id, body_model, url, texts = _request(line)
         if custom_id in seen:
             raise ValueError(f"duplicate custom_id {custom_id!r} (first on line {seen[custom_id]})")
         if model and body_model != model[0][0]:
@@ -46,6 +69,11 @@ def read_openai_batch(path: Path, stream: IO[bytes] | None = None) -> Iterator[I
                 f"body.model is {body_model!r}, but line {model[0][1]} asks for {model[0][0]!r}: one job runs one "
                 "model: split the file by model"
             )
+        if isinstance(texts, GenerationRequestDoc):
+            model[:] = model or [(body_model, number)]
+            seen[custom_id] = number
+            marks = {CUSTOM_ID: json.dumps(custom_id), INDEX: "0", INPUTS: "1", URL: json.dumps(url)}
+            return [InputRecord(custom_id, texts.to_text(), number, {**marks, REQUEST_ATTRIBUTE: "true"})]
         listed = [texts] if isinstance(texts, str) else texts
         ids = [custom_id] if isinstance(texts, str) else [f"{custom_id}[{i}]" for i in range(len(texts))]
         clash = next((i for i in ids if i != custom_id and i in seen), None)
@@ -76,8 +104,9 @@ def batch_model(path: Path, stream: IO[bytes] | None = None) -> str | None:
     return None
 
 
-def _request(line: str) -> tuple[str, str, str | list[str]]:
-    """(custom_id, body.model, body.input) of one request line, or ValueError saying what is wrong."""
+def _request(line: str) -> tuple[str, str, str, str | list[str] | GenerationRequestDoc]:
+    """(custom_id, body.model, url, body.input or the generation request) of one request line, or
+    ValueError saying what is wrong."""
     try:
         obj: Any = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -93,17 +122,16 @@ def _request(line: str) -> tuple[str, str, str | list[str]]:
     method, url = obj.get("method", "POST"), obj.get("url")
     if method != "POST":
         raise ValueError(f'request {custom_id}: "method" must be "POST", got {json.dumps(method)}')
-    if url != EMBEDDINGS_URL:
-        raise ValueError(
-            f'request {custom_id}: "url" must be "{EMBEDDINGS_URL}" (nearline runs embedding and classification '
-            f"models), got {json.dumps(url)}"
-        )
+    if url not in URLS:
+        raise ValueError(f'request {custom_id}: "url" must be one of {", ".join(URLS)}, got {json.dumps(url)}')
     body = obj.get("body")
     if not isinstance(body, dict):
         raise ValueError(f'request {custom_id}: "body" must be an object, got {json_type(body)}')
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ValueError(f'request {custom_id}: "body.model" must name a model, got {json.dumps(model)}')
+    if url != EMBEDDINGS_URL:
+        return custom_id, model, url, _generation(custom_id, url, body)
     if body.get("encoding_format", "float") != "float":
         raise ValueError(
             f'request {custom_id}: "encoding_format" {json.dumps(body["encoding_format"])} is not taken: '
@@ -111,7 +139,7 @@ def _request(line: str) -> tuple[str, str, str | list[str]]:
         )
     if "dimensions" in body:
         raise ValueError(f'request {custom_id}: "dimensions" is not taken: a model\'s embedding has its own size')
-    return custom_id, model, _inputs(custom_id, body)
+    return custom_id, model, url, _inputs(custom_id, body)
 
 
 def _inputs(custom_id: str, body: dict[str, Any]) -> str | list[str]:
@@ -136,3 +164,37 @@ def _inputs(custom_id: str, body: dict[str, Any]) -> str | list[str]:
     if (problem := check_text(texts)) is not None:
         raise ValueError(f"request {custom_id}: {problem}")
     return texts
+
+
+def _generation(custom_id: str, url: str, body: dict[str, Any]) -> GenerationRequestDoc:
+    """A chat or completion request's body as a generation request, or ValueError naming the field."""
+    refused = sorted(set(body) - set(SAMPLING_FIELDS) - set(INERT_FIELDS))
+    if refused:
+        raise ValueError(
+            f'request {custom_id}: "{refused[0]}" is not supported (nearline runs plain text generation; '
+            f"taken: {', '.join(sorted(set(SAMPLING_FIELDS) | set(INERT_FIELDS)))})"
+        )
+    if body.get("n", 1) != 1:
+        n = json.dumps(body["n"])
+        raise ValueError(f'request {custom_id}: "n" must be 1 (one completion per request), got {n}')
+    if body.get("stream", False) is not False:
+        raise ValueError(f'request {custom_id}: "stream" is not taken in a batch: results are written as they finish')
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise ValueError(f'request {custom_id}: give "max_tokens" or "max_completion_tokens", not both')
+    params = {SAMPLING_FIELDS[k]: v for k, v in body.items() if k in SAMPLING_FIELDS}
+    try:
+        if url == CHAT_COMPLETIONS_URL:
+            if "prompt" in body:
+                raise ValueError(f'"prompt" is for {COMPLETIONS_URL}; a chat request has "messages"')
+            return chat_request(body.get("messages"), params)
+        if "messages" in body:
+            raise ValueError(f'"messages" is for {CHAT_COMPLETIONS_URL}; a completion request has "prompt"')
+        prompt: Any = body.get("prompt")
+        if isinstance(prompt, list):
+            raise ValueError('"prompt" must be one string: a list of prompts is not taken (one request each)')
+        request = prompt_request(prompt, params)
+        if (problem := check_text(prompt)) is not None:
+            raise ValueError(problem)
+        return request
+    except ValueError as exc:
+        raise ValueError(f"request {custom_id}: {exc}") from None

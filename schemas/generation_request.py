@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 SAMPLING_ATTRIBUTE = "nearline.sampling"
+# The attribute that marks a raw text record as a request (its text the JSON above): a plain text
+# for a causal LM is a prompt, a request for any other model is refused. Results leave it out too.
+REQUEST_ATTRIBUTE = "nearline.request"
+INTERNAL_ATTRIBUTES = (SAMPLING_ATTRIBUTE, REQUEST_ATTRIBUTE)
 ROLES = ("system", "user", "assistant")
 PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 MAX_STOP_STRINGS = 4

@@ -43,7 +43,7 @@ from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Priority, Topics
 from schemas import encode, now_us
 from schemas.errors import TensorFormatError
-from schemas.generation_request import SAMPLING_ATTRIBUTE
+from schemas.generation_request import INTERNAL_ATTRIBUTES, SAMPLING_ATTRIBUTE
 from schemas.model_config import ModelConfig
 from schemas.records import InferenceResult, Tensor
 
@@ -339,7 +339,7 @@ class GenerationStep:
         stats.completions += 1
         stats.completion_tokens += len(completion.token_ids)
         stats.by_reason[completion.finish_reason] = stats.by_reason.get(completion.finish_reason, 0) + 1
-        attributes = {k: v for k, v in item.attributes.items() if k != SAMPLING_ATTRIBUTE}
+        attributes = {k: v for k, v in item.attributes.items() if k not in INTERNAL_ATTRIBUTES}
         with self._lock:
             running_now = len(self._running) + 1
         result = InferenceResult(

@@ -28,6 +28,7 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import DeadLetter, InferenceResult, RawText, decode, encode
+from schemas.generation_request import REQUEST_ATTRIBUTE
 from schemas.model_config import ModelConfig
 from tests.support.causal_lm import CHAT, chat_ids
 
@@ -68,15 +69,16 @@ def test_requests_become_completions_identical_to_generate(
         {"prompt": p, "params": {"max_tokens": rng.choice([1, 6, 20])}} for p in prompts
     ]
     requests.append({"prompt": "too long", "params": {"max_tokens": 5000}})  # past the 512-token context
+    marked = {REQUEST_ATTRIBUTE: "true"}
     raw = [
         ConsumedRecord(
-            topics.raw_text,
-            0,
-            i,
-            encode(RawText("job-g", f"r{i}", i, MODEL, json.dumps(r), 1_000 + i)),
+            topics.raw_text, 0, i, encode(RawText("job-g", f"r{i}", i, MODEL, json.dumps(r), 1_000 + i, marked))
         )
         for i, r in enumerate(requests)
     ]
+    # a plain text (no request mark) is a prompt with the model's default max_tokens
+    plain = prompts[0]
+    raw.append(ConsumedRecord(topics.raw_text, 0, len(raw), encode(RawText("job-g", "plain", 99, MODEL, plain, 1))))
     out = preprocess_texts(raw, models, topics)
     dead = [o for o in out if o.topic == topics.dead_letters]
     assert [decode(d.value, DeadLetter).record_id for d in dead if d.value] == [f"r{len(requests) - 1}"]
@@ -100,12 +102,12 @@ def test_requests_become_completions_identical_to_generate(
     finally:
         consumer.close()
         engine.close()
-    assert stats.records == len(requests) - 1
+    assert stats.records == len(requests)  # every request but the refused one, and the plain text
 
     results = {
         r.record_id: r for r in (decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results]))
     }
-    assert sorted(results) == sorted(f"r{i}" for i in range(len(requests) - 1))
+    assert sorted(results) == sorted([*(f"r{i}" for i in range(len(requests) - 1)), "plain"])
     eos = list(config.generation.eos_token_ids)
     inputs = [chat_ids(smollm2_tokenizer)] + [list(smollm2_tokenizer(p)["input_ids"]) for p in prompts]
     for i, (prompt, request) in enumerate(zip(inputs, requests, strict=False)):
@@ -117,4 +119,8 @@ def test_requests_become_completions_identical_to_generate(
         assert got.length == len(prompt)
         assert got.completion_tokens == len(expected)
         assert got.finish_reason == ("stop" if expected[-1] in eos else "length")
-        assert "nearline.sampling" not in got.attributes
+        assert got.attributes == {}  # the request mark and the sampling parameters stay internal
+    default = config.generation.default_max_tokens
+    assert results["plain"].outputs[0].to_array().tolist() == reference_completion(
+        config.generator_path, inputs[1], default, eos
+    )
