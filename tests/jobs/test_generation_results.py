@@ -277,3 +277,24 @@ def test_results_written_under_v1_are_counted_with_their_usage() -> None:
     assert (counted.usage.records, counted.usage.length, counted.usage.completion_tokens) == (20, 100, 0)
     assert counted.usage.engine_us == pytest.approx(800.0)
     assert decoded.results["r03"].text == "" and decoded.results["r03"].finish_reason == ""
+
+
+def test_a_kept_input_column_named_like_a_generation_field_comes_back_as_input_name() -> None:
+    import pyarrow as pa
+
+    from jobs.kept import KeptColumns
+    from jobs.results import to_json
+
+    kept = KeptColumns(pa.schema([("text", pa.string()), ("usage", pa.int64())]))
+    result = generation(0, "an answer", "stop", {"text": '"the prompt"', "usage": "3"})
+    assert to_json(result, kept) == {
+        "id": "p0",
+        "job_id": "job-g",
+        "model": "tiny-lm",
+        "text": "an answer",
+        "finish_reason": "stop",
+        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "cached_prompt_tokens": 0},
+        "model_version": "1",
+        "input.text": "the prompt",
+        "input.usage": 3,
+    }
