@@ -8,10 +8,11 @@ buffer and each field is read for all of them in one numpy operation; only what 
 needs as a Python object (the record id, the batch id) is made per result.
 
 A result whose bytes do not follow that layout (another writer schema, labels, attributes,
-another model or layout, a generation's fields, a truncated or malformed value) is not read here: its place in the
-answer is None, and the caller reads it alone with read_result_body, which gives it the same
-answer or the same error. What is read here is exactly what read_result_body reads
-(tests/schemas/test_inference_result_bulk.py compares them on fuzzed values).
+another model or layout, a generation's fields, a truncated or malformed value) is not read
+here: its place in the answer is None, and the caller reads it alone with read_result_body,
+which gives it the same answer or the same error. What is read here is exactly what
+read_result_body reads (tests/schemas/test_inference_result_bulk.py compares them on fuzzed
+values).
 """
 
 from __future__ import annotations
