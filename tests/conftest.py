@@ -7,6 +7,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,9 +113,40 @@ def minilm(model_repository: Path) -> ModelConfig:
     return prepare_minilm(model_repository)
 
 
+@pytest.fixture(scope="session")
+def smollm2_tokenizer() -> Any:
+    """SmolLM2-135M-Instruct's transformers tokenizer (BPE, chat template), read from its packaged GGUF."""
+    from tests.support.causal_lm import load_smollm2_tokenizer
+
+    return load_smollm2_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_folder(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenizer: Any) -> Path:
+    """A transformers folder: a tiny seeded LlamaForCausalLM with SmolLM2's tokenizer and chat
+    template (tests/support/causal_lm.py), for `models import` and the generation engines."""
+    from tests.support.causal_lm import save_tiny_llama
+
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smollm2_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> ModelConfig:
+    """The real SmolLM2-135M-Instruct, prepared (fp32, 0.5 GB) into a model repository of its own."""
+    from model_repository.causal_lm import prepare_smollm2
+
+    return prepare_smollm2(tmp_path_factory.mktemp("smollm2-models"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_repository(smollm2: ModelConfig) -> Path:
+    """The model repository that holds smollm2-135m version 1 (and nothing else)."""
+    return smollm2.directory.parents[1]
+
+
 # A test that asks for one of these (itself or through another fixture) needs a broker or exports a
 # real model (tens of seconds): not a unit test.
-REAL_MODEL_FIXTURES = frozenset({"minilm", "efficientnet"})
+REAL_MODEL_FIXTURES = frozenset({"minilm", "efficientnet", "smollm2", "smollm2_repository"})
 NOT_UNIT_FIXTURES = frozenset({"test_broker", "embedded_broker", "apache_kafka", *REAL_MODEL_FIXTURES})
 
 

@@ -418,7 +418,7 @@ REPLACE_HELP = "Replace the version if it is already in the repository (running 
 
 
 @models.command(name="prepare")
-@click.argument("name", type=click.Choice(["minilm", "efficientnet-lite0"]))
+@click.argument("name", type=click.Choice(["minilm", "efficientnet-lite0", "smollm2-135m"]))
 @click.option("--replace", is_flag=True, help=REPLACE_HELP)
 @repository_option
 def models_prepare(name: str, replace: bool, model_repository: Path) -> None:
@@ -442,14 +442,16 @@ Examples:
   nearline models import ./sentiment --name sentiment   # save_pretrained *ForSequenceClassification
   nearline models import ./vit --name vit               # *ForImageClassification + preprocessor_config.json
   nearline models import ./encoder --name enc --pooling cls   # a bare encoder, CLS pooling
-  nearline models import ./onnx --name enc --task text-embedding   # model.onnx + tokenizer.json""",
+  nearline models import ./onnx --name enc --task text-embedding   # model.onnx + tokenizer.json
+  nearline models import ./qwen --name qwen             # save_pretrained *ForCausalLM + tokenizer.json
+  nearline models import ./model.Q8_0.gguf --name llm   # a GGUF causal LM, kept in fp32""",
 )
-@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.option("--name", required=True, help="The model's name in the repository (and in tensors.<name>).")
 @click.option("--version", "version", default="1", show_default=True)
 @click.option(
     "--task",
-    type=click.Choice(["text-embedding", "text-classification", "image-classification"]),
+    type=click.Choice(["text-embedding", "text-classification", "image-classification", "text-generation"]),
     help="What the model does, where the folder cannot say (a model.onnx without a config.json architecture).",
 )
 @click.option(
@@ -470,7 +472,7 @@ def models_import(
     replace: bool,
     model_repository: Path,
 ) -> None:
-    """Import a local model folder (sentence-transformers, transformers, ONNX) into the repository."""
+    """Import a local model folder (sentence-transformers, transformers, ONNX) or GGUF file into the repository."""
     from model_repository.importer import import_model
     from schemas.model_config import versions
 
