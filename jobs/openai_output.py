@@ -22,7 +22,7 @@ from jobs.error_file import Missing
 from jobs.job_records import Submitted
 from jobs.results import rounded
 from producers import InputError
-from producers.openai_batch import CUSTOM_ID, INDEX
+from producers.openai_batch import CHAT_COMPLETIONS_URL, CUSTOM_ID, INDEX, URL
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
 
@@ -32,10 +32,6 @@ _MISSING_ERRORS = {
     "not_done": ("not_done", "This request has no result yet: the batch is still running, or its workers are gone."),
 }
 
-
-CHAT_COMPLETIONS_URL = "/v1/chat/completions"
-COMPLETIONS_URL = "/v1/completions"
-URL = "openai.url"  # the attribute that carries a request's url, as JSON text, like openai.custom_id
 
 # Dead letters of the preprocess stage that are not the input's fault: answered as OpenAI answers a
 # server fault (500, worth a retry once fixed), where the input's own (400) are not worth one.

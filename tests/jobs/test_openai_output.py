@@ -3,12 +3,25 @@ which has a result, OpenAI's error lines for the rest, and our per-record error 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 from jobs import error_file, openai_output
 from jobs.job_records import Submitted
-from producers.openai_batch import CUSTOM_ID, INDEX, INPUTS
+from producers import InputRecord
+from producers.openai_batch import (
+    CHAT_COMPLETIONS_URL,
+    COMPLETIONS_URL,
+    CUSTOM_ID,
+    INDEX,
+    INPUTS,
+    URL,
+    read_openai_batch,
+)
 from schemas import DeadLetter, InferenceResult, Tensor
+from schemas.generation_request import INTERNAL_ATTRIBUTES
 
 
 def submitted(custom_id: str, n: int, seq: int) -> list[Submitted]:
@@ -112,7 +125,7 @@ def test_a_fault_that_is_not_the_inputs_is_a_500_and_a_one_item_list_names_its_i
 def generated(record_id: str, seq: int, text: str, finish_reason: str, url: str | None) -> InferenceResult:
     attributes = {CUSTOM_ID: f'"{record_id.split("[")[0]}"', INDEX: str(seq % 2)}
     if url is not None:
-        attributes[openai_output.URL] = f'"{url}"'
+        attributes[URL] = f'"{url}"'
     return InferenceResult(
         "job",
         record_id,
@@ -133,7 +146,7 @@ def generated(record_id: str, seq: int, text: str, finish_reason: str, url: str 
 
 
 def test_a_chat_request_is_answered_with_a_chat_completion() -> None:
-    result = generated("q", 0, "Paris.", "stop", openai_output.CHAT_COMPLETIONS_URL)
+    result = generated("q", 0, "Paris.", "stop", CHAT_COMPLETIONS_URL)
     assert openai_output.chat_completion_body("job-0", [result]) == {
         "id": "chatcmpl-job-0",
         "object": "chat.completion",
@@ -154,8 +167,8 @@ def test_a_chat_request_is_answered_with_a_chat_completion() -> None:
 
 def test_a_completions_request_is_answered_with_a_text_completion_a_choice_per_prompt() -> None:
     results = [
-        generated("t[0]", 0, " the end", "stop", openai_output.COMPLETIONS_URL),
-        generated("t[1]", 1, " and then", "length", openai_output.COMPLETIONS_URL),
+        generated("t[0]", 0, " the end", "stop", COMPLETIONS_URL),
+        generated("t[1]", 1, " and then", "length", COMPLETIONS_URL),
     ]
     [line] = openai_output.output_lines(openai_output.requests_of(submitted("t", 2, 0)), results, "job")
     assert line["response"]["body"] == {
@@ -185,3 +198,40 @@ def test_a_generation_without_a_request_url_is_a_text_completion_and_embeddings_
         openai_output.requests_of(submitted("a", 1, 0)), [result("a", 0, 1, 3)], "job"
     )
     assert embedded["response"]["body"]["object"] == "list"
+
+
+def test_a_batch_files_chat_and_completion_requests_are_answered_in_their_own_shapes(tmp_path: Path) -> None:
+    """The wiring: the records producers/openai_batch.py reads, their results carrying the
+    attributes a GPU worker repeats (all but the internal ones), answered by their url."""
+    chat_body = {"model": "lm", "messages": [{"role": "user", "content": "Hi"}]}
+    lines = [
+        {"custom_id": "c1", "method": "POST", "url": CHAT_COMPLETIONS_URL, "body": chat_body},
+        {"custom_id": "p1", "method": "POST", "url": COMPLETIONS_URL, "body": {"model": "lm", "prompt": "Once"}},
+    ]
+    path = tmp_path / "batch.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records = [r for r in read_openai_batch(path) if isinstance(r, InputRecord)]
+    submitted = [Submitted(r.record_id, seq, r.attributes) for seq, r in enumerate(records)]
+    results = [
+        InferenceResult(
+            "job",
+            r.record_id,
+            seq,
+            "lm",
+            "1",
+            (),
+            "g",
+            2,
+            {k: v for k, v in r.attributes.items() if k not in INTERNAL_ATTRIBUTES},
+            length=2,
+            text=["Hello!", " upon a time"][seq],
+            finish_reason="stop",
+            completion_tokens=3,
+        )
+        for seq, r in enumerate(records)
+    ]
+    chat, completion = openai_output.output_lines(openai_output.requests_of(submitted), results, "job")
+    assert (chat["custom_id"], chat["response"]["body"]["object"]) == ("c1", "chat.completion")
+    assert chat["response"]["body"]["choices"][0]["message"] == {"role": "assistant", "content": "Hello!"}
+    assert (completion["custom_id"], completion["response"]["body"]["object"]) == ("p1", "text_completion")
+    assert completion["response"]["body"]["choices"][0]["text"] == " upon a time"
