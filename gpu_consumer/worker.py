@@ -106,13 +106,10 @@ def run(
             consumer,
             assignment,
             broker,
-            inference.config,
-            topics,
-            inference.worker_id,
+            inference,
             options.generator,
             new_producer,
             metrics,
-            inference.skip_job,
             settings.delivery_timeout_s,
         )
     elif options.transactional:

@@ -23,7 +23,7 @@ import numpy as np
 
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
-from jobs.results import generation_usage
+from jobs.usage import generation_usage
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
 from schemas.inference_result_bytes import ResultBody

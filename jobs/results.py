@@ -14,7 +14,7 @@ import orjson
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat, write_output
 from jobs.reports.profile import Timings
-from jobs.usage import Usage
+from jobs.usage import Usage, generation_usage
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings, Topics
@@ -247,16 +247,6 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
         for name, array in arrays.items():
             line[name] = rounded(array)
     return finish_line(line, item.model_version, item.attributes, kept)
-
-
-def generation_usage(result: InferenceResult) -> dict[str, int]:
-    """A generation's tokens: its prompt's (its length), those it produced, and those of its prompt
-    whose keys and values came from a shared prefix (OpenAI's prompt_tokens_details.cached_tokens)."""
-    return {
-        "prompt_tokens": result.length,
-        "completion_tokens": result.completion_tokens,
-        "cached_prompt_tokens": result.cached_prompt_tokens,
-    }
 
 
 def rounded(array: np.ndarray) -> np.ndarray:

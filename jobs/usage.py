@@ -53,3 +53,13 @@ class Usage:
         unit = "input tokens" if kind == "text" else "pixels"
         completions = f", {self.completion_tokens:,} completion tokens" if self.completion_tokens else ""
         return f"{self.records:,} records, {self.length:,} {unit}{completions}, {self.engine_us / 1e6:.2f} engine-s"
+
+
+def generation_usage(result: InferenceResult) -> dict[str, int]:
+    """A generation's tokens: its prompt's (its length), those it produced, and those of its prompt
+    whose keys and values came from a shared prefix (OpenAI's prompt_tokens_details.cached_tokens)."""
+    return {
+        "prompt_tokens": result.length,
+        "completion_tokens": result.completion_tokens,
+        "cached_prompt_tokens": result.cached_prompt_tokens,
+    }

@@ -33,14 +33,14 @@ from gpu_consumer.handler import Emitter, Item, Poisoned, decode_sources
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
-from gpu_consumer.steps import WorkerStats
+from gpu_consumer.steps import Inference, WorkerStats
 from kafka_io.clients import Consumer, Producer
 from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
 from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
-from kafka_io.settings import Priority, Topics
+from kafka_io.settings import Priority
 from schemas import encode, now_us
 from schemas.errors import TensorFormatError
 from schemas.generation_request import INTERNAL_ATTRIBUTES, SAMPLING_ATTRIBUTE
@@ -111,23 +111,21 @@ class GenerationStep:
         consumer: Consumer,
         assignment: Assignment,
         incarnation: BrokerIncarnation,
-        config: ModelConfig,
-        topics: Topics,
-        worker_id: str,
+        inference: Inference,
         engine: GenerationEngine,
         new_producer: Callable[[], Producer],
         metrics: GpuMetrics,
-        skip_job: Callable[[str, int | None], bool] = lambda job_id, submission: False,
         delivery_timeout_s: float = 30.0,
     ) -> None:
+        config, topics = inference.config, inference.topics
         if config.generation is None:
             raise ValueError(f"model {config.name} does not generate text")
         self.stats = WorkerStats()
         self.generation_stats = GenerationStats()
         self._consumer, self._assignment, self._incarnation = consumer, assignment, incarnation
-        self._config, self._topics, self._worker_id = config, topics, worker_id
+        self._config, self._topics, self._worker_id = config, topics, inference.worker_id
         self._context = config.generation.context_length
-        self._engine, self._metrics, self._skip_job = engine, metrics, skip_job
+        self._engine, self._metrics, self._skip_job = engine, metrics, inference.skip_job
         self._emitter = Emitter(config, topics)
         self._new_producer = new_producer
         self._producer = new_producer()
