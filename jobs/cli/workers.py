@@ -513,7 +513,12 @@ def _unusual(label: str) -> bool:
 
 
 def model_detail(config: ModelConfig) -> str:
-    """What a model's results hold beyond its task: the pooling of an embedder, a classifier's labels."""
+    """What a model's results hold beyond its task: the pooling of an embedder, a classifier's
+    labels, a causal LM's context and whether it takes chat messages."""
+    if config.generation is not None:
+        spec = config.generation
+        chat = "chat template" if spec.chat_template else "prompts only (no chat template)"
+        return f"context {spec.context_length} tokens, {chat}, default max_tokens {spec.default_max_tokens}"
     if config.is_classifier:
         from schemas.model_config import ModelUnavailableError, read_labels
 
