@@ -4,8 +4,9 @@ transformers' ContinuousBatchingManager decodes on a thread of its own: a reques
 two decode steps joins the running batch at the next one, a finished sequence leaves it at once,
 its KV cache lives in fixed-size blocks (a budget of `kv_cache_tokens`; a request waits while the
 blocks are spent), and blocks holding a prompt prefix another request already computed are
-shared (prefix sharing: a system prompt computed once). Sequences are decoded greedily
-(temperature 0), token-identical to `generate()` one prompt at a time whatever runs beside them.
+shared (prefix sharing: a system prompt computed once). Greedy sequences (temperature 0) are
+token-identical to `generate()` one prompt at a time whatever runs beside them; sampled ones draw
+each token by their own seed (sampling.py), so a seeded request repeats its text beside any other.
 
 This module's `completions()` runs on the caller's thread, the post-process stage: it reads the
 manager's outputs, detokenizes them and matches stop strings (stops.py), so that work never holds
@@ -17,14 +18,16 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from gpu_consumer.engine import EngineLoadError
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
+from gpu_consumer.generation.sampling import seeded_sampler
 from gpu_consumer.generation.stops import StopWatch, finished
 from schemas.model_config import ModelConfig
 
@@ -102,6 +105,7 @@ class TransformersEngine:
             pad_token_id=config.tokenizer.pad_id if config.tokenizer else None,
             max_new_tokens=config.generation.default_max_tokens,
         )
+        self._params: dict[str, SamplingParams] = {}  # in flight, by key (the sampler reads it too)
         batching = ContinuousBatchingConfig(
             page_size=limits.page_size,
             num_blocks=max(2, -(-limits.kv_cache_tokens // limits.page_size)),
@@ -113,8 +117,13 @@ class TransformersEngine:
         self._manager: Any = model.init_continuous_batching(
             generation_config=generation, continuous_batching_config=batching
         )
+        # Sampled requests draw their tokens by their own seeds (sampling.py), before the manager's
+        # threads start: the processor's argument rows are allocated then.
+        processors = self._manager.logit_processor
+        processors.logits_processor.append(seeded_sampler(self._params.get))
+        processors.tensors_required += 1
+        processors.do_processing = True
         self._lock = threading.Lock()
-        self._params: dict[str, SamplingParams] = {}  # in flight, by key
         self._prompt_tokens: dict[str, int] = {}
         self._watches: dict[str, StopWatch] = {}
         self._stopped: set[str] = set()  # cancelled or stopped by a stop string: outputs still coming are dropped
@@ -138,6 +147,8 @@ class TransformersEngine:
 
     def submit(self, request: GenerationRequest) -> None:
         params = request.params
+        if not params.greedy and params.seed is None:  # sampled as asked, not repeatable
+            params = replace(params, seed=secrets.randbits(63))
         with self._lock:
             self._params[request.key] = params
             self._prompt_tokens[request.key] = len(request.prompt)

@@ -98,8 +98,8 @@ def sampling_of(attributes: Mapping[str, str], config: ModelConfig) -> SamplingP
         raise TensorFormatError(f"{SAMPLING_ATTRIBUTE}: cannot be read as sampling parameters: {exc}") from None
     if params.max_tokens < 1:
         raise TensorFormatError(f"max_tokens must be at least 1, got {params.max_tokens}")
-    if not params.greedy:
-        raise TensorFormatError(f"temperature {params.temperature}: this worker decodes greedily only (temperature 0)")
+    if not 0 <= params.temperature <= 2 or not 0 < params.top_p <= 1 or params.top_k < 0:
+        raise TensorFormatError(f"{SAMPLING_ATTRIBUTE}: sampling parameters out of range: {raw}")
     return params
 
 

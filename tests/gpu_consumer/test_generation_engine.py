@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,20 @@ def test_a_shared_prefix_is_computed_once_and_counted(engine: TransformersEngine
     second = run_all(engine, [GenerationRequest("p1", (*shared, 9), SamplingParams(max_tokens=2))])["p1"]
     assert first.cached_prompt_tokens == 0
     assert second.cached_prompt_tokens == 192
+
+
+def test_a_seeded_sampled_request_repeats_its_text_alone_and_beside_others(engine: TransformersEngine) -> None:
+    prompt = tuple(range(300, 340))
+    sampled = SamplingParams(max_tokens=24, temperature=1.0, top_p=0.95, seed=11)
+    alone = run_all(engine, [GenerationRequest("s0", prompt, sampled)])["s0"]
+    crowd = [
+        GenerationRequest(f"n{i}", tuple(range(500 + i, 560 + 2 * i)), SamplingParams(max_tokens=30)) for i in range(6)
+    ]
+    beside = run_all(engine, [*crowd[:3], GenerationRequest("s1", prompt, sampled), *crowd[3:]])["s1"]
+    other_seed = run_all(engine, [GenerationRequest("s2", prompt, replace(sampled, seed=12))])["s2"]
+    greedy = run_all(engine, [GenerationRequest("g", prompt, SamplingParams(max_tokens=24))])["g"]
+    assert alone.token_ids == beside.token_ids
+    assert alone.token_ids != other_seed.token_ids  # 24 draws over a 49,152-token vocabulary
+    assert alone.token_ids != greedy.token_ids
+    top_1 = run_all(engine, [GenerationRequest("k", prompt, replace(sampled, top_k=1))])["k"]
+    assert top_1.token_ids == greedy.token_ids  # top-k 1 leaves the greedy token alone
