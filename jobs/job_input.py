@@ -43,6 +43,7 @@ from producers.openai_batch import batch_model
 from producers.table_rows import DEFAULT_COLUMNS, Columns, kept_schema, read_tables, table_kind
 from producers.tables import TableFormat, table_files, table_format
 from schemas import RawImage, encode, now_us
+from schemas.generation_request import REQUEST_ATTRIBUTE, RequestDefaults, RequestError
 from schemas.packs import PackLimits, raw_text_pack_bytes
 
 InputKind = Literal["auto", "text", "image"]
@@ -245,6 +246,11 @@ class JobInput:
         return batch_model((self.parts or (self.path,))[0])
 
     def read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
+        records = self._read()
+        defaults = self.columns.requests
+        return as_requests(records, defaults, str(self.path)) if defaults.given else records
+
+    def _read(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         if self.parts:
             return self._read_parts()
         if self.tables:
@@ -282,7 +288,7 @@ class JobInput:
         base = glob_base(str(self.path))
         for part in self.parts:
             prefix = part.relative_to(base).as_posix()
-            for item in replace(self, path=part, parts=()).read():
+            for item in replace(self, path=part, parts=())._read():
                 yield item if isinstance(item, InputError) else replace(item, record_id=f"{prefix}:{item.record_id}")
 
     def left_out(self) -> list[Path]:
@@ -451,3 +457,21 @@ def _held_bytes(record: Record) -> int:
 
 def _table_fmt(fmt: InputFormat) -> TableFormat | None:
     return None if fmt in ("auto", "jsonl", "openai-batch", "lines") else fmt  # type: ignore[return-value]
+
+
+def as_requests(
+    records: Iterator[InputRecord | ImageRecord | InputError], defaults: RequestDefaults, path: str
+) -> Iterator[InputRecord | ImageRecord | InputError]:
+    """Every text record as a generation request under the job's defaults (--max-tokens,
+    --temperature, --system-prompt): a plain text becomes a prompt; a request keeps its own params."""
+    for record in records:
+        if not isinstance(record, InputRecord):
+            yield record
+            continue
+        is_request = REQUEST_ATTRIBUTE in record.attributes
+        try:
+            request = defaults.applied(record.text, is_request)
+        except RequestError as exc:
+            yield InputError(path, record.line, str(exc))
+            continue
+        yield replace(record, text=request.to_text(), attributes={**record.attributes, REQUEST_ATTRIBUTE: "true"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from producers.images import MAX_IMAGE_BYTES, ImageRecord, checked_image
 from producers.inputs import MAX_ATTRIBUTES_BYTES, InputError, InputRecord, check_text, lone_surrogate
 from producers.tables import BATCH_ROWS, IMAGE_BATCH_ROWS, Chunk, Table, TableError, TableFormat, table_format
+from schemas.generation_request import RequestDefaults
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,7 +31,8 @@ RESERVED_NAMES = frozenset({"id", "job_id", "model", "model_version", "error", "
 
 @dataclass(frozen=True)
 class Columns:
-    """Which columns of a table input make its records."""
+    """Which columns of a table input (or keys of JSON Lines) make its records, and the defaults
+    its generation requests take."""
 
     text: str = "text"
     image: str = "image"
@@ -38,6 +40,8 @@ class Columns:
     keep: tuple[str, ...] = ()
     text_field: str = "text"  # JSON Lines: the key of the text
     id_field: str = "id"  # JSON Lines: the key of the id
+    # A causal LM's requests: the job's defaults, which make every record a request when given
+    requests: RequestDefaults = field(default_factory=RequestDefaults)
 
     def to_json(self) -> str | None:
         """These columns as a JSON object (a schedule stores them so), None for the defaults."""
@@ -50,7 +54,8 @@ class Columns:
         if not text:
             return DEFAULT_COLUMNS
         fields = json.loads(text)
-        return cls(**{**fields, "keep": tuple(fields.get("keep", ()))})
+        requests = RequestDefaults(**fields.get("requests", {}))
+        return cls(**{**fields, "keep": tuple(fields.get("keep", ())), "requests": requests})
 
 
 DEFAULT_COLUMNS = Columns()

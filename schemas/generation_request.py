@@ -163,3 +163,43 @@ def _number(params: dict[str, Any], name: str) -> float:
 def _shown(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, bytes) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True)
+class RequestDefaults:
+    """A job's defaults for its requests (`--max-tokens`, `--temperature`, `--system-prompt`): a
+    request's own params win; a system prompt goes before a chat without one, and makes a plain
+    prompt a chat of the system and the prompt as the user's turn."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    system_prompt: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return self != RequestDefaults()
+
+    def check(self) -> RequestDefaults:
+        """Itself, or RequestError naming the default that no request could run with."""
+        given = {k: v for k, v in (("max_tokens", self.max_tokens), ("temperature", self.temperature)) if v is not None}
+        check_params(given)
+        if self.system_prompt is not None and not self.system_prompt.strip():
+            raise RequestError("--system-prompt is empty")
+        return self
+
+    def applied(self, text: str, is_request: bool) -> GenerationRequestDoc:
+        """The request a record's text makes under these defaults (a plain text is a prompt)."""
+        request = parse_request(text) if is_request else prompt_request(text)
+        params = dict(request.params)
+        if self.max_tokens is not None:
+            params.setdefault("max_tokens", self.max_tokens)
+        if self.temperature is not None:
+            params.setdefault("temperature", self.temperature)
+        messages = request.messages
+        if self.system_prompt is not None:
+            if request.prompt is not None:
+                messages = (("system", self.system_prompt), ("user", request.prompt))
+            elif messages[0][0] != "system":
+                messages = (("system", self.system_prompt), *messages)
+        prompt = None if messages else request.prompt
+        return GenerationRequestDoc(prompt, messages, params)
