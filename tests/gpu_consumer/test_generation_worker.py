@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def test_requests_become_completions_identical_to_generate(
     requests = [{"messages": CHAT, "params": {"max_tokens": 12}}] + [
         {"prompt": p, "params": {"max_tokens": rng.choice([1, 6, 20])}} for p in prompts
     ]
-    requests.append({"prompt": "too long", "params": {"max_tokens": 5000}})  # past the 512-token context
+    requests.append({"prompt": "too long", "params": {"max_tokens": 5000}})  # past the 1,024-token context
     marked = {REQUEST_ATTRIBUTE: "true"}
     raw = [
         ConsumedRecord(
@@ -124,3 +125,53 @@ def test_requests_become_completions_identical_to_generate(
     assert results["plain"].outputs[0].to_array().tolist() == reference_completion(
         config.generator_path, inputs[1], default, eos
     )
+
+
+def test_short_requests_finish_and_are_stored_while_a_long_one_still_decodes(
+    settings: KafkaSettings, topics: Topics, generator_repository: Path
+) -> None:
+    """Continuous batching: one 512-token request and 200 of 16 tokens submitted together; every
+    short one's result is produced before the long one's (no end-of-sequence id here, so each
+    request decodes exactly its max_tokens)."""
+    models = Models(generator_repository)
+    loaded = models(MODEL)
+    assert loaded.config.generation is not None
+    config = replace(loaded.config, generation=replace(loaded.config.generation, eos_token_ids=()))
+    marked = {REQUEST_ATTRIBUTE: "true"}
+    requests = [{"prompt": "Tell me a long story.", "params": {"max_tokens": 512}}] + [
+        {"prompt": f"Short answer number {i}.", "params": {"max_tokens": 16}} for i in range(200)
+    ]
+    raw = [
+        ConsumedRecord(
+            topics.raw_text, 0, i, encode(RawText("job-c", f"r{i}", i, MODEL, json.dumps(r), 1_000 + i, marked))
+        )
+        for i, r in enumerate(requests)
+    ]
+    tensors = topics.tensors(MODEL)
+    out = preprocess_texts(raw, models, topics)
+    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    produce_all(make_producer(settings), [o for o in out if o.topic == tensors])
+    engine = TransformersEngine(config, GenerationLimits(max_sequences=64, kv_cache_tokens=32768, page_size=32))
+    engine.warmup()
+    consumer = make_consumer(settings, topics.gpu_group(MODEL))
+    try:
+        run(
+            consumer,
+            subscribe(consumer, [tensors]),
+            lambda: make_producer(settings),
+            Inference(None, config, topics, BatchPolicy(1), "c"),
+            WindowLimits(256, 20.0),
+            LoopOptions(drain=True, generator=engine),
+        )
+    finally:
+        consumer.close()
+        engine.close()
+    produced = {
+        r.record_id: (r.timestamps["result_produced"], r.completion_tokens)
+        for r in (decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results]))
+    }
+    assert len(produced) == len(requests)
+    long_at, long_tokens = produced.pop("r0")
+    assert long_tokens == 512
+    assert all(tokens == 16 for _, tokens in produced.values())
+    assert max(at for at, _ in produced.values()) < long_at
