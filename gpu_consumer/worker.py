@@ -169,6 +169,7 @@ class GpuWorkerSettings:
     metrics: MetricsEndpoint | None = None
     bulk_share: float = DEFAULT_BULK_SHARE
     group_protocol: str = "classic"
+    kv_cache_tokens: int | None = None  # causal LMs: the KV cache's size in tokens; None: the engine's default
 
 
 def serve(
@@ -307,6 +308,8 @@ def _serve_generator(
     if worker.exactly_once:
         raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
     limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size)
+    if worker.kv_cache_tokens is not None:
+        limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
     engine = TransformersEngine(config, limits)
     try:
         engine.warmup()  # before subscribing: a broken model must not hold partitions

@@ -58,7 +58,7 @@ class GenerationLimits:
     one token per decoding sequence)."""
 
     max_sequences: int = 64
-    kv_cache_tokens: int = 65536
+    kv_cache_tokens: int = 16384  # SmolLM2-135M: 46 KB a token in float32, 750 MB
     page_size: int = 64
     step_tokens: int = 1024
     prefix_sharing: bool = True
@@ -86,10 +86,12 @@ class TransformersEngine:
             from tokenizers import Tokenizer
             from transformers import AutoModelForCausalLM, GenerationConfig
             from transformers.generation.configuration_utils import ContinuousBatchingConfig
+            from transformers.utils import logging as transformers_logging
         except ImportError as exc:
             raise EngineLoadError(
                 f"generation needs torch and transformers: pip install 'nearline[export]' ({exc.name})"
             ) from None
+        transformers_logging.disable_progress_bar()  # a worker's log is not a terminal
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         folder = config.generator_path
@@ -123,6 +125,17 @@ class TransformersEngine:
         processors.logits_processor.append(seeded_sampler(self._params.get))
         processors.tensors_required += 1
         processors.do_processing = True
+        self.busy_s = 0.0  # seconds the engine's thread spent in decode steps: the engine busy figure
+        step = self._manager._generation_step
+
+        def timed_step() -> None:
+            started = time.perf_counter()
+            try:
+                step()
+            finally:
+                self.busy_s += time.perf_counter() - started
+
+        self._manager._generation_step = timed_step
         self._lock = threading.Lock()
         self._prompt_tokens: dict[str, int] = {}
         self._watches: dict[str, StopWatch] = {}

@@ -1,0 +1,264 @@
+"""Benchmark: generation, end to end and against the engine alone, on the same prompts and settings.
+
+    .venv/bin/python -m bench.generate [--model smollm2-135m] [--prompts 64] [--max-tokens 32]
+        [--sections engine,system,static,prefix] [--model-repository PATH] [--sequences 64]
+
+- engine: transformers' continuous batching alone (`generate_batch`, the paged cache and limits
+  our engine runs with) against our engine (gpu_consumer/generation/engine.py) driven directly:
+  generated tokens/s, and whether the tokens are the same.
+- system: the whole platform on the embedded broker (a preprocess worker, a GPU worker, warmed
+  with a 2-request job), `nearline submit --wait` of the prompts as chat requests: tokens/s from
+  the submit's start to the job's end, against the engine alone's; and the CPU every process spent
+  outside the engine per generated token (the GPU worker's own threads, the preprocess worker, the
+  broker, submit), from /proc.
+- static: continuous against static batching on mixed max_tokens (1 to --max-tokens x 4): static
+  runs `generate()` on batches of --sequences padded prompts, each batch waiting for its longest
+  member; continuous is our engine. Useful tokens/s each.
+- prefix: 200 prompts sharing a 300-token system prompt, prefix sharing on and off: the prompt
+  tokens computed (those not served from shared blocks) and the wall time.
+Figures, never assertions: the machine is shared. Greedy decoding throughout (temperature 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
+from bench.procfs import cpu_seconds
+from bench.system_cost import thread_cpu, timed_command
+from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
+from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
+from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
+from jobs.launch.runner import ensure_model
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
+
+NAMESPACE = "generate-bench"
+# Threads of the GPU worker that are the engine's (transformers' decode loop, torch's pool); the
+# rest (the loop, the emit thread, librdkafka's) are what the platform adds around it.
+ENGINE_THREADS = ("python3", "pt_", "torch", "cb", "generation")
+
+
+def questions(n: int) -> list[str]:
+    """n questions over the shipped Python-docs paragraphs (a paragraph each, for a summary)."""
+    rows = [json.loads(line)["text"] for line in EXAMPLE.open(encoding="utf-8")]
+    return [f"Summarise in one sentence: {rows[i % len(rows)]}" for i in range(n)]
+
+
+def chat_ids(config: ModelConfig, texts: list[str], system: str | None = None) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(config.generator_path))
+    out = []
+    for text in texts:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        out.append(list(tokenizer(rendered, add_special_tokens=False)["input_ids"]))
+    return out
+
+
+def run_engine(engine: TransformersEngine, prompts: list[list[int]], max_tokens: list[int]) -> tuple[float, dict]:
+    started = time.perf_counter()
+    for i, (ids, n) in enumerate(zip(prompts, max_tokens, strict=True)):
+        engine.submit(GenerationRequest(f"b{i}-{started}", tuple(ids), SamplingParams(max_tokens=n)))
+    done: dict[str, Any] = {}
+    while len(done) < len(prompts):
+        done.update((c.key.split("-")[0], c) for c in engine.completions(0.05))
+    return time.perf_counter() - started, done
+
+
+def engine_section(config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    model = AutoModelForCausalLM.from_pretrained(str(config.generator_path), dtype=torch.float32).eval()
+    eos = list(config.generation.eos_token_ids)  # type: ignore[union-attr]
+    batching = ContinuousBatchingConfig(
+        page_size=limits.page_size,
+        num_blocks=-(-limits.kv_cache_tokens // limits.page_size),
+        max_batch_tokens=limits.step_tokens,
+        max_requests_per_batch=limits.max_sequences,
+        seed=0,
+    )
+    generation = GenerationConfig(do_sample=False, max_new_tokens=max_tokens, eos_token_id=eos, pad_token_id=eos[0])
+    model.generate_batch(inputs=prompts[:2], generation_config=generation, continuous_batching_config=batching)
+    started = time.perf_counter()
+    outputs = model.generate_batch(
+        inputs=prompts, generation_config=generation, continuous_batching_config=batching, progress_bar=False
+    )
+    alone_s = time.perf_counter() - started
+    alone = [outputs[k].generated_tokens for k in sorted(outputs, key=lambda k: int(k.split("_")[1]))]
+    tokens = sum(len(t) for t in alone)
+    del model
+    engine = TransformersEngine(config, limits)
+    engine.warmup()
+    ours_s, done = run_engine(engine, prompts, [max_tokens] * len(prompts))
+    engine.close()
+    same = sum(list(done[f"b{i}"].token_ids) == alone[i] for i in range(len(prompts)))
+    print(f"  engine alone (generate_batch): {tokens:,} tokens in {alone_s:.1f} s: {tokens / alone_s:,.1f} tokens/s")
+    print(f"  our engine driven directly:    {tokens / ours_s:,.1f} tokens/s ({alone_s / ours_s:.2f}x)")
+    print(f"  the same tokens: {same} of {len(prompts)} requests")
+    return tokens / alone_s
+
+
+def system_section(repository: Path, config: ModelConfig, texts: list[str], max_tokens: int, work: Path) -> None:
+    broker = EmbeddedBroker.start(work / "broker.log")
+    env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
+    env[ENV_MODEL_REPOSITORY] = str(repository)
+    workers: list[WorkerProcess] = []
+
+    def start(name: str, args: list[str], extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        return spawn_worker(
+            name,
+            args,
+            bootstrap_servers=broker.bootstrap_servers,
+            namespace=NAMESPACE,
+            repository=repository,
+            log_path=work / f"{name}.log",
+            extra_env=extra_env,
+        )
+
+    try:
+        workers.append(start("preprocess", ["preprocess"], PREPROCESS_ENV))
+        workers.append(start("gpu", ["gpu", "--model", config.name]))
+        submit = [sys.executable, "-m", "jobs.cli", "submit", "--model", config.name, "--wait"]
+        warm = work / "warm.jsonl"
+        warm.write_text("".join(json.dumps({"prompt": t, "params": {"max_tokens": 2}}) + "\n" for t in texts[:2]))
+        timed_command([*submit, str(warm), "--job-id", "warm", "--worker-grace-s", "300"], env)
+        source = work / "prompts.jsonl"
+        source.write_text(
+            "".join(
+                json.dumps({"messages": [{"role": "user", "content": t}], "params": {"max_tokens": max_tokens}}) + "\n"
+                for t in texts
+            )
+        )
+        pids = {"preprocess worker": workers[0].process.pid, "broker": broker.pid}
+        gpu_pid = workers[1].process.pid
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        threads0 = thread_cpu(gpu_pid)
+        submitted = timed_command([*submit, str(source), "--job-id", "measured"], env)
+        cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+        threads1 = thread_cpu(gpu_pid)
+        out = work / "out.jsonl"
+        timed_command([sys.executable, "-m", "jobs.cli", "results", "measured", "-o", str(out)], env)
+        tokens = sum(json.loads(line)["usage"]["completion_tokens"] for line in out.open())
+    finally:
+        stop_all(workers)
+        broker.stop()
+    around = {k: threads1[k] - threads0.get(k, 0.0) for k in threads1 if not k.startswith(ENGINE_THREADS)}
+    cpu["GPU worker outside the engine"] = sum(around.values())
+    cpu["nearline submit --wait"] = submitted.cpu_s
+    print(f"  end to end: {tokens:,} tokens in {submitted.wall_s:.1f} s: {tokens / submitted.wall_s:,.1f} tokens/s")
+    print(f"  CPU outside the engine, us per generated token ({tokens:,} tokens):")
+    for name, seconds in cpu.items():
+        print(f"    {name:32} {seconds / tokens * 1e6:10.0f}")
+    shown = ", ".join(f"{k} {v / tokens * 1e6:.0f}" for k, v in sorted(around.items(), key=lambda kv: -kv[1])[:5])
+    print(f"    GPU worker threads outside the engine: {shown}")
+
+
+def static_section(config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits) -> None:
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    rng = random.Random(5)
+    lengths = [rng.choice([1, max_tokens // 4, max_tokens, 4 * max_tokens]) for _ in prompts]
+    eos = list(config.generation.eos_token_ids)  # type: ignore[union-attr]
+    model = AutoModelForCausalLM.from_pretrained(str(config.generator_path), dtype=torch.float32).eval()
+    useful = 0
+    started = time.perf_counter()
+    size = limits.max_sequences
+    for at in range(0, len(prompts), size):
+        batch, wanted = prompts[at : at + size], lengths[at : at + size]
+        width = max(len(p) for p in batch)
+        ids = torch.tensor([[eos[0]] * (width - len(p)) + p for p in batch])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        with torch.no_grad():
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=max(wanted),
+                do_sample=False,
+                eos_token_id=eos,
+                pad_token_id=eos[0],
+            )
+        for row, n in zip(out[:, width:].tolist(), wanted, strict=True):  # what each request asked for
+            kept = row[:n]
+            useful += next((i + 1 for i, t in enumerate(kept) if t in eos), len(kept))
+    static_s = time.perf_counter() - started
+    del model
+    engine = TransformersEngine(config, limits)
+    engine.warmup()
+    continuous_s, done = run_engine(engine, prompts, lengths)
+    engine.close()
+    produced = sum(len(c.token_ids) for c in done.values())
+    print(
+        f"  static batching ({size} a batch): {useful:,} useful tokens in {static_s:.1f} s: {useful / static_s:,.1f}/s"
+    )
+    print(
+        f"  continuous batching: {produced:,} tokens in {continuous_s:.1f} s: {produced / continuous_s:,.1f}/s "
+        f"({(produced / continuous_s) / (useful / static_s):.2f}x)"
+    )
+
+
+def prefix_section(config: ModelConfig, limits: GenerationLimits) -> None:
+    system = " ".join(questions(40))[:1500]  # about 300 tokens of real text
+    prompts = chat_ids(config, [f"Question {i}: what is item {i}?" for i in range(200)], system)
+    shared_tokens = sum(len(p) for p in prompts)
+    for sharing in (True, False):
+        engine = TransformersEngine(config, GenerationLimits(**{**limits.__dict__, "prefix_sharing": sharing}))
+        engine.warmup()
+        wall, done = run_engine(engine, prompts, [4] * len(prompts))
+        engine.close()
+        cached = sum(c.cached_prompt_tokens for c in done.values())
+        state = "on " if sharing else "off"
+        print(
+            f"  prefix sharing {state}: {shared_tokens - cached:,} of {shared_tokens:,} prompt tokens computed, "
+            f"{wall:.1f} s"
+        )
+
+
+def main() -> None:
+    exit_on_sigterm()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--sequences", type=int, default=64, help="sequences decoded at once")
+    parser.add_argument("--sections", default="engine,system,static,prefix")
+    parser.add_argument("--model-repository", type=Path, default=None)
+    args = parser.parse_args()
+    repository = args.model_repository or default_repository()
+    config = ensure_model(repository, args.model, lambda line: print(line, file=sys.stderr))
+    limits = GenerationLimits(max_sequences=args.sequences)
+    texts = questions(args.prompts)
+    prompts = chat_ids(config, texts)
+    sections = args.sections.split(",")
+    print(f"bench.generate: {config.name}:{config.version}, {args.prompts} chat prompts, {machine()}")
+    if "engine" in sections:
+        print(f"engine, {args.max_tokens} tokens a request:")
+        engine_section(config, prompts, args.max_tokens, limits)
+    if "system" in sections:
+        print(f"system, {args.max_tokens} tokens a request:")
+        with tempfile.TemporaryDirectory(prefix="bench-generate-") as work:
+            system_section(repository, config, texts, args.max_tokens, Path(work))
+    if "static" in sections:
+        print(f"static and continuous batching, max_tokens 1 to {4 * args.max_tokens}:")
+        static_section(config, prompts, args.max_tokens, limits)
+    if "prefix" in sections:
+        print("prefix sharing, 200 prompts after one 300-token system prompt:")
+        prefix_section(config, limits)
+
+
+if __name__ == "__main__":
+    main()
