@@ -161,6 +161,14 @@ def worker_preprocess(
     "group.consumer.session.timeout.ms is then how soon a dead worker's partitions move. Refused "
     "at start by a broker without it (before Kafka 4, Tansu).",
 )
+@click.option(
+    "--kv-cache-tokens",
+    type=click.IntRange(min=64),
+    default=None,
+    show_envvar=True,
+    help="Causal LMs: the tokens the KV cache holds, prompts and completions of every sequence in flight "
+    "(--max-batch-size: the sequences decoded at once) [default: 16384].",
+)
 @batch_options
 @metrics_option
 @cluster_options
@@ -176,6 +184,7 @@ def worker_gpu(
     sole_consumer: bool,
     bulk_share: float,
     group_protocol: str,
+    kv_cache_tokens: int | None,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_window: int | None,
@@ -205,6 +214,7 @@ def worker_gpu(
         metrics=metrics,
         bulk_share=bulk_share,
         group_protocol=group_protocol,
+        kv_cache_tokens=kv_cache_tokens,
     )
     # the cluster probed once its metrics port is bound
     stats = serve(require_servers(bootstrap_servers, probe=False), Topics(namespace), model_repository, worker)
