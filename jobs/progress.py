@@ -70,6 +70,7 @@ class Summary:
     seconds: float
     batches: int
     mean_batch_size: float
+    completion_tokens: int = 0  # a generation job's: what its completions hold, instead of batches
 
     @property
     def records_per_s(self) -> float:
@@ -77,7 +78,8 @@ class Summary:
 
     def line(self) -> str:
         dead = f", {self.dead_lettered} dead-lettered" if self.dead_lettered else ""
-        return (
-            f"{self.records} records{dead} in {self.seconds:.1f} s: {self.records_per_s:.1f} records/s, "
-            f"{self.batches} batches, mean batch size {self.mean_batch_size:.1f}"
-        )
+        head = f"{self.records} records{dead} in {self.seconds:.1f} s: {self.records_per_s:.1f} records/s, "
+        if self.completion_tokens:
+            rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
+            return head + f"{self.completion_tokens:,} tokens generated ({rate:,.1f} tokens/s)"
+        return head + f"{self.batches} batches, mean batch size {self.mean_batch_size:.1f}"

@@ -42,6 +42,10 @@ class JobFold(Protocol):
         """Executed batch id -> its size, over the results kept."""
         ...
 
+    def completion_tokens(self) -> int:
+        """The tokens the kept results' generations produced (0 for other models)."""
+        ...
+
 
 @dataclass
 class JobOutcome:
@@ -75,6 +79,9 @@ class JobOutcome:
 
     def batch_sizes(self) -> dict[str, int]:
         return {r.batch_id: r.batch_size for r in self.results.values()}
+
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens for r in self.results.values())
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> int:
         """Fold consumed messages in; returns how many new records of this job they completed."""

@@ -77,6 +77,7 @@ class ResultSpill:
         self._job_bytes = job_id.encode()
         self._job_prefix = self._job_bytes + b"/"
         self._batches: dict[str, int] = {}
+        self._tokens: dict[str, int] = {}  # record id -> its generation's tokens (decoded results only)
 
     @property
     def spilled(self) -> bool:
@@ -116,6 +117,9 @@ class ResultSpill:
 
     def batch_sizes(self) -> dict[str, int]:
         return dict(self._batches)
+
+    def completion_tokens(self) -> int:
+        return sum(self._tokens.values())
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> None:
         messages = iter(messages)
@@ -207,6 +211,8 @@ class ResultSpill:
         elif not self._keep_in_db(record_id, seq, version, value):
             return
         self._batches[batch_id] = batch_size
+        if body is None and fields["finish_reason"]:  # a generation's result is always decoded whole
+            self._tokens[record_id] = fields["completion_tokens"]
 
     def _keep_in_memory(self, record_id: str, row: _Row) -> None:
         kept = self._rows.get(record_id)

@@ -299,7 +299,7 @@ def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> C
 def summarize(fold: JobFold, seconds: float) -> Summary:
     sizes = fold.batch_sizes()
     mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
-    return Summary(fold.done - fold.failed, fold.failed, seconds, len(sizes), mean)
+    return Summary(fold.done - fold.failed, fold.failed, seconds, len(sizes), mean, fold.completion_tokens())
 
 
 @dataclass(frozen=True)

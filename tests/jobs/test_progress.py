@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jobs.progress import Progress
+from jobs.progress import Progress, Summary
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
 
@@ -87,3 +87,10 @@ def test_run_draws_a_live_bar_on_a_terminal_and_plain_lines_into_a_pipe(
     log = err.decode()
     assert "\r" not in log and "\x1b" not in log and "█" not in log
     assert "3000/3000 records (100%)" in log
+
+
+def test_a_generation_job_is_summed_up_in_the_tokens_it_generated() -> None:
+    line = Summary(
+        records=64, dead_lettered=1, seconds=8.0, batches=9, mean_batch_size=7.1, completion_tokens=2048
+    ).line()
+    assert line == "64 records, 1 dead-lettered in 8.0 s: 8.0 records/s, 2,048 tokens generated (256.0 tokens/s)"
