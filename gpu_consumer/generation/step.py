@@ -11,8 +11,9 @@ so a partition's offset never passes a record whose result is not stored. A 2,00
 holds back only the commit, never the results of the short answers beside it. A crash loses
 nothing: what was in flight is consumed and generated again, and readers keep one result per
 record. Windows stay small (the engine takes records as they come), and `has_room` bounds what
-is submitted and not finished to twice the sequences the engine decodes at once, so a queue is
-always ready for a sequence that ends and memory stays bounded.
+is submitted and not finished to a few more than the sequences the engine decodes at once (twice
+that for the live lane, room()), so a sequence that ends is replaced at once, memory stays
+bounded, and a live prompt waits behind few bulk ones in the engine's queue.
 """
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ class GenerationStats:
     completion_tokens: int = 0
     cancelled: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
+
+
+def room(max_sequences: int, lane: str) -> int:
+    """How many prompts of `lane` may be submitted and not finished: the sequences decoded at once
+    and a few waiting (bulk), or twice that (live)."""
+    waiting = max(2, max_sequences // 8)
+    return 2 * (max_sequences + waiting) if lane == "live" else max_sequences + waiting
 
 
 def sampling_of(attributes: Mapping[str, str], config: ModelConfig) -> SamplingParams:
@@ -200,8 +208,11 @@ class GenerationStep:
             log.warning("prompts still unfinished at revoke; they will be consumed and generated again")
 
     def has_room(self, lane: str) -> bool:
+        """Bulk prompts are taken while the engine has at most an eighth of its sequences waiting
+        beside those it decodes, so a live prompt (taken up to twice that) waits for few of them
+        in the engine's first-come queue: it joins the running batch within a few steps."""
         with self._lock:
-            return len(self._running) < 2 * self._engine.max_sequences
+            return len(self._running) < room(self._engine.max_sequences, lane)
 
     def queued(self, lane: str) -> int:
         return 0  # prompts go to the engine as they are polled
