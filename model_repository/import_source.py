@@ -29,6 +29,15 @@ ST_POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weighted_mean",
     "pooling_mode_lasttoken": "last_token",
 }
+# sentence-transformers 6 saves one key, "pooling_mode", with these names (it still reads the flags)
+ST_POOLING_MODES = {
+    "cls": "cls",
+    "mean": "mean",
+    "max": "max",
+    "mean_sqrt_len_tokens": "mean_sqrt_len",
+    "weightedmean": "weighted_mean",
+    "lasttoken": "last_token",
+}
 ARCHITECTURE_TASKS: tuple[tuple[str, Task], ...] = (
     ("ForCausalLM", "text-generation"),  # imported by causal_lm.py, kept as a transformers folder
     ("ForSequenceClassification", "text-classification"),
@@ -50,7 +59,9 @@ class ImportSource:
     architecture: str  # config.json's, or "ONNX graph"
     pooling: str | None = None  # text-embedding: a POOLING_STEPS mode
     normalize: bool = False
-    max_length: int | None = None  # sentence_bert_config.json's max_seq_length
+    # sentence_bert_config.json's max_seq_length; sentence-transformers 6 writes none (its length is
+    # tokenizer_config.json's model_max_length, text_source.py's fallback)
+    max_length: int | None = None
 
 
 def read_source(folder: Path, task: str | None = None, pooling: str | None = None) -> ImportSource:
@@ -152,7 +163,11 @@ def _st_pooling(path: Path) -> str:
     config = _json(path)
     if config is None:
         raise ImportRefusedError(f"{path} is missing: the Pooling module's configuration")
-    modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
+    named = config.get("pooling_mode")  # sentence-transformers 6: one name or a list; it wins over the flags
+    if named is not None:
+        modes = [ST_POOLING_MODES.get(str(m), str(m)) for m in (named if isinstance(named, list) else [named])]
+    else:
+        modes = [mode for key, mode in ST_POOLING_KEYS.items() if config.get(key)]
     if len(modes) != 1:
         raise ImportRefusedError(f"{path}: pooling modes {modes or 'none'}: nearline supports exactly one")
     if modes[0] not in POOLING_STEPS:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -85,14 +84,30 @@ def import_model(
         "text-classification": transformers.AutoModelForSequenceClassification,
         "image-classification": transformers.AutoModelForImageClassification,
     }[source.task]
+    cannot = f"{source.model_folder}: {source.architecture} cannot be loaded"
     try:
-        model = auto.from_pretrained(str(source.model_folder), attn_implementation="eager").eval()
-    except Exception as exc:  # transformers raises OSError, ValueError, RuntimeError (size mismatch)...
-        reason = str(exc).strip()
-        if "size mismatch" in reason:
-            labels = json.loads((source.model_folder / "config.json").read_text(encoding="utf-8")).get("id2label", {})
-            reason = _mismatch(reason, len(labels) if source.task != "text-embedding" else None)
-        raise ImportRefusedError(f"{source.model_folder}: {source.architecture} cannot be loaded: {reason}") from None
+        # Weights whose shapes differ from config.json's are loaded here and refused below, from
+        # the loading info's (parameter, weights' shape, config's shape): transformers 5 raises
+        # for them only with a message that points at a report it logs.
+        model, info = auto.from_pretrained(
+            str(source.model_folder),
+            attn_implementation="eager",
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
+        )
+    except Exception as exc:  # transformers raises OSError, ValueError, RuntimeError...
+        raise ImportRefusedError(f"{cannot}: {str(exc).strip()}") from None
+    if info.get("mismatched_keys"):
+        order = {key: i for i, key in enumerate(model.state_dict())}
+        found = sorted(
+            ((str(p), tuple(int(d) for d in w), tuple(int(d) for d in c)) for p, w, c in info["mismatched_keys"]),
+            key=lambda m: (order.get(m[0], len(order)), m[0]),
+        )
+        labels = json.loads((source.model_folder / "config.json").read_text(encoding="utf-8")).get("id2label", {})
+        raise ImportRefusedError(
+            f"{cannot}: {_mismatch(found, None if source.task == 'text-embedding' else len(labels))}"
+        )
+    model.eval()
     provenance = f"imported from {folder.resolve()} ({source.layout}, {source.architecture}, {weights_digest(source)})"
     with tempfile.TemporaryDirectory() as extra:
         target = ImportTarget(repository, source, name, version, max_batch_size, provenance, Path(extra), replace)
@@ -259,19 +274,11 @@ def _id2label(hf: Any) -> dict[int, str]:
     return {int(k): str(v) for k, v in (getattr(hf, "id2label", None) or {}).items()}
 
 
-SIZE_MISMATCH = re.compile(
-    r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from checkpoint, "
-    r"the shape in current model is torch\.Size\(\[([\d, ]*)\]\)"
-)
-
-
-def _mismatch(reason: str, labels: int | None) -> str:
-    """Which part of config.json disagrees with the weights. A head whose only differing axis is
-    the label count was edited apart from id2label; any other axis (hidden_size, intermediate_size,
-    vocab_size...) is the architecture's numbers."""
-    found = [(p, _dims(a), _dims(b)) for p, a, b in SIZE_MISMATCH.findall(reason)]
-    if not found:
-        return f"config.json does not match the weights: {reason}"
+def _mismatch(found: list[tuple[str, tuple[int, ...], tuple[int, ...]]], labels: int | None) -> str:
+    """Which part of config.json disagrees with the weights, from each (parameter, its shape in
+    the weights, its shape from config.json). A head whose only differing axis is the label count
+    was edited apart from id2label; any other axis (hidden_size, intermediate_size, vocab_size...)
+    is the architecture's numbers."""
 
     def label_axis_only(weights: tuple[int, ...], config: tuple[int, ...]) -> bool:
         return len(weights) == len(config) and all(w == c or c == labels for w, c in zip(weights, config, strict=True))
@@ -283,10 +290,6 @@ def _mismatch(reason: str, labels: int | None) -> str:
         f"config.json's sizes (hidden_size, intermediate_size, vocab_size...) do not match the weights: "
         f"{shown}{'; ...' if len(found) > 3 else ''}"
     )
-
-
-def _dims(text: str) -> tuple[int, ...]:
-    return tuple(int(d) for d in text.split(",") if d.strip())
 
 
 def _install_checked(

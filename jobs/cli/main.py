@@ -3,7 +3,9 @@ is also an environment variable (shown in --help)."""
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import io
 import logging
 import signal
 
@@ -53,8 +55,11 @@ def cli(log_level: str) -> None:
     """nearline: durable near-line batch inference over Kafka."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # `kill -USR1 PID` writes every thread's stack to stderr (a worker's log): what a process that
-    # stalled is doing, without stopping it (bench.system_cost asks so when a job stops moving)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # stalled is doing, without stopping it (bench.system_cost asks so when a job stops moving).
+    # A stderr with no file descriptor (click's CliRunner, which since click 8.4 gives none by
+    # default; a host that embeds the CLI) has nowhere to write them: no dump then.
+    with contextlib.suppress(io.UnsupportedOperation):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     # the command's module is imported by now (click resolves a lazy command before this group's
     # callback runs): what start-up made is never scanned again (kafka_io/heap.py)
     settle_heap()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 
 import click
@@ -16,7 +17,7 @@ class ProgressDisplay:
     it); otherwise a plain line every `every_s` and at the end, so logs and pipes stay line-based."""
 
     def __init__(self, every_s: float = 5.0) -> None:
-        self.stream = click.get_text_stream("stderr")
+        self.stream = sys.stderr  # what click.echo(err=True) writes to (click 8.5 deprecates get_text_stream)
         self.tty = self.stream.isatty()
         self.every_s = every_s
         self.drawn = False  # a bar is on the current line

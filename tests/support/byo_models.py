@@ -42,13 +42,14 @@ def save_encoder(folder: Path, seed: int = 0) -> Path:
 
 def save_sentence_transformer(folder: Path, pooling: str, normalize: bool, max_length: int = 64) -> Path:
     """The encoder as a sentence-transformers folder (modules.json, 1_Pooling, optional Normalize)."""
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
     encoder = save_encoder(folder.parent / f"{folder.name}-encoder")
-    transformer = models.Transformer(str(encoder), max_seq_length=max_length)
-    modules = [transformer, models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode=pooling)]
+    transformer = Transformer(str(encoder), max_seq_length=max_length)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
     if normalize:
-        modules.append(models.Normalize())
+        modules.append(Normalize())
     SentenceTransformer(modules=modules, device="cpu").save(str(folder))
     return folder
 
