@@ -7,10 +7,10 @@
   our engine runs with) against our engine (gpu_consumer/generation/engine.py) driven directly:
   generated tokens/s, and whether the tokens are the same.
 - system: the whole platform on the embedded broker (a preprocess worker, a GPU worker, warmed
-  with a 2-request job), `nearline submit --wait` of the prompts as chat requests: tokens/s from
-  the submit's start to the job's end, against the engine alone's; and the CPU every process spent
-  outside the engine per generated token (the GPU worker's own threads, the preprocess worker, the
-  broker, submit), from /proc.
+  with a 2-request job), `nearline submit --wait` of the prompts as chat requests, twice: with a
+  zero-cost generation engine in the real GPU worker (bench/generation_engines.py: every process's
+  CPU per generated token is then the platform's own, from /proc), and with the real engine
+  (tokens/s from the submit's start to the job's end, against the engine alone's).
 - static: continuous against static batching on mixed max_tokens (1 to --max-tokens x 4): static
   runs `generate()` on batches of --sequences padded prompts, each batch waiting for its longest
   member; continuous is our engine. Useful tokens/s each.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +33,7 @@ from typing import Any
 
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.procfs import cpu_seconds
-from bench.system_cost import thread_cpu, timed_command
+from bench.system_cost import timed_command
 from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
@@ -42,9 +43,6 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
 
 NAMESPACE = "generate-bench"
-# Threads of the GPU worker that are the engine's (transformers' decode loop, torch's pool); the
-# rest (the loop, the emit thread, librdkafka's) are what the platform adds around it.
-ENGINE_THREADS = ("python3", "pt_", "torch", "cb", "generation")
 
 
 def questions(n: int) -> list[str]:
@@ -110,30 +108,60 @@ def engine_section(config: ModelConfig, prompts: list[list[int]], max_tokens: in
     return tokens / alone_s
 
 
-def system_section(repository: Path, config: ModelConfig, texts: list[str], max_tokens: int, work: Path) -> None:
-    broker = EmbeddedBroker.start(work / "broker.log")
+def gpu_worker_main(repository: Path, model: str) -> None:
+    """A GPU worker whose generation engine costs nothing (bench/generation_engines.py), until SIGTERM."""
+    from bench.generation_engines import ZeroCostGenerator
+    from gpu_consumer.worker import GpuWorkerSettings, serve
+    from kafka_io.settings import KafkaSettings, Topics
+    from schemas.model_config import load_model_config
+
+    exit_on_sigterm()
+    config = load_model_config(repository, model)
+    settings = KafkaSettings(os.environ[ENV_BOOTSTRAP])
+    serve(settings, Topics(NAMESPACE), repository, GpuWorkerSettings(model), generator=ZeroCostGenerator(config))
+
+
+def system_section(
+    repository: Path, config: ModelConfig, texts: list[str], max_tokens: int, work: Path, engine: str
+) -> float:
+    """The platform end to end with the real engine or a zero-cost one: tokens/s, and the CPU of
+    each process per generated token (the GPU worker's whole process where the engine is free)."""
+    broker = EmbeddedBroker.start(work / f"broker-{engine}.log")
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
     env[ENV_MODEL_REPOSITORY] = str(repository)
     workers: list[WorkerProcess] = []
-
-    def start(name: str, args: list[str], extra_env: dict[str, str] | None = None) -> WorkerProcess:
-        return spawn_worker(
-            name,
-            args,
-            bootstrap_servers=broker.bootstrap_servers,
-            namespace=NAMESPACE,
-            repository=repository,
-            log_path=work / f"{name}.log",
-            extra_env=extra_env,
-        )
-
     try:
-        workers.append(start("preprocess", ["preprocess"], PREPROCESS_ENV))
-        workers.append(start("gpu", ["gpu", "--model", config.name]))
+        workers.append(
+            spawn_worker(
+                "preprocess",
+                ["preprocess"],
+                bootstrap_servers=broker.bootstrap_servers,
+                namespace=NAMESPACE,
+                repository=repository,
+                log_path=work / f"pre-{engine}.log",
+                extra_env=PREPROCESS_ENV,
+            )
+        )
+        if engine == "zero-cost":
+            argv = [sys.executable, "-m", "bench.generate", "--gpu-worker", str(repository), config.name]
+            log = work / "gpu-zero-cost.log"
+            process = subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+            workers.append(WorkerProcess("gpu", process, log))
+        else:
+            workers.append(
+                spawn_worker(
+                    "gpu",
+                    ["gpu", "--model", config.name],
+                    bootstrap_servers=broker.bootstrap_servers,
+                    namespace=NAMESPACE,
+                    repository=repository,
+                    log_path=work / "gpu.log",
+                )
+            )
         submit = [sys.executable, "-m", "jobs.cli", "submit", "--model", config.name, "--wait"]
         warm = work / "warm.jsonl"
         warm.write_text("".join(json.dumps({"prompt": t, "params": {"max_tokens": 2}}) + "\n" for t in texts[:2]))
-        timed_command([*submit, str(warm), "--job-id", "warm", "--worker-grace-s", "300"], env)
+        timed_command([*submit, str(warm), "--job-id", f"warm-{engine}", "--worker-grace-s", "300"], env)
         source = work / "prompts.jsonl"
         source.write_text(
             "".join(
@@ -141,28 +169,28 @@ def system_section(repository: Path, config: ModelConfig, texts: list[str], max_
                 for t in texts
             )
         )
-        pids = {"preprocess worker": workers[0].process.pid, "broker": broker.pid}
-        gpu_pid = workers[1].process.pid
+        pids = {"preprocess worker": workers[0].process.pid, "broker": broker.pid, "GPU worker": workers[1].process.pid}
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        threads0 = thread_cpu(gpu_pid)
-        submitted = timed_command([*submit, str(source), "--job-id", "measured"], env)
+        job = f"measured-{engine}"
+        submitted = timed_command([*submit, str(source), "--job-id", job], env)
         cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
-        threads1 = thread_cpu(gpu_pid)
-        out = work / "out.jsonl"
-        timed_command([sys.executable, "-m", "jobs.cli", "results", "measured", "-o", str(out)], env)
+        out = work / f"out-{engine}.jsonl"
+        timed_command([sys.executable, "-m", "jobs.cli", "results", job, "-o", str(out)], env)
         tokens = sum(json.loads(line)["usage"]["completion_tokens"] for line in out.open())
     finally:
         stop_all(workers)
         broker.stop()
-    around = {k: threads1[k] - threads0.get(k, 0.0) for k in threads1 if not k.startswith(ENGINE_THREADS)}
-    cpu["GPU worker outside the engine"] = sum(around.values())
     cpu["nearline submit --wait"] = submitted.cpu_s
-    print(f"  end to end: {tokens:,} tokens in {submitted.wall_s:.1f} s: {tokens / submitted.wall_s:,.1f} tokens/s")
-    print(f"  CPU outside the engine, us per generated token ({tokens:,} tokens):")
-    for name, seconds in cpu.items():
-        print(f"    {name:32} {seconds / tokens * 1e6:10.0f}")
-    shown = ", ".join(f"{k} {v / tokens * 1e6:.0f}" for k, v in sorted(around.items(), key=lambda kv: -kv[1])[:5])
-    print(f"    GPU worker threads outside the engine: {shown}")
+    rate = tokens / submitted.wall_s
+    print(f"  {engine} engine: {tokens:,} tokens in {submitted.wall_s:.1f} s: {rate:,.1f} tokens/s end to end")
+    if engine == "zero-cost":
+        print(f"    CPU per generated token, us ({tokens:,} tokens; the GPU worker's engine free):")
+        for name, seconds in [*cpu.items(), ("all of it", sum(cpu.values()))]:
+            print(f"      {name:28} {seconds / tokens * 1e6:10.1f}")
+    else:  # where the cores went while the engine ran: they are what it competes with
+        shown = ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
+        print(f"    CPU seconds meanwhile: {shown} (of {2 * submitted.wall_s:.0f} on 2 cores)")
+    return rate
 
 
 def static_section(config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits) -> None:
@@ -237,7 +265,11 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=64, help="sequences decoded at once")
     parser.add_argument("--sections", default="engine,system,static,prefix")
     parser.add_argument("--model-repository", type=Path, default=None)
+    parser.add_argument("--gpu-worker", nargs=2, metavar=("REPOSITORY", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.gpu_worker:
+        gpu_worker_main(Path(args.gpu_worker[0]), args.gpu_worker[1])
+        return
     repository = args.model_repository or default_repository()
     config = ensure_model(repository, args.model, lambda line: print(line, file=sys.stderr))
     limits = GenerationLimits(max_sequences=args.sequences)
@@ -245,13 +277,17 @@ def main() -> None:
     prompts = chat_ids(config, texts)
     sections = args.sections.split(",")
     print(f"bench.generate: {config.name}:{config.version}, {args.prompts} chat prompts, {machine()}")
+    alone = None
     if "engine" in sections:
         print(f"engine, {args.max_tokens} tokens a request:")
-        engine_section(config, prompts, args.max_tokens, limits)
+        alone = engine_section(config, prompts, args.max_tokens, limits)
     if "system" in sections:
-        print(f"system, {args.max_tokens} tokens a request:")
+        print(f"system, {args.max_tokens} tokens a request, on the embedded broker:")
         with tempfile.TemporaryDirectory(prefix="bench-generate-") as work:
-            system_section(repository, config, texts, args.max_tokens, Path(work))
+            system_section(repository, config, texts, args.max_tokens, Path(work), "zero-cost")
+            end_to_end = system_section(repository, config, texts, args.max_tokens, Path(work), "transformers")
+        if alone is not None:
+            print(f"  end to end against the engine alone: {end_to_end / alone:.2f}x")
     if "static" in sections:
         print(f"static and continuous batching, max_tokens 1 to {4 * args.max_tokens}:")
         static_section(config, prompts, args.max_tokens, limits)

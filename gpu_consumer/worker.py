@@ -179,11 +179,13 @@ def serve(
     worker: GpuWorkerSettings,
     policy: BatchPolicy | None = None,
     engine: Engine | None = None,
+    generator: GenerationEngine | None = None,
 ) -> WorkerStats:
     """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
 
     `policy` replaces the batch bounds the worker settings give; `engine` replaces the one
-    engine_kind names (bench/feed.py runs a simulated accelerator).
+    engine_kind names (bench/feed.py runs a simulated accelerator), `generator` a causal LM's
+    (bench/generate.py runs a zero-cost one).
     `sole_consumer` takes every partition without a group join: only for a worker known to be the
     group's one member (the embedded `nearline run`); two such workers would both read everything.
     `metrics`: serve Prometheus metrics there (gpu_consumer/metrics.py).
@@ -197,7 +199,7 @@ def serve(
     check_group_protocol(settings, worker.group_protocol)
     config = load_model_config(repository, model)
     if config.is_generator:
-        return _serve_generator(settings, topics, config, worker)
+        return _serve_generator(settings, topics, config, worker, generator)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
@@ -297,7 +299,11 @@ def _consume(
 
 
 def _serve_generator(
-    settings: KafkaSettings, topics: Topics, config: ModelConfig, worker: GpuWorkerSettings
+    settings: KafkaSettings,
+    topics: Topics,
+    config: ModelConfig,
+    worker: GpuWorkerSettings,
+    given: GenerationEngine | None = None,
 ) -> WorkerStats:
     """serve() for a causal LM: the engine decodes with continuous batching (gpu_consumer/generation/),
     and the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
@@ -307,6 +313,8 @@ def _serve_generator(
 
     if worker.exactly_once:
         raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
+    if given is not None:
+        return _consume(settings, topics, config, worker, None, BatchPolicy(1), given)
     limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size)
     if worker.kv_cache_tokens is not None:
         limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
