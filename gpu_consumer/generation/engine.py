@@ -203,7 +203,9 @@ class TransformersEngine:
         return str(self._tokenizer.decode(list(tokens), skip_special_tokens=True))
 
     def close(self) -> None:
-        self._manager.stop(block=True, timeout=30)
+        """Stop at once: sequences still decoding are dropped (their records are not committed, so
+        Kafka gives them to the next owner), where a flush would finish every one of them first."""
+        self._manager.stop(block=True, timeout=30, hard_stop=True)
 
     def _completion(self, output: Any) -> Completion | None:
         key: str = output.request_id

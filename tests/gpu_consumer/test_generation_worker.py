@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,50 @@ def test_short_requests_finish_and_are_stored_while_a_long_one_still_decodes(
     assert long_tokens == 512
     assert all(tokens == 16 for _, tokens in produced.values())
     assert max(at for at, _ in produced.values()) < long_at
+
+
+def test_a_cancelled_job_s_sequences_stop_at_the_next_step_and_its_records_are_committed(
+    settings: KafkaSettings, topics: Topics, generator_repository: Path
+) -> None:
+    """Cancel mid-generation: what finished is kept, the sequences still decoding stop without a
+    result (no end-of-sequence id here: each would run its 800 tokens), and every record's offset
+    is committed."""
+    models = Models(generator_repository)
+    loaded = models(MODEL)
+    assert loaded.config.generation is not None
+    config = replace(loaded.config, generation=replace(loaded.config.generation, eos_token_ids=()))
+    marked = {REQUEST_ATTRIBUTE: "true"}
+    requests = [{"prompt": "Go on.", "params": {"max_tokens": 4 if i < 2 else 800}} for i in range(40)]
+    raw = [
+        ConsumedRecord(topics.raw_text, 0, i, encode(RawText("job-x", f"r{i}", i, MODEL, json.dumps(r), 1_000, marked)))
+        for i, r in enumerate(requests)
+    ]
+    tensors = topics.tensors(MODEL)
+    out = preprocess_texts(raw, models, topics)
+    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    produce_all(make_producer(settings), [o for o in out if o.topic == tensors])
+    engine = TransformersEngine(config, GenerationLimits(max_sequences=8, kv_cache_tokens=65536, page_size=64))
+    engine.warmup()
+    consumer = make_consumer(settings, topics.gpu_group(MODEL))
+    asked: list[float] = []
+
+    def cancelled(job_id: str, submission: int | None) -> bool:
+        """The job is cancelled 3 s after the worker first asks (its first prompts are running then)."""
+        asked.append(time.monotonic())
+        return job_id == "job-x" and asked[-1] - asked[0] > 3.0
+
+    try:
+        stats = run(
+            consumer,
+            subscribe(consumer, [tensors]),
+            lambda: make_producer(settings),
+            Inference(None, config, topics, BatchPolicy(1), "x", cancelled),
+            WindowLimits(64, 20.0),
+            LoopOptions(drain=True, generator=engine),
+        )
+    finally:
+        consumer.close()
+        engine.close()
+    results = [decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results])]
+    assert sorted(r.record_id for r in results) == ["r0", "r1"]  # what finished before the cancel is kept
+    assert stats.records == len(requests)  # the cancelled ones are consumed and committed, never run
