@@ -29,6 +29,7 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.engine import Engine
 from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.lanes import EngineTime
+from gpu_consumer.ledger import Ledger
 from gpu_consumer.metrics import GpuMetrics
 from gpu_consumer.pipeline import Pipeline, PipelineConfig
 from kafka_io.clients import Consumer, Producer
@@ -210,18 +211,25 @@ class PipelinedStep:
     def _commit(self, *, ask: bool = True) -> None:
         """The pipelined worker's one commit site: the longest confirmed prefix of windows.
         ask=False: never ask the broker who it is (inside a rebalance callback)."""
-        if not self._incarnation.settled(self._consumer, ask=ask):
-            return  # a lost connection: the broker may have come back without the logs these offsets point into
-        offsets, records = self._flow.ledger.take_committable(stale_through=self._incarnation.stale_through)
-        if not offsets:
-            return
-        try:
-            commit_offsets(self._consumer, offsets)
-        except KAFKA_FAULTS as exc:
-            # The group moved on (a rebalance, a restarted broker): the outputs are stored and
-            # keyed, so the records' redelivery only makes duplicates that readers drop.
-            log.warning("commit failed (%s); its records may be consumed again", exc)
-        self.stats.records += records
+        self.stats.records += commit_confirmed(self._consumer, self._incarnation, self._flow.ledger, ask=ask)
+
+
+def commit_confirmed(consumer: Consumer, incarnation: BrokerIncarnation, ledger: Ledger, *, ask: bool = True) -> int:
+    """Commit the offsets of the ledger's longest confirmed prefix of windows (the at-least-once
+    rule, ledger.py); the records committed. Nothing while a lost connection is unexplained: the
+    broker may have come back without the logs these offsets point into (kafka_io/incarnation.py)."""
+    if not incarnation.settled(consumer, ask=ask):
+        return 0
+    offsets, records = ledger.take_committable(stale_through=incarnation.stale_through)
+    if not offsets:
+        return 0
+    try:
+        commit_offsets(consumer, offsets)
+    except KAFKA_FAULTS as exc:
+        # The group moved on (a rebalance, a restarted broker): the outputs are stored and
+        # keyed, so the records' redelivery only makes duplicates that readers drop.
+        log.warning("commit failed (%s); its records may be consumed again", exc)
+    return records
 
 
 class TransactionalStep:

@@ -34,11 +34,11 @@ from gpu_consumer.handler import Emitter, Item, Poisoned, decode_sources
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
-from gpu_consumer.steps import Inference, WorkerStats
+from gpu_consumer.steps import Inference, WorkerStats, commit_confirmed
 from kafka_io.clients import Consumer, Producer
-from kafka_io.errors import KAFKA_FAULTS, DeliveryError
+from kafka_io.errors import DeliveryError
 from kafka_io.incarnation import BrokerIncarnation
-from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
+from kafka_io.polling import Assignment, records_in, window_offsets
 from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Priority
@@ -277,16 +277,7 @@ class GenerationStep:
             self._to_emit.put((window, []))  # seals it once what was handed before is produced
 
     def _commit(self, *, ask: bool = True) -> None:
-        if not self._incarnation.settled(self._consumer, ask=ask):
-            return
-        offsets, records = self.ledger.take_committable(stale_through=self._incarnation.stale_through)
-        if not offsets:
-            return
-        try:
-            commit_offsets(self._consumer, offsets)
-        except KAFKA_FAULTS as exc:
-            log.warning("commit failed (%s); its records may be consumed again", exc)
-        self.stats.records += records
+        self.stats.records += commit_confirmed(self._consumer, self._incarnation, self.ledger, ask=ask)
 
     def _recover(self, reason: str) -> None:
         log.warning("%s; recreating the producer and producing the unconfirmed results again", reason)

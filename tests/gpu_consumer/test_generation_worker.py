@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
-from gpu_consumer.steps import Inference
+from gpu_consumer.steps import Inference, WorkerStats
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import make_consumer, make_producer
@@ -58,6 +59,50 @@ def reference_completion(folder: Path, prompt: list[int], max_tokens: int, eos: 
     return [int(t) for t in out[0, len(prompt) :]]
 
 
+def drain(
+    settings: KafkaSettings,
+    topics: Topics,
+    config: ModelConfig,
+    engine: TransformersEngine,
+    window: int,
+    skip: Callable[[str, int | None], bool] = lambda job_id, submission: False,
+) -> WorkerStats:
+    """The GPU loop with the generation step, in drain mode, over tensors.<MODEL>; the engine closed after."""
+    consumer = make_consumer(settings, topics.gpu_group(MODEL))
+    try:
+        return run(
+            consumer,
+            subscribe(consumer, [topics.tensors(MODEL)]),
+            lambda: make_producer(settings),
+            Inference(None, config, topics, BatchPolicy(1), "g", skip),
+            WindowLimits(window, 20.0),
+            LoopOptions(drain=True, generator=engine),
+        )
+    finally:
+        consumer.close()
+        engine.close()
+
+
+def feed_without_eos(
+    settings: KafkaSettings, topics: Topics, repository: Path, job_id: str, requests: list[dict[str, Any]]
+) -> ModelConfig:
+    """The requests preprocessed (one submission, so one pack in order) onto tensors.<MODEL>; the
+    model's config with no end-of-sequence id, so each request decodes exactly its max_tokens."""
+    models = Models(repository)
+    loaded = models(MODEL)
+    assert loaded.config.generation is not None
+    marked = {REQUEST_ATTRIBUTE: "true"}
+    raw = [
+        ConsumedRecord(topics.raw_text, 0, i, encode(RawText(job_id, f"r{i}", i, MODEL, json.dumps(r), 1_000, marked)))
+        for i, r in enumerate(requests)
+    ]
+    tensors = topics.tensors(MODEL)
+    out = preprocess_texts(raw, models, topics)
+    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    produce_all(make_producer(settings), [o for o in out if o.topic == tensors])
+    return replace(loaded.config, generation=replace(loaded.config.generation, eos_token_ids=()))
+
+
 def test_requests_become_completions_identical_to_generate(
     settings: KafkaSettings, topics: Topics, generator_repository: Path, smollm2_tokenizer: Any
 ) -> None:
@@ -91,19 +136,7 @@ def test_requests_become_completions_identical_to_generate(
 
     engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32))
     engine.warmup()
-    consumer = make_consumer(settings, topics.gpu_group(MODEL))
-    try:
-        stats = run(
-            consumer,
-            subscribe(consumer, [tensors]),
-            lambda: make_producer(settings),
-            Inference(None, config, topics, BatchPolicy(1), "g"),
-            WindowLimits(8, 20.0),
-            LoopOptions(drain=True, generator=engine),
-        )
-    finally:
-        consumer.close()
-        engine.close()
+    stats = drain(settings, topics, config, engine, 8)
     assert stats.records == len(requests)  # every request but the refused one, and the plain text
 
     results = {
@@ -134,39 +167,13 @@ def test_short_requests_finish_and_are_stored_while_a_long_one_still_decodes(
     """Continuous batching: one 512-token request and 200 of 16 tokens submitted together; every
     short one's result is produced before the long one's (no end-of-sequence id here, so each
     request decodes exactly its max_tokens)."""
-    models = Models(generator_repository)
-    loaded = models(MODEL)
-    assert loaded.config.generation is not None
-    config = replace(loaded.config, generation=replace(loaded.config.generation, eos_token_ids=()))
-    marked = {REQUEST_ATTRIBUTE: "true"}
     requests = [{"prompt": "Tell me a long story.", "params": {"max_tokens": 512}}] + [
         {"prompt": f"Short answer number {i}.", "params": {"max_tokens": 16}} for i in range(200)
     ]
-    raw = [
-        ConsumedRecord(
-            topics.raw_text, 0, i, encode(RawText("job-c", f"r{i}", i, MODEL, json.dumps(r), 1_000 + i, marked))
-        )
-        for i, r in enumerate(requests)
-    ]
-    tensors = topics.tensors(MODEL)
-    out = preprocess_texts(raw, models, topics)
-    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
-    produce_all(make_producer(settings), [o for o in out if o.topic == tensors])
+    config = feed_without_eos(settings, topics, generator_repository, "job-c", requests)
     engine = TransformersEngine(config, GenerationLimits(max_sequences=64, kv_cache_tokens=32768, page_size=32))
     engine.warmup()
-    consumer = make_consumer(settings, topics.gpu_group(MODEL))
-    try:
-        run(
-            consumer,
-            subscribe(consumer, [tensors]),
-            lambda: make_producer(settings),
-            Inference(None, config, topics, BatchPolicy(1), "c"),
-            WindowLimits(256, 20.0),
-            LoopOptions(drain=True, generator=engine),
-        )
-    finally:
-        consumer.close()
-        engine.close()
+    drain(settings, topics, config, engine, 256)
     produced = {
         r.record_id: (r.timestamps["result_produced"], r.completion_tokens)
         for r in (decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results]))
@@ -184,23 +191,10 @@ def test_a_cancelled_job_s_sequences_stop_at_the_next_step_and_its_records_are_c
     """Cancel mid-generation: what finished is kept, the sequences still decoding stop without a
     result (no end-of-sequence id here: each would run its 800 tokens), and every record's offset
     is committed."""
-    models = Models(generator_repository)
-    loaded = models(MODEL)
-    assert loaded.config.generation is not None
-    config = replace(loaded.config, generation=replace(loaded.config.generation, eos_token_ids=()))
-    marked = {REQUEST_ATTRIBUTE: "true"}
     requests = [{"prompt": "Go on.", "params": {"max_tokens": 4 if i < 2 else 800}} for i in range(40)]
-    raw = [
-        ConsumedRecord(topics.raw_text, 0, i, encode(RawText("job-x", f"r{i}", i, MODEL, json.dumps(r), 1_000, marked)))
-        for i, r in enumerate(requests)
-    ]
-    tensors = topics.tensors(MODEL)
-    out = preprocess_texts(raw, models, topics)
-    ensure_topics(settings, [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
-    produce_all(make_producer(settings), [o for o in out if o.topic == tensors])
+    config = feed_without_eos(settings, topics, generator_repository, "job-x", requests)
     engine = TransformersEngine(config, GenerationLimits(max_sequences=8, kv_cache_tokens=65536, page_size=64))
     engine.warmup()
-    consumer = make_consumer(settings, topics.gpu_group(MODEL))
     asked: list[float] = []
 
     def cancelled(job_id: str, submission: int | None) -> bool:
@@ -208,18 +202,7 @@ def test_a_cancelled_job_s_sequences_stop_at_the_next_step_and_its_records_are_c
         asked.append(time.monotonic())
         return job_id == "job-x" and asked[-1] - asked[0] > 3.0
 
-    try:
-        stats = run(
-            consumer,
-            subscribe(consumer, [tensors]),
-            lambda: make_producer(settings),
-            Inference(None, config, topics, BatchPolicy(1), "x", cancelled),
-            WindowLimits(64, 20.0),
-            LoopOptions(drain=True, generator=engine),
-        )
-    finally:
-        consumer.close()
-        engine.close()
+    stats = drain(settings, topics, config, engine, 64, cancelled)
     results = [decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results])]
     assert sorted(r.record_id for r in results) == ["r0", "r1"]  # what finished before the cancel is kept
     assert stats.records == len(requests)  # the cancelled ones are consumed and committed, never run
