@@ -112,12 +112,14 @@ class Ledger:
                 lambda: self.failure is not None or not self._entries or self._entries[0].done, timeout_s
             )
 
-    def resolve(self, entries: Iterable[Entry]) -> None:
-        """Count `entries` as confirmed: their outputs were produced again and confirmed."""
+    def resolve(self, entries: Iterable[Entry], seal: bool = True) -> None:
+        """Count `entries` as confirmed: their outputs were produced again and confirmed. seal=False:
+        an entry not sealed yet stays open for the outputs still to come (a generation window
+        whose sequences are decoding)."""
         with self._lock:
             for entry in entries:
                 entry.confirmed = len(entry.outputs)
-                if entry.sealed_at is None:
+                if entry.sealed_at is None and seal:
                     entry.sealed_at = time.monotonic()
             self.failure = None
             self._lock.notify_all()

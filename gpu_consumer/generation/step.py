@@ -142,6 +142,7 @@ class GenerationStep:
         self.ledger = Ledger()
         metrics.follow(self.ledger.in_flight)
         self._lock = threading.Lock()
+        self._producing = threading.Lock()  # the emit thread's produce, and a recovery, one at a time
         self._running: dict[str, _Running] = {}  # by engine key
         self._keys = 0
         self._to_emit: queue.Queue[tuple[_Window, list[OutRecord]] | None] = queue.Queue()
@@ -242,7 +243,10 @@ class GenerationStep:
         if self.ledger.failure is not None or self.ledger.stalled(self._delivery_timeout_s):
             self._recover(self.ledger.failure or f"deliveries unconfirmed after {self._delivery_timeout_s:.0f} s")
 
-    def _finish(self, commit: Callable[[], None], timeout_s: float = 600.0) -> bool:
+    def _finish(self, commit: Callable[[], None], timeout_s: float = 120.0) -> bool:
+        """Run what is in flight to its results and commit it (the end of a drain, a revoke): at most
+        timeout_s, as the encoders' pipeline waits; what is unfinished then is consumed again by
+        the partitions' next owner."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()
@@ -280,20 +284,26 @@ class GenerationStep:
         self.stats.records += commit_confirmed(self._consumer, self._incarnation, self.ledger, ask=ask)
 
     def _recover(self, reason: str) -> None:
+        """A new producer sends every unconfirmed result again, until the broker stores them (an
+        outage is waited out, nothing committed meanwhile). The emit thread produces nothing while
+        this runs, so the results counted as confirmed are exactly those sent again; windows whose
+        sequences still decode stay open (pipeline.py's recovery seals its windows instead: there
+        every window in flight has all its outputs once the engine queue is drained)."""
         log.warning("%s; recreating the producer and producing the unconfirmed results again", reason)
-        entries = self.ledger.unconfirmed()
-        records = [r for e in entries for r in e.outputs]
-        while True:
-            self._producer_generation += 1
-            discard(self._producer)
-            self._producer = self._new_producer()
-            try:
-                produce_all(self._producer, records, self._delivery_timeout_s)
-                break
-            except DeliveryError as exc:
-                log.warning("waiting for the broker to store %d results: %s", len(records), exc)
-            time.sleep(RETRY_PAUSE_S)
-        self.ledger.resolve(entries)
+        with self._producing:
+            entries = self.ledger.unconfirmed()
+            records = [r for e in entries for r in e.outputs]
+            while True:
+                self._producer_generation += 1
+                discard(self._producer)
+                self._producer = self._new_producer()
+                try:
+                    produce_all(self._producer, records, self._delivery_timeout_s)
+                    break
+                except DeliveryError as exc:
+                    log.warning("waiting for the broker to store %d results: %s", len(records), exc)
+                time.sleep(RETRY_PAUSE_S)
+            self.ledger.resolve(entries, seal=False)
 
     # --- emit thread ---
 
@@ -373,6 +383,10 @@ class GenerationStep:
     def _produce(self, entry: Entry, records: list[OutRecord]) -> None:
         if not records:
             return
+        with self._producing:
+            self._send(entry, records)
+
+    def _send(self, entry: Entry, records: list[OutRecord]) -> None:
         self.ledger.sent(entry, records)
         generation, ledger = self._producer_generation, self.ledger
 
