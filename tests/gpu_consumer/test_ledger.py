@@ -63,6 +63,19 @@ def test_after_a_failure_the_unconfirmed_windows_are_kept_with_their_outputs_unt
     assert ledger.take_committable() == ({("t", 0): 2}, 2)
 
 
+def test_resolving_without_sealing_keeps_a_window_open_for_the_outputs_still_to_come() -> None:
+    ledger = Ledger()
+    w = ledger.open({("t", 0): 5}, 4)  # four prompts: two results sent, two still generating
+    ledger.sent(w, outputs(2))
+    ledger.fail("delivery to results failed")
+    ledger.resolve(ledger.unconfirmed(), seal=False)
+    assert ledger.take_committable() == ({}, 0)  # not a window's offsets before its last result
+    ledger.sent(w, outputs(2))
+    ledger.seal(w)
+    ledger.confirm(w, 2)
+    assert ledger.take_committable() == ({("t", 0): 5}, 4)
+
+
 def test_a_sealed_window_unconfirmed_past_the_timeout_is_stalled() -> None:
     ledger = Ledger()
     w = ledger.open({("t", 0): 1}, 1)
