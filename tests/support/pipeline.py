@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
+from jobs.launch.runner import WaitRules, watch_job
+from jobs.registry import find_job
 from jobs.results import JobOutcome
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -21,6 +23,7 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topic
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import Tensor, TensorRecord, encode
 from schemas.model_config import ENV_MODEL_REPOSITORY
+from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 
 
 @dataclass
@@ -140,3 +143,21 @@ def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: i
             if count >= at_least:
                 return count
     raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")
+
+
+def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
+    """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
+    `status` counts. Waiting on the latest submission matters after a resubmit: results of the
+    killed submission's records would count as done before the resubmission's came in, while
+    `results` and `status` rightly report the latest submission only."""
+    submission = find_job(pipeline.settings, pipeline.topics, job_id).submission
+    watch_job(
+        pipeline.settings,
+        pipeline.topics,
+        job_id,
+        len(ids),
+        WaitRules(check=pipeline.check_workers, timeout_s=timeout_s),
+        submission=submission,
+    )
+    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
+    assert_status_is_exact(pipeline, job_id, len(ids))

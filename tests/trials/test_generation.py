@@ -20,8 +20,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
 from schemas.model_config import ModelConfig, load_model_config
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.pipeline import RunningPipeline, follow_until, submit
-from tests.trials.test_recovery import finish_and_check
+from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit
 
 MODEL = "smollm2-135m"
 RNG = random.Random(20261206)

@@ -22,37 +22,18 @@ import numpy as np
 import pytest
 
 from jobs.launch.runner import WaitRules, watch_job
-from jobs.registry import find_job, job_status
+from jobs.registry import job_status
 from jobs.results import JobOutcome, read_outcome
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
-from tests.support.pipeline import RunningPipeline, follow_until, submit
+from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit
 from tests.support.records import copies_of, tensor_rows
 from tests.support.tiny_model import TinyModel
 
 RNG = random.Random(20261129)
-
-
-def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
-    """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
-    `status` counts. Waiting on the latest submission matters after a resubmit: results of the
-    killed submission's records would count as done before the resubmission's came in, while
-    `results` and `status` rightly report the latest submission only."""
-    submission = find_job(pipeline.settings, pipeline.topics, job_id).submission
-    watch_job(
-        pipeline.settings,
-        pipeline.topics,
-        job_id,
-        len(ids),
-        WaitRules(check=pipeline.check_workers, timeout_s=timeout_s),
-        submission=submission,
-    )
-    assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
-    assert_status_is_exact(pipeline, job_id, len(ids))
 
 
 @pytest.mark.long
