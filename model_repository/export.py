@@ -65,6 +65,7 @@ def prepare_minilm(
     source = Path(get_model_path())
     max_length = int(json.loads((source / "sentence_bert_config.json").read_text())["max_seq_length"])
     transformers_logging.set_verbosity_error()  # its notes about unused config keys are not ours to show
+    transformers_logging.disable_progress_bar()  # nor its weight-loading bar, in a command's output
     bert = BertModel.from_pretrained(str(source), attn_implementation="eager").eval()
 
     class TokenEmbeddings(torch.nn.Module):

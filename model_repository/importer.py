@@ -78,6 +78,7 @@ def import_model(
             f"importing needs the export extra: pip install 'nearline[export]' ({exc.name})"
         ) from None
     transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
     torch.manual_seed(0)
     auto = {
         "text-embedding": transformers.AutoModel,
