@@ -34,8 +34,9 @@ from typing import Any
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.procfs import cpu_seconds
 from bench.system_cost import timed_command
-from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
+from gpu_consumer.generation.engine import GenerationLimits
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
+from gpu_consumer.generation.transformers_engine import TransformersEngine
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker

@@ -28,4 +28,7 @@ models into the repository (model_repository/: export, import, parity checks).
 """
 
 # The engines --engine names; here, not in engines.py, so the CLI lists them without importing numpy.
-ENGINES = ("auto", "tensorrt", "torch", "onnxruntime")
+# Encoders run on the first four (engines.py), causal LMs on auto or the last two (generation/engines.py).
+ENCODER_ENGINES = ("tensorrt", "torch", "onnxruntime")
+GENERATION_ENGINES = ("vllm", "transformers")
+ENGINES = ("auto", *ENCODER_ENGINES, *GENERATION_ENGINES)

@@ -7,7 +7,7 @@ import logging
 
 import numpy as np
 
-from gpu_consumer import ENGINES
+from gpu_consumer import ENCODER_ENGINES, GENERATION_ENGINES
 from gpu_consumer.batcher import pad_batch
 from gpu_consumer.cost_model import CostModel, measure
 from gpu_consumer.engine import Engine, EngineLoadError
@@ -28,6 +28,9 @@ def make_engine(
     here; it uses the CUDA/TensorRT execution providers itself where its build has them).
     max_batch_size, max_batch_tokens: the worker's limits, where the torch engine sizes its buffers
     and graphs by them."""
+    if kind in GENERATION_ENGINES:
+        encoders = ", ".join(ENCODER_ENGINES)
+        raise EngineLoadError(f"--engine {kind} runs causal LMs; {config.name} runs on auto, {encoders}")
     if kind == "tensorrt" or (kind == "auto" and _tensorrt_usable()):
         from gpu_consumer.tensorrt_engine import TensorRTEngine
 
@@ -45,7 +48,7 @@ def make_engine(
         return TorchEngine(config, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
     if kind in ("auto", "onnxruntime"):
         return OnnxRuntimeEngine(config, threads)
-    raise EngineLoadError(f"unknown engine {kind!r}; available: {', '.join(ENGINES)}")
+    raise EngineLoadError(f"unknown engine {kind!r}; available: auto, {', '.join(ENCODER_ENGINES)}")
 
 
 def resolved_kind(config: ModelConfig, kind: str = "auto") -> str:

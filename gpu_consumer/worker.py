@@ -155,7 +155,7 @@ class GpuWorkerSettings:
     """What `nearline worker gpu` is told (jobs/cli/workers.py builds it once): serve()'s knobs."""
 
     model: str
-    engine_kind: str = "auto"  # auto, tensorrt, torch, onnxruntime (gpu_consumer/engines.py)
+    engine_kind: str = "auto"  # gpu_consumer.ENGINES (gpu_consumer/engines.py, generation/engines.py)
     threads: int = 0  # the engine's; 0 = one per core
     max_batch_size: int | None = None  # rows of an executed batch; None: the engine's default
     max_batch_tokens: int | None = None  # tokens of an executed batch (padded); None: the default
@@ -170,6 +170,7 @@ class GpuWorkerSettings:
     bulk_share: float = DEFAULT_BULK_SHARE
     group_protocol: str = "classic"
     kv_cache_tokens: int | None = None  # causal LMs: the KV cache's size in tokens; None: the engine's default
+    eager: bool = False  # causal LMs: no graph compilation (GenerationLimits.eager)
 
 
 def serve(
@@ -309,16 +310,16 @@ def _serve_generator(
     and the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
     sequences decoded at once; exactly-once is not offered (a completion is produced as its
     sequence ends, outside any window's transaction)."""
-    from gpu_consumer.generation.engine import TransformersEngine
+    from gpu_consumer.generation.engines import make_generator
 
     if worker.exactly_once:
         raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
     if given is not None:
         return _consume(settings, topics, config, worker, None, BatchPolicy(1), given)
-    limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size)
+    limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size, eager=worker.eager)
     if worker.kv_cache_tokens is not None:
         limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
-    engine = TransformersEngine(config, limits)
+    engine = make_generator(config, worker.engine_kind, limits)
     try:
         engine.warmup()  # before subscribing: a broken model must not hold partitions
         return _consume(settings, topics, config, worker, None, BatchPolicy(1), engine)

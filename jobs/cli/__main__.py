@@ -2,4 +2,5 @@
 
 from jobs.cli.main import main
 
-main()
+if __name__ == "__main__":  # not again in a process spawned from this one (vLLM's engine core)
+    main()

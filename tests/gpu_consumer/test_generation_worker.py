@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.generation.engine import GenerationLimits, TransformersEngine
+from gpu_consumer.generation.engine import GenerationLimits
 from gpu_consumer.generation.requests import Completion
+from gpu_consumer.generation.transformers_engine import TransformersEngine
 from gpu_consumer.steps import Inference, WorkerStats
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run

@@ -45,7 +45,7 @@ class RunningPipeline:
             ENV_MODEL_REPOSITORY: str(self.repository),
         }
 
-    def start(self, name: str, *args: str) -> WorkerProcess:
+    def start(self, name: str, *args: str, python: str = sys.executable) -> WorkerProcess:
         worker = spawn_worker(
             name,
             list(args),
@@ -56,6 +56,7 @@ class RunningPipeline:
             # scratch (faust's data folder) beside the logs: a worker a test SIGKILLs leaves it
             # in the test's folder, not in /tmp
             extra_env={"TMPDIR": str(self.logs)},
+            python=python,
         )
         self.workers.append(worker)
         return worker
