@@ -65,6 +65,30 @@ def kv_bytes_per_token(folder: Path, dtype_bytes: int) -> int:
         raise EngineLoadError(f"{folder / 'config.json'}: cannot size the KV cache: {exc!r}") from None
 
 
+def engine_args(config: ModelConfig, limits: GenerationLimits, device: str) -> dict[str, Any]:
+    """vLLM's EngineArgs for a model of the repository under our limits (the benchmark's vLLM alone
+    runs with the same): token ids in and out, float32 on the CPU, the KV cache sized in bytes."""
+    assert config.generation is not None
+    folder = config.generator_path
+    blocks = max(2, -(-limits.kv_cache_tokens // limits.page_size))
+    return {
+        "model": str(folder),
+        "skip_tokenizer_init": True,
+        "dtype": "bfloat16" if device == "cuda" else "float32",
+        "max_model_len": config.generation.context_length,
+        "max_num_seqs": limits.max_sequences,
+        "max_num_batched_tokens": max(limits.step_tokens, limits.max_sequences),
+        "enable_prefix_caching": limits.prefix_sharing,
+        "block_size": limits.page_size,
+        # the KV budget in bytes, not a share of the device's (or, on the CPU, the host's) memory
+        "kv_cache_memory_bytes": blocks * limits.page_size * kv_bytes_per_token(folder, 2 if device == "cuda" else 4),
+        "num_gpu_blocks_override": blocks,
+        "enforce_eager": limits.eager,
+        "seed": 0,
+        "disable_log_stats": True,
+    }
+
+
 class VllmEngine:
     """A causal LM from the model repository on vLLM: the CPU in float32 (greedy parity with
     transformers' generate()), CUDA in bfloat16 (docs/guarantees.md: parity not promised there)."""
@@ -93,24 +117,7 @@ class VllmEngine:
         self._sampling_type, self._kinds = VllmSamplingParams, RequestOutputKind
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         folder = config.generator_path
-        blocks = max(2, -(-limits.kv_cache_tokens // limits.page_size))
-        dtype_bytes = 2 if device == "cuda" else 4
-        args = EngineArgs(
-            model=str(folder),
-            skip_tokenizer_init=True,
-            dtype="bfloat16" if device == "cuda" else "float32",
-            max_model_len=config.generation.context_length,
-            max_num_seqs=limits.max_sequences,
-            max_num_batched_tokens=max(limits.step_tokens, limits.max_sequences),
-            enable_prefix_caching=limits.prefix_sharing,
-            block_size=limits.page_size,
-            # the KV budget in bytes, not a share of the device's (or, on the CPU, the host's) memory
-            kv_cache_memory_bytes=blocks * limits.page_size * kv_bytes_per_token(folder, dtype_bytes),
-            num_gpu_blocks_override=blocks,
-            enforce_eager=limits.eager,
-            seed=0,
-            disable_log_stats=True,
-        )
+        args = EngineArgs(**engine_args(config, limits, device))
         try:
             self._tokenizer = Tokenizer.from_file(str(config.tokenizer_path))
             self._engine: Any = LLMEngine.from_engine_args(args)

@@ -1,4 +1,5 @@
-"""Generation end to end on Apache Kafka with the shipped SmolLM2-135M: 64 requests of mixed
+"""Generation end to end on Apache Kafka with the shipped SmolLM2-135M, on each engine (transformers'
+continuous batching, and vLLM with the GPU worker in its own environment): 64 requests of mixed
 lengths (a few tokens to about 1,000) and mixed max_tokens, packed 5 to a pack, through the real
 preprocess and GPU worker processes, the GPU worker SIGKILLed twice mid-job. Every record ends
 with exactly one result in `nearline results`, and every copy of a result in the topic (a killed
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
 from schemas.model_config import ModelConfig, load_model_config
+from tests.support.engine_process import vllm_python
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit
 
@@ -72,9 +75,24 @@ def reference(config: ModelConfig, rows: list[dict[str, Any]]) -> dict[str, list
     return out
 
 
+ROWS = requests()
+ENGINES = {
+    "transformers": ("--engine", "transformers"),
+    "vllm": ("--engine", "vllm", "--eager"),  # eager: each of the three starts takes seconds, not a minute
+}
+
+
+@pytest.fixture(scope="module")
+def expected(smollm2_repository: Path) -> dict[str, list[int]]:
+    return reference(load_model_config(smollm2_repository, MODEL), ROWS)
+
+
 @pytest.mark.long
 @pytest.mark.timeout(1500)  # SmolLM2 on two cores: generation, two restarts and the reference run
+@pytest.mark.parametrize("engine", list(ENGINES))
 def test_generation_with_two_kills_gives_every_request_one_result_identical_to_generate(
+    engine: str,
+    expected: dict[str, list[int]],
     settings: KafkaSettings,
     topics: Topics,
     smollm2_repository: Path,
@@ -82,23 +100,23 @@ def test_generation_with_two_kills_gives_every_request_one_result_identical_to_g
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("NEARLINE_PACK_RECORDS", "5")  # the job's records cut across 13 packs
-    rows = requests()
+    rows = ROWS
+    python = vllm_python() if engine == "vllm" else sys.executable
     pipeline = RunningPipeline(settings, topics, smollm2_repository, tmp_path / "logs")
     try:
         pipeline.start("preprocess", "preprocess")
-        gpu_args = ("gpu", "--model", MODEL, "--max-batch-size", "8")
-        gpu = pipeline.start("gpu", *gpu_args)
+        gpu_args = ("gpu", "--model", MODEL, "--max-batch-size", "8", *ENGINES[engine])
+        gpu = pipeline.start("gpu", *gpu_args, python=python)
         job_id = submit(pipeline, write_jsonl(tmp_path / "prompts.jsonl", rows), model=MODEL)
         for kill_at in (RNG.randint(4, 20), RNG.randint(28, 44)):
             reached = follow_until(pipeline, topics.results, job_id, kill_at, timeout_s=600)
             gpu.process.send_signal(signal.SIGKILL)
             gpu.process.wait()
             assert reached < len(rows), f"the kill at {kill_at} landed after the job"
-            gpu = pipeline.start("gpu", *gpu_args)
+            gpu = pipeline.start("gpu", *gpu_args, python=python)
         finish_and_check(pipeline, job_id, [r["id"] for r in rows], tmp_path, timeout_s=900)
     finally:
         pipeline.stop()
-    expected = reference(load_model_config(smollm2_repository, MODEL), rows)
     copies: dict[str, list[InferenceResult]] = {}
     for message in read_topics(settings, [topics.results]):
         result = decode(message.value, InferenceResult)
