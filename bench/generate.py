@@ -1,11 +1,14 @@
 """Benchmark: generation, end to end and against the engine alone, on the same prompts and settings.
 
-    .venv/bin/python -m bench.generate [--model smollm2-135m] [--prompts 64] [--max-tokens 32]
-        [--sections engine,system,static,prefix] [--model-repository PATH] [--sequences 64]
+    .venv/bin/python -m bench.generate [--engine transformers|vllm] [--model smollm2-135m]
+        [--prompts 64] [--max-tokens 32] [--sections engine,system,static,prefix]
+        [--model-repository PATH] [--sequences 64]
 
-- engine: transformers' continuous batching alone (`generate_batch`, the paged cache and limits
-  our engine runs with) against our engine (gpu_consumer/generation/engine.py) driven directly:
-  generated tokens/s, and whether the tokens are the same.
+--engine vllm runs this script again in the vLLM environment (.venv-vllm, deploy/vllm-cpu.txt);
+its preprocess worker still runs in .venv (faust is not in the vLLM environment).
+- engine: the engine alone (transformers' `generate_batch`; vLLM's offline `LLM.generate` on the
+  same token ids), with the paged cache and limits our engine runs with, against our engine
+  (gpu_consumer/generation/) driven directly: generated tokens/s, and whether the tokens are the same.
 - system: the whole platform on the embedded broker (a preprocess worker, a GPU worker, warmed
   with a 2-request job), `nearline submit --wait` of the prompts as chat requests, twice: with a
   zero-cost generation engine in the real GPU worker (bench/generation_engines.py: every process's
@@ -22,21 +25,23 @@ Figures, never assertions: the machine is shared. Greedy decoding throughout (te
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.procfs import cpu_seconds
 from bench.system_cost import timed_command
-from gpu_consumer.generation.engine import GenerationLimits
+from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
+from gpu_consumer.generation.engines import make_generator
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
-from gpu_consumer.generation.transformers_engine import TransformersEngine
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
@@ -44,6 +49,9 @@ from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
 
 NAMESPACE = "generate-bench"
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+PREPROCESS_PYTHON = ROOT / ".venv" / "bin" / "python"  # where faust is
 
 
 def questions(n: int) -> list[str]:
@@ -64,7 +72,7 @@ def chat_ids(config: ModelConfig, texts: list[str], system: str | None = None) -
     return out
 
 
-def run_engine(engine: TransformersEngine, prompts: list[list[int]], max_tokens: list[int]) -> tuple[float, dict]:
+def run_engine(engine: GenerationEngine, prompts: list[list[int]], max_tokens: list[int]) -> tuple[float, dict]:
     started = time.perf_counter()
     for i, (ids, n) in enumerate(zip(prompts, max_tokens, strict=True)):
         engine.submit(GenerationRequest(f"b{i}-{started}", tuple(ids), SamplingParams(max_tokens=n)))
@@ -74,7 +82,9 @@ def run_engine(engine: TransformersEngine, prompts: list[list[int]], max_tokens:
     return time.perf_counter() - started, done
 
 
-def engine_section(config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits) -> float:
+def transformers_alone(
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits
+) -> tuple[float, list[list[int]]]:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -95,16 +105,43 @@ def engine_section(config: ModelConfig, prompts: list[list[int]], max_tokens: in
         inputs=prompts, generation_config=generation, continuous_batching_config=batching, progress_bar=False
     )
     alone_s = time.perf_counter() - started
-    alone = [outputs[k].generated_tokens for k in sorted(outputs, key=lambda k: int(k.split("_")[1]))]
+    return alone_s, [outputs[k].generated_tokens for k in sorted(outputs, key=lambda k: int(k.split("_")[1]))]
+
+
+def vllm_alone(
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits
+) -> tuple[float, list[list[int]]]:
+    """vLLM's offline engine (`LLM.generate`) on the same token ids, with the EngineArgs ours runs with."""
+    from vllm import LLM
+    from vllm import SamplingParams as VllmSamplingParams
+
+    from gpu_consumer.generation.vllm_engine import engine_args
+
+    llm = LLM(**engine_args(config, limits, "cpu"))
+    eos = sorted(config.generation.eos_token_ids)  # type: ignore[union-attr]
+    sampling = VllmSamplingParams(max_tokens=max_tokens, temperature=0.0, stop_token_ids=eos, detokenize=False)
+    token_prompts: list[Any] = [{"prompt_token_ids": p} for p in prompts]
+    llm.generate(token_prompts[:2], sampling, use_tqdm=False)
+    started = time.perf_counter()
+    outputs = llm.generate(token_prompts, sampling, use_tqdm=False)
+    alone_s = time.perf_counter() - started
+    llm.llm_engine.engine_core.shutdown()  # its cores back before ours starts
+    return alone_s, [list(o.outputs[0].token_ids) for o in outputs]
+
+
+def engine_section(
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits, kind: str
+) -> float:
+    alone_s, alone = (vllm_alone if kind == "vllm" else transformers_alone)(config, prompts, max_tokens, limits)
     tokens = sum(len(t) for t in alone)
-    del model
-    engine = TransformersEngine(config, limits)
+    engine = make_generator(config, kind, limits)
     engine.warmup()
     ours_s, done = run_engine(engine, prompts, [max_tokens] * len(prompts))
     engine.close()
     same = sum(list(done[f"b{i}"].token_ids) == alone[i] for i in range(len(prompts)))
-    print(f"  engine alone (generate_batch): {tokens:,} tokens in {alone_s:.1f} s: {tokens / alone_s:,.1f} tokens/s")
-    print(f"  our engine driven directly:    {tokens / ours_s:,.1f} tokens/s ({alone_s / ours_s:.2f}x)")
+    name = "LLM.generate" if kind == "vllm" else "generate_batch"
+    print(f"  {kind} alone ({name}): {tokens:,} tokens in {alone_s:.1f} s: {tokens / alone_s:,.1f} tokens/s")
+    print(f"  our {kind} engine driven directly: {tokens / ours_s:,.1f} tokens/s ({alone_s / ours_s:.2f}x)")
     print(f"  the same tokens: {same} of {len(prompts)} requests")
     return tokens / alone_s
 
@@ -141,6 +178,7 @@ def system_section(
                 repository=repository,
                 log_path=work / f"pre-{engine}.log",
                 extra_env=PREPROCESS_ENV,
+                python=sys.executable if importlib.util.find_spec("faust") else str(PREPROCESS_PYTHON),
             )
         )
         if engine == "zero-cost":
@@ -152,7 +190,7 @@ def system_section(
             workers.append(
                 spawn_worker(
                     "gpu",
-                    ["gpu", "--model", config.name],
+                    ["gpu", "--model", config.name, "--engine", engine],
                     bootstrap_servers=broker.bootstrap_servers,
                     namespace=NAMESPACE,
                     repository=repository,
@@ -226,7 +264,7 @@ def static_section(config: ModelConfig, prompts: list[list[int]], max_tokens: in
             useful += next((i + 1 for i, t in enumerate(kept) if t in eos), len(kept))
     static_s = time.perf_counter() - started
     del model
-    engine = TransformersEngine(config, limits)
+    engine = make_generator(config, "transformers", limits)
     engine.warmup()
     continuous_s, done = run_engine(engine, prompts, lengths)
     engine.close()
@@ -245,7 +283,7 @@ def prefix_section(config: ModelConfig, limits: GenerationLimits) -> None:
     prompts = chat_ids(config, [f"Question {i}: what is item {i}?" for i in range(200)], system)
     shared_tokens = sum(len(p) for p in prompts)
     for sharing in (True, False):
-        engine = TransformersEngine(config, GenerationLimits(**{**limits.__dict__, "prefix_sharing": sharing}))
+        engine = make_generator(config, "transformers", replace(limits, prefix_sharing=sharing))
         engine.warmup()
         wall, done = run_engine(engine, prompts, [4] * len(prompts))
         engine.close()
@@ -260,6 +298,7 @@ def prefix_section(config: ModelConfig, limits: GenerationLimits) -> None:
 def main() -> None:
     exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=32)
@@ -271,6 +310,8 @@ def main() -> None:
     if args.gpu_worker:
         gpu_worker_main(Path(args.gpu_worker[0]), args.gpu_worker[1])
         return
+    if args.engine == "vllm" and importlib.util.find_spec("vllm") is None:  # again, where vLLM is
+        os.execv(VLLM_PYTHON, [str(VLLM_PYTHON), "-m", "bench.generate", *sys.argv[1:]])
     repository = args.model_repository or default_repository()
     config = ensure_model(repository, args.model, lambda line: print(line, file=sys.stderr))
     limits = GenerationLimits(max_sequences=args.sequences)
@@ -281,12 +322,12 @@ def main() -> None:
     alone = None
     if "engine" in sections:
         print(f"engine, {args.max_tokens} tokens a request:")
-        alone = engine_section(config, prompts, args.max_tokens, limits)
+        alone = engine_section(config, prompts, args.max_tokens, limits, args.engine)
     if "system" in sections:
         print(f"system, {args.max_tokens} tokens a request, on the embedded broker:")
         with tempfile.TemporaryDirectory(prefix="bench-generate-") as work:
             system_section(repository, config, texts, args.max_tokens, Path(work), "zero-cost")
-            end_to_end = system_section(repository, config, texts, args.max_tokens, Path(work), "transformers")
+            end_to_end = system_section(repository, config, texts, args.max_tokens, Path(work), args.engine)
         if alone is not None:
             print(f"  end to end against the engine alone: {end_to_end / alone:.2f}x")
     if "static" in sections:

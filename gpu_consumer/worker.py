@@ -29,6 +29,7 @@ import signal
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
@@ -84,6 +85,8 @@ class LoopOptions:
     incarnation: BrokerIncarnation | None = None  # a broker that restarts without its state
     # A causal LM's engine: prompts run on it through GenerationStep (inference.engine is unused)
     generator: GenerationEngine | None = None
+    # makes another, warmed by the step, when the engine fails (None: a failure stops the worker)
+    new_generator: Callable[[], GenerationEngine] | None = None
 
 
 def run(
@@ -111,6 +114,7 @@ def run(
             new_producer,
             metrics,
             settings.delivery_timeout_s,
+            options.new_generator,
         )
     elif options.transactional:
         step = TransactionalStep(consumer, assignment, broker, inference, new_producer, settings, metrics)
@@ -233,6 +237,7 @@ def _consume(
     engine: Engine | None,
     policy: BatchPolicy,
     generator: GenerationEngine | None = None,
+    new_generator: Callable[[], GenerationEngine] | None = None,
 ) -> WorkerStats:
     """Subscribe to tensors.<model> (both lanes) with the engine warm, and run the loop until told to stop."""
     model, metrics = config.name, worker.metrics
@@ -291,6 +296,7 @@ def _consume(
             bulk_share=worker.bulk_share,
             incarnation=incarnation,
             generator=generator,
+            new_generator=new_generator,
         )
         inference = Inference(engine, config, topics, policy, worker_id, cancellations.skips_submission)
         return run(consumer, assignment, new_producer, inference, limits, options)
@@ -322,6 +328,7 @@ def _serve_generator(
     engine = make_generator(config, worker.engine_kind, limits)
     try:
         engine.warmup()  # before subscribing: a broken model must not hold partitions
-        return _consume(settings, topics, config, worker, None, BatchPolicy(1), engine)
+        renew = partial(make_generator, config, worker.engine_kind, limits)  # after an engine failure
+        return _consume(settings, topics, config, worker, None, BatchPolicy(1), engine, renew)
     finally:
         engine.close()

@@ -37,7 +37,9 @@ class GenerationRequest:
 class Completion:
     """A finished sequence: its tokens (an end-of-sequence id included, as it was generated), its text
     (the stop string and what followed cut, special tokens left out) and why it ended: "stop" (an
-    end-of-sequence id or a stop string) or "length" (max_tokens). `error`: the engine failed it."""
+    end-of-sequence id or a stop string) or "length" (max_tokens). `error`: the engine failed it;
+    `refused`: the engine refused the request itself (its own fault, whatever runs beside it), where
+    an error without it may be the engine's, failing a whole batch (GenerationStep runs it alone)."""
 
     key: str
     token_ids: tuple[int, ...]
@@ -46,3 +48,4 @@ class Completion:
     prompt_tokens: int
     cached_prompt_tokens: int = 0
     error: str | None = None
+    refused: bool = False

@@ -10,8 +10,18 @@ every record of it, and of every window polled before it, has a confirmed result
 so a partition's offset never passes a record whose result is not stored. A 2,000-token story
 holds back only the commit, never the results of the short answers beside it. A crash loses
 nothing: what was in flight is consumed and generated again, and readers keep one result per
-record. Windows stay small (the engine takes records as they come), and `has_room` bounds what
-is submitted and not finished to a few more than the sequences the engine decodes at once (twice
+record.
+
+An engine that fails (its thread or process stopped) is replaced by a new one, which runs the
+prompts that were in flight one at a time: a prompt that fails the engine alone is a dead letter
+with the engine's error, the others get their results, so no record makes the worker exit on
+every redelivery (a crash loop). An engine that cannot be restarted is the host's fault: the
+worker exits and Kafka gives its partitions to another. A fault that kills the worker's own
+process (a segfault in the transformers engine's thread) is not caught here: vLLM's engine core
+runs in a process of its own, so its crash is an engine failure like any other.
+
+Windows stay small (the engine takes records as they come), and `has_room` bounds what is
+submitted and not finished to a few more than the sequences the engine decodes at once (twice
 that for the live lane, room()), so a sequence that ends is replaced at once, memory stays
 bounded, and a live prompt waits behind few bulk ones in the engine's queue.
 """
@@ -28,9 +38,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpu_consumer.generation.engine import GenerationEngine
+from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.handler import Emitter, Item, Poisoned, decode_sources
+from gpu_consumer.isolation import EngineFault
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
@@ -66,7 +77,7 @@ class _Window:
 class _Running:
     window: _Window
     item: Item
-    params: SamplingParams
+    request: GenerationRequest  # kept to run it again on a new engine (_isolate)
     started_us: int
 
 
@@ -124,6 +135,7 @@ class GenerationStep:
         new_producer: Callable[[], Producer],
         metrics: GpuMetrics,
         delivery_timeout_s: float = 30.0,
+        new_engine: Callable[[], GenerationEngine] | None = None,
     ) -> None:
         config, topics = inference.config, inference.topics
         if config.generation is None:
@@ -134,6 +146,10 @@ class GenerationStep:
         self._config, self._topics, self._worker_id = config, topics, inference.worker_id
         self._context = config.generation.context_length
         self._engine, self._metrics, self._skip_job = engine, metrics, inference.skip_job
+        self._new_engine = new_engine  # None: an engine failure stops the worker
+        self._replaced = False  # the engine in use was made here (close() closes it)
+        self._isolating = False  # a new engine runs the failed one's prompts one at a time
+        self._deferred: list[GenerationRequest] = []  # prompts polled meanwhile, submitted after
         self._emitter = Emitter(config, topics)
         self._new_producer = new_producer
         self._producer = new_producer()
@@ -181,15 +197,22 @@ class GenerationStep:
             self._keys += 1
             key = f"{window_id}.{self._keys}"
             prompt = tuple(int(t) for t in item.array.tolist())
-            requests.append((GenerationRequest(key, prompt, params), _Running(held, item, params, now_us())))
+            request = GenerationRequest(key, prompt, params)
+            requests.append((request, _Running(held, item, request, now_us())))
         # Handed to the emit thread before any prompt reaches the engine, so its dead letters are
         # produced before the window can be sealed by its last completion.
         self._to_emit.put((held, dead))
         with self._lock:
             for request, running in requests:
                 self._running[request.key] = running
+            if self._isolating:
+                self._deferred += [request for request, _ in requests]
+                requests = []
         for request, _ in requests:
-            self._engine.submit(request)
+            try:
+                self._engine.submit(request)
+            except GenerationFailedError:
+                break  # the engine stopped: the emit thread's completions() says so and _isolate runs these
         self.stats.windows += 1
         self._commit()
 
@@ -213,7 +236,7 @@ class GenerationStep:
         beside those it decodes, so a live prompt (taken up to twice that) waits for few of them
         in the engine's first-come queue: it joins the running batch within a few steps."""
         with self._lock:
-            return len(self._running) < room(self._engine.max_sequences, lane)
+            return not self._isolating and len(self._running) < room(self._engine.max_sequences, lane)
 
     def queued(self, lane: str) -> int:
         return 0  # prompts go to the engine as they are polled
@@ -234,6 +257,8 @@ class GenerationStep:
         self._to_emit.put(None)
         self._thread.join(timeout=10)
         flush(self._producer, 5)
+        if self._replaced:  # the caller closes the engine it gave
+            self._engine.close()
 
     def check(self) -> None:
         """Raise what stopped the emit thread (the engine failed: the worker exits, nothing more is
@@ -333,13 +358,102 @@ class GenerationStep:
                 self._produce(window.entry, records)
                 if window.waiting == 0 and window.entry.sealed_at is None:
                     self.ledger.seal(window.entry)
-            for completion in self._engine.completions(EMIT_WAIT_S):
+            try:
+                for completion in self._engine.completions(EMIT_WAIT_S):
+                    self._emit(completion)
+            except GenerationFailedError as exc:
+                if self._new_engine is None:
+                    raise
+                self._isolate(exc)
+
+    def _emit(self, completion: Completion) -> str | None:
+        """Produce a completion's result; its key, or None if its record is no longer waiting.
+        An error the engine may have failed a whole batch with raises GenerationFailedError: the
+        record is run again alone (_isolate) before anyone calls it poison."""
+        if completion.error is not None and not completion.refused:
+            raise GenerationFailedError(completion.error)
+        with self._lock:
+            running = self._running.pop(completion.key, None)
+        if running is None:
+            return None  # cancelled meanwhile
+        self._produce(running.window.entry, [self._result(completion, running)])
+        self._finished(running.window)
+        return completion.key
+
+    def _isolate(self, failure: BaseException) -> None:
+        """The engine stopped, or failed sequences, with prompts in flight: a new engine runs each
+        of them alone. One that fails the new engine alone is the record's fault (a dead letter
+        with the error, and another new engine); the rest get their results. Prompts polled
+        meanwhile wait, then run as usual."""
+        with self._lock:
+            self._isolating = True
+            suspects = len(self._running)
+        log.error(
+            "the generation engine failed with %d prompts in flight (%s); a new engine runs each alone",
+            suspects,
+            failure,
+        )
+        self._replace_engine()
+        tried: set[str] = set()
+        while True:
+            with self._lock:
+                held = {request.key for request in self._deferred}
+                untried = [r for key, r in self._running.items() if key not in tried and key not in held]
+            if not untried:
+                break
+            running = untried[0]
+            tried.add(running.request.key)
+            try:
+                self._run_alone(running.request.key)
+            except GenerationFailedError as exc:
                 with self._lock:
-                    running = self._running.pop(completion.key, None)
-                if running is None:
-                    continue  # cancelled meanwhile
-                self._produce(running.window.entry, [self._result(completion, running)])
-                self._finished(running.window)
+                    waiting = self._running.pop(running.request.key, None) is not None
+                if waiting:
+                    log.error("record %s fails the generation engine alone: dead-lettered", running.item.record_id)
+                    error = RuntimeError(f"the generation engine failed on this prompt alone: {exc}")
+                    self._produce(running.window.entry, [self._emitter.dead(Poisoned(running.item, error))])
+                    self._finished(running.window)
+                self._replace_engine()
+        with self._lock:
+            deferred, self._deferred = self._deferred, []
+            self._isolating = False
+        for request in deferred:
+            self._engine.submit(request)
+        log.warning("isolation done: %d prompts ran alone; %d polled meanwhile now run", len(tried), len(deferred))
+
+    def _run_alone(self, key: str) -> None:
+        """Run one waiting prompt on the engine and emit its completion (and any other that comes);
+        GenerationFailedError if the engine fails it."""
+        with self._lock:
+            running = self._running.get(key)
+        if running is None:
+            return  # cancelled meanwhile
+        self._engine.submit(running.request)
+        while True:
+            serve_deliveries(self._producer)
+            for completion in self._engine.completions(EMIT_WAIT_S):
+                if completion.error is not None and not completion.refused:
+                    if completion.key == key:
+                        raise GenerationFailedError(completion.error)
+                    continue  # another's: it stays waiting, and is run alone in its turn
+                self._emit(completion)
+            with self._lock:
+                if key not in self._running:
+                    return
+
+    def _replace_engine(self) -> None:
+        """A new engine in place of the failed one; one that cannot start is a fault of the host."""
+        assert self._new_engine is not None
+        try:
+            self._engine.close()
+        except Exception as exc:  # it failed already: what is left of it goes with the process
+            log.warning("closing the failed generation engine: %s", exc)
+        try:
+            engine = self._new_engine()
+            engine.warmup()
+        except Exception as exc:
+            raise EngineFault(f"the generation engine failed and cannot be restarted: {exc}") from exc
+        self._engine, self._replaced = engine, True
 
     def _result(self, completion: Completion, running: _Running) -> OutRecord:
         item = running.item

@@ -23,6 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,14 @@ def engine_args(config: ModelConfig, limits: GenerationLimits, device: str) -> d
         "seed": 0,
         "disable_log_stats": True,
     }
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A request vLLM would not take, handed to the caller as its completion's error."""
+
+    request_id: str
+    error: str
 
 
 class VllmEngine:
@@ -223,7 +232,10 @@ class VllmEngine:
             what, argument = command
             if what == "add":
                 key, prompt, sampling = argument
-                self._engine.add_request(key, {"prompt_token_ids": prompt}, sampling)
+                try:
+                    self._engine.add_request(key, {"prompt_token_ids": prompt}, sampling)
+                except ValueError as exc:  # vLLM refuses the request itself (a token id outside the vocabulary)
+                    self._outputs.put(_Refused(key, str(exc)))
             else:
                 self._engine.abort_request([argument])
             try:
@@ -234,6 +246,12 @@ class VllmEngine:
     # --- the caller's thread: post-process ---
 
     def _completion(self, output: Any) -> Completion | None:
+        if isinstance(output, _Refused):
+            with self._lock:
+                self._params.pop(output.request_id, None)
+                self._watches.pop(output.request_id, None)
+            error = f"vLLM refused the request: {output.error}"
+            return Completion(output.request_id, (), "", "", 0, error=error, refused=True)
         key: str = output.request_id
         sequence = output.outputs[0]
         tokens: list[int] = list(sequence.token_ids)

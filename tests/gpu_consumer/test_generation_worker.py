@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.generation.engine import GenerationLimits
-from gpu_consumer.generation.requests import Completion
+from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError, GenerationLimits
+from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.transformers_engine import TransformersEngine
 from gpu_consumer.steps import Inference, WorkerStats
 from gpu_consumer.windows import WindowLimits
@@ -31,7 +32,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
-from schemas import DeadLetter, InferenceResult, RawText, decode, encode
+from schemas import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, decode, encode
 from schemas.generation_request import REQUEST_ATTRIBUTE
 from schemas.model_config import ModelConfig
 from tests.support.causal_lm import CHAT, chat_ids
@@ -64,9 +65,10 @@ def drain(
     settings: KafkaSettings,
     topics: Topics,
     config: ModelConfig,
-    engine: TransformersEngine,
+    engine: GenerationEngine,
     window: int,
     skip: Callable[[str, int | None], bool] = lambda job_id, submission: False,
+    new_engine: Callable[[], GenerationEngine] | None = None,
 ) -> WorkerStats:
     """The GPU loop with the generation step, in drain mode, over tensors.<MODEL>; the engine closed after."""
     consumer = make_consumer(settings, topics.gpu_group(MODEL))
@@ -77,7 +79,7 @@ def drain(
             lambda: make_producer(settings),
             Inference(None, config, topics, BatchPolicy(1), "g", skip),
             WindowLimits(window, 20.0),
-            LoopOptions(drain=True, generator=engine),
+            LoopOptions(drain=True, generator=engine, new_generator=new_engine),
         )
     finally:
         consumer.close()
@@ -214,3 +216,114 @@ def test_a_cancelled_job_s_sequences_stop_at_the_next_step_and_its_records_are_c
     results = [decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results])]
     assert sorted(r.record_id for r in results) == ["r0", "r1"]  # what finished before the cancel is kept
     assert stats.records == len(requests)  # the cancelled ones are consumed and committed, never run
+
+
+class FragileEngine:
+    """The transformers engine, broken by one prompt as a kernel can be by one input: once given
+    `poison`, it fails every sequence in flight with an error (as transformers does when its step
+    raises), then stops (every later call raises)."""
+
+    def __init__(self, inner: TransformersEngine, poison: list[int]) -> None:
+        self.inner, self.poison = inner, poison
+        self.name, self.max_sequences = inner.name, inner.max_sequences
+        self.busy_s = 0.0
+        self.broken = False
+        self.stopped = False
+        self.keys: list[str] = []
+
+    def warmup(self) -> None:
+        self.inner.warmup()
+
+    def submit(self, request: GenerationRequest) -> None:
+        if self.stopped:
+            raise GenerationFailedError("the engine has stopped")
+        self.keys.append(request.key)
+        self.broken = self.broken or list(request.prompt) == self.poison
+        self.inner.submit(request)
+
+    def cancel(self, key: str) -> None:
+        self.inner.cancel(key)
+
+    def completions(self, timeout_s: float) -> list[Completion]:
+        if self.stopped:
+            raise GenerationFailedError("the engine has stopped: RuntimeError('kernel failed')")
+        if self.broken:
+            self.stopped = True
+            return [Completion(key, (), "", "", 0, error="kernel failed") for key in self.keys]
+        done = self.inner.completions(timeout_s)
+        for completion in done:
+            self.keys.remove(completion.key)
+        return done
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_prompt_that_breaks_the_engine_is_a_dead_letter_and_its_neighbours_get_their_results(
+    settings: KafkaSettings, topics: Topics, generator_repository: Path, smollm2_tokenizer: Any
+) -> None:
+    """No crash loop: the engine fails every sequence beside the poison prompt and stops; the
+    worker makes a new engine, runs each prompt that was in flight alone, dead-letters the one
+    that fails alone and gives the others their results (token-identical to generate()), and
+    commits every record."""
+    prompts = [f"Question {i}: where does the river run?" for i in range(11)]
+    prompts.insert(5, "Kaboom")
+    poison = list(smollm2_tokenizer("Kaboom")["input_ids"])
+    requests = [{"prompt": p, "params": {"max_tokens": 6}} for p in prompts]
+    models = Models(generator_repository)
+    config: ModelConfig = models(MODEL).config
+    feed_without_eos(settings, topics, generator_repository, "job-p", requests)  # packed in order
+    limits = GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32)
+    made: list[FragileEngine] = []
+
+    def new_engine() -> FragileEngine:
+        made.append(FragileEngine(TransformersEngine(config, limits), poison))
+        return made[-1]
+
+    first = new_engine()
+    first.warmup()
+    stats = drain(settings, topics, config, first, 8, new_engine=new_engine)
+    for engine in made[1:]:
+        engine.close()  # the step closes the last one it made; closing twice is harmless
+    assert stats.records == len(requests)  # every offset committed: nothing left to crash on again
+    results = {
+        r.record_id: r for r in (decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results]))
+    }
+    dead = [decode(m.value, DeadLetter) for m in read_topics(settings, [topics.dead_letters]) if m.value]
+    assert [d.record_id for d in dead] == ["r5"]
+    assert "the generation engine failed on this prompt alone" in dead[0].error
+    assert sorted(results) == sorted(f"r{i}" for i in range(len(requests)) if i != 5)
+    eos = list(config.generation.eos_token_ids)  # type: ignore[union-attr]
+    for i, prompt in enumerate(prompts):
+        if i != 5:
+            expected = reference_completion(config.generator_path, list(smollm2_tokenizer(prompt)["input_ids"]), 6, eos)
+            assert results[f"r{i}"].outputs[0].to_array().tolist() == expected, f"r{i}"
+    assert len(made) >= 3  # the first, the one that ran the suspects alone, and one after the poison broke it
+
+
+def test_a_token_id_outside_the_vocabulary_is_a_dead_letter_before_the_engine_sees_it(
+    settings: KafkaSettings, topics: Topics, generator_repository: Path
+) -> None:
+    """A tensors record from another writer holding an id the model has no embedding for would fail
+    every sequence beside it (transformers' embedding raises for the whole step): refused when the
+    record is decoded (gpu_consumer/vocabulary.py), as for the encoders."""
+    requests = [{"prompt": f"Prompt {i}", "params": {"max_tokens": 3}} for i in range(3)]
+    config = feed_without_eos(settings, topics, generator_repository, "job-v", requests)
+    engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32))
+    engine.warmup()
+    outside = 49_152 + 7  # SmolLM2's tokenizer: 49,152 ids
+    ids = np.asarray([1, 504, outside, 282], dtype=np.int64)
+    foreign = TensorRecord(
+        "job-v", "foreign", 3, MODEL, "1", (Tensor.from_array("input_ids", ids),), {}, {"submitted": 1}
+    )
+    produce_all(make_producer(settings), [OutRecord(topics.tensors(MODEL), encode(foreign), b"job-v", [])])
+    stats = drain(settings, topics, config, engine, 8)
+    assert stats.records == 4
+    dead = [decode(m.value, DeadLetter) for m in read_topics(settings, [topics.dead_letters]) if m.value]
+    assert [d.record_id for d in dead] == ["foreign"]
+    assert f"input_ids: token id {outside} is outside the model's vocabulary (0 to 49151)" in dead[0].error
+    assert sorted(decode(m.value, InferenceResult).record_id for m in read_topics(settings, [topics.results])) == [
+        "r0",
+        "r1",
+        "r2",
+    ]
