@@ -3,8 +3,11 @@
 A sequence ends at the first of: an end-of-sequence id (the engine stops there itself), the
 first occurrence of any stop string in its text (the text is cut before it; the engine is told
 to stop the sequence, which may have decoded a token or two past it: those are dropped), or
-max_tokens. Text is decoded from the whole completion each time it is asked (a tokenizer's
-pieces only make characters in context), and searched only where a new match could start.
+max_tokens. A streamed sequence's text grows by the new tokens' piece only: decoded beside the
+token before them (a tokenizer's pieces only make characters in context, and a character cut
+between two tokens waits for the next), so each check costs the new tokens, not the completion
+so far; the text is searched only where a new match could start. Once a stop string shows, the
+completion is decoded whole, once, for the exact cut.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from gpu_consumer.generation.requests import SamplingParams
 
 Decode = Callable[[Sequence[int]], str]
+REPLACEMENT = "\ufffd"  # what a tokenizer decodes part of a character's bytes to
 
 
 @dataclass(frozen=True)
@@ -32,18 +36,31 @@ class StopWatch:
     def __init__(self, params: SamplingParams, decode: Decode) -> None:
         self._stops = params.stop
         self._decode = decode
+        self._text = ""  # the text of the tokens read so far
+        self._context = 0  # where the token before the unread ones starts: decoded with them
+        self._read = 0  # tokens whose text is in _text
         self._searched = 0  # characters of text already searched for a stop string that starts there
         self._longest = max((len(s) for s in self._stops), default=0)
 
     def check(self, tokens: Sequence[int]) -> Ending | None:
-        """The ending if a stop string occurs in the text of `tokens`, else None."""
-        if not self._stops:
+        """The ending if a stop string occurs in the text of `tokens` (the tokens of the last check
+        and those decoded since), else None."""
+        if not self._stops or len(tokens) <= self._read:
             return None
-        text = self._decode(tokens)
+        before = self._decode(tokens[self._context : self._read])
+        after = self._decode(tokens[self._context :])
+        if after.endswith(REPLACEMENT) or not after.startswith(before):
+            return None  # a character still cut between tokens: read it with the next ones
+        self._text += after[len(before) :]
+        self._context, self._read = self._read, len(tokens)
         # a match may start up to len(stop) - 1 characters before the text searched so far ended
         start = max(0, self._searched - self._longest + 1)
-        found = _first_stop(text, self._stops, start)
-        self._searched = len(text)
+        found = _first_stop(self._text, self._stops, start)
+        self._searched = len(self._text)
+        if found is None:
+            return None
+        text = self._decode(tokens)  # once: the whole completion's text decides the cut
+        found = _first_stop(text, self._stops, 0)
         if found is None:
             return None
         cut, end = found

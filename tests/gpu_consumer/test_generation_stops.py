@@ -54,3 +54,31 @@ def test_the_watch_finds_a_stop_string_that_spans_the_tokens_of_two_checks() -> 
 def test_the_watch_without_stop_strings_never_ends_a_sequence() -> None:
     watch = StopWatch(SamplingParams(max_tokens=50), decode)
     assert watch.check(ids("STOP")) is None
+
+
+def byte_decode(tokens: Sequence[int]) -> str:
+    """A byte-level tokenizer's decode: token n is the byte n; a character cut short is U+FFFD."""
+    return bytes(tokens).decode("utf-8", errors="replace")
+
+
+def test_a_character_cut_between_tokens_is_read_whole_before_a_stop_string_is_looked_for() -> None:
+    data = list("caf\u00e9! ok".encode())  # é is two bytes: tokens 3 and 4
+    watch = StopWatch(SamplingParams(max_tokens=50, stop=("\u00e9!",)), byte_decode)
+    assert watch.check(data[:4]) is None  # "caf" and half of é
+    assert watch.check(data[:5]) is None  # é whole, no "!" yet
+    assert watch.check(data[:6]) == Ending(6, "caf", "stop")
+
+
+def test_each_check_decodes_the_new_tokens_and_one_before_them_not_the_completion_so_far() -> None:
+    decoded = 0
+
+    def counting(tokens: Sequence[int]) -> str:
+        nonlocal decoded
+        decoded += len(tokens)
+        return decode(tokens)
+
+    watch = StopWatch(SamplingParams(max_tokens=5000, stop=("never there",)), counting)
+    stream = ids("abcdefghij" * 200)  # 2,000 tokens, streamed one at a time
+    for n in range(1, len(stream) + 1):
+        assert watch.check(stream[:n]) is None
+    assert decoded <= 4 * len(stream)  # the whole completion decoded each time would be ~2 million
