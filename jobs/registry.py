@@ -185,9 +185,15 @@ class JobStatus:
             + (f", expired {c['expired']} not done by the deadline" if c["expired"] else "")
             + ")"
             + (f"  {progress.rate(now):.1f} rec/s  ETA {format_eta(progress.eta(now))}" if progress else "")
+            + self._tokens_text()
             + self._deadline_text()
             + (f"  labels {format_labels(self.job.labels)}" if self.job.labels else "")
         )
+
+    def _tokens_text(self) -> str:
+        """A generation job's progress in tokens too: its completions' tokens so far."""
+        tokens = self.outcome.usage.completion_tokens if self.outcome.usage is not None else 0
+        return f"  {tokens:,} tokens generated" if tokens else ""
 
     def _deadline_text(self) -> str:
         left = self.deadline_news()

@@ -50,8 +50,11 @@ def jobs_list(as_json: bool, labels: dict[str, str], bootstrap_servers: str, nam
         left = status.deadline_news()
         deadline = "" if left is None else f"\texpires in {format_eta(left)}" if left else "\tdeadline passed"
         tags = f"\t{format_labels(job.labels)}" if job.labels else ""
+        generated = status.outcome.usage.completion_tokens if status.outcome.usage is not None else 0
+        tokens = f" ({generated:,} tokens)" if generated else ""
         click.echo(
-            f"{job.job_id}\t{job.model}\t{status.state.value}\t{status.done}/{job.total}{lane}{deadline}{schedule}{tags}"
+            f"{job.job_id}\t{job.model}\t{status.state.value}\t{status.done}/{job.total}{tokens}"
+            f"{lane}{deadline}{schedule}{tags}"
         )
 
 

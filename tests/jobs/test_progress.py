@@ -94,3 +94,15 @@ def test_a_generation_job_is_summed_up_in_the_tokens_it_generated() -> None:
         records=64, dead_lettered=1, seconds=8.0, batches=9, mean_batch_size=7.1, completion_tokens=2048
     ).line()
     assert line == "64 records, 1 dead-lettered in 8.0 s: 8.0 records/s, 2,048 tokens generated (256.0 tokens/s)"
+
+
+def test_a_generation_job_s_status_counts_the_tokens_generated_so_far_beside_its_records() -> None:
+    from jobs.registry import JobStatus
+    from schemas.records import Job
+
+    status = JobStatus(Job("gen-1", "smollm2-135m", "prompts.jsonl", "text", 64, 1))
+    assert "tokens generated" not in status.line()  # none yet, as for an encoder's job
+    assert status.outcome.usage is not None
+    status.outcome.usage.completion_tokens = 12_345
+    line = "gen-1 submitted: 0/64 done (preprocessed 0, inferred 0, dead-lettered 0)  12,345 tokens generated"
+    assert status.line() == line
