@@ -85,6 +85,14 @@ END_TO_END = BulkHistogram(
     (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
     ["model", "lane"],
 )
+GENERATED_TOKENS = Counter(
+    "nearline_generated_tokens_total", "Tokens of the completions a causal LM produced results for.", ["model"]
+)
+COMPLETIONS = Counter(
+    "nearline_completions_total",
+    "Completions a causal LM produced results for, by why they ended (stop, length).",
+    ["model", "finish_reason"],
+)
 WINDOWS_IN_FLIGHT = Gauge(
     "nearline_windows_in_flight", "Poll windows between poll and commit (at most --max-windows-in-flight).", ["model"]
 )
@@ -108,6 +116,12 @@ class GpuMetrics:
     def produced(self, records: Sequence[OutRecord]) -> None:
         """Records handed to the producer."""
 
+    def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Priority) -> None:
+        """A causal LM's completion of `tokens` tokens whose result was just produced (emit thread)."""
+
+    def engine_busy(self, seconds: float) -> None:
+        """Seconds a causal LM's engine spent decoding since the last call (main thread)."""
+
 
 class PrometheusGpuMetrics(GpuMetrics):
     def __init__(self, model: str) -> None:
@@ -120,6 +134,8 @@ class PrometheusGpuMetrics(GpuMetrics):
         self._lane_engine = {lane: LANE_ENGINE.labels(model, lane) for lane in PRIORITIES}
         self._end_to_end = {lane: END_TO_END.labels(model, lane) for lane in PRIORITIES}
         self._windows = WINDOWS_IN_FLIGHT.labels(model)
+        self._model = model
+        self._generated = GENERATED_TOKENS.labels(model)
         self._recent = RecentSums(3, RECENT_S)  # busy seconds, real tokens, padded tokens
         ENGINE_BUSY_RATIO.labels(model).set_function(self._busy_ratio)
         PADDING_WASTE.labels(model).set_function(self._padding_waste)
@@ -154,6 +170,16 @@ class PrometheusGpuMetrics(GpuMetrics):
 
     def produced(self, records: Sequence[OutRecord]) -> None:
         self.traffic.produced_records(records)
+
+    def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Priority) -> None:
+        self._generated.inc(tokens)
+        COMPLETIONS.labels(self._model, finish_reason).inc()
+        if submitted_us:
+            self._end_to_end[lane].observe_many(np.array([(now_us() - submitted_us) / 1e6]))
+
+    def engine_busy(self, seconds: float) -> None:
+        self._busy.inc(seconds)
+        self._recent.add(seconds, 0, 0)
 
     def _busy_ratio(self) -> float:
         (busy, _, _), span = self._recent.sums()

@@ -10,10 +10,17 @@ post-process stage, so the same tokens give the same text and ending on either e
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpu_consumer.generation.requests import Completion, GenerationRequest
+from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
+from schemas.model_config import GenerationSpec, ModelConfig
+
+WARMUP_TIMEOUT_S = 300.0
 
 
 class GenerationEngine(Protocol):
@@ -54,3 +61,28 @@ class GenerationLimits:
 
 class GenerationFailedError(RuntimeError):
     """The engine failed a request (its message is the engine's)."""
+
+
+def generation_of(config: ModelConfig) -> GenerationSpec:
+    """The model's generation spec, for an engine about to load it (EngineLoadError if it has none);
+    from here on a missing file is an error, never a download."""
+    if config.generation is None:
+        raise EngineLoadError(f"{config.name}:{config.version} does not generate text (task {config.task})")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return config.generation
+
+
+def warm_up(engine: GenerationEngine, eos_ids: frozenset[int], stopped: Callable[[], str | None]) -> None:
+    """One short request decoded end to end, so a model that cannot run fails at start-up:
+    EngineLoadError if it fails, or if `stopped()` names why the engine stopped, or at the timeout."""
+    first = next(iter(sorted(set(range(8)) - eos_ids)), 0)  # an id that ends nothing
+    engine.submit(GenerationRequest("nearline-warmup", (first,) * 8, SamplingParams(max_tokens=2)))
+    deadline = time.monotonic() + WARMUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        for done in engine.completions(1.0):
+            if done.error is not None:
+                raise EngineLoadError(f"the model failed its warm-up request: {done.error}")
+            return
+        if (why := stopped()) is not None:
+            raise EngineLoadError(f"the model did not finish its warm-up request: {why}")
+    raise EngineLoadError(f"the model did not finish its warm-up request within {WARMUP_TIMEOUT_S:.0f} s")

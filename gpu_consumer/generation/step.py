@@ -16,9 +16,8 @@ An engine that fails (its thread or process stopped) is replaced by a new one, w
 prompts that were in flight one at a time: a prompt that fails the engine alone is a dead letter
 with the engine's error, the others get their results, so no record makes the worker exit on
 every redelivery (a crash loop). An engine that cannot be restarted is the host's fault: the
-worker exits and Kafka gives its partitions to another. A fault that kills the worker's own
-process (a segfault in the transformers engine's thread) is not caught here: vLLM's engine core
-runs in a process of its own, so its crash is an engine failure like any other.
+worker exits and Kafka gives its partitions to another. A fault that kills the worker's process
+(a segfault in an engine's native code) is not caught here.
 
 Windows stay small (the engine takes records as they come), and `has_room` bounds what is
 submitted and not finished to a few more than the sequences the engine decodes at once (twice
@@ -34,7 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,6 +70,7 @@ class _Window:
     formed_us: int
     window_id: str
     waiting: int  # records submitted and not finished
+    lane: Priority
 
 
 @dataclass(eq=False)
@@ -79,14 +79,6 @@ class _Running:
     item: Item
     request: GenerationRequest  # kept to run it again on a new engine (_isolate)
     started_us: int
-
-
-@dataclass
-class GenerationStats:
-    completions: int = 0
-    completion_tokens: int = 0
-    cancelled: int = 0
-    by_reason: dict[str, int] = field(default_factory=dict)
 
 
 def room(max_sequences: int, lane: str) -> int:
@@ -141,7 +133,7 @@ class GenerationStep:
         if config.generation is None:
             raise ValueError(f"model {config.name} does not generate text")
         self.stats = WorkerStats()
-        self.generation_stats = GenerationStats()
+        self._busy_seen = 0.0  # the engine's busy seconds already reported
         self._consumer, self._assignment, self._incarnation = consumer, assignment, incarnation
         self._config, self._topics, self._worker_id = config, topics, inference.worker_id
         self._context = config.generation.context_length
@@ -180,7 +172,7 @@ class GenerationStep:
         window_id = f"{self._worker_id}-{self.stats.windows}"
         entry = self.ledger.open(window_offsets(window), records_in(window), self._assignment.revocations)
         items, dead = decode_sources(sources, self._config, self._topics)
-        held = _Window(entry, now_us(), window_id, len(items))
+        held = _Window(entry, now_us(), window_id, len(items), lane)
         requests: list[tuple[GenerationRequest, _Running]] = []
         for item in items:
             try:
@@ -220,6 +212,9 @@ class GenerationStep:
         self.check()
         self._cancel_unwanted()
         self._commit()
+        busy = self._engine.busy_s  # a new engine (after a failure) counts from 0 again
+        self._metrics.engine_busy(busy - self._busy_seen if busy >= self._busy_seen else busy)
+        self._busy_seen = busy
 
     def idle(self) -> None:
         pass
@@ -295,7 +290,6 @@ class GenerationStep:
             with self._lock:
                 running = self._running.pop(key, None)
             if running is not None:
-                self.generation_stats.cancelled += 1
                 self._finished(running.window)
 
     def _finished(self, window: _Window) -> None:
@@ -459,10 +453,8 @@ class GenerationStep:
         item = running.item
         if completion.error is not None:
             return self._emitter.dead(Poisoned(item, RuntimeError(f"generation failed: {completion.error}")))
-        stats = self.generation_stats
-        stats.completions += 1
-        stats.completion_tokens += len(completion.token_ids)
-        stats.by_reason[completion.finish_reason] = stats.by_reason.get(completion.finish_reason, 0) + 1
+        submitted = item.timestamps.get("submitted")
+        self._metrics.completed(len(completion.token_ids), completion.finish_reason, submitted, running.window.lane)
         attributes = {k: v for k, v in item.attributes.items() if k not in INTERNAL_ATTRIBUTES}
         with self._lock:
             running_now = len(self._running) + 1

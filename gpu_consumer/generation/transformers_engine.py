@@ -18,7 +18,6 @@ stopped as soon as a stop string appears; the others come back once, finished.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import threading
 import time
@@ -27,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_consumer.engine import EngineLoadError
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.sampling import seeded_sampler
 from gpu_consumer.generation.stops import StopWatch, finished
@@ -43,12 +42,10 @@ class TransformersEngine:
     name = "transformers"
 
     def __init__(self, config: ModelConfig, limits: GenerationLimits | None = None, device: str | None = None) -> None:
-        if config.generation is None:
-            raise EngineLoadError(f"{config.name}:{config.version} does not generate text (task {config.task})")
+        spec = generation_of(config)
         limits = limits or GenerationLimits()
         self.max_sequences = limits.max_sequences
-        self._eos = frozenset(config.generation.eos_token_ids)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file is an error, never a download
+        self._eos = frozenset(spec.eos_token_ids)
         try:
             import torch
             from tokenizers import Tokenizer
@@ -73,7 +70,7 @@ class TransformersEngine:
             do_sample=False,
             eos_token_id=sorted(self._eos) or None,
             pad_token_id=config.tokenizer.pad_id if config.tokenizer else None,
-            max_new_tokens=config.generation.default_max_tokens,
+            max_new_tokens=spec.default_max_tokens,
         )
         self._params: dict[str, SamplingParams] = {}  # in flight, by key (the sampler reads it too)
         batching = ContinuousBatchingConfig(
@@ -112,19 +109,9 @@ class TransformersEngine:
         self._manager.start()
 
     def warmup(self) -> None:
-        """One short request decoded end to end, so a model that cannot run fails at start-up."""
-        probe = GenerationRequest("nearline-warmup", (self._first_id(),) * 8, SamplingParams(max_tokens=2))
-        self.submit(probe)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            for done in self.completions(1.0):
-                if done.error is not None:
-                    raise EngineLoadError(f"the model failed its warm-up request: {done.error}")
-                self._count_cached_prompts()
-                return
-            if self._manager.background_thread_status.fatal_error is not None:
-                break
-        raise EngineLoadError(f"the model did not finish its warm-up request: {self._failure()}")
+        fatal = self._manager.background_thread_status
+        warm_up(self, self._eos, lambda: self._failure() if fatal.fatal_error is not None else None)
+        self._count_cached_prompts()
 
     def submit(self, request: GenerationRequest) -> None:
         params = request.params
@@ -232,9 +219,6 @@ class TransformersEngine:
             return matched
 
         cache.search_prefix_match = counted
-
-    def _first_id(self) -> int:
-        return next(iter(sorted(set(range(8)) - self._eos)), 0)
 
     def _failure(self) -> str:
         error = self._manager.background_thread_status.fatal_error

@@ -15,19 +15,9 @@ from gpu_consumer.generation.engine import GenerationLimits
 from gpu_consumer.generation.engines import generator_kind
 from gpu_consumer.generation.requests import SamplingParams
 from gpu_consumer.generation.vllm_engine import engine_args, kv_bytes_per_token, vllm_sampling
-from schemas.model_config import GenerationSpec, ModelConfig, TensorSpec, TokenizerSpec
+from tests.support.causal_lm import lm_config
 
-CONFIG = ModelConfig(
-    "lm",
-    "1",
-    "text-generation",
-    (TensorSpec("input_ids", "int64", ("batch", "sequence"), "token_ids"),),
-    (),
-    8,
-    (),
-    TokenizerSpec("model/tokenizer.json", 512),
-    generation=GenerationSpec(eos_token_ids=(2, 0), context_length=2048, default_max_tokens=64),
-)
+CONFIG = lm_config(eos_token_ids=(2, 0), context_length=2048)
 # SmolLM2-135M's shape: 30 layers, 3 KV heads of 64
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
 

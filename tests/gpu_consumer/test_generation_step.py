@@ -9,19 +9,9 @@ from gpu_consumer.generation.requests import SamplingParams
 from gpu_consumer.generation.step import room, sampling_of
 from schemas.errors import TensorFormatError
 from schemas.generation_request import SAMPLING_ATTRIBUTE
-from schemas.model_config import GenerationSpec, ModelConfig, TensorSpec, TokenizerSpec
+from tests.support.causal_lm import lm_config
 
-CONFIG = ModelConfig(
-    "lm",
-    "1",
-    "text-generation",
-    (TensorSpec("input_ids", "int64", ("batch", "sequence"), "token_ids"),),
-    (),
-    8,
-    (),
-    TokenizerSpec("model/tokenizer.json", 512),
-    generation=GenerationSpec(eos_token_ids=(2,), context_length=512, default_max_tokens=64),
-)
+CONFIG = lm_config()
 
 
 def test_bulk_prompts_leave_few_waiting_and_live_ones_have_room_beyond_them() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -15,11 +16,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError, GenerationLimits
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.transformers_engine import TransformersEngine
+from gpu_consumer.metrics import GpuMetrics, PrometheusGpuMetrics
 from gpu_consumer.steps import Inference, WorkerStats
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
@@ -69,6 +72,7 @@ def drain(
     window: int,
     skip: Callable[[str, int | None], bool] = lambda job_id, submission: False,
     new_engine: Callable[[], GenerationEngine] | None = None,
+    metrics: GpuMetrics | None = None,
 ) -> WorkerStats:
     """The GPU loop with the generation step, in drain mode, over tensors.<MODEL>; the engine closed after."""
     consumer = make_consumer(settings, topics.gpu_group(MODEL))
@@ -79,7 +83,7 @@ def drain(
             lambda: make_producer(settings),
             Inference(None, config, topics, BatchPolicy(1), "g", skip),
             WindowLimits(window, 20.0),
-            LoopOptions(drain=True, generator=engine, new_generator=new_engine),
+            LoopOptions(drain=True, generator=engine, new_generator=new_engine, metrics=metrics),
         )
     finally:
         consumer.close()
@@ -139,7 +143,9 @@ def test_requests_become_completions_identical_to_generate(
 
     engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32))
     engine.warmup()
-    stats = drain(settings, topics, config, engine, 8)
+    series = f"{MODEL}-{uuid.uuid4().hex[:8]}"  # its own series in the process-wide registry
+    metrics = PrometheusGpuMetrics(series)
+    stats = drain(settings, topics, config, engine, 8, metrics=metrics)
     assert stats.records == len(requests)  # every request but the refused one, and the plain text
 
     results = {
@@ -158,6 +164,13 @@ def test_requests_become_completions_identical_to_generate(
         assert got.completion_tokens == len(expected)
         assert got.finish_reason == ("stop" if expected[-1] in eos else "length")
         assert got.attributes == {}  # the request mark and the sampling parameters stay internal
+    sample = REGISTRY.get_sample_value
+    labels = {"model": series}
+    assert sample("nearline_generated_tokens_total", labels) == sum(r.completion_tokens for r in results.values())
+    reasons = [r.finish_reason for r in results.values()]
+    for reason in ("stop", "length"):
+        assert (sample("nearline_completions_total", {**labels, "finish_reason": reason}) or 0) == reasons.count(reason)
+    assert (sample("nearline_engine_busy_seconds_total", labels) or 0) > 0
     default = config.generation.default_max_tokens
     assert results["plain"].outputs[0].to_array().tolist() == reference_completion(
         config.generator_path, inputs[1], default, eos

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from model_repository.causal_lm import smollm2_gguf
+from schemas.model_config import GenerationSpec, ModelConfig, TensorSpec, TokenizerSpec
 
 TINY_LLAMA_SEED = 0
 CHAT = [{"role": "user", "content": "Name three rivers of Europe."}]
@@ -69,3 +70,18 @@ def chat_text(tokenizer: Any) -> str:
 def chat_ids(tokenizer: Any) -> list[int]:
     """CHAT's token ids: the rendered template writes its special tokens itself, so none are added."""
     return list(tokenizer(chat_text(tokenizer), add_special_tokens=False)["input_ids"])
+
+
+def lm_config(eos_token_ids: tuple[int, ...] = (2,), context_length: int = 512) -> ModelConfig:
+    """A causal LM's model config, for the pure tests of what reads one (no model on disk)."""
+    return ModelConfig(
+        "lm",
+        "1",
+        "text-generation",
+        (TensorSpec("input_ids", "int64", ("batch", "sequence"), "token_ids"),),
+        (),
+        8,
+        (),
+        TokenizerSpec("model/tokenizer.json", 512),
+        generation=GenerationSpec(eos_token_ids=eos_token_ids, context_length=context_length, default_max_tokens=64),
+    )

@@ -100,6 +100,8 @@ class RemoteEngine:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+        self._reader.join(timeout=10)  # it ends at the pipe's end, the child's exit
+        self._replies.close()
 
     def _send(self, doc: dict[str, Any]) -> None:
         assert self._process.stdin is not None
