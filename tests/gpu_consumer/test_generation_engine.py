@@ -84,7 +84,7 @@ def test_greedy_completions_match_generate_one_prompt_at_a_time(
     rng = random.Random(7)
     vocab = reference.config.vocab_size
     eos = list(tiny_generator.generation.eos_token_ids)  # type: ignore[union-attr]
-    # 64 prompts of a few tokens to ~950 (the tiny model's context is 1,024), mixed max_tokens
+    # 64 prompts of a few tokens to ~950 (the tiny model's context is 2,048), mixed max_tokens
     prompts = [[rng.randrange(3, vocab) for _ in range(rng.choice([3, 17, 60, 200, 950]))] for _ in range(64)]
     max_tokens = [rng.choice([1, 5, 24, 40]) for _ in prompts]
     requests = [

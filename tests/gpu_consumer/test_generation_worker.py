@@ -122,7 +122,7 @@ def test_requests_become_completions_identical_to_generate(
     requests = [{"messages": CHAT, "params": {"max_tokens": 12}}] + [
         {"prompt": p, "params": {"max_tokens": rng.choice([1, 6, 20])}} for p in prompts
     ]
-    requests.append({"prompt": "too long", "params": {"max_tokens": 5000}})  # past the 1,024-token context
+    requests.append({"prompt": "too long", "params": {"max_tokens": 5000}})  # past the 2,048-token context
     marked = {REQUEST_ATTRIBUTE: "true"}
     raw = [
         ConsumedRecord(

@@ -1,10 +1,10 @@
-"""Generation end to end on Apache Kafka with the shipped SmolLM2-135M, on each engine (transformers'
-continuous batching, and vLLM with the GPU worker in its own environment): 64 requests of mixed
-lengths (a few tokens to about 1,000) and mixed max_tokens, packed 5 to a pack, through the real
-preprocess and GPU worker processes, the GPU worker SIGKILLed twice mid-job. Every record ends
-with exactly one result in `nearline results`, and every copy of a result in the topic (a killed
-worker's window is generated again) is token-identical to transformers' `generate()` run directly
-on that prompt alone."""
+"""Generation end to end on Apache Kafka with the shipped SmolLM2-135M and a seeded tiny Llama,
+each on each engine (transformers' continuous batching, and vLLM with the GPU worker in its own
+environment): 64 requests of mixed lengths (a few tokens to about 1,000) and mixed max_tokens,
+packed 5 to a pack, through the real preprocess and GPU worker processes, SmolLM2's GPU worker
+SIGKILLed twice mid-job. Every record ends with exactly one result in `nearline results`, and
+every copy of a result in the topic (a killed worker's window is generated again) is
+token-identical to transformers' `generate()` run directly on that prompt alone."""
 
 from __future__ import annotations
 
@@ -80,35 +80,51 @@ ENGINES = {
     "transformers": ("--engine", "transformers"),
     "vllm": ("--engine", "vllm", "--eager"),  # eager: each of the three starts takes seconds, not a minute
 }
+TINY = "tiny-llama"
 
 
 @pytest.fixture(scope="module")
-def expected(smollm2_repository: Path) -> dict[str, list[int]]:
-    return reference(load_model_config(smollm2_repository, MODEL), ROWS)
+def repositories(
+    smollm2_repository: Path, tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    from model_repository.causal_lm import import_causal_lm
+
+    tiny = import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, TINY)
+    return {MODEL: smollm2_repository, TINY: tiny.directory.parents[1]}
+
+
+@pytest.fixture(scope="module")
+def expected(repositories: dict[str, Path]) -> dict[str, dict[str, list[int]]]:
+    return {model: reference(load_model_config(repository, model), ROWS) for model, repository in repositories.items()}
 
 
 @pytest.mark.long
 @pytest.mark.timeout(1500)  # SmolLM2 on two cores: generation, two restarts and the reference run
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_generation_with_two_kills_gives_every_request_one_result_identical_to_generate(
+@pytest.mark.parametrize("model", [MODEL, TINY])
+def test_generation_gives_every_request_one_result_identical_to_generate(
+    model: str,
     engine: str,
-    expected: dict[str, list[int]],
+    expected: dict[str, dict[str, list[int]]],
+    repositories: dict[str, Path],
     settings: KafkaSettings,
     topics: Topics,
-    smollm2_repository: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """SmolLM2 with two SIGKILLs of the GPU worker mid-job; the seeded tiny Llama without (it
+    finishes the job within a second: no kill would land inside it)."""
     monkeypatch.setenv("NEARLINE_PACK_RECORDS", "5")  # the job's records cut across 13 packs
-    rows = ROWS
+    rows, want = ROWS, expected[model]
     python = vllm_python() if engine == "vllm" else sys.executable
-    pipeline = RunningPipeline(settings, topics, smollm2_repository, tmp_path / "logs")
+    pipeline = RunningPipeline(settings, topics, repositories[model], tmp_path / "logs")
     try:
         pipeline.start("preprocess", "preprocess")
-        gpu_args = ("gpu", "--model", MODEL, "--max-batch-size", "8", *ENGINES[engine])
+        gpu_args = ("gpu", "--model", model, "--max-batch-size", "8", *ENGINES[engine])
         gpu = pipeline.start("gpu", *gpu_args, python=python)
-        job_id = submit(pipeline, write_jsonl(tmp_path / "prompts.jsonl", rows), model=MODEL)
-        for kill_at in (RNG.randint(4, 20), RNG.randint(28, 44)):
+        job_id = submit(pipeline, write_jsonl(tmp_path / "prompts.jsonl", rows), model=model)
+        kills = (RNG.randint(4, 20), RNG.randint(28, 44)) if model == MODEL else ()
+        for kill_at in kills:
             reached = follow_until(pipeline, topics.results, job_id, kill_at, timeout_s=600)
             gpu.process.send_signal(signal.SIGKILL)
             gpu.process.wait()
@@ -121,9 +137,9 @@ def test_generation_with_two_kills_gives_every_request_one_result_identical_to_g
     for message in read_topics(settings, [topics.results]):
         result = decode(message.value, InferenceResult)
         copies.setdefault(result.record_id, []).append(result)
-    assert sorted(copies) == sorted(expected)
+    assert sorted(copies) == sorted(want)
     for record_id, results in copies.items():
         for result in results:
-            assert result.outputs[0].to_array().tolist() == expected[record_id], record_id
+            assert result.outputs[0].to_array().tolist() == want[record_id], record_id
     out = [json.loads(line) for line in (tmp_path / f"{job_id}.jsonl").read_text().splitlines()]
     assert all(line["finish_reason"] in ("stop", "length") and "text" in line for line in out)
