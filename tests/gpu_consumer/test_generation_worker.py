@@ -1,8 +1,8 @@
 """Generation through the real stages on a real broker: requests (a chat, prompts) tokenized by
 the preprocess stage's pure function, produced to tensors.<model>, and run by the GPU loop's
-GenerationStep (drain mode) on the transformers engine; every result's completion is
-token-identical to transformers' `generate()` run on the same prompt alone, and a request that
-cannot run is a dead letter while its neighbours get results."""
+GenerationStep (drain mode) on the transformers engine (the first test on vLLM too); every
+result's completion is token-identical to transformers' `generate()` run on the same prompt
+alone, and a request that cannot run is a dead letter while its neighbours get results."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ from schemas import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, 
 from schemas.generation_request import REQUEST_ATTRIBUTE
 from schemas.model_config import ModelConfig
 from tests.support.causal_lm import CHAT, chat_ids
+from tests.support.engine_process import RemoteEngine, vllm_python
 
 pytestmark = pytest.mark.real_model
 
@@ -110,8 +111,14 @@ def feed_without_eos(
     return replace(loaded.config, generation=replace(loaded.config.generation, eos_token_ids=()))
 
 
+@pytest.mark.parametrize("kind", ["transformers", "vllm"])
 def test_requests_become_completions_identical_to_generate(
-    settings: KafkaSettings, topics: Topics, generator_repository: Path, smollm2_tokenizer: Any
+    kind: str,
+    settings: KafkaSettings,
+    topics: Topics,
+    generator_repository: Path,
+    smollm2_tokenizer: Any,
+    tmp_path: Path,
 ) -> None:
     models = Models(generator_repository)
     config: ModelConfig = models(MODEL).config
@@ -141,8 +148,13 @@ def test_requests_become_completions_identical_to_generate(
     producer = make_producer(settings)
     produce_all(producer, [OutRecord(o.topic, o.value, o.key, o.headers) for o in out if o.topic == tensors])
 
-    engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32))
-    engine.warmup()
+    limits = GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32, eager=True)
+    engine: GenerationEngine
+    if kind == "vllm":  # in its own environment (tests/support/engine_process.py)
+        engine = RemoteEngine(config, kind, limits, vllm_python(), tmp_path / "vllm.log")
+    else:
+        engine = TransformersEngine(config, limits)
+        engine.warmup()
     series = f"{MODEL}-{uuid.uuid4().hex[:8]}"  # its own series in the process-wide registry
     metrics = PrometheusGpuMetrics(series)
     stats = drain(settings, topics, config, engine, 8, metrics=metrics)
