@@ -18,6 +18,7 @@ from schemas.model_config import ModelConfig
 class ZeroCostGenerator:
     name = "zero-cost"
     busy_s = 0.0  # it computes nothing
+    kv_tokens = 2**31  # and holds no cache
 
     def __init__(self, config: ModelConfig, max_sequences: int = 64) -> None:
         self.max_sequences = max_sequences

@@ -27,6 +27,7 @@ class GenerationEngine(Protocol):
     name: str
     max_sequences: int  # the most requests the caller keeps submitted and not completed
     busy_s: float  # seconds the engine spent decoding: the engine busy figure
+    kv_tokens: int  # what the KV cache holds: a request whose prompt and max_tokens pass it never runs
 
     def warmup(self) -> None:
         """One short request decoded end to end, so a model that cannot run fails at start-up."""
@@ -57,6 +58,11 @@ class GenerationLimits:
     step_tokens: int = 1024
     prefix_sharing: bool = True
     eager: bool = False
+
+
+def kv_blocks(limits: GenerationLimits) -> int:
+    """The KV cache's blocks: kv_cache_tokens rounded up to whole pages (at least 2)."""
+    return max(2, -(-limits.kv_cache_tokens // limits.page_size))
 
 
 class GenerationFailedError(RuntimeError):

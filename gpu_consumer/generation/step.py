@@ -177,10 +177,16 @@ class GenerationStep:
         for item in items:
             try:
                 params = sampling_of(item.attributes, self._config)
-                if len(item.array) + params.max_tokens > self._context:
+                needed = len(item.array) + params.max_tokens
+                if needed > self._context:
                     raise TensorFormatError(
                         f"{len(item.array)} prompt tokens and max_tokens {params.max_tokens} exceed the model's "
                         f"context of {self._context} tokens"
+                    )
+                if needed > self._engine.kv_tokens:  # it would wait for blocks forever: a stuck job
+                    raise TensorFormatError(
+                        f"{len(item.array)} prompt tokens and max_tokens {params.max_tokens} need {needed} tokens of "
+                        f"KV cache; this worker's holds {self._engine.kv_tokens} (--kv-cache-tokens)"
                     )
             except TensorFormatError as exc:
                 dead.append(self._emitter.dead(Poisoned(item, exc)))

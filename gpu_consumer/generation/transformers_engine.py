@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_consumer.engine import EngineLoadError
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, warm_up
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, kv_blocks, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.sampling import seeded_sampler
 from gpu_consumer.generation.stops import StopWatch, finished
@@ -45,6 +45,7 @@ class TransformersEngine:
         spec = generation_of(config)
         limits = limits or GenerationLimits()
         self.max_sequences = limits.max_sequences
+        self.kv_tokens = kv_blocks(limits) * limits.page_size
         self._eos = frozenset(spec.eos_token_ids)
         try:
             import torch
@@ -75,7 +76,7 @@ class TransformersEngine:
         self._params: dict[str, SamplingParams] = {}  # in flight, by key (the sampler reads it too)
         batching = ContinuousBatchingConfig(
             page_size=limits.page_size,
-            num_blocks=max(2, -(-limits.kv_cache_tokens // limits.page_size)),
+            num_blocks=kv_blocks(limits),
             max_batch_tokens=limits.step_tokens,
             max_requests_per_batch=limits.max_sequences,
             allow_block_sharing=limits.prefix_sharing,

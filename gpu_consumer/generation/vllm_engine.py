@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_consumer.engine import EngineLoadError
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, warm_up
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, kv_blocks, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.stops import StopWatch, finished
 from schemas.model_config import ModelConfig
@@ -76,12 +76,13 @@ def engine_args(config: ModelConfig, limits: GenerationLimits, device: str) -> d
     runs with the same): token ids in and out, float32 on the CPU, the KV cache sized in bytes."""
     assert config.generation is not None
     folder = config.generator_path
-    blocks = max(2, -(-limits.kv_cache_tokens // limits.page_size))
+    blocks = kv_blocks(limits) + 1  # vLLM keeps one block back (its null block): kv_tokens stay usable
     return {
         "model": str(folder),
         "skip_tokenizer_init": True,
         "dtype": "bfloat16" if device == "cuda" else "float32",
-        "max_model_len": config.generation.context_length,
+        # it must hold one whole sequence: a request past the cache is the GPU step's dead letter
+        "max_model_len": min(config.generation.context_length, (blocks - 1) * limits.page_size),
         "max_num_seqs": limits.max_sequences,
         "max_num_batched_tokens": max(limits.step_tokens, limits.max_sequences),
         "enable_prefix_caching": limits.prefix_sharing,
@@ -114,6 +115,7 @@ class VllmEngine:
         generation = generation_of(config)
         limits = limits or GenerationLimits()
         self.max_sequences = limits.max_sequences
+        self.kv_tokens = kv_blocks(limits) * limits.page_size
         self._eos = frozenset(generation.eos_token_ids)
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # nothing leaves the host
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process (the module says why)

@@ -141,3 +141,36 @@ def test_a_seeded_sampled_request_repeats_its_text_alone_and_beside_others(engin
     assert alone.token_ids != greedy.token_ids
     top_1 = run_all(engine, [GenerationRequest("k", prompt, replace(sampled, top_k=1))])["k"]
     assert top_1.token_ids == greedy.token_ids  # top-k 1 leaves the greedy token alone
+
+
+@pytest.fixture(scope="module", params=["transformers", "vllm"])
+def small_cache_engine(
+    request: pytest.FixtureRequest, tiny_generator: ModelConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Engine]:
+    """An engine whose KV cache holds 256 tokens: two of the test's requests at a time."""
+    limits = GenerationLimits(max_sequences=8, kv_cache_tokens=256, page_size=32, eager=True)
+    engine: Engine
+    if request.param == "vllm":
+        engine = RemoteEngine(tiny_generator, "vllm", limits, vllm_python(), tmp_path_factory.mktemp("vllm") / "log")
+    else:
+        engine = TransformersEngine(tiny_generator, limits)
+        engine.warmup()
+    yield engine
+    engine.close()
+
+
+def test_requests_past_the_kv_cache_together_wait_or_are_preempted_and_all_finish_the_same(
+    small_cache_engine: Engine, reference: Any, tiny_generator: ModelConfig
+) -> None:
+    """Eight requests of 60 prompt tokens and 40 generated (800 tokens of KV cache together, the
+    cache 256): they wait for blocks (transformers) or are preempted and recomputed (vLLM), and
+    every one ends token-identical to generate() alone."""
+    assert small_cache_engine.kv_tokens == 256
+    rng = random.Random(11)
+    vocab = reference.config.vocab_size
+    eos = list(tiny_generator.generation.eos_token_ids)  # type: ignore[union-attr]
+    prompts = [[rng.randrange(3, vocab) for _ in range(60)] for _ in range(8)]
+    requests = [GenerationRequest(f"kv{i}", tuple(p), SamplingParams(max_tokens=40)) for i, p in enumerate(prompts)]
+    done = run_all(small_cache_engine, requests)
+    for i, prompt in enumerate(prompts):
+        assert list(done[f"kv{i}"].token_ids) == generated(reference, prompt, 40, eos), f"request {i}"

@@ -62,14 +62,18 @@ def test_vllm_is_held_to_our_limits(tmp_path: Path) -> None:
     config = replace(CONFIG, directory=tmp_path)
     limits = GenerationLimits(max_sequences=32, kv_cache_tokens=1000, page_size=64, step_tokens=512, eager=True)
     args = engine_args(config, limits, "cpu")
-    assert args["num_gpu_blocks_override"] == 16  # 1,000 tokens in blocks of 64, rounded up
-    assert args["kv_cache_memory_bytes"] == 16 * 64 * 46_080
+    # 1,000 tokens in blocks of 64, rounded up, and the block vLLM keeps back
+    assert args["num_gpu_blocks_override"] == 17
+    assert args["kv_cache_memory_bytes"] == 17 * 64 * 46_080
     assert args["block_size"] == 64 and args["max_num_seqs"] == 32 and args["max_num_batched_tokens"] == 512
-    assert args["max_model_len"] == 2048 and args["dtype"] == "float32" and args["enforce_eager"] is True
+    assert args["max_model_len"] == 16 * 64  # a sequence fits in the cache, not the whole context
+    assert args["dtype"] == "float32" and args["enforce_eager"] is True
     assert args["skip_tokenizer_init"] is True  # token ids in and out: the text is ours
     cuda = engine_args(config, replace(limits, prefix_sharing=False), "cuda")
-    assert cuda["dtype"] == "bfloat16" and cuda["kv_cache_memory_bytes"] == 16 * 64 * 23_040
+    assert cuda["dtype"] == "bfloat16" and cuda["kv_cache_memory_bytes"] == 17 * 64 * 23_040
     assert cuda["enable_prefix_caching"] is False
+    roomy = engine_args(config, replace(limits, kv_cache_tokens=65536), "cpu")
+    assert roomy["max_model_len"] == 2048  # the model's context, where the cache holds more
 
 
 def test_a_request_s_sampling_maps_onto_vllm_with_end_of_sequence_ids_as_stop_tokens() -> None:

@@ -250,7 +250,7 @@ class FragileEngine:
 
     def __init__(self, inner: TransformersEngine, poison: list[int]) -> None:
         self.inner, self.poison = inner, poison
-        self.name, self.max_sequences = inner.name, inner.max_sequences
+        self.name, self.max_sequences, self.kv_tokens = inner.name, inner.max_sequences, inner.kv_tokens
         self.busy_s = 0.0
         self.broken = False
         self.stopped = False
@@ -352,3 +352,24 @@ def test_a_token_id_outside_the_vocabulary_is_a_dead_letter_before_the_engine_se
         "r1",
         "r2",
     ]
+
+
+def test_a_request_the_kv_cache_cannot_hold_is_a_dead_letter_not_a_stuck_job(
+    settings: KafkaSettings, topics: Topics, generator_repository: Path
+) -> None:
+    """A prompt and max_tokens within the model's context but past this worker's --kv-cache-tokens
+    would wait for blocks forever, holding its partition's offsets: refused with both figures."""
+    requests = [
+        {"prompt": "Short one.", "params": {"max_tokens": 8}},
+        {"prompt": "Long one.", "params": {"max_tokens": 300}},
+    ]
+    config = feed_without_eos(settings, topics, generator_repository, "job-k", requests)
+    engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=256, page_size=32))
+    engine.warmup()
+    stats = drain(settings, topics, config, engine, 8)
+    assert stats.records == 2
+    dead = [decode(m.value, DeadLetter) for m in read_topics(settings, [topics.dead_letters]) if m.value]
+    assert [d.record_id for d in dead] == ["r1"]
+    assert "and max_tokens 300 need" in dead[0].error and "this worker's holds 256 (--kv-cache-tokens)" in dead[0].error
+    results = [decode(m.value, InferenceResult) for m in read_topics(settings, [topics.results])]
+    assert [(r.record_id, r.completion_tokens) for r in results] == [("r0", 8)]

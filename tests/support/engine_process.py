@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, kv_blocks
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from schemas.model_config import ModelConfig
 
@@ -41,6 +41,7 @@ class RemoteEngine:
 
         self.name = kind
         self.max_sequences = limits.max_sequences
+        self.kv_tokens = kv_blocks(limits) * limits.page_size
         self.busy_s = 0.0
         self._tokenizer = Tokenizer.from_file(str(config.tokenizer_path))
         read_fd, write_fd = os.pipe()
