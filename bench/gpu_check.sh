@@ -8,16 +8,23 @@
 #       batch size (bench.engine_curve)
 #   bash bench/gpu_check.sh images     # FP16 parity for EfficientNet-Lite0
 #   bash bench/gpu_check.sh system 0 0 0 [SYSTEM_RECORDS]   # the system cost step alone (text carry)
-# Both parts also time the torch engine's CUDA graphs captured as shapes are met against all captured
+#   bash bench/gpu_check.sh generate [PROMPTS] [MAX_TOKENS]   # SmolLM2-135M on the transformers engine
+#       (bench/gpu_generate.py): its GGUF joined from .device/ and .device-2/ (two device calls) and
+#       imported; greedy parity with the CPU's float32 references; the engine alone's tokens/s
+#       (generate_batch) against our engine's and its busy fraction; tokens/s end to end through
+#       the platform and the engine's busy fraction in the GPU worker. Limits: 120 + 60 + 120 + 180 s.
+# The text and images parts also time the torch engine's CUDA graphs captured as shapes are met against all captured
 # at start-up (bench/graph_warmup.py).
-# The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine").
+# The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine");
+# generate also needs .device-2/, left on the machine by a call just before that carried it alone.
 # Installs the carried wheels and unpacks the carried models and broker into a scratch folder
 # (never into .device/, which must stay the size it was carried at), and writes everything it
 # prints to $OUT/gpu_check_PART.txt. Exits non-zero if any step failed. Its steps' limits add up
-# to 9.5 minutes, under the device tool's 10 a command; the text part took under 2 on the H200.
+# to 9.5 minutes (generate: 8), under the device tool's 10 a command; the text part took under 2 on the H200.
 # bench/gpu_dryrun.sh runs it on the CPU, smaller, in CI.
 set -uo pipefail
 part="${1:-text}"
+case "$part" in text | images | system | generate) ;; *) echo "unknown part $part" >&2 && exit 2 ;; esac
 records="${2:-1200}"
 batch="${3:-64}"
 feed_records="${4:-8000}"
@@ -57,7 +64,7 @@ system_cost() {  # system_cost SECONDS: short texts through half as many preproc
         --records "$system_records" --texts short --preprocess-workers "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))"
 }
 
-if [ "$part" != system ]; then
+if [ "$part" = text ] || [ "$part" = images ]; then
     step "parity $part" 90 python3 -m bench.gpu_parity "$part" --repository "$models"
     model="$([ "$part" = text ] && echo minilm || echo efficientnet-lite0)"
     step "graph warmup" 90 python3 -m bench.graph_warmup --model-repository "$models" --model "$model"
@@ -75,6 +82,20 @@ if [ "$part" = text ]; then
     step "engine curve" 30 python3 -m bench.engine_curve --engine torch --model-repository "$models" \
         --records "$feed_records" --sizes $([ "$feed_records" -ge 4096 ] && echo 64 128 256 512 1024 || echo 16 64)
     system_cost 120
+fi
+if [ "$part" = generate ]; then
+    prompts="${2:-256}" max_tokens="${3:-64}"
+    repository="$work/models" figures="$work/generate.json"
+    step "generate: model" 120 python3 -m bench.gpu_generate model --carry "$work/carry" --second .device-2 \
+        --repository "$repository"
+    if [ -f "$repository/smollm2-135m/1/config.json" ]; then  # without the model, the rest only fails again
+        step "generate: parity" 60 python3 -m bench.gpu_generate parity --repository "$repository" \
+            --references "$work/carry/reference_generate.json"
+        step "generate: engine" 120 python3 -m bench.gpu_generate engine --repository "$repository" \
+            --prompts "$prompts" --max-tokens "$max_tokens" --figures "$figures"
+        step "generate: system" 180 python3 -m bench.gpu_generate system --repository "$repository" \
+            --prompts "$prompts" --max-tokens "$max_tokens" --figures "$figures"
+    fi
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
