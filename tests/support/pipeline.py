@@ -56,7 +56,7 @@ class RunningPipeline:
             # scratch (faust's data folder) beside the logs: a worker a test SIGKILLs leaves it
             # in the test's folder, not in /tmp
             extra_env={"TMPDIR": str(self.logs)},
-            python=python,
+            python=(python,),
         )
         self.workers.append(worker)
         return worker
