@@ -12,7 +12,7 @@
 #       (bench/gpu_generate.py): its GGUF joined from .device/ and .device-2/ (two device calls) and
 #       imported; greedy parity with the CPU's float32 references; the engine alone's tokens/s
 #       (generate_batch) against our engine's and its busy fraction; tokens/s end to end through
-#       the platform and the engine's busy fraction in the GPU worker. Limits: 120 + 60 + 120 + 180 s.
+#       the platform and the engine's busy fraction in the GPU worker. Limits: 150 + 60 + 120 + 150 s.
 # The text and images parts also time the torch engine's CUDA graphs captured as shapes are met against all captured
 # at start-up (bench/graph_warmup.py).
 # The device tool sends .device/ only when the run names it in `carry` (docs/benchmarks.md, "On a GPU machine");
@@ -86,14 +86,14 @@ fi
 if [ "$part" = generate ]; then
     prompts="${2:-256}" max_tokens="${3:-64}"
     repository="$work/models" figures="$work/generate.json"
-    step "generate: model" 120 python3 -m bench.gpu_generate model --carry "$work/carry" --second .device-2 \
+    step "generate: model" 150 python3 -m bench.gpu_generate model --carry "$work/carry" --second .device-2 \
         --repository "$repository"
     if [ -f "$repository/smollm2-135m/1/config.json" ]; then  # without the model, the rest only fails again
         step "generate: parity" 60 python3 -m bench.gpu_generate parity --repository "$repository" \
             --references "$work/carry/reference_generate.json"
         step "generate: engine" 120 python3 -m bench.gpu_generate engine --repository "$repository" \
             --prompts "$prompts" --max-tokens "$max_tokens" --figures "$figures"
-        step "generate: system" 180 python3 -m bench.gpu_generate system --repository "$repository" \
+        step "generate: system" 150 python3 -m bench.gpu_generate system --repository "$repository" \
             --prompts "$prompts" --max-tokens "$max_tokens" --figures "$figures"
     fi
 fi

@@ -13,7 +13,11 @@
 # device-sized time limits. So the torch engine runs FP32 on the CPU, parity at the FP16
 # tolerances, and the carried FP16 files are loaded and checked on a few references
 # (bench/gpu_parity.py, FP16_ON_CPU).
-#   bash bench/gpu_dryrun.sh [text|images ...]     # both parts by default
+# generate: SmolLM2-135M from its GGUF in two parts, as the device gets them after its two calls
+# (.device/ and .device-2/; a join without part 2 must fail and say so first), 8 prompts of 8
+# tokens: the engine in float32 must give the CPU references' tokens exactly, and the engine, end
+# to end and busy figures must come out.
+#   bash bench/gpu_dryrun.sh [text|images|generate ...]     # every part by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 home="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
@@ -49,15 +53,37 @@ trap 'rm -rf "$scratch"' EXIT
 parts=("$@")
 [ $# -gt 0 ] || parts=(text images)
 for part in "${parts[@]}"; do
-    .venv/bin/python -m bench.gpu_carry "$part" --texts 64 --fp32
+    if [ "$part" = generate ]; then
+        .venv/bin/python -m bench.gpu_carry generate --prompts 8 --max-tokens 8
+        # the second call's check without the first call's part 2: it must stop and say so
+        if .venv/bin/python -m bench.gpu_generate join --second "$scratch/none" --out "$scratch/none" \
+            2>"$scratch/join.txt"; then
+            echo "gpu dry run: the GGUF joined without its part 2" >&2
+            exit 1
+        fi
+        grep -q 'part 2 of .* is missing' "$scratch/join.txt"
+        args=(8 8)
+    else
+        .venv/bin/python -m bench.gpu_carry "$part" --texts 64 --fp32
+        args=(96 16 96 400)
+    fi
     checkout="$scratch/$part"
     mkdir -p "$checkout"
     git ls-files -z --cached --others --exclude-standard \
         | tar --null --files-from=- --ignore-failed-read -cf - | tar -xf - -C "$checkout"
     cp -a .device "$checkout/"
+    # generate: .device-2 as the first device call left it there
+    [ "$part" != generate ] || cp -a .device-2 "$checkout/"
     # only the image's interpreter and packages: no project venv, no PYTHONPATH of ours
     (cd "$checkout" && env -u PYTHONPATH -u VIRTUAL_ENV PATH="$image/bin:/usr/bin:/bin" OUT="$scratch" \
-        bash bench/gpu_check.sh "$part" 96 16 96 400)
+        bash bench/gpu_check.sh "$part" "${args[@]}")
+    if [ "$part" = generate ]; then  # float32 on the CPU: token-identical to the references
+        grep -q '"precision": "fp32", "model": "smollm2-135m".*"passed": true' "$scratch/gpu_check_$part.txt"
+        grep -q '"section": "engine".*"engine_busy"' "$scratch/gpu_check_$part.txt"
+        grep -q '"section": "system".*"tokens_per_s"' "$scratch/gpu_check_$part.txt"
+        grep '^{' "$scratch/gpu_check_$part.txt" | sed 's/^/gpu dry run checked: /'
+        continue
+    fi
     grep -q '"precision": "fp32".*"passed": true' "$scratch/gpu_check_$part.txt"
     grep -q '"precision": "fp16".*"passed": true' "$scratch/gpu_check_$part.txt"  # the device's file
     if [ "$part" = text ]; then  # the imported classifier went through the torch engine in both
