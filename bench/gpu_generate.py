@@ -391,6 +391,19 @@ def gpu_worker_main(repository: Path, busy_path: Path) -> None:
         engine.close()
 
 
+def fresh_busy(path: Path, timeout_s: float = 10.0) -> float:
+    """The GPU worker's busy seconds as written after this call began (it writes them every 0.2 s,
+    later on a starved CPU): an older value, or none yet, would count decode steps from before."""
+    asked = time.time()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            if path.stat().st_mtime > asked:
+                return float(path.read_text())
+        time.sleep(0.05)
+    raise RuntimeError(f"the GPU worker wrote no busy seconds to {path} for {timeout_s:.0f} s")
+
+
 def stop_submit_on_exit(workers: list[Any], submitting: list[int], done: threading.Event) -> None:
     """A worker that exits while a job runs leaves `submit --wait` waiting for nothing (the warm-up
     job grants workers 300 s): the submit running then (its pid alone in `submitting`) is stopped at
@@ -410,7 +423,7 @@ def stop_submit_on_exit(workers: list[Any], submitting: list[int], done: threadi
 def system_section(repository: Path, prompts_n: int, max_tokens: int, work: Path, figures: Path | None) -> None:
     from bench.generate import questions
     from bench.procfs import cpu_seconds
-    from bench.system_cost import busy_seconds, timed_command
+    from bench.system_cost import timed_command
     from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
     from kafka_io.broker import EmbeddedBroker
     from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
@@ -462,13 +475,12 @@ def system_section(repository: Path, prompts_n: int, max_tokens: int, work: Path
         )
         pids = {"preprocess worker": workers[0].process.pid, "broker": broker.pid, "GPU worker": gpu.pid}
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        busy0 = busy_seconds(busy_path)
+        busy0 = fresh_busy(busy_path)
         submitting.clear()
         submitted = timed_command([*submit, str(source), "--job-id", "measured"], env, work / "submit.log", submitting)
         submitting.clear()
         cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
-        time.sleep(0.5)  # the busy file's next write
-        busy = busy_seconds(busy_path) - busy0
+        busy = fresh_busy(busy_path) - busy0
         out = work / "out.jsonl"
         timed_command([sys.executable, "-m", "jobs.cli", "results", "measured", "-o", str(out)], env)
         results = [json.loads(line) for line in out.open()]
