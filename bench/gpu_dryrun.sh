@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device path, dry-run on the CPU; CI runs it (.ci/test). For each part, text and images:
+# The device path, dry-run on the CPU; CI runs it (.ci/test). For each part, text, images and generate:
 # build .device/ as bench/gpu_carry.py does, copy what the device tool would send (tracked and
 # untracked-not-ignored files, plus .device/) to a scratch checkout, and run bench/gpu_check.sh
 # there under Python 3.12 with only the GPU image's packages (bench/gpu_image.txt) and the carried
@@ -51,7 +51,7 @@ fi
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/nearline-dryrun.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 parts=("$@")
-[ $# -gt 0 ] || parts=(text images)
+[ $# -gt 0 ] || parts=(text images generate)
 for part in "${parts[@]}"; do
     if [ "$part" = generate ]; then
         .venv/bin/python -m bench.gpu_carry generate --prompts 8 --max-tokens 8
