@@ -208,17 +208,19 @@ class GenerationStep:
         # Handed to the emit thread before any prompt reaches the engine, so its dead letters are
         # produced before the window can be sealed by its last completion.
         self._to_emit.put((held, dead))
+        # Under the lock: a prompt reaches the engine that failed (and is run alone by _isolate) or
+        # waits for the new one, never both (submitted twice, its key would clash in the engine).
         with self._lock:
             for request, running in requests:
                 self._running[request.key] = running
             if self._isolating:
                 self._deferred += [request for request, _ in requests]
-                requests = []
-        for request, _ in requests:
-            try:
-                self._engine.submit(request)
-            except GenerationFailedError:
-                break  # the engine stopped: the emit thread's completions() says so and _isolate runs these
+            else:
+                for request, _ in requests:
+                    try:
+                        self._engine.submit(request)
+                    except GenerationFailedError:
+                        break  # the engine stopped: the emit thread's completions() says so, _isolate runs these
         self.stats.windows += 1
         self._commit()
 
@@ -423,10 +425,11 @@ class GenerationStep:
                     self._finished(running.window)
                 self._replace_engine()
         with self._lock:
-            deferred, self._deferred = self._deferred, []
+            deferred = [request for request in self._deferred if request.key in self._running]  # not cancelled
+            self._deferred = []
             self._isolating = False
-        for request in deferred:
-            self._engine.submit(request)
+            for request in deferred:
+                self._engine.submit(request)
         log.warning("isolation done: %d prompts ran alone; %d polled meanwhile now run", len(tried), len(deferred))
 
     def _run_alone(self, key: str) -> None:
