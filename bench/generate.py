@@ -42,6 +42,7 @@ from bench.system_cost import timed_command
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
 from gpu_consumer.generation.engines import make_generator
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
+from gpu_consumer.generation.transformers_engine import batching_config
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
@@ -87,17 +88,10 @@ def transformers_alone(
 ) -> tuple[float, list[list[int]]]:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     model = AutoModelForCausalLM.from_pretrained(str(config.generator_path), dtype=torch.float32).eval()
     eos = list(config.generation.eos_token_ids)  # type: ignore[union-attr]
-    batching = ContinuousBatchingConfig(
-        page_size=limits.page_size,
-        num_blocks=-(-limits.kv_cache_tokens // limits.page_size),
-        max_batch_tokens=limits.step_tokens,
-        max_requests_per_batch=limits.max_sequences,
-        seed=0,
-    )
+    batching = batching_config(limits)
     generation = GenerationConfig(do_sample=False, max_new_tokens=max_tokens, eos_token_id=eos, pad_token_id=eos[0])
     model.generate_batch(inputs=prompts[:2], generation_config=generation, continuous_batching_config=batching)
     started = time.perf_counter()

@@ -263,26 +263,6 @@ def parity_section(repository: Path, references: Path) -> bool:
     return passed
 
 
-def batching_config(limits: Any) -> Any:
-    """transformers' ContinuousBatchingConfig with our engine's limits (transformers_engine.py): its
-    block size is `page_size` from transformers 5.18 (what .venv has), `block_size` before (5.17,
-    the GPU image's)."""
-    import dataclasses
-
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
-    fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
-    size = "page_size" if "page_size" in fields else "block_size"
-    return ContinuousBatchingConfig(
-        num_blocks=max(2, -(-limits.kv_cache_tokens // limits.page_size)),
-        max_batch_tokens=limits.step_tokens,
-        max_requests_per_batch=limits.max_sequences,
-        allow_block_sharing=limits.prefix_sharing,
-        seed=0,
-        **{size: limits.page_size},
-    )
-
-
 def generate_batch_alone(config: Any, prompts: list[list[int]], max_tokens: int, limits: Any) -> tuple[float, list]:
     """transformers' `generate_batch` alone (bench/generate.py's transformers_alone, on the device and
     in the dtype our engine picks): seconds, and each prompt's tokens."""
@@ -291,6 +271,8 @@ def generate_batch_alone(config: Any, prompts: list[list[int]], max_tokens: int,
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.utils import logging as transformers_logging
+
+    from gpu_consumer.generation.transformers_engine import batching_config
 
     cuda = torch.cuda.is_available()
     transformers_logging.disable_progress_bar()

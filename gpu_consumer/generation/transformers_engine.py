@@ -17,6 +17,7 @@ stopped as soon as a stop string appears; the others come back once, finished.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -35,6 +36,24 @@ from schemas.model_config import ModelConfig
 log = logging.getLogger(__name__)
 
 
+def batching_config(limits: GenerationLimits) -> Any:
+    """transformers' ContinuousBatchingConfig for our limits (the benchmarks' engine alone runs with
+    it too): its block size is `page_size` from transformers 5.18, `block_size` before (5.17, the
+    GPU image's)."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+    page: dict[str, Any] = {"page_size" if "page_size" in fields else "block_size": limits.page_size}
+    return ContinuousBatchingConfig(
+        num_blocks=kv_blocks(limits),
+        max_batch_tokens=limits.step_tokens,
+        max_requests_per_batch=limits.max_sequences,
+        allow_block_sharing=limits.prefix_sharing,
+        seed=0,
+        **page,
+    )
+
+
 class TransformersEngine:
     """A causal LM from the model repository on transformers' continuous batching: the CPU in
     float32, CUDA in bfloat16 (docs/guarantees.md: greedy parity with the CPU is not promised there)."""
@@ -51,7 +70,6 @@ class TransformersEngine:
             import torch
             from tokenizers import Tokenizer
             from transformers import AutoModelForCausalLM, GenerationConfig
-            from transformers.generation.configuration_utils import ContinuousBatchingConfig
             from transformers.utils import logging as transformers_logging
         except ImportError as exc:
             raise EngineLoadError(
@@ -74,16 +92,8 @@ class TransformersEngine:
             max_new_tokens=spec.default_max_tokens,
         )
         self._params: dict[str, SamplingParams] = {}  # in flight, by key (the sampler reads it too)
-        batching = ContinuousBatchingConfig(
-            page_size=limits.page_size,
-            num_blocks=kv_blocks(limits),
-            max_batch_tokens=limits.step_tokens,
-            max_requests_per_batch=limits.max_sequences,
-            allow_block_sharing=limits.prefix_sharing,
-            seed=0,
-        )
         self._manager: Any = model.init_continuous_batching(
-            generation_config=generation, continuous_batching_config=batching
+            generation_config=generation, continuous_batching_config=batching_config(limits)
         )
         # Sampled requests draw their tokens by their own seeds (sampling.py), before the manager's
         # threads start: the processor's argument rows are allocated then.
