@@ -134,8 +134,9 @@ class PrometheusGpuMetrics(GpuMetrics):
         self._lane_engine = {lane: LANE_ENGINE.labels(model, lane) for lane in PRIORITIES}
         self._end_to_end = {lane: END_TO_END.labels(model, lane) for lane in PRIORITIES}
         self._windows = WINDOWS_IN_FLIGHT.labels(model)
-        self._model = model
         self._generated = GENERATED_TOKENS.labels(model)
+        # both series there at 0 before any completion, as the dashboard's rates expect
+        self._completions = {reason: COMPLETIONS.labels(model, reason) for reason in ("stop", "length")}
         self._recent = RecentSums(3, RECENT_S)  # busy seconds, real tokens, padded tokens
         ENGINE_BUSY_RATIO.labels(model).set_function(self._busy_ratio)
         PADDING_WASTE.labels(model).set_function(self._padding_waste)
@@ -173,7 +174,7 @@ class PrometheusGpuMetrics(GpuMetrics):
 
     def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Priority) -> None:
         self._generated.inc(tokens)
-        COMPLETIONS.labels(self._model, finish_reason).inc()
+        self._completions[finish_reason].inc()
         if submitted_us:
             self._end_to_end[lane].observe_many(np.array([(now_us() - submitted_us) / 1e6]))
 
