@@ -8,10 +8,12 @@ token-identical to transformers' `generate()` run directly on that prompt alone.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +86,30 @@ TINY = "tiny-llama"
 
 
 @pytest.fixture(scope="module")
-def repositories(
-    smollm2_repository: Path, tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Path]:
+def repository_of(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Each model's repository, made when a test first asks (a test process that runs only one
+    model's tests prepares only that one: SmolLM2's takes a minute on two cores)."""
     from model_repository.causal_lm import import_causal_lm
 
-    tiny = import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, TINY)
-    return {MODEL: smollm2_repository, TINY: tiny.directory.parents[1]}
+    @functools.cache
+    def repository(model: str) -> Path:
+        if model == MODEL:
+            return Path(request.getfixturevalue("smollm2_repository"))
+        folder = request.getfixturevalue("tiny_llama_folder")
+        return import_causal_lm(tmp_path_factory.mktemp("generators"), folder, TINY).directory.parents[1]
+
+    return repository
 
 
 @pytest.fixture(scope="module")
-def expected(repositories: dict[str, Path]) -> dict[str, dict[str, list[int]]]:
-    return {model: reference(load_model_config(repository, model), ROWS) for model, repository in repositories.items()}
+def expected_of(repository_of: Callable[[str], Path]) -> Callable[[str], dict[str, list[int]]]:
+    """Each model's references, computed when a test first asks (SmolLM2's: minutes)."""
+
+    @functools.cache
+    def expected(model: str) -> dict[str, list[int]]:
+        return reference(load_model_config(repository_of(model), model), ROWS)
+
+    return expected
 
 
 @pytest.mark.long
@@ -105,8 +119,8 @@ def expected(repositories: dict[str, Path]) -> dict[str, dict[str, list[int]]]:
 def test_generation_gives_every_request_one_result_identical_to_generate(
     model: str,
     engine: str,
-    expected: dict[str, dict[str, list[int]]],
-    repositories: dict[str, Path],
+    expected_of: Callable[[str], dict[str, list[int]]],
+    repository_of: Callable[[str], Path],
     settings: KafkaSettings,
     topics: Topics,
     tmp_path: Path,
@@ -115,9 +129,9 @@ def test_generation_gives_every_request_one_result_identical_to_generate(
     """SmolLM2 with two SIGKILLs of the GPU worker mid-job; the seeded tiny Llama without (it
     finishes the job within a second: no kill would land inside it)."""
     monkeypatch.setenv("NEARLINE_PACK_RECORDS", "5")  # the job's records cut across 13 packs
-    rows, want = ROWS, expected[model]
+    rows, want = ROWS, expected_of(model)
     python = vllm_python() if engine == "vllm" else sys.executable
-    pipeline = RunningPipeline(settings, topics, repositories[model], tmp_path / "logs")
+    pipeline = RunningPipeline(settings, topics, repository_of(model), tmp_path / "logs")
     try:
         pipeline.start("preprocess", "preprocess")
         gpu_args = ("gpu", "--model", model, "--max-batch-size", "8", *ENGINES[engine])
