@@ -115,7 +115,6 @@ class TransformersEngine:
         self._lock = threading.Lock()
         self._prompt_tokens: dict[str, int] = {}
         self._watches: dict[str, StopWatch] = {}
-        self._stopped: set[str] = set()  # cancelled or stopped by a stop string: outputs still coming are dropped
         self._cached: dict[str, int] = {}  # prompt tokens served from shared blocks, by key (engine thread)
         self._manager.start()
 
@@ -147,8 +146,8 @@ class TransformersEngine:
         with self._lock:
             if self._params.pop(key, None) is None:
                 return
-            self._forget(key)
-            self._stopped.add(key)
+            self._forget(key)  # outputs still coming for it find no params: dropped
+            self._cached.pop(key, None)
         self._manager.cancel_request(key)
 
     def completions(self, timeout_s: float) -> list[Completion]:
@@ -177,20 +176,17 @@ class TransformersEngine:
         key: str = output.request_id
         tokens: list[int] = output.generated_tokens
         with self._lock:
-            if key in self._stopped:
-                if output.is_finished():
-                    self._stopped.discard(key)
-                return None
             params = self._params.get(key)
             watch = self._watches.get(key)
         if params is None:
-            return None
+            return None  # cancelled, or stopped by a stop string: what still comes is dropped
         if not output.is_finished():
             ending = watch.check(tokens) if watch is not None else None
             if ending is None:
                 return None
+            done = self._done(key, tokens[: ending.tokens], ending.text, ending.finish_reason)
             self.cancel(key)  # the stop string is there: decode nothing more for it
-            return self._done(key, tokens[: ending.tokens], ending.text, ending.finish_reason)
+            return done
         with self._lock:
             self._params.pop(key, None)
         if output.error is not None or int(output.status) != 3:  # 3: RequestStatus.FINISHED

@@ -145,7 +145,6 @@ class VllmEngine:
         self._outputs: queue.Queue[Any] = queue.Queue()
         self._params: dict[str, SamplingParams] = {}  # in flight, by key
         self._watches: dict[str, StopWatch] = {}
-        self._stopped: set[str] = set()  # cancelled or stopped by a stop string: outputs still coming are dropped
         self._fatal: BaseException | None = None
         self._closing = threading.Event()
         self._driver = threading.Thread(target=self._drive, name="nearline-vllm", daemon=True)
@@ -172,8 +171,7 @@ class VllmEngine:
         with self._lock:
             if self._params.pop(key, None) is None:
                 return
-            self._watches.pop(key, None)
-            self._stopped.add(key)
+            self._watches.pop(key, None)  # outputs still coming for it find no params: dropped
         self._commands.put(("abort", key))
 
     def completions(self, timeout_s: float) -> list[Completion]:
@@ -255,10 +253,6 @@ class VllmEngine:
         sequence = output.outputs[0]
         tokens: list[int] = list(sequence.token_ids)
         with self._lock:
-            if key in self._stopped:
-                if output.finished:
-                    self._stopped.discard(key)
-                return None
             params = self._params.get(key)
             watch = self._watches.get(key)
         if params is None:

@@ -113,6 +113,7 @@ def test_a_stop_string_cuts_the_text_and_ends_the_sequence(engine: Engine, refer
     )["stopped"]
     assert stopped.text == text[:cut]
     assert stopped.finish_reason == "stop"
+    assert stopped.prompt_tokens == len(prompt)  # usage counts the prompt of a stopped sequence too
     assert list(stopped.token_ids) == list(free.token_ids[: len(stopped.token_ids)])
     assert stop in engine.decode(stopped.token_ids)
     assert stop not in engine.decode(stopped.token_ids[:-1])
