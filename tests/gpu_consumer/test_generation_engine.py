@@ -18,7 +18,7 @@ from gpu_consumer.generation.engine import GenerationLimits
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.transformers_engine import TransformersEngine
 from schemas.model_config import ModelConfig
-from tests.support.engine_process import RemoteEngine, vllm_python
+from tests.support.engine_process import RemoteEngine, open_engine
 
 pytestmark = pytest.mark.real_model  # a model built with transformers (seconds to load)
 
@@ -38,13 +38,7 @@ def engine(
     request: pytest.FixtureRequest, tiny_generator: ModelConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engine]:
     limits = GenerationLimits(max_sequences=8, kv_cache_tokens=8192, page_size=32, eager=True)
-    engine: Engine
-    if request.param == "vllm":
-        log = tmp_path_factory.mktemp("vllm") / "engine.log"
-        engine = RemoteEngine(tiny_generator, "vllm", limits, vllm_python(), log)
-    else:
-        engine = TransformersEngine(tiny_generator, limits)
-        engine.warmup()
+    engine: Engine = open_engine(request.param, tiny_generator, limits, tmp_path_factory.mktemp("vllm") / "log")
     yield engine
     engine.close()
 
@@ -150,12 +144,7 @@ def small_cache_engine(
 ) -> Iterator[Engine]:
     """An engine whose KV cache holds 256 tokens: two of the test's requests at a time."""
     limits = GenerationLimits(max_sequences=8, kv_cache_tokens=256, page_size=32, eager=True)
-    engine: Engine
-    if request.param == "vllm":
-        engine = RemoteEngine(tiny_generator, "vllm", limits, vllm_python(), tmp_path_factory.mktemp("vllm") / "log")
-    else:
-        engine = TransformersEngine(tiny_generator, limits)
-        engine.warmup()
+    engine: Engine = open_engine(request.param, tiny_generator, limits, tmp_path_factory.mktemp("vllm") / "log")
     yield engine
     engine.close()
 

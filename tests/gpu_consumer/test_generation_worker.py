@@ -39,7 +39,7 @@ from schemas import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, 
 from schemas.generation_request import REQUEST_ATTRIBUTE
 from schemas.model_config import ModelConfig
 from tests.support.causal_lm import CHAT, chat_ids
-from tests.support.engine_process import RemoteEngine, vllm_python
+from tests.support.engine_process import open_engine
 
 pytestmark = pytest.mark.real_model
 
@@ -149,12 +149,7 @@ def test_requests_become_completions_identical_to_generate(
     produce_all(producer, [OutRecord(o.topic, o.value, o.key, o.headers) for o in out if o.topic == tensors])
 
     limits = GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32, eager=True)
-    engine: GenerationEngine
-    if kind == "vllm":  # in its own environment (tests/support/engine_process.py)
-        engine = RemoteEngine(config, kind, limits, vllm_python(), tmp_path / "vllm.log")
-    else:
-        engine = TransformersEngine(config, limits)
-        engine.warmup()
+    engine: GenerationEngine = open_engine(kind, config, limits, tmp_path / "vllm.log")
     series = f"{MODEL}-{uuid.uuid4().hex[:8]}"  # its own series in the process-wide registry
     metrics = PrometheusGpuMetrics(series)
     stats = drain(settings, topics, config, engine, 8, metrics=metrics)

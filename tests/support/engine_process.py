@@ -174,3 +174,15 @@ def _serve(repository: str, model: str, kind: str, limits: str, fd: str) -> None
 
 if __name__ == "__main__":
     _serve(*sys.argv[1:6])
+
+
+def open_engine(kind: str, config: ModelConfig, limits: GenerationLimits, log: Path) -> Any:
+    """The engine `kind` over `config`, warm: transformers' in this process, vLLM's in its own
+    environment (RemoteEngine, logging to `log`)."""
+    if kind == "vllm":
+        return RemoteEngine(config, kind, limits, vllm_python(), log)
+    from gpu_consumer.generation.transformers_engine import TransformersEngine
+
+    engine = TransformersEngine(config, limits)
+    engine.warmup()
+    return engine
