@@ -15,3 +15,6 @@ class ExitCode(IntEnum):
     TIMED_OUT = 7  # --timeout-s passed before the job completed; results so far go beside -o
     CANCELLED = 8  # mid-wait: the job was cancelled (nearline cancel); results so far go beside -o
     EXPIRED = 9  # its completion window (--complete-within) passed: what finished is written, the rest listed
+    NOT_AUTHENTICATED = 10  # Kafka refused the login (a wrong password, an unknown user, a mechanism it lacks)
+    NOT_AUTHORIZED = 11  # Kafka refused an operation: the principal lacks an ACL (the message names it)
+    TLS_FAILED = 12  # the TLS handshake with Kafka failed (an unknown CA, a host name the certificate lacks)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from kafka_io.errors import BrokerUnavailableError, GroupProtocolError
+from kafka_io.errors import BrokerUnavailableError, GroupProtocolError, KafkaRefusedError, refused_error
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings
 
@@ -104,13 +105,61 @@ def log_error(err: KafkaError) -> None:
     _librdkafka.warning("kafka: %s", err)
 
 
+# The refusals (a login, a TLS handshake) the clients' error callbacks have reported, per cluster
+# and principal: a wait on that cluster raises the refusal instead of waiting out its timeout.
+# librdkafka retries a refused login like a dropped connection, and a request in flight meanwhile
+# ends as a timeout that names neither (a wrong password read as "did not answer within 15 s").
+_refused: dict[tuple[str, str], KafkaRefusedError] = {}
+# The principal of the last client made: the one a consumed event's refusal names. A process logs
+# in as one principal (NEARLINE_KAFKA_*), whichever clients it makes.
+_principal = ["User:ANONYMOUS"]
+
+
+def _login(settings: KafkaSettings) -> tuple[str, str]:
+    return (settings.bootstrap_servers, settings.principal)
+
+
+class _ErrorWatch:
+    """A client's error_cb: logs each error (log_error) and keeps the refusal it says, if any."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.login = _login(settings)
+
+    def __call__(self, err: KafkaError) -> None:
+        refused = refused_error(err, self.login[1])
+        if refused is not None:
+            _refused[self.login] = refused
+        log_error(err)
+
+
+def refused_login(settings: KafkaSettings) -> KafkaRefusedError | None:
+    """The refusal a client of these settings was told, if any (kept until the cluster answers one)."""
+    return _refused.get(_login(settings))
+
+
+def current_principal() -> str:
+    """Who this process's clients log in as (KafkaSettings.principal of the last client made)."""
+    return _principal[0]
+
+
+def as_refusal(error: KafkaError | BaseException, operation: str = "", resource: str = "") -> KafkaRefusedError | None:
+    """The refusal a client call's error (a KafkaError, or the KafkaException carrying one) says:
+    KafkaRefusedError naming this process's principal, and `operation` on `resource` where the
+    caller knows them; None for any other error."""
+    err = error.args[0] if isinstance(error, KafkaException) and error.args else error
+    if not isinstance(err, KafkaError):
+        return None
+    return refused_error(err, current_principal(), operation=operation, resource=resource)
+
+
 def _base(settings: KafkaSettings) -> dict[str, Any]:
     if not settings.bootstrap_servers:
         raise BrokerUnavailableError("no bootstrap servers configured (set NEARLINE_BOOTSTRAP_SERVERS)")
+    _principal[0] = settings.principal
     return {
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": settings.client_id,
-        "error_cb": log_error,
+        "error_cb": _ErrorWatch(settings),
         "logger": _librdkafka,
         **settings.extra,
     }
@@ -151,19 +200,52 @@ def make_admin(settings: KafkaSettings) -> AdminClient:
 
 def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
     """Fail fast, naming the servers, instead of letting a command wait on a dead cluster: at once
-    where nothing listens, else after timeout_s."""
-    check_not_refused(settings)
+    where nothing listens, else after timeout_s; a refused login or TLS handshake as soon as told."""
+    _check_listening(settings)
     _answered(make_admin(settings), settings, timeout_s)
 
 
+# How long one metadata request of a reachability check may wait before the client's error
+# callbacks are served: a refused login or TLS handshake is reported there, and said that soon.
+ANSWER_SLICE_S = 1.0
+
+
 def _answered(admin: AdminClient, settings: KafkaSettings, timeout_s: float) -> None:
-    """BrokerUnavailableError unless the cluster answers admin's metadata request within timeout_s."""
-    try:
-        admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BrokerUnavailableError(
-            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
-        ) from None
+    """BrokerUnavailableError unless the cluster answers admin's metadata request within
+    timeout_s; the refusal (KafkaRefusedError) as soon as the client is told one."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=max(0.05, min(ANSWER_SLICE_S, deadline - time.monotonic())))
+            _refused.pop(_login(settings), None)
+            return
+        except KafkaException as exc:
+            last = exc
+        admin.poll(0)  # the error callbacks: a refusal is reported there, never by list_topics
+        refused = refused_login(settings)
+        if refused is not None:
+            raise refused
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailableError(
+                f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {last.args[0]}"
+            ) from None
+
+
+def unanswered(settings: KafkaSettings, what: str, exc: KafkaException) -> Exception:
+    """What to raise for a request of these settings that got no answer (`what`: the request and
+    its wait): the refusal the clients were told, where there was one, else BrokerUnavailableError."""
+    refused = refused_login(settings)
+    if refused is not None:
+        return refused
+    return BrokerUnavailableError(f"Kafka at {settings.bootstrap_servers} {what}: {exc.args[0]}")
+
+
+def check_login(settings: KafkaSettings, timeout_s: float = 15.0) -> None:
+    """Where NEARLINE_KAFKA_* asks for TLS or SASL, one metadata request, so that a refused login
+    or TLS handshake is said at once (KafkaRefusedError), before a command's first real request
+    would wait out its timeout; nothing to ask on a plaintext connection."""
+    if str(settings.extra.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT":
+        _answered(make_admin(settings), settings, timeout_s)
 
 
 class _Lines:
@@ -232,7 +314,13 @@ def refusal(settings: KafkaSettings, timeout_s: float = 1.0) -> str | None:
 
 
 def check_not_refused(settings: KafkaSettings) -> None:
-    """BrokerUnavailableError at once when refusal() knows the servers cannot be reached."""
+    """BrokerUnavailableError at once when refusal() knows the servers cannot be reached; the
+    refusal of a secured cluster's login or TLS handshake as soon as it is told (check_login)."""
+    _check_listening(settings)
+    check_login(settings)
+
+
+def _check_listening(settings: KafkaSettings) -> None:
     reason = refusal(settings)
     if reason is not None:
         raise BrokerUnavailableError(

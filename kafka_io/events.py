@@ -7,6 +7,8 @@ import logging
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
+from kafka_io.clients import current_principal
+from kafka_io.errors import AUTHORIZATION_CODES, refused_error
 from kafka_io.records import TP, ConsumedRecord
 
 log = logging.getLogger(__name__)
@@ -30,10 +32,11 @@ def record_of(msg: Message) -> ConsumedRecord:
     )
 
 
-def take(msg: Message, at_eof: set[TP]) -> ConsumedRecord | None:
+def take(msg: Message, at_eof: set[TP], group: str = "") -> ConsumedRecord | None:
     """The record a consumed event carries, or None for any other event: a partition's EOF is
-    added to `at_eof` (a record removes it), a fatal error raises, any other error is logged and
-    passed over (librdkafka retries those itself)."""
+    added to `at_eof` (a record removes it), a fatal error raises, and so does a denied read
+    (KafkaAuthorizationError: no wait mends it), any other error is logged and passed over
+    (librdkafka retries those itself)."""
     err = msg.error()
     if err is None:
         if at_eof:  # most records come with no partition at its end: no key to make
@@ -41,6 +44,11 @@ def take(msg: Message, at_eof: set[TP]) -> ConsumedRecord | None:
         return record_of(msg)
     if err.code() == KafkaError._PARTITION_EOF:
         at_eof.add((msg.topic() or "", msg.partition() or 0))
+    elif err.code() in AUTHORIZATION_CODES:  # `group`: the consumer's, where the caller names it
+        on_group = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+        operation = "Describe" if on_group else "Read" if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED else ""
+        resource = group if on_group else msg.topic() or ""
+        raise refused_error(err, current_principal(), operation=operation, resource=resource) or KafkaException(err)
     elif err.fatal():
         raise KafkaException(err)
     else:

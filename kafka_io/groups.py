@@ -8,7 +8,7 @@ from __future__ import annotations
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from kafka_io.clients import make_admin
+from kafka_io.clients import as_refusal, make_admin
 from kafka_io.settings import KafkaSettings
 
 _LIVE = {
@@ -48,7 +48,11 @@ def answered_live_groups(
     for group, future in futures.items():
         try:
             state = future.result(timeout=timeout_s + _RESOLVE_MARGIN_S).state
-        except (KafkaException, TimeoutError):
+        except KafkaException as exc:
+            if (refused := as_refusal(exc, "Describe", group)) is not None:
+                raise refused from None  # not "no members": the principal may not see the group
+            continue
+        except TimeoutError:
             continue
         answered = True
         if state in _LIVE:

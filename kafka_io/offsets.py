@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
-from kafka_io.clients import make_admin, make_consumer
+from kafka_io.clients import as_refusal, make_admin, make_consumer
 from kafka_io.errors import BrokerUnavailableError, KafkaIOError
 from kafka_io.events import consume_ready
 from kafka_io.reading import READ_TO_END_FETCH_WAIT_MS
@@ -38,6 +38,8 @@ def end_offsets(settings: KafkaSettings, topic: str, timeout_s: float = 15.0) ->
                 err = msg.error()
                 if err is not None and err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition() or 0)
+                elif err is not None and (refused := as_refusal(err, "Read", topic)) is not None:
+                    raise refused
         if pending:
             raise BrokerUnavailableError(f"no end of {topic} partitions {sorted(pending)} within {timeout_s:.0f} s")
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)[1] for p in parts}
@@ -46,13 +48,18 @@ def end_offsets(settings: KafkaSettings, topic: str, timeout_s: float = 15.0) ->
 
 
 def offsets_for_time(settings: KafkaSettings, topic: str, timestamp_ms: int, timeout_s: float = 15.0) -> dict[int, int]:
-    """The first offset at or after `timestamp_ms` per partition (-1: none yet, i.e. the end).
+    """The first offset at or after `timestamp_ms` per partition (-1: none yet, i.e. the end); a
+    time before 1970 is the first record of each partition.
 
     Kafka answers this from record timestamps; Tansu only at batch granularity from write time,
     so callers also filter records by timestamp (kafka_io.reading.read_range does)."""
+    # ListOffsets reads a negative time as a special offset (-1 the end, -2 the start, -3 the
+    # newest record) and refuses the others; no record is stamped before 1970, so asking for 0
+    # finds the first one
+    since = max(timestamp_ms, 0)
     consumer = make_consumer(settings, group_id=f"nearline-offsets-{uuid.uuid4().hex[:12]}")
     try:
-        query = [TopicPartition(topic, p, timestamp_ms) for p in partitions_of(settings, topic)]
+        query = [TopicPartition(topic, p, since) for p in partitions_of(settings, topic)]
         return {tp.partition: tp.offset for tp in consumer.offsets_for_times(query, timeout=timeout_s)}
     finally:
         consumer.close()
@@ -85,6 +92,8 @@ def group_offsets(settings: KafkaSettings, group: str, topic: str, timeout_s: fl
     consumer = make_consumer(settings, group_id=group)  # never subscribes: only asks the coordinator
     try:
         committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=timeout_s)
+    except KafkaException as exc:
+        raise as_refusal(exc, "Describe", group) or exc from None
     finally:
         consumer.close()
     return [GroupOffset(topic, tp.partition, tp.offset, ends[tp.partition]) for tp in committed]
@@ -104,6 +113,8 @@ def reset_group_offsets(settings: KafkaSettings, group: str, offsets: dict[tuple
         result = future.result(timeout=60)
     except KafkaException as exc:
         err = exc.args[0]
+        if (refused := as_refusal(err, "Read", group)) is not None:
+            raise refused from None
         if err.code() in _MEMBERS_ACTIVE:
             raise KafkaIOError(active_members_error(group)) from None
         raise KafkaIOError(f"resetting {group}: {err.str()}") from None

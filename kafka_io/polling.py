@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaException, TopicPartition
 
+from kafka_io.clients import as_refusal
 from kafka_io.events import consume_ready, take
 from kafka_io.records import TP, ConsumedRecord
 
@@ -111,7 +112,12 @@ def committed_offsets(consumer: Consumer, partitions: Iterable[TP], timeout_s: f
     """The group's committed offset of each partition (-1 where none); KAFKA_FAULTS when the
     broker does not answer."""
     wanted = [TopicPartition(t, p) for t, p in sorted(partitions)]
-    return {(c.topic, c.partition): c.offset for c in consumer.committed(wanted, timeout=timeout_s)} if wanted else {}
+    try:
+        return (
+            {(c.topic, c.partition): c.offset for c in consumer.committed(wanted, timeout=timeout_s)} if wanted else {}
+        )
+    except KafkaException as exc:
+        raise as_refusal(exc, "Describe") or exc from None
 
 
 def high_watermark(consumer: Consumer, tp: TP) -> int:
@@ -159,6 +165,8 @@ def rewind_to_committed(consumer: Consumer, partitions: set[TP], should_stop: Ca
             )
             return
         except KafkaException as exc:
+            if (refused := as_refusal(exc, "Describe")) is not None:
+                raise refused from None
             if should_stop():
                 return  # nothing of these partitions is committed past what was dropped; a new owner reads it
             log.warning("cannot rewind %s to the committed offsets yet (%s); asking again", sorted(partitions), exc)
@@ -200,4 +208,9 @@ def next_offsets(window: list[ConsumedRecord]) -> list[TopicPartition]:
 
 
 def commit_offsets(consumer: Consumer, offsets: dict[TP, int]) -> None:
-    consumer.commit(offsets=topic_partitions(offsets), asynchronous=False)
+    """Commit synchronously; KafkaAuthorizationError where the group may not be read (a commit is
+    Read on the group), which no later commit would mend."""
+    try:
+        consumer.commit(offsets=topic_partitions(offsets), asynchronous=False)
+    except KafkaException as exc:
+        raise as_refusal(exc, "Read") or exc from None

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from kafka_io.errors import DeliveryError
+from kafka_io.clients import as_refusal
+from kafka_io.errors import DeliveryError, KafkaRefusedError
 from kafka_io.records import OutRecord
 
 
@@ -153,10 +154,13 @@ def produce_located(producer: Producer, record: OutRecord, timeout_s: float = 60
     broker did not take it within timeout_s."""
     where: list[tuple[int, int]] = []
     failures: list[str] = []
+    refusals: list[KafkaRefusedError] = []
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
+            if (refused := as_refusal(err, "Write", msg.topic() or "")) is not None:
+                refusals.append(refused)
         else:
             where.append((msg.partition() or 0, msg.offset() or 0))
 
@@ -168,6 +172,8 @@ def produce_located(producer: Producer, record: OutRecord, timeout_s: float = 60
     except (KafkaException, SystemError) as exc:
         _raise_if_fatal(exc)
         raise
+    if refusals:  # not a delivery to retry: the principal may not write there
+        raise refusals[0]
     if failures:
         raise DeliveryError(failures[0])
     if not where:
@@ -186,16 +192,19 @@ class _Deliveries:
         self.weighed = 0  # what they hold, by `weight` (else the same)
         self._weight = weight
         self.failures: list[str] = []
+        self.refusals: list[KafkaRefusedError] = []  # failures that say the principal may not write
         self._reports_seen = 0
         self._since = time.monotonic()
 
     def on_delivery(self) -> Callable[[KafkaError | None, Message], None]:
-        failures = self.failures
+        failures, refusals = self.failures, self.refusals
         weight = self._weight
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 failures.append(f"delivery to {msg.topic()} failed: {err.str()}")
+                if (refused := as_refusal(err, "Write", msg.topic() or "")) is not None:
+                    refusals.append(refused)
             else:
                 self.confirmed += 1
                 self.weighed += 1 if weight is None else weight(msg.key())
@@ -238,6 +247,8 @@ def _produce_and_confirm(
     deadline = time.monotonic() + timeout_s
     while counts.confirmed + len(counts.failures) < sent and not counts.failures and time.monotonic() < deadline:
         producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+    if counts.refusals:  # not a delivery to retry: the principal may not write there
+        raise counts.refusals[0]
     if counts.failures:
         more = len(counts.failures) - 1
         raise DeliveryError(counts.failures[0] + (f" (and {more} more records)" if more else ""))

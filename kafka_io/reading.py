@@ -20,6 +20,10 @@ from kafka_io.topics import partitions_of
 # read, at 10 ms 0.02-0.07 s. It asks again that soon only while it is reading.
 READ_TO_END_FETCH_WAIT_MS = 10
 
+# The throwaway group of a reader (assign(), no commits): librdkafka still asks for its
+# coordinator, so a principal needs Describe on it (docs/deploy.md grants the prefix).
+READER_GROUP_PREFIX = "nearline-reader-"
+
 # A read that gets no record for this long asks whether the broker still takes connections: a
 # killed one is known at once (refused), where the idle timeout alone took 64 s to say it. A slow
 # or silent broker still takes them, and is left to the idle timeout.
@@ -75,7 +79,8 @@ class TopicFollower:
         A missing topic is never created by asking (kafka_io/clients.py NO_AUTO_CREATE)."""
         extra = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
         # librdkafka wants a group.id even for assign(); a throwaway one that never commits.
-        self._consumer: Consumer = make_consumer(settings, group_id=f"nearline-reader-{uuid.uuid4().hex[:12]}", **extra)
+        self._group = f"{READER_GROUP_PREFIX}{uuid.uuid4().hex[:12]}"
+        self._consumer: Consumer = make_consumer(settings, group_id=self._group, **extra)
         self.partitions: set[tuple[str, int]] = set()
         for topic in topics:
             found = partitions_of(settings, topic, consumer=self._consumer)
@@ -92,7 +97,7 @@ class TopicFollower:
             return []
         out = []
         for msg in consume_ready(self._consumer, max_records, timeout_s):
-            record = take(msg, self.at_eof)
+            record = take(msg, self.at_eof, self._group)
             if record is not None:
                 self._next[(record.topic, record.partition)] = record.offset + 1
                 out.append(record)
@@ -165,7 +170,7 @@ def read_range(
     """Records of `topic` from start[partition] until each partition's end, `stop_offset`
     (exclusive) or the first record after `to_ms`, skipping records before `from_ms`. Fails
     when no record comes for `idle_timeout_s` before the end or the broker refuses, as read_topics does."""
-    group = f"nearline-reader-{uuid.uuid4().hex[:12]}"
+    group = f"{READER_GROUP_PREFIX}{uuid.uuid4().hex[:12]}"
     consumer = make_consumer(settings, group, **{"fetch.wait.max.ms": READ_TO_END_FETCH_WAIT_MS})
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(start.items())])
@@ -181,7 +186,7 @@ def read_range(
             for msg in messages:
                 if (msg.partition() or 0) not in active:
                     continue
-                record = take(msg, at_eof)
+                record = take(msg, at_eof, group)
                 if record is None:
                     active -= {p for _, p in at_eof}
                     continue

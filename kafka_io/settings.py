@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import ssl
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -50,6 +51,40 @@ class KafkaSettings:
 
     def with_client_id(self, client_id: str) -> KafkaSettings:
         return replace(self, client_id=client_id)
+
+    @property
+    def principal(self) -> str:
+        """Who these settings log in as, in Kafka's words: User:NAME for SASL, User:<the
+        certificate's subject> for mutual TLS, User:ANONYMOUS otherwise. Never a secret."""
+        protocol = str(self.extra.get("security.protocol", "PLAINTEXT")).upper()
+        if protocol.startswith("SASL"):
+            return f"User:{self.extra.get('sasl.username', '(no sasl.username)')}"
+        certificate = self.extra.get("ssl.certificate.location")
+        if protocol == "SSL" and certificate:
+            return f"User:{certificate_subject(str(certificate))}"
+        return "User:ANONYMOUS"
+
+
+# Kafka names a certificate's principal by its subject in RFC 2253's order and short names
+_DN_NAMES = {
+    "commonName": "CN",
+    "organizationalUnitName": "OU",
+    "organizationName": "O",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "countryName": "C",
+}
+
+
+def certificate_subject(path: str) -> str:
+    """The subject of the PEM certificate at `path` as Kafka's default principal builder names it
+    (CN=worker,O=example), or the path where it cannot be read."""
+    try:
+        decoded = ssl._ssl._test_decode_cert(path)  # type: ignore[attr-defined]
+    except (OSError, ssl.SSLError, AttributeError):
+        return f"(the certificate in {path})"
+    parts = [f"{_DN_NAMES.get(k, k)}={v}" for rdn in reversed(decoded.get("subject", ())) for k, v in rdn]
+    return ",".join(parts) or f"(the certificate in {path})"
 
 
 @dataclass(frozen=True)

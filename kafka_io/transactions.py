@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from kafka_io.clients import make_producer
+from kafka_io.clients import as_refusal, make_producer
 from kafka_io.polling import next_offsets, records_in
 from kafka_io.produce import produce_one
 from kafka_io.records import ConsumedRecord, OutRecord
@@ -72,7 +72,10 @@ def bounded(call: Callable[[], object], timeout_s: float) -> None:
 
 def make_transactional_producer(settings: KafkaSettings, transactional_id: str, timeout_s: float = 30.0) -> Producer:
     producer = make_producer(settings, idempotent=True, **{"transactional.id": transactional_id})
-    producer.init_transactions(timeout_s)  # fences any older producer with this id
+    try:
+        producer.init_transactions(timeout_s)  # fences any older producer with this id
+    except KafkaException as exc:
+        raise as_refusal(exc, "Write", transactional_id) or exc from None
     return producer
 
 
@@ -197,6 +200,8 @@ class OpenTransaction:
 
     def _abort(self, exc: KafkaException, timeout_s: float = 60.0) -> None:
         error = exc.args[0]
+        if (refused := as_refusal(error)) is not None:
+            raise refused from None  # no abort and retry mends a missing ACL
         if not error.txn_requires_abort():
             raise exc  # fatal (fenced) or retriable beyond our patience: the worker exits, Kafka redelivers
         consumed = [r for window in self.windows for r in window]

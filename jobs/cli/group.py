@@ -15,8 +15,22 @@ from jobs.cli.envvars import name_envvars, warn_of_old_names
 from jobs.exit_codes import ExitCode
 from jobs.input_problems import InvalidInputError, UnusableInputError
 from jobs.submit import BacklogRefusedError
-from kafka_io.errors import BrokerUnavailableError, MetricsPortError
+from kafka_io.errors import (
+    BrokerUnavailableError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaRefusedError,
+    KafkaTlsError,
+    MetricsPortError,
+)
 from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
+
+# Kafka said no: each kind of refusal has its code, as no retry or wait will mend it.
+REFUSAL_CODES: dict[type[KafkaRefusedError], ExitCode] = {
+    KafkaAuthenticationError: ExitCode.NOT_AUTHENTICATED,
+    KafkaAuthorizationError: ExitCode.NOT_AUTHORIZED,
+    KafkaTlsError: ExitCode.TLS_FAILED,
+}
 
 # A file the command writes failed for want of room or rights: said in a line, not a traceback.
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
@@ -64,7 +78,8 @@ class NearlineGroup(click.Group):
         from jobs.registry import JobNotFoundError
         from jobs.replay import ReplaySpecError
         from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
-        from kafka_io.errors import GroupProtocolError, SecuritySettingsError, TopicConfigError
+        from kafka_io.clients import as_refusal
+        from kafka_io.errors import KAFKA_FAULTS, GroupProtocolError, SecuritySettingsError, TopicConfigError
         from model_repository.export import ExportUnavailableError
         from model_repository.import_source import ImportRefusedError
 
@@ -110,6 +125,15 @@ class NearlineGroup(click.Group):
         ) as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.UNAVAILABLE)
+        except KafkaRefusedError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(REFUSAL_CODES.get(type(exc), ExitCode.NOT_AUTHORIZED))
+        except KAFKA_FAULTS as exc:  # a client call's own exception: a refusal is said as one
+            refused = as_refusal(exc)
+            if refused is None:
+                raise
+            click.echo(f"error: {refused}", err=True)
+            ctx.exit(REFUSAL_CODES.get(type(refused), ExitCode.NOT_AUTHORIZED))
         except BacklogRefusedError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(ExitCode.REFUSED)

@@ -29,7 +29,7 @@ from jobs.scheduling.metrics import SchedulerMetrics
 from jobs.scheduling.schedules import TickClaims
 from jobs.submit import JobOptions, submit
 from kafka_io.clients import Producer, make_producer
-from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError
+from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError, KafkaRefusedError
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, OutRecord
@@ -227,6 +227,8 @@ class Scheduler:
             self._unfinished.append(Unfinished(schedule.name, to_us(tick), job_id))
             self.on_event(f"schedule {schedule.name}: job {job_id} not submitted yet, will retry: {exc}")
             return None
+        except KafkaRefusedError:
+            raise  # Kafka said no to this worker's principal: every tick would meet it, the worker exits
         except Exception as exc:
             # Anything else is a bug met on this schedule's input. Raising would stop every schedule,
             # and a restart would retry this same claimed tick and raise again: fail the tick instead.
