@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from jobs import error_file, openai_output
 from jobs.job_records import Submitted
-from jobs.output import OutputFormat, write_atomically, write_output
+from jobs.output import OutputFormat, write_file, write_output
 from jobs.results import dumps_line
 from jobs.spill import ResultSpill
 from producers import InputError
@@ -57,4 +57,4 @@ def write_errors(
         rejected = (error_file.invalid_line(error) for error in invalid)
         lines = itertools.chain(rejected, error_file.error_lines(submitted, outcomes, missing))
     write = _lines(lines)
-    return write_atomically(path, lambda f: write(f.write), binary=True)
+    return write_file(path, lambda f: write(f.write), binary=True)

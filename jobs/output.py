@@ -1,10 +1,17 @@
 """Where `-o` results go and in which format: checked before any work, written to a temporary file
-and renamed into place."""
+and renamed into place.
+
+`-` and /dev/stdout name standard output. A link is written through: its target file is replaced
+(atomically), never the link itself. A pipe or a terminal (a fifo, a character device, or a link to
+one) is written to as it is: nothing can be renamed over it."""
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from enum import StrEnum
@@ -72,17 +79,35 @@ def names_format(path: Path) -> bool:
     return path.suffix.lower() in _SUFFIXES
 
 
+# Names of standard output: `-` as most tools take it, and the device names of file descriptor 1,
+# which would otherwise be replaced by a file (run as root) or written to as a plain file
+STDOUT_NAMES = frozenset({"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+
+
+def names_stdout(path: Path | str | None) -> bool:
+    """Whether an output option's value means standard output."""
+    return path is not None and str(path) in STDOUT_NAMES
+
+
 def check_output_path(path: Path) -> None:
-    """Raise OutputPathError unless a results file can be written at path and renamed into place."""
-    folder = path.absolute().parent
-    if path.exists() or path.is_symlink():
-        mode = path.stat().st_mode if path.exists() else 0
+    """Raise OutputPathError unless a results file can be written at path: renamed into place (for
+    a new or regular file, or a link to one: its target), or written to as it is (a pipe, a terminal)."""
+    if names_stdout(path):
+        return
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(f"{path} is a link to {os.readlink(path)}, which does not exist (a broken link)")
+    if path.exists():
+        mode = path.stat().st_mode
         if stat.S_ISDIR(mode):
             raise OutputPathError(f"{path} is a folder; name a file in it")
-        if not stat.S_ISREG(mode):
-            raise OutputPathError(f"{path} is not a regular file (a device, pipe, socket or broken link)")
+        if stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
+            what = "a socket" if stat.S_ISSOCK(mode) else "a block device (a disk)"
+            raise OutputPathError(f"{path} is {what}; name a file, a pipe or a terminal")
         if not os.access(path, os.W_OK):
             raise OutputPathError(f"{path} exists and is read-only")
+        if written_as_stream(path):
+            return
+    folder = _target(path).parent
     if not folder.is_dir():
         raise OutputPathError(f"folder {folder} does not exist")
     # the results are renamed into place, so the folder itself must take a new file; trying is
@@ -93,6 +118,37 @@ def check_output_path(path: Path) -> None:
         raise OutputPathError(f"cannot create files in folder {folder}: {exc.strerror}") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def _target(path: Path) -> Path:
+    """The file a results file replaces: path, or where the links at path (and above it) lead."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path.absolute()
+
+
+def written_as_stream(path: Path) -> bool:
+    """Whether path is written to as it is, not replaced: anything but a regular file (a fifo, a
+    terminal, /dev/null), or a link to an open descriptor (/dev/fd/N, /proc/PID/fd/N), which may
+    be a shell's redirect to a file: appended to, as the redirect's descriptor would be."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(mode) or _leads_to_descriptor(path)
+
+
+_DESCRIPTOR = re.compile(r"/proc/(self|thread-self|\d+)(/task/\d+)?/fd/\d+")
+
+
+def _leads_to_descriptor(path: Path) -> bool:
+    hop = path.absolute()
+    for _ in range(40):  # the kernel follows at most 40 links
+        here = Path(os.path.realpath(hop.parent)) / hop.name  # /dev/fd is itself a link to /proc/self/fd
+        if _DESCRIPTOR.fullmatch(str(here)):
+            return True
+        if not here.is_symlink():
+            return False
+        hop = here.parent / os.readlink(here)
+    return False
 
 
 def partial_path(path: Path) -> Path:
@@ -128,6 +184,33 @@ def write_atomically(path: Path, write: Callable[[IO[Any]], int], *, binary: boo
     return count
 
 
+def write_file(path: Path, write: Callable[[IO[Any]], int], *, binary: bool = False) -> int:
+    """write(f) to path as check_output_path accepts it: standard output (`-`, /dev/stdout), a pipe
+    or a terminal as it is, else atomically (write_atomically) at path or at the file a link at path
+    leads to, leaving the link as it was. Returns write's count."""
+    if names_stdout(path):
+        sys.stdout.flush()
+        return _write_stream(sys.stdout.buffer, write, binary)
+    if written_as_stream(path):
+        # a pipe or a terminal ignores the append; a redirect's file (>, >>) is added to, not emptied
+        with path.open("ab") as stream:
+            return _write_stream(stream, write, binary)
+    return write_atomically(_target(path), write, binary=binary)
+
+
+def _write_stream(stream: IO[bytes], write: Callable[[IO[Any]], int], binary: bool) -> int:
+    if binary:
+        count = write(stream)
+        stream.flush()
+        return count
+    text = io.TextIOWrapper(stream, encoding="utf-8", write_through=True)
+    try:
+        return write(text)
+    finally:
+        text.flush()
+        text.detach()  # the stream stays open: standard output, or the caller's
+
+
 def write_output(
     path: Path | None,
     out: IO[str],
@@ -135,13 +218,13 @@ def write_output(
     lines: Callable[[Callable[[bytes], object]], int],
     table: Callable[[IO[bytes]], int],
 ) -> int:
-    """A job's records to path (through a temporary file renamed into place) or, as JSON Lines only,
+    """A job's records to path (write_file: through a temporary file renamed into place) or, as JSON Lines only,
     to out: lines(write) writes them as JSON Lines through write(bytes), table(f) as the columnar
     fmt to a binary file. Returns the records written."""
     if fmt is OutputFormat.JSONL:
         if path is None:
             return lines(lambda chunk: out.write(chunk.decode()))
-        return write_atomically(path, lambda f: lines(f.write), binary=True)
+        return write_file(path, lambda f: lines(f.write), binary=True)
     if path is None:
         raise OutputPathError(f"{fmt} output is a file: name it with -o")
-    return write_atomically(path, table, binary=True)
+    return write_file(path, table, binary=True)

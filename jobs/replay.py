@@ -12,7 +12,7 @@ from kafka_io.offsets import end_offsets, offsets_at_time
 from kafka_io.reading import read_range
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
-from kafka_io.topics import topic_names
+from kafka_io.topics import partitions_of, topic_names
 from schemas import SerdeError
 from schemas.packs import RAW_TEXT_PACK, TENSOR_PACK, kind_of, unpacked
 from schemas.serde import decode_any
@@ -43,6 +43,9 @@ def require_topic(settings: KafkaSettings, topic: str, shown: int = 20, hint: st
     names = [n for n in topic_names(settings) if not n.startswith("__")]  # Kafka's internal topics
     if topic in names:
         return
+    # Kafka lists only the topics a principal may describe: asked by name, it says which it may
+    # not (KafkaAuthorizationError), where the listing alone would read as "no topic"
+    partitions_of(settings, topic)
     close = difflib.get_close_matches(topic, names, n=5, cutoff=0.6)
     listed = [*close, *(n for n in names if n not in close)]
     more = f" and {len(listed) - shown} more" if len(listed) > shown else ""

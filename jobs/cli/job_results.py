@@ -151,15 +151,22 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="HTML file to write [default: JOB_ID.html].",
+    help="HTML file to write; - or /dev/stdout: standard output [default: JOB_ID.html].",
 )
 @cluster_options
 def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
     """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
+    from jobs.output import OutputPathError, check_output_path, names_stdout, write_file
     from jobs.registry import job_status
     from jobs.reports.report import render
 
-    status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
     path = output or Path(f"{job_id}.html")
-    path.write_text(render(status), encoding="utf-8")
-    click.echo(f"wrote {path} ({status.state.value}, {status.outcome.inferred} results)", err=True)
+    try:
+        check_output_path(path)
+    except OutputPathError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--output' / '-o'") from None
+    status = job_status(require_servers(bootstrap_servers), Topics(namespace), job_id, keep_timings=True)
+    page = render(status).encode()
+    write_file(path, lambda f: f.write(page), binary=True)
+    where = "standard output" if names_stdout(path) else path
+    click.echo(f"wrote {where} ({status.state.value}, {status.outcome.inferred} results)", err=True)

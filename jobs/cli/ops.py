@@ -64,7 +64,9 @@ REPLAY_SUFFIXES = (".jsonl", ".ndjson")
 @click.option("--from-time", default=None, help="ISO 8601, e.g. 2026-11-29T18:00:00Z.")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None, help="Stop before this offset.")
 @click.option("--to-time", default=None, help="Stop after the last record at or before this time.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None, help="- or /dev/stdout: stdout."
+)
 @cluster_options
 def replay_cmd(
     topic: str,
@@ -85,8 +87,10 @@ def replay_cmd(
     """
     import json
 
+    from jobs.output import names_stdout
     from jobs.replay import message_json, namespace_hint, replay_messages
 
+    output = None if names_stdout(output) else output  # - and /dev/stdout: standard output, not a file
     if output is not None and output.suffix.lower() not in REPLAY_SUFFIXES:
         # it wrote JSON Lines whatever the name said: a .parquet or .csv that no reader could open
         raise click.BadParameter(

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
-from jobs.output import OutputFormat, OutputPathError, check_output_path
+from jobs.output import OutputFormat, OutputPathError, check_output_path, names_stdout
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
     DEFAULT_PRIORITY,
@@ -218,9 +218,17 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
         "--output",
         "-o",
         type=click.Path(dir_okay=False, path_type=Path),
+        callback=_stdout_as_none,
         default=None,
-        help="Write the results here, one per record in input order [default: stdout, JSON Lines].",
+        help="Write the results here, one per record in input order; - or /dev/stdout: standard output "
+        "[default: stdout, JSON Lines].",
     )(f)
+
+
+def _stdout_as_none(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """-o - and -o /dev/stdout as no -o: standard output is written to, never a file named `-`, and
+    never /dev/stdout replaced by a file."""
+    return None if names_stdout(value) else value
 
 
 class LaneChoice(click.Choice):
@@ -384,5 +392,5 @@ def errors_option(f: Callable[..., Any]) -> Callable[..., Any]:
         metavar="FILE",
         help="Also write a JSON line per record with no result (dead-lettered with its stage and reason, "
         "cancelled, expired, not done), keyed by its id (and custom_id); with --output-format openai-batch, "
-        "a line per failed request in OpenAI's error shape.",
+        "a line per failed request in OpenAI's error shape. - or /dev/stdout: standard output (with -o FILE).",
     )(f)

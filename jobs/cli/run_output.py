@@ -21,7 +21,7 @@ from jobs.job_files import write_errors, write_openai
 from jobs.job_input import JobInput
 from jobs.job_records import submitted_from_input
 from jobs.liveness import JobCancelledError, JobExpiredError, JobWaitError
-from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path
+from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path, written_as_stream
 from jobs.spill import ResultSpill, keep_elsewhere
 from producers import InputError
 
@@ -133,6 +133,8 @@ def partial_output(output: Path, results: int) -> Path | None:
     if not results:
         click.echo("no results came back; -o was left as it was", err=True)
         return None
+    if written_as_stream(output):  # a pipe or a terminal holds no earlier file: it gets what came back
+        return output
     partial = partial_path(output)
     try:
         check_output_path(partial)

@@ -10,7 +10,7 @@ import click
 
 from jobs.input_problems import unreadable_input
 from jobs.job_input import STDIN, JobInput
-from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, output_format
+from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, names_stdout, output_format
 from jobs.submit import job_id_problem
 from kafka_io.clients import check_not_refused
 from kafka_io.errors import BrokerUnavailableError
@@ -117,11 +117,18 @@ def job_model(model: str | None, source: JobInput) -> str:
 def check_errors_path(errors: Path | None, *others: tuple[str, str | Path | None]) -> None:
     """A usage error when --errors names the same file as one of `others` ((what, path) pairs: -o,
     the input), which writing it would replace: by its path resolved (`..`, links) or, when both
-    exist, as the same file."""
+    exist, as the same file; or when it is standard output and so are the results (-o absent or -)."""
     if errors is None:
         return
+    if names_stdout(errors):
+        if any(what == "-o" and (other is None or names_stdout(other)) for what, other in others):
+            raise click.BadParameter(
+                f"{errors} is standard output, where the results go too: name a file with -o or --errors",
+                param_hint="'--errors'",
+            )
+        return
     for what, other in others:
-        if other is None:
+        if other is None or names_stdout(other) or str(other) == "-":
             continue
         same = Path(other).resolve() == errors.resolve()
         if same or (errors.exists() and Path(other).exists() and errors.samefile(other)):

@@ -1,0 +1,116 @@
+"""`-o -`, a link to the command's own standard output, and --errors through such a link, for
+every command that writes a file (results, report, replay), against the real broker: the bytes
+reach the pipe the command's stdout is, no file named `-` appears and no link is replaced. The
+command's stdout is a pipe of this test, reached through a temporary link: never /dev/stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.registry import register
+from kafka_io.clients import make_producer
+from kafka_io.produce import produce_all
+from kafka_io.records import OutRecord, job_record
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
+
+JOB = "job-streams"
+
+
+@pytest.fixture
+def finished_job(settings: KafkaSettings, topics: Topics) -> None:
+    """A job of 4 records: 3 results and a dead letter."""
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    register(settings, topics, Job(JOB, "tiny", "in.jsonl", "text", 4, 1))
+    records = [
+        job_record(
+            topics.results,
+            encode(
+                InferenceResult(JOB, f"r{i}", i, "tiny", "1", (Tensor.from_array("e", np.ones(2, np.float32)),), "b", 1)
+            ),
+            JOB,
+            f"r{i}",
+        )
+        for i in range(3)
+    ]
+    raw = encode(RawText(JOB, "r3", 3, "tiny", "x", 1))
+    letter = DeadLetter.from_error(
+        "preprocess", ValueError("bad"), (topics.raw_text, 0, 3, raw), job_id=JOB, record_id="r3", model="tiny"
+    )
+    records.append(OutRecord(topics.dead_letters, encode(letter), f"{JOB}/r3".encode()))
+    produce_all(make_producer(settings), records)
+
+
+def nearline(settings: KafkaSettings, topics: Topics, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+    command = [sys.executable, "-m", "jobs.cli", *args]
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def stdout_link(tmp_path: Path, name: str) -> Path:
+    link = tmp_path / name
+    link.symlink_to("/proc/self/fd/1")  # the command's stdout: this test's pipe
+    return link
+
+
+def ids(text: str) -> list[str]:
+    return [json.loads(line)["id"] for line in text.splitlines()]
+
+
+@pytest.mark.usefixtures("finished_job")
+def test_results_to_a_dash_or_a_link_to_stdout_reach_the_pipe(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    dash = nearline(settings, topics, tmp_path, "results", JOB, "-o", "-")
+    assert dash.returncode == 0, dash.stderr
+    assert ids(dash.stdout) == ["r0", "r1", "r2", "r3"]
+    link = stdout_link(tmp_path, "out.jsonl")
+    linked = nearline(settings, topics, tmp_path, "results", JOB, "-o", str(link))
+    assert linked.returncode == 0, linked.stderr
+    assert ids(linked.stdout) == ["r0", "r1", "r2", "r3"]
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]  # no file named `-`, no temporary one
+
+
+@pytest.mark.usefixtures("finished_job")
+def test_the_error_file_reaches_a_link_to_stdout_or_a_dash_unless_the_results_go_there_too(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    link = stdout_link(tmp_path, "errors.jsonl")
+    done = nearline(settings, topics, tmp_path, "results", JOB, "-o", "out.jsonl", "--errors", str(link))
+    assert done.returncode == 0, done.stderr
+    assert [(e["id"], e["status"]) for e in map(json.loads, done.stdout.splitlines())] == [("r3", "dead_lettered")]
+    assert link.is_symlink() and ids((tmp_path / "out.jsonl").read_text()) == ["r0", "r1", "r2", "r3"]
+    dash = nearline(settings, topics, tmp_path, "results", JOB, "-o", "out.jsonl", "--errors", "-")
+    assert dash.returncode == 0 and [e["id"] for e in map(json.loads, dash.stdout.splitlines())] == ["r3"]
+    both = nearline(settings, topics, tmp_path, "results", JOB, "--errors", "-")
+    assert both.returncode == 2 and "standard output, where the results go too" in both.stderr, both.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["errors.jsonl", "out.jsonl"]
+
+
+@pytest.mark.usefixtures("finished_job")
+def test_report_and_replay_write_a_dash_to_stdout_and_through_a_link(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    report = nearline(settings, topics, tmp_path, "report", JOB, "-o", "-")
+    assert report.returncode == 0 and report.stdout.lstrip().lower().startswith("<!doctype html"), report.stderr
+    link = stdout_link(tmp_path, "report.html")
+    linked = nearline(settings, topics, tmp_path, "report", JOB, "-o", str(link))
+    assert linked.returncode == 0, linked.stderr
+    assert linked.stdout.lstrip().lower().startswith("<!doctype html") and linked.stdout.rstrip().endswith("</html>")
+    replay = nearline(settings, topics, tmp_path, "replay", "--topic", "results", "--from-offset", "0", "-o", "-")
+    assert replay.returncode == 0, replay.stderr
+    assert sorted(line["record"]["record_id"] for line in map(json.loads, replay.stdout.splitlines())) == [
+        "r0",
+        "r1",
+        "r2",
+    ]
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
