@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import difflib
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kafka_io.offsets import end_offsets, offsets_at_time
@@ -78,12 +78,22 @@ def require_group(settings: KafkaSettings, group: str, shown: int = 20, hint: st
     )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def parse_time_ms(text: str) -> int:
-    """ISO 8601 (a naive time is local time) to milliseconds since the epoch."""
+    """ISO 8601 (a naive time is local time) to whole milliseconds since the epoch, rounded down;
+    negative before 1970 (kafka_io.offsets takes such a time as the start of each partition)."""
     try:
-        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ReplaySpecError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-29T18:00:00Z)") from None
+    if when.tzinfo is None:
+        try:
+            when = when.astimezone()  # the local time zone of that date
+        except (ValueError, OverflowError, OSError):  # a date at the calendar's ends, in no known zone
+            raise ReplaySpecError(f"{text!r}: give its time zone (e.g. {text}Z for UTC)") from None
+    return (when - _EPOCH) // timedelta(milliseconds=1)  # exact: a float's seconds lose microseconds
 
 
 def plain(value: Any) -> Any:
