@@ -204,8 +204,14 @@ class JobStatus:
 
 
 def format_labels(labels: dict[str, str]) -> str:
-    """KEY=VALUE,KEY=VALUE in key order: how labels are shown and given (--label)."""
-    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    """KEY=VALUE,KEY=VALUE in key order: how labels are shown and given (--label). A character that
+    is not printable (a carriage return, an escape sequence: --label refuses them, a job registered
+    otherwise may hold them) is shown escaped, so it cannot rewrite the line or the terminal."""
+
+    def shown(text: str) -> str:
+        return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+    return ",".join(f"{shown(key)}={shown(value)}" for key, value in sorted(labels.items()))
 
 
 def _iso(us: int | None) -> str | None:

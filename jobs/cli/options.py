@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -309,9 +310,18 @@ def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _labels(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
     try:
-        return parse_labels(value)
+        labels = parse_labels(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    for key, text in labels.items():
+        # shown in `jobs list` and `status` on a terminal: a carriage return or an escape sequence
+        # in a label would rewrite the line or the terminal's title there
+        control = next((c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+        if control is not None:
+            raise click.BadParameter(
+                f"label {key}: its value holds the control character {control!a}; a label is printable text"
+            )
+    return labels
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
