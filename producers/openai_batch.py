@@ -58,10 +58,17 @@ def read_openai_batch(path: Path, stream: IO[bytes] | None = None) -> Iterator[I
     InputError naming its line (all of its inputs are left out together, never part of a request).
     Every request must name the same model: one job runs one model."""
     seen: dict[str, int] = {}  # custom_id or record id -> the line it was first on
+    inputs: dict[str, tuple[str, int]] = {}  # a listed input's record id -> its request's custom_id, index
     model: list[tuple[str, int]] = []  # the first request's, and its line
 
     def records(line: str, number: int) -> list[InputRecord]:
         custom_id, body_model, url, texts = _request(line)
+        if custom_id in inputs:
+            owner, index = inputs[custom_id]
+            raise ValueError(
+                f"custom_id {custom_id!r} is the id of input {index} of request {owner!r} (line "
+                f"{seen[custom_id]}); rename one of them"
+            )
         if custom_id in seen:
             raise ValueError(f"duplicate custom_id {custom_id!r} (first on line {seen[custom_id]})")
         if model and body_model != model[0][0]:
@@ -82,6 +89,8 @@ def read_openai_batch(path: Path, stream: IO[bytes] | None = None) -> Iterator[I
         model[:] = model or [(body_model, number)]
         for record_id in (custom_id, *ids):
             seen.setdefault(record_id, number)
+        if not isinstance(texts, str):
+            inputs.update((record_id, (custom_id, i)) for i, record_id in enumerate(ids))
         return [
             InputRecord(
                 record_id, text, number, {CUSTOM_ID: json.dumps(custom_id), INDEX: str(i), INPUTS: str(len(listed))}
