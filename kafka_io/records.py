@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from schemas.packs import records_held
+
 # Headers as either client gives them: confluent's list of pairs, or faust's mapping.
 Headers = Sequence[tuple[str, bytes | None]] | dict[str, bytes | None]
 
@@ -51,8 +53,9 @@ class ConsumedRecord:
 
     @property
     def records(self) -> int:
-        """How many records it holds: a pack's `records` header, else 1 (schemas/packs.py)."""
-        return records_of(self.headers)
+        """How many records it holds: a pack's `records` header, capped at what its bytes can hold,
+        else 1 (schemas/packs.py: records_held)."""
+        return records_held(records_of(self.headers), self.value)
 
     @property
     def submission(self) -> int | None:

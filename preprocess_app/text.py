@@ -26,6 +26,7 @@ from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
 from preprocess_app.prompts import PromptRenderer, request_for_encoder, with_sampling
 from schemas import SerdeError, now_us
+from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
 from schemas.model_config import ModelConfig, ModelError, ModelNotFoundError
 from schemas.packs import PackHead, PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
@@ -68,15 +69,20 @@ class _Texts:
 
 
 def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: list[OutRecord]) -> _Texts:
-    """A pack's records that go on; an empty one is dead-lettered here (producers refuse these,
-    other writers of raw.text may not)."""
-    kept = [i for i, t in enumerate(pack.texts) if t and not t.isspace()]
+    """A pack's records that go on; an empty one, or one that is not UTF-8, is dead-lettered here
+    (producers refuse these, other writers of raw.text may not)."""
+    bad = pack.undecodable  # not UTF-8: each its own dead letter, its neighbours go on
+    kept = [i for i, t in enumerate(pack.texts) if t and not t.isspace() and i not in bad]
     attributes: Sequence[Mapping[str, str]]
     if len(kept) == len(pack):
         ids, seqs, texts, attributes = pack.record_ids, pack.seqs, pack.texts, pack.attributes
     else:
         for i in sorted(set(range(len(pack))) - set(kept)):
-            error = ValueError(f"text of record {pack.record_ids[i]!r} is empty")
+            error: Exception
+            if i in bad:
+                error = NotUtf8Error(bad[i][0])
+            else:
+                error = ValueError(f"text of record {pack.record_ids[i]!r} is empty")
             out.append(dead_out(error, src, topics, pack, packed=i))
         ids, seqs = [pack.record_ids[i] for i in kept], pack.seqs[kept]
         texts, attributes = [pack.texts[i] for i in kept], [pack.attributes[i] for i in kept]

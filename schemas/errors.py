@@ -23,3 +23,7 @@ class TruncatedRecordError(SerdeError):
 
 class TensorFormatError(SerdeError):
     """A tensor whose dtype, shape and byte length disagree, or that a model cannot take."""
+
+
+class NotUtf8Error(SerdeError):
+    """A record of a pack whose id, text or attributes are not UTF-8, as Avro strings must be."""

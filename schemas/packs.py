@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal, cast
 
@@ -29,6 +29,7 @@ from fastavro import schemaless_reader, schemaless_writer
 
 from schemas.errors import NotSingleObjectError, TensorFormatError, TruncatedRecordError
 from schemas.raw_text_bytes import raw_text_bytes
+from schemas.raw_text_pack_not_utf8 import read_not_utf8_pack
 from schemas.records import TENSOR_DTYPES, Tensor, TensorRecord
 from schemas.serde import HEADER_LEN, MAGIC, encode, registry
 
@@ -43,6 +44,19 @@ PACK_RECORDS = 128
 PACK_BYTES = 512 * 1024
 
 _INT64 = np.dtype("<i8")
+
+# Every record of a pack, of either kind, takes at least its 8-byte sequence number: a pack of n
+# bytes holds at most n / 8 records, whatever its `records` header says.
+MIN_RECORD_BYTES = 8
+
+
+def records_held(claimed: int, value: bytes | None) -> int:
+    """The records a Kafka record holds, its `records` header `claimed` capped at what its value's
+    bytes can hold (at least 1): any producer may write the header, and one claiming
+    9999999999999999999 records made every `submit --max-backlog` refuse until it was consumed."""
+    if claimed <= 1:
+        return 1
+    return max(1, min(claimed, len(value or b"") // MIN_RECORD_BYTES))
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,9 @@ def _columns(name: str, record_ids: list[str], *others: tuple[str, Sequence[Any]
 
 @dataclass(frozen=True, slots=True)
 class RawTextPack:
-    """A RawTextPack's columns."""
+    """A RawTextPack's columns. `undecodable`: the records whose id, text or attributes are not
+    UTF-8, each with why and its bytes alone as a single RawText; their columns hold what could
+    be read, the bad bytes replaced (U+FFFD), so a reader of ids only never fails on them."""
 
     job_id: str
     model: str
@@ -139,12 +155,16 @@ class RawTextPack:
     seqs: np.ndarray  # int64, read-only
     texts: list[str]
     attributes: list[dict[str, str]]
+    undecodable: Mapping[int, tuple[str, bytes]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.record_ids)
 
     def single(self, i: int) -> bytes:
-        """Record i alone, as the RawText any reader of raw.text takes."""
+        """Record i alone, as the RawText any reader of raw.text takes (an undecodable one with
+        its bytes as they came)."""
+        if i in self.undecodable:
+            return self.undecodable[i][1]
         return raw_text_bytes(
             self.job_id,
             self.record_ids[i],
@@ -182,12 +202,22 @@ def raw_text_pack_bytes(
 
 
 def read_raw_text_pack(data: bytes) -> RawTextPack:
-    """The pack in `data`, or the SerdeError that says what is wrong with it."""
-    f = _read(RAW_TEXT_PACK, data)
+    """The pack in `data`, or the SerdeError that says what is wrong with it. A pack whose records
+    are whole but for strings that are not UTF-8 is read with those records undecodable
+    (read_escaped_raw_text_pack), so each is dead-lettered alone and its neighbours go on."""
+    try:
+        f = _read(RAW_TEXT_PACK, data)
+    except TruncatedRecordError:
+        found = read_not_utf8_pack(data, _schema(RAW_TEXT_PACK)[0])
+        if found is None:
+            raise
+        f = found
     ids = f["record_ids"]
     _columns(RAW_TEXT_PACK, ids, ("texts", f["texts"]), ("attribute maps", f["attributes"]))
     seqs = _seqs(RAW_TEXT_PACK, f["seqs"], len(ids))
-    return RawTextPack(f["job_id"], f["model"], f["submitted_at"], ids, seqs, f["texts"], f["attributes"])
+    return RawTextPack(
+        f["job_id"], f["model"], f["submitted_at"], ids, seqs, f["texts"], f["attributes"], f.get("undecodable", {})
+    )
 
 
 # --- token ids ---

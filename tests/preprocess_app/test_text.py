@@ -226,3 +226,67 @@ def test_bad_records_become_dead_letters_and_the_rest_of_the_batch_goes_on(
     assert [o.key for o in out if o.topic == "ns.tensors.tiny"] == [b"job-p/r0"]
     # a single record's tensor read back as one, as the GPU worker reads a pack's record
     assert decode(pack.single(1), TensorRecord).arrays()["input_ids"].tolist() == [101, 9119, 102]
+
+
+def with_bytes(data: bytes, marker: str, raw: bytes) -> bytes:
+    """`data` with the one occurrence of `marker`'s bytes replaced by `raw` (as long): what a
+    foreign writer that does not check its strings are UTF-8 may send."""
+    encoded = marker.encode()
+    assert len(encoded) == len(raw) and data.count(encoded) == 1
+    return data.replace(encoded, raw)
+
+
+def test_a_pack_record_that_is_not_utf8_is_dead_lettered_alone_keyed_to_itself_and_its_neighbours_answered(
+    tiny: TinyModel, model_repository: Path, direct_tokenizer: Tokenizer
+) -> None:
+    topics = Topics("ns")
+    texts = ["one", "two", "QZ", "four", "five"]
+    pack = with_bytes(text_pack(texts), "QZ", b"\xff\xfe")
+    sources = [ConsumedRecord("ns.raw.text", 0, 10, pack, b"job-k/p0", (("records", b"5"),))]
+    out = preprocess_texts(sources, Models(model_repository), topics)
+
+    good = [0, 1, 3, 4]
+    want = [(f"p{i}", i, direct_tokenizer.encode(texts[i]).ids, {"n": str(i)}) for i in good]
+    assert rows(tensors_of(out)) == want
+    (dead,) = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    assert [o.key for o in out if o.topic == "ns.dead.letters"] == [b"job-k/p2"]
+    assert (dead.job_id, dead.record_id, dead.model, dead.source_index) == ("job-k", "p2", "tiny", 2)
+    assert (dead.source_offset, dead.error_type) == (10, "NotUtf8Error")
+    assert "text is not UTF-8" in dead.error
+    # its payload is the record alone as it came: a single RawText with the same bytes, which
+    # `dlq replay` sends back as a record of its own (and which fails alone again)
+    assert dead.payload == with_bytes(
+        encode(RawText("job-k", "p2", 2, "tiny", "QZ", 2_000, {"n": "2"})), "QZ", b"\xff\xfe"
+    )
+    replayed = ConsumedRecord("ns.raw.text", 0, 11, dead.payload, b"job-k/p2", (("job_id", b"job-k"),))
+    again = preprocess_texts([replayed], Models(model_repository), topics)
+    (letter,) = [decode(value(o), DeadLetter) for o in again]
+    assert (letter.job_id, letter.record_id, letter.error_type) == ("job-k", "p2", "TruncatedRecordError")
+
+
+def test_a_pack_record_whose_id_or_attributes_are_not_utf8_is_dead_lettered_alone(
+    tiny: TinyModel, model_repository: Path
+) -> None:
+    topics = Topics("ns")
+    data = raw_text_pack_bytes(
+        "job-k", "tiny", 2_000, ["p0", "iQZ", "p2"], [0, 1, 2], ["one", "two", "three"], [{}, {}, {"kQZ": "v"}]
+    )
+    data = with_bytes(data.replace(b"kQZ", b"kXY"), "QZ", b"\xc3\x28")  # an invalid 2-byte sequence
+    data = with_bytes(data, "XY", b"\xed\xa0")  # a surrogate's first bytes: not UTF-8 either
+    out = preprocess_texts([ConsumedRecord("ns.raw.text", 0, 3, data)], Models(model_repository), topics)
+    assert [r[0] for r in rows(tensors_of(out))] == ["p0"]
+    dead = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
+    assert [(d.record_id, d.source_index, d.error_type) for d in dead] == [
+        ("i\ufffd(", 1, "NotUtf8Error"),
+        ("p2", 2, "NotUtf8Error"),
+    ]
+    assert "id is not UTF-8" in dead[0].error and "attributes are not UTF-8" in dead[1].error
+    assert [o.key for o in out if o.topic == "ns.dead.letters"] == ["job-k/i\ufffd(".encode(), b"job-k/p2"]
+
+
+def test_a_pack_whose_job_id_is_not_utf8_is_still_dead_lettered_whole(tiny: TinyModel, model_repository: Path) -> None:
+    topics = Topics("ns")
+    data = with_bytes(text_pack(["one", "two"], job_id="job-QZ"), "QZ", b"\xff\xfe")
+    out = preprocess_texts([ConsumedRecord("ns.raw.text", 0, 3, data, b"k")], Models(model_repository), topics)
+    (dead,) = [decode(value(o), DeadLetter) for o in out]
+    assert (dead.source_index, dead.error_type, dead.payload) == (None, "TruncatedRecordError", data)

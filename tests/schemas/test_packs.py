@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from fastavro import parse_schema, schemaless_reader
 
-from schemas import RawText, SerdeError, TensorRecord, decode
+from schemas import RawText, SerdeError, TensorRecord, decode, encode
 from schemas.packs import (
+    MIN_RECORD_BYTES,
     PackHead,
     PackLimits,
     kind_of,
@@ -21,6 +22,7 @@ from schemas.packs import (
     raw_text_pack_bytes,
     read_raw_text_pack,
     read_tensor_pack,
+    records_held,
     tensor_pack_bytes,
     unpacked,
 )
@@ -155,3 +157,27 @@ def test_packs_are_cut_by_count_and_by_bytes() -> None:
     assert pack_spans([], PackLimits()) == []
     with pytest.raises(ValueError):
         PackLimits(max_records=0)
+
+
+def test_a_records_header_is_capped_at_what_the_packs_bytes_can_hold() -> None:
+    data = raw_text_pack_bytes("j", "m", 1, ["a", "b", "c"], [0, 1, 2], ["x", "y", "z"], [{}, {}, {}])
+    assert records_held(3, data) == 3  # a true header stands
+    assert records_held(9999999999999999999, data) == len(data) // MIN_RECORD_BYTES
+    assert records_held(1, data) == records_held(0, data) == 1
+    assert records_held(5, b"") == 1  # a tombstone holds at most itself
+
+
+def test_a_raw_text_pack_with_a_text_that_is_not_utf8_reads_with_that_record_undecodable() -> None:
+    texts = ["one", "QZ", "three"]
+    data = raw_text_pack_bytes("j", "m", 7, ["a", "b", "c"], [0, 1, 2], texts, [{"k": "1"}, {"k": "2"}, {}])
+    assert data.count(b"QZ") == 1
+    data = data.replace(b"QZ", b"\xff\xfe")
+    pack = read_raw_text_pack(data)
+    assert (pack.record_ids, pack.seqs.tolist(), pack.texts[0::2]) == (["a", "b", "c"], [0, 1, 2], ["one", "three"])
+    assert list(pack.undecodable) == [1]
+    assert "text is not UTF-8" in pack.undecodable[1][0]
+    # the record alone is the single RawText with its bytes as they came; the others as usual
+    alone = encode(RawText("j", "b", 1, "m", "QZ", 7, {"k": "2"}))
+    assert pack.single(1) == alone.replace(b"QZ", b"\xff\xfe")
+    assert decode(pack.single(2), RawText) == RawText("j", "c", 2, "m", "three", 7, {})
+    assert unpacked(data)[1] == pack.single(1)
