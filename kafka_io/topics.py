@@ -9,13 +9,15 @@ Asking about a topic that does not exist leaves it so (kafka_io/clients.py NO_AU
 from __future__ import annotations
 
 import logging
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic, ResourceType
 
-from kafka_io.clients import make_admin
+from kafka_io.clients import as_refusal, make_admin, unanswered
 from kafka_io.errors import BrokerUnavailableError, TopicConfigError
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import PRIORITIES, KafkaSettings, Topics
@@ -23,6 +25,41 @@ from kafka_io.settings import PRIORITIES, KafkaSettings, Topics
 log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 4
+
+# Kafka's own rules for a topic name (org.apache.kafka.common.internals.Topic): at most 249
+# characters of [a-zA-Z0-9._-], and no two topics whose names differ only in '.' against '_'
+# (metric names replace '.' with '_', so Kafka refuses the second as colliding with the first).
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+class TopicRefusedError(TopicConfigError):
+    """A topic nearline needs cannot be created, for a reason retrying will not change: its name
+    collides with an existing topic's, is too long or not legal, or Kafka refused it (a policy, no
+    Create permission). `refused`: each refused topic with the reason."""
+
+    def __init__(self, refused: dict[str, str]) -> None:
+        super().__init__("; ".join(f"topic {name} cannot be created: {why}" for name, why in refused.items()))
+        self.refused = refused
+
+
+def folded(name: str) -> str:
+    """A topic name as Kafka compares names for collisions: '.' and '_' are the same."""
+    return name.replace(".", "_")
+
+
+def name_problem(name: str, existing: Iterable[str] = ()) -> str | None:
+    """Why Kafka would refuse to create a topic `name` beside the topics `existing`, or None: too
+    long, an illegal character, or a name that differs from an existing one only in '.' and '_'.
+    Checked here, before Kafka is asked, so every broker (Tansu allows the collision) answers alike."""
+    if len(name) > MAX_TOPIC_NAME:
+        return f"the name is {len(name)} characters long, over Kafka's limit of {MAX_TOPIC_NAME}"
+    if _LEGAL.fullmatch(name) is None:
+        return "Kafka takes only letters, digits, '.', '_' and '-' in a topic name"
+    twin = next((e for e in existing if e != name and folded(e) == folded(name)), None)
+    if twin is not None:
+        return f"it collides with the existing topic {twin} (Kafka treats '.' and '_' in topic names as the same)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -39,6 +76,16 @@ def lanes(topics: Topics, spec: TopicSpec) -> list[TopicSpec]:
     return [
         TopicSpec(topics.lane(spec.name, p), spec.partitions, spec.replication_factor, spec.config) for p in PRIORITIES
     ]
+
+
+def model_topics_problem(topics: Topics, model: str) -> str | None:
+    """Why Kafka could not hold the tensors topics of a model named `model` in `topics`' namespace
+    (name_problem: too long, an illegal character), or None."""
+    for name in (topics.lane(topics.tensors(model), p) for p in PRIORITIES):
+        problem = name_problem(name)
+        if problem is not None:
+            return f"its topic {name} cannot be created: {problem}"
+    return None
 
 
 def jobs_topic(topics: Topics) -> TopicSpec:
@@ -81,14 +128,60 @@ def notifications_topic(topics: Topics) -> TopicSpec:
 
 def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> None:
     """Create the topics that do not exist yet; existing ones are left as they are, but must take
-    records as large as the limit (TopicConfigError otherwise, before anything is produced)."""
+    records as large as the limit (TopicConfigError otherwise, before anything is produced).
+    TopicRefusedError for topics that cannot be created (name_problem, or Kafka's refusal); a
+    refusal for want of a permission is raised as the client raised it, for the caller that
+    reports authorization failures to say so."""
+    refused, denied = _ensure(settings, specs, timeout_s)
+    if denied is not None:
+        raise denied
+    if refused:
+        raise TopicRefusedError(refused)
+
+
+def try_ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float = 15.0) -> dict[str, str]:
+    """ensure_topics for a worker that goes on without the topics it cannot have: each topic that
+    cannot be created (a collision, a name too long, no Create permission, a policy) with the
+    reason, the others created. A broker that does not answer still raises (a fault, not a refusal)."""
+    refused, _ = _ensure(settings, specs, timeout_s)
+    return refused
+
+
+# Answers to CreateTopics that say the broker was not reached or not ready: a fault to retry
+# (the caller fails and is restarted), never a refusal to pass on to the records.
+_TRANSIENT = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._DESTROY,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_CONTROLLER,
+    }
+)
+_DENIED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED})
+
+
+def _ensure(
+    settings: KafkaSettings, specs: list[TopicSpec], timeout_s: float
+) -> tuple[dict[str, str], Exception | None]:
+    """Create the missing topics: (the refused ones with the reason, the client's exception of a
+    refusal for want of a permission, if any)."""
     admin = make_admin(settings)
     existing = set(_metadata(settings, admin, None, timeout_s).topics)
     check_record_limit(settings, admin, sorted({s.name for s in specs} & existing), timeout_s)
+    refused: dict[str, str] = {}
     # one spec per name: a CreateTopics request naming a topic twice is malformed
-    missing = list({s.name: s for s in reversed(specs) if s.name not in existing}.values())
+    missing: list[TopicSpec] = []
+    for s in {s.name: s for s in reversed(specs) if s.name not in existing}.values():
+        problem = name_problem(s.name, [*existing, *(m.name for m in missing)])
+        if problem is None:
+            missing.append(s)
+        else:
+            refused[s.name] = problem
     if not missing:
-        return
+        return refused, None
     # The record limit is set, not inherited: Kafka's default (~1 MB) would refuse images that
     # every producer here was told may travel (kafka_io/limits.py).
     futures = admin.create_topics(
@@ -104,13 +197,23 @@ def ensure_topics(settings: KafkaSettings, specs: list[TopicSpec], timeout_s: fl
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
-    for future in futures.values():
+    denied: Exception | None = None
+    for name, future in futures.items():
         try:
             future.result()
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
+                continue
+            if error.code() in _TRANSIENT or error.retriable():
                 raise
-    _wait_until_served(settings, admin, [s.name for s in missing], timeout_s)
+            refused[name] = f"Kafka refused it: {error.str()} ({error.name()})"
+            if error.code() in _DENIED:
+                denied = as_refusal(exc, "Create", name) or exc
+    served = [s.name for s in missing if s.name not in refused]
+    if served:
+        _wait_until_served(settings, admin, served, timeout_s)
+    return refused, denied
 
 
 def _wait_until_served(settings: KafkaSettings, admin: AdminClient, names: list[str], timeout_s: float) -> None:
@@ -153,6 +256,8 @@ def check_record_limit(settings: KafkaSettings, admin: AdminClient, names: list[
         try:
             entry = future.result().get("max.message.bytes")
         except KafkaException as exc:
+            if (refused := as_refusal(exc, "DescribeConfigs", resource.name)) is not None:
+                raise refused from None
             raise BrokerUnavailableError(
                 f"Kafka at {settings.bootstrap_servers} did not describe topic {resource.name}: {exc.args[0]}"
             ) from None
@@ -184,6 +289,8 @@ def partitions_of(
     fixed 500 ms timer: every table read, and every follower, started half a second late."""
     meta = _metadata(settings, consumer if consumer is not None else make_admin(settings), topic, timeout_s)
     t = meta.topics.get(topic)
+    if t is not None and t.error is not None and (refused := as_refusal(t.error, "Describe", topic)) is not None:
+        raise refused  # not "no such topic": Kafka says that of every topic a principal may not see
     if t is None or t.error is not None:
         return []
     return sorted(t.partitions)
@@ -195,6 +302,4 @@ def _metadata(
     try:
         return client.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
-        raise BrokerUnavailableError(
-            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc.args[0]}"
-        ) from None
+        raise unanswered(settings, f"did not answer within {timeout_s:.0f} s", exc) from None

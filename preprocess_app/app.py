@@ -35,18 +35,19 @@ from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priority, Topics
-from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
+from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of, try_ensure_topics
 from preprocess_app.acks import ConfirmedAcks
 from preprocess_app.image import preprocess_images
-from preprocess_app.lanes import RecordsPerPack, batch_topic, held_lanes, model_of_tensors, topic_lane
+from preprocess_app.lanes import RecordsPerPack, held_lanes, model_of_tensors, topic_lane
 from preprocess_app.lean import drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
-from preprocess_app.models import Models
+from preprocess_app.models import Models, ServedModels
 from preprocess_app.outage import ride_out_outages
 from preprocess_app.quiet import BrokerWait, OncePerCause, quiet_root_handlers
 from preprocess_app.sole import take_every_partition
 from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
+from schemas.packs import records_held
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,12 @@ def create_app(
         take_every_partition(app, {t: partitions_of(settings, t) for t in raws})
     drain_eagerly(app)
     batches = Batches(app, settings, topics, worker, metrics or PreprocessMetrics())
-    models = Models(repository)
+    # a model's tensors topics are created before its first record is preprocessed; records of a
+    # model whose topics Kafka refuses are dead letters saying why (ServedModels)
+    models = ServedModels(
+        Models(repository),
+        lambda model: try_ensure_topics(settings, lanes(topics, TopicSpec(topics.tensors(model)))),
+    )
     # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
     decode_pool = ThreadPoolExecutor(max_workers=worker.threads or usable_cpus(), thread_name_prefix="decode")
@@ -241,12 +247,8 @@ class Batches:
         out = step(sources)
         consumed = sum(s.records for s in sources)  # records, packs counted by their `records` header
         self.metrics.batch(topic, consumed, time.perf_counter() - started, topic_lane(self.topics, topic))
-        new = {r.topic for r in out} - self.known_topics
-        if new:
-            # both lanes of a model's tensors at once, born alike: the GPU group reads the pair
-            topics = self.topics
-            ensure_topics(self.settings, [s for t in new for s in lanes(topics, TopicSpec(batch_topic(topics, t)))])
-            self.known_topics.update(new)
+        # every output topic exists: the step's model lookup created it (ServedModels)
+        self.known_topics.update(r.topic for r in out)
         self.producer.send(out, confirm)
         return out
 
@@ -292,9 +294,11 @@ def add_agent(app: faust.App, topic: str, step: Step, batch_size: int, run_batch
 
 
 def event_records(event: Any) -> int:
-    """The records a faust event holds: its message's `records` header (a pack), else 1."""
-    headers = event.message.headers
-    return records_of(headers if isinstance(headers, dict) else pairs(headers))
+    """The records a faust event holds: its message's `records` header (a pack), capped at what
+    its bytes can hold (records_held), else 1."""
+    message = event.message
+    headers = message.headers
+    return records_held(records_of(headers if isinstance(headers, dict) else pairs(headers)), message.value)
 
 
 def pairs(headers: Any) -> tuple[tuple[str, bytes | None], ...]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
-from schemas.model_config import ModelConfig, ModelUnavailableError, load_model_config, token_id_dtype
+from schemas.model_config import ModelConfig, ModelError, ModelUnavailableError, load_model_config, token_id_dtype
 
 if TYPE_CHECKING:
     from preprocess_app.prompts import PromptRenderer
@@ -87,3 +87,35 @@ class Models:
                     raise
                 self._loaded[name] = model
             return model
+
+
+class ModelTopicsRefusedError(ModelError):
+    """Kafka will not have the model's tensors topics (a name colliding with another topic's, too
+    long, no Create permission): its records are dead letters saying why, and the worker goes on."""
+
+
+class ServedModels:
+    """A ModelLookup whose models' tensors topics exist before a record of theirs is preprocessed.
+
+    `ensure(model)` creates the model's tensors topics and answers the refused ones with the
+    reason (kafka_io.topics.try_ensure_topics). A refusal is ModelTopicsRefusedError, which the
+    steps dead-letter like any model error: one record for such a model made the worker exit on
+    every redelivery while every other job's records waited. It is asked again next time, so a
+    permission granted or a colliding topic removed takes effect without a restart."""
+
+    def __init__(self, models: ModelLookup, ensure: Callable[[str], dict[str, str]]) -> None:
+        self.models, self.ensure = models, ensure
+        self._ready: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, name: str) -> LoadedModel:
+        model = self.models(name)
+        served = model.config.name  # the name its tensors topic is named after
+        with self._lock:
+            if served not in self._ready:
+                refused = self.ensure(served)
+                if refused:
+                    reasons = "; ".join(f"topic {topic} cannot be created: {why}" for topic, why in refused.items())
+                    raise ModelTopicsRefusedError(f"model {served!r} cannot be served here: {reasons}")
+                self._ready.add(served)
+        return model
