@@ -115,7 +115,9 @@ class EmbeddedBroker:
         raise BrokerUnavailableError(f"embedded broker did not answer on {url} within {ready_timeout_s:.0f} s")
 
     def alive(self) -> bool:
-        return _is_tansu(self.pid)
+        """Whether the broker still runs: its PID is a Tansu listening at its address (not a PID
+        reused since by another program, or by a Tansu of someone else's)."""
+        return _is_tansu(self.pid, f"tcp://{self.host}:{self.port}")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the broker by the PID we started, and only if that PID is still our Tansu."""
@@ -150,10 +152,40 @@ class EmbeddedBroker:
     def load(cls, path: Path) -> EmbeddedBroker | None:
         if not path.is_file():
             return None
-        return cls(**json.loads(path.read_text(encoding="utf-8")))
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError):  # a state file cut short or of another shape: no broker of ours
+            return None
 
 
-def _is_tansu(pid: int) -> bool:
+# `nearline broker start` keeps one state file per port: a broker is named by its port, and
+# `broker stop --port P` stops the one started on P, never one that another shell started on
+# another port. broker.json is where a single broker per user was kept before.
+_LEGACY_STATE = "broker.json"
+
+
+def state_path(home: Path, port: int) -> Path:
+    """The state file of the broker `nearline broker start --port port` started."""
+    return home / f"broker-{port}.json"
+
+
+def started_broker(home: Path, port: int) -> tuple[Path, EmbeddedBroker] | None:
+    """The broker started on port that still runs, and its state file; None if there is none."""
+    for path in (state_path(home, port), home / _LEGACY_STATE):
+        broker = EmbeddedBroker.load(path)
+        if broker is not None and broker.port == port and broker.alive():
+            return path, broker
+    return None
+
+
+def started_brokers(home: Path) -> list[EmbeddedBroker]:
+    """Every broker `nearline broker start` started that still runs, by port."""
+    paths = [*home.glob("broker-*.json"), home / _LEGACY_STATE]
+    running = {b.port: b for b in map(EmbeddedBroker.load, paths) if b is not None and b.alive()}
+    return [running[port] for port in sorted(running)]
+
+
+def _is_tansu(pid: int, listener: str | None = None) -> bool:
     child = _CHILDREN.get(pid)
     if child is not None and child.poll() is not None:
         return False
@@ -161,5 +193,7 @@ def _is_tansu(pid: int) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         status = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
+        return False
+    if listener is not None and listener.encode() not in cmdline.split(b"\0"):
         return False
     return b"tansu" in cmdline and ") Z " not in status

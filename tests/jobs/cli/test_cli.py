@@ -183,13 +183,18 @@ def test_the_broker_that_broker_start_started_outlives_the_command_until_broker_
     assert started.returncode == 0, started.stderr
     assert started.stdout.strip() == f"export NEARLINE_BOOTSTRAP_SERVERS=127.0.0.1:{port}"
     try:
-        pid = json.loads((tmp_path / ".nearline" / "broker.json").read_text())["pid"]
+        pid = json.loads((tmp_path / ".nearline" / f"broker-{port}.json").read_text())["pid"]
         time.sleep(0.5)  # the command has exited; a broker tied to it would have been killed with it
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
-        assert "already running" in broker("start").stderr
+        assert f"already running on port {port}" in broker("start").stderr
     finally:
-        stopped = broker("stop")
+        stopped = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "broker", "stop", "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     assert stopped.returncode == 0 and f"stopped broker pid {pid}" in stopped.stderr
     assert not Path(f"/proc/{pid}").exists() or ") Z " in Path(f"/proc/{pid}/stat").read_text()
 
