@@ -35,7 +35,9 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
         fmt = output_format(output, forced_format)
         if output is None:
             if fmt.binary:
-                raise click.UsageError(f"--output-format {fmt} writes a file: name it with -o FILE")
+                raise click.UsageError(
+                    f"--output-format {fmt} writes a file: name it with -o FILE (standard output takes JSON Lines)"
+                )
             return fmt
         named = output_format(output) if names_format(output) else None
         jsonl = (OutputFormat.JSONL, OutputFormat.OPENAI_BATCH)  # both are JSON Lines files
