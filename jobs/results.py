@@ -21,6 +21,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 from schemas.attributes import attribute_values
 from schemas.inference_result_bytes import read_result_head
+from schemas.model_versions import version_order
 from schemas.serde import decode_fields
 
 
@@ -168,9 +169,9 @@ class JobOutcome:
         return [item for _, item in sorted(items, key=lambda x: x[0])]
 
 
-def version_key(version: str) -> tuple[int, int | str]:
-    """Numeric versions in numeric order (Triton's convention), others after them by name."""
-    return (0, int(version)) if version.isdigit() else (1, version)
+def version_key(version: str) -> tuple[int, tuple[int, ...], str]:
+    """The order versions are served in (schemas/model_versions.py): numbers number by number, others before them."""
+    return version_order(version)
 
 
 def wins_over(version: str, kept: str | None) -> bool:

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from model_repository.import_source import ImportRefusedError
-from schemas.model_config import CONFIG_FILE, version_folder, versions
+from schemas.model_config import CONFIG_FILE, InvalidModelVersionError, is_model_name, version_folder, versions
+from schemas.model_versions import VERSION_RULE, default_version, is_numeric_version
 
 
 class ExportUnavailableError(RuntimeError):
@@ -21,16 +22,56 @@ class ExportUnavailableError(RuntimeError):
 
 def refuse_existing(repository: Path, name: str, version: str, replace: bool) -> Path:
     """The version's folder, or ImportRefusedError when it is already a version and `replace` is not
-    given: a name and version must mean one model, and workers keep what they loaded."""
+    given: a name and version must mean one model, and workers keep what they loaded. Also refused:
+    a version that is not a number (refuse_unordered) and a name whose topics would collide with
+    another model's (refuse_colliding)."""
     target = version_folder(repository, name, version)
+    refuse_unordered(version)
+    refuse_colliding(repository, name)
     if replace or not (target / CONFIG_FILE).is_file():
         return target
-    numeric = [int(v) for v in versions(repository, name) if v.isdigit()]
-    suggestion = f"--version {max(numeric) + 1}" if numeric else "another --version"
+    default = default_version(versions(repository, name))
+    suggestion = f"--version {int(default.split('.')[0]) + 1}" if default else "another --version"
     raise ImportRefusedError(
         f"{name} version {version} is already in {repository}: import it as {suggestion}, or pass --replace "
         "(workers that already loaded it keep serving the old one until they restart)"
     )
+
+
+def refuse_unordered(version: str) -> None:
+    """InvalidModelVersionError for a version that is not a number: which of `v2` and `10` is newer
+    is anyone's guess, and the newest is what a worker serves when no version is named."""
+    if not is_numeric_version(version):
+        raise InvalidModelVersionError(
+            f"model version {version!r} is not a number: versions are {VERSION_RULE}, and the highest is "
+            "served when none is named"
+        )
+
+
+def refuse_colliding(repository: Path, name: str) -> None:
+    """ImportRefusedError when another model of the repository differs from `name` only in '.'
+    against '_': Kafka refuses a topic whose name differs from an existing one's only so, so
+    tensors.<name> and the other's tensors topic could not both exist, and the second model's
+    records would all be dead letters."""
+    if not repository.is_dir():
+        return
+    twin = next(
+        (
+            p.name
+            for p in sorted(repository.iterdir())
+            if p.name != name
+            and p.is_dir()
+            and is_model_name(p.name)
+            and versions(repository, p.name)
+            and p.name.replace(".", "_") == name.replace(".", "_")
+        ),
+        None,
+    )
+    if twin is not None:
+        raise ImportRefusedError(
+            f"model name {name!r} collides with the model {twin!r} in {repository}: Kafka treats '.' and '_' in "
+            f"topic names as the same, so their tensors topics cannot both exist; choose another name"
+        )
 
 
 @contextmanager

@@ -20,6 +20,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
+from schemas.model_versions import VERSION_RULE, default_version, ordered_versions
+
 # How the batcher fills each graph input: token ids travel in the record; the mask and the
 # segment ids are derived from the lengths when the batch is padded.
 InputRole = Literal["token_ids", "attention_mask", "token_type_ids", "pixels"]
@@ -372,7 +374,7 @@ def list_models(repository: Path) -> list[tuple[str, str, ModelConfig | ModelUna
 
 
 def versions(repository: Path, name: str) -> list[str]:
-    """Versions of a model that have a config, oldest first (numeric order, like Triton)."""
+    """Versions of a model that have a config, oldest first (schemas/model_versions.py)."""
     folder = repository / name
     if not folder.is_dir():
         return []
@@ -380,11 +382,12 @@ def versions(repository: Path, name: str) -> list[str]:
     found = [
         p.name for p in folder.iterdir() if p.is_dir() and is_model_version(p.name) and (p / CONFIG_FILE).is_file()
     ]
-    return sorted(found, key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+    return ordered_versions(found)
 
 
 def load_model_config(repository: Path, name: str, version: str | None = None) -> ModelConfig:
-    """The config of `name` at `version`, or at its latest version when none is given.
+    """The config of `name` at `version`, or at its default version when none is given (the
+    highest numbered one: schemas/model_versions.py).
 
     InvalidModelNameError for a name that is not one, ModelNotFoundError for a name the repository
     lacks, ModelUnavailableError for a config.json that cannot be read as a config."""
@@ -397,7 +400,13 @@ def load_model_config(repository: Path, name: str, version: str | None = None) -
         raise ModelNotFoundError(
             f"model {name!r} is not in the model repository {repository}" + (f"; {hint}" if hint else "")
         )
-    chosen = version or available[-1]
+    chosen = version or default_version(available)
+    if chosen is None:
+        raise ModelNotFoundError(
+            f"model {name!r} has no numbered version to serve by default ({', '.join(available)} in {repository}): "
+            f"import one again with --version N (versions are {VERSION_RULE}), or name one where a version "
+            f"can be named ({name}@{available[-1]})"
+        )
     if chosen not in available:
         raise ModelNotFoundError(f"model {name!r} has no version {chosen!r} in {repository} ({available})")
     directory = repository / name / chosen

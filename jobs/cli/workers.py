@@ -530,9 +530,14 @@ def models_import(
     model_repository: Path,
 ) -> None:
     """Import a local model folder (sentence-transformers, transformers, ONNX) or GGUF file into the repository."""
+    from kafka_io.settings import Topics
+    from kafka_io.topics import model_topics_problem
     from model_repository.importer import import_model
-    from schemas.model_config import versions
+    from schemas.model_config import InvalidModelNameError, versions
 
+    problem = model_topics_problem(Topics.from_env(), name)  # the namespace its workers will use
+    if problem is not None:
+        raise InvalidModelNameError(f"invalid model name {name!r}: {problem}")
     existed = version in versions(model_repository, name)
     config = import_model(model_repository, source, name, version, task, pooling, max_batch_size, replace)
     click.echo(f"imported {config.name} version {config.version} ({config.task}) in {config.directory}")
@@ -548,7 +553,8 @@ def models_import(
 @repository_option
 def models_list(model_repository: Path) -> None:
     """Models and versions in the repository (named first, on stderr)."""
-    from schemas.model_config import list_models, move_hint
+    from schemas.model_config import list_models, move_hint, versions
+    from schemas.model_versions import default_version
 
     hint = move_hint(model_repository)
     if hint:
@@ -556,12 +562,19 @@ def models_list(model_repository: Path) -> None:
     if not model_repository.is_dir():
         click.echo(f"{model_repository} does not exist yet; try `nearline models prepare minilm`", err=True)
         return
-    click.echo(f"models in {model_repository.absolute()}:", err=True)
+    click.echo(
+        f"models in {model_repository.absolute()} (the version marked default is served when none is named):",
+        err=True,
+    )
+    defaults: dict[str, str | None] = {}
     for name, version, config in list_models(model_repository):
+        if name not in defaults:
+            defaults[name] = default_version(versions(model_repository, name))
+        shown = f"{version} (default)" if version == defaults[name] else version
         if isinstance(config, Exception):
-            click.echo(f"{name}\t{version}\tunavailable\t{config}")
+            click.echo(f"{name}\t{shown}\tunavailable\t{config}")
         else:
-            click.echo(f"{config.name}\t{config.version}\t{config.task}\t{model_detail(config)}\t{config.source}")
+            click.echo(f"{config.name}\t{shown}\t{config.task}\t{model_detail(config)}\t{config.source}")
 
 
 def _unusual(label: str) -> bool:

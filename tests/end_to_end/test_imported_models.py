@@ -63,7 +63,7 @@ def test_an_imported_sentence_transformer_embeds_like_sentence_transformers(
         timeout=60,
     )
     name, version, task, detail, source = listed.stdout.strip().split("\t")
-    assert (name, version, task) == ("mine", "1", "text-embedding")
+    assert (name, version, task) == ("mine", "1 (default)", "text-embedding")
     assert detail == f"{pooling} pooling" + (", normalized" if normalize else "")
     assert source.startswith(f"imported from {folder.resolve()} (sentence-transformers, BertModel, ")
 

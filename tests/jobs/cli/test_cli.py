@@ -130,9 +130,9 @@ def test_models_list_names_a_model_it_cannot_load_and_skips_folders_that_are_not
     assert done.returncode == 0, done.stderr
     rows = [line.split("\t") for line in done.stdout.splitlines()]
     assert [r[:3] for r in rows] == [
-        ["badcfg", "1", "unavailable"],
-        ["badtok", "1", "text-embedding"],
-        ["tiny", "1", "text-embedding"],
+        ["badcfg", "1 (default)", "unavailable"],
+        ["badtok", "1 (default)", "text-embedding"],
+        ["tiny", "1 (default)", "text-embedding"],
     ]
     assert rows[0][3].startswith("model unavailable: badcfg version 1: ")
 
