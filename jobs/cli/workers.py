@@ -344,6 +344,39 @@ def worker_scheduler(
     show_envvar=True,
     help="A notification whose notifier has written nothing for this long may be taken over by another.",
 )
+@click.option(
+    "--signing-secret",
+    "signing_secrets",
+    multiple=True,
+    metavar="whsec_...",
+    show_default=False,
+    help="Sign every POST with this Standard Webhooks secret (`whsec_` and base64). Give two during a "
+    "rotation: each POST then carries both signatures. In the variable, separate them with spaces "
+    "[default: unsigned].",
+)
+@click.option(
+    "--signing-secret-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    show_envvar=True,
+    help="A file of signing secrets, one a line (a mounted Kubernetes Secret, say): added to --signing-secret.",
+)
+@click.option(
+    "--allow-private-targets",
+    is_flag=True,
+    show_envvar=True,
+    help="POST to loopback, private, link-local and other non-public addresses too. Without it (or "
+    "--allow-target), a URL whose host resolves only to such addresses is given up at once.",
+)
+@click.option(
+    "--allow-target",
+    "allow_targets",
+    multiple=True,
+    metavar="CIDR",
+    show_envvar=True,
+    help="POST to addresses in this network even if not public (repeatable; spaces in the variable); "
+    "receivers here are the operator's own, so `status` shows what they answer.",
+)
 @metrics_option
 @cluster_options
 def worker_notifier(
@@ -354,6 +387,10 @@ def worker_notifier(
     max_attempts: int | None,
     timeout_s: float,
     lease_s: float,
+    signing_secrets: tuple[str, ...],
+    signing_secret_file: Path | None,
+    allow_private_targets: bool,
+    allow_targets: tuple[str, ...],
     metrics: MetricsEndpoint | None,
     bootstrap_servers: str,
     namespace: str,
@@ -367,13 +404,35 @@ def worker_notifier(
     from jobs.notifications.delivery import RetryPolicy
     from jobs.notifications.metrics import notifier_metrics
     from jobs.notifications.notifier import Notifier, NotifierConfig
+    from jobs.notifications.signing import SecretError, SigningKeys, read_secret_file
+    from jobs.notifications.targets import TargetPolicy
     from kafka_io.clients import check_reachable
 
     try:
         retry = RetryPolicy(first_retry_s, max_retry_s, max_attempts, give_up_after_s)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    config = NotifierConfig(instance_id or socket.gethostname(), retry, timeout_s=timeout_s, lease_s=lease_s)
+    try:
+        targets = TargetPolicy.of(allow_private_targets, allow_targets)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--allow-target'") from None
+    try:
+        from_file = read_secret_file(signing_secret_file.read_text()) if signing_secret_file else []
+        signing = SigningKeys.parse([*signing_secrets, *from_file])
+    except SecretError as exc:  # its message never holds the secret
+        raise click.BadParameter(str(exc), param_hint="'--signing-secret'") from None
+    except (OSError, UnicodeDecodeError) as exc:  # named by its kind: a decode error quotes the file's bytes
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        hint = "'--signing-secret-file'"
+        raise click.BadParameter(f"cannot read {signing_secret_file}: {why}", param_hint=hint) from None
+    config = NotifierConfig(
+        instance_id or socket.gethostname(),
+        retry,
+        timeout_s=timeout_s,
+        lease_s=lease_s,
+        targets=targets,
+        signing=signing,
+    )
     settings = require_servers(bootstrap_servers, probe=False)  # probed once its metrics port is bound
     reports = notifier_metrics(metrics)
     check_reachable(settings)
@@ -384,7 +443,8 @@ def worker_notifier(
         click.echo(f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} {line}", err=True)
 
     with Notifier(settings, Topics(namespace), config, on_event=say, metrics=reports) as notifier:
-        say(f"notifier {config.instance_id} running: {len(notifier.jobs)} job(s) with a webhook")
+        signed = f"signed with {len(signing.keys)} secret(s)" if signing.keys else "unsigned (no --signing-secret)"
+        say(f"notifier {config.instance_id} running: {len(notifier.jobs)} job(s) with a webhook; POSTs {signed}")
         with contextlib.suppress(KeyboardInterrupt):
             notifier.run(stop)
     say(f"notifier {config.instance_id} stopped")

@@ -1,27 +1,36 @@
 """One webhook POST and the retry policy around it.
 
 The body is the job's `status --json` document; the headers say what it is (Content-Type
-application/json), which submission it tells of (Idempotency-Key: JOB_ID/SUBMISSION, the same on
-every retry, from every notifier) and who sends it (User-Agent: nearline/VERSION). A 2xx answer
-delivers it; anything else (no such host, refused, no answer within the timeout, any other status,
-a redirect, which is never followed) is a failed attempt with its reason, retried after a delay
-that doubles from the first retry's up to the longest, until the policy gives up.
+application/json), which submission it tells of (Idempotency-Key and webhook-id: JOB_ID/SUBMISSION,
+the same on every retry, from every notifier), when this attempt was made and its signature
+(webhook-timestamp, webhook-signature: signing.py) and who sends it (User-Agent: nearline/VERSION).
+A 2xx answer delivers it; anything else (no such host, no HTTP answer within the timeout, any
+other status, a redirect, which is never followed) is a failed attempt with its reason, retried
+after a delay that doubles from the first retry's up to the longest, until the policy gives up.
+A target the policy refuses (targets.py) is given up at once.
+
+What a reason tells the submitter is measured: a receiver's own words (its reason phrase, the
+start of its answer, where it redirects) only for targets the operator allowed by name, since a
+service inside the network may answer with what it holds; and one message for every way of not
+answering (refused, unreachable, silent, not HTTP), so that reasons cannot map which ports are
+open. The notifier's log (`Answer.detail`) says which it was.
 """
 
 from __future__ import annotations
 
-import http.client
-import socket
-import ssl
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
+import base64
+import http
+import time
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from jobs.job_terms import webhook_problem
 from jobs.notifications.claims import NotificationState
+from jobs.notifications.exchange import NotResolved, Refused, Reply, Request, Unanswered, exchange
+from jobs.notifications.signing import SigningKeys
+from jobs.notifications.targets import ALLOW_HINT, TargetPolicy
 
 # The most of a refusing receiver's answer kept in the reason: enough to read, never a page.
 ANSWER_EXCERPT_CHARS = 200
@@ -70,12 +79,24 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Answer:
-    """How one POST went."""
+    """How one POST went. `error` is what `status` shows; `detail`, for the notifier's log only,
+    says more where `error` must not."""
 
     delivered: bool
     http_status: int | None = None
     error: str | None = None
     permanent: bool = False  # retrying cannot help: the URL is not one a POST can go to
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    """How the notifier POSTs: the deadline of one exchange, the addresses it may reach, the keys
+    it signs with."""
+
+    timeout_s: float = 10.0
+    targets: TargetPolicy = field(default_factory=TargetPolicy)
+    signing: SigningKeys = field(default_factory=SigningKeys)
 
 
 @cache
@@ -87,71 +108,82 @@ def user_agent() -> str:
     return f"nearline/{version}"
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirected POST would reach another URL than the user gave, as a GET without the body
-    (urllib's way with 301-303): a 3xx is a failed attempt instead."""
-
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
-
-
-def post(url: str, body: bytes, idempotency_key: str, timeout_s: float) -> Answer:
-    """POST `body` to `url` once; never raises for what the URL or the receiver does."""
+def post(url: str, body: bytes, idempotency_key: str, config: DeliveryConfig) -> Answer:
+    """POST `body` to `url` once, within config.timeout_s all told; never raises for what the URL
+    or the receiver does."""
     problem = webhook_problem(url)
     if problem is not None:
         return Answer(False, error=problem, permanent=True)
-    request = urllib.request.Request(
-        url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Idempotency-Key": idempotency_key,
-            "User-Agent": user_agent(),
-        },
-    )
+    parts = urlsplit(url)
+    headers = {
+        "Content-Type": "application/json",
+        "Idempotency-Key": idempotency_key,
+        "User-Agent": user_agent(),
+        **config.signing.headers(idempotency_key, int(time.time()), body),
+    }
+    if parts.username is not None:  # userinfo is no part of a request line: it is Basic credentials
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
+    tls = parts.scheme == "https"
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    request = Request(tls, parts.hostname or "", parts.port or (443 if tls else 80), target, headers, body)
+    where = host_port(parts)
     try:
-        with _OPENER.open(request, timeout=timeout_s) as response:
-            status = int(response.status)
-    except urllib.error.HTTPError as exc:
-        return Answer(False, exc.code, _refusal(exc))
-    except urllib.error.URLError as exc:
-        return Answer(False, error=_unreached(url, exc.reason, timeout_s))
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        return Answer(False, error=_unreached(url, exc, timeout_s))
-    if 200 <= status < 300:
-        return Answer(True, status)
-    return Answer(False, status, f"HTTP {status}: not a 2xx answer")
+        reply = exchange(request, config.targets, config.timeout_s)
+    except Refused as exc:
+        # Given up at once, not retried: the policy does not change while the notifier runs, and a
+        # host that resolves to such an address now would be refused at every retry for a day.
+        error = f"{parts.hostname} resolves to {exc.why}, which a webhook may not reach; {ALLOW_HINT}"
+        return Answer(False, error=error, permanent=True, detail="refused by the target policy")
+    except NotResolved as exc:
+        return Answer(False, error=f"cannot resolve host {parts.hostname}: {exc.detail}", detail=exc.detail)
+    except Unanswered as exc:
+        return Answer(False, error=f"no HTTP answer from {where} within {config.timeout_s:g} s", detail=exc.detail)
+    if 200 <= reply.status < 300:
+        return Answer(True, reply.status)
+    return Answer(False, reply.status, refusal(reply, config.targets.explicitly_allowed(reply.address)))
 
 
-def _refusal(exc: urllib.error.HTTPError) -> str:
-    """HTTP STATUS REASON: the start of the answer, or where a redirect pointed."""
-    text = f"HTTP {exc.code} {exc.reason}".rstrip()
-    if 300 <= exc.code < 400:
-        return f"{text}: redirected to {exc.headers.get('Location')}, which a webhook never follows"
-    try:
-        answer = exc.read(ANSWER_EXCERPT_CHARS + 1).decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException):
-        answer = ""
-    excerpt = " ".join(answer.split())[:ANSWER_EXCERPT_CHARS]
+def refusal(reply: Reply, own_receiver: bool) -> str:
+    """HTTP STATUS REASON, and for the operator's own receivers the start of the answer, or where
+    a redirect pointed; control characters escaped."""
+    if not own_receiver:
+        text = f"HTTP {reply.status} {_standard_phrase(reply.status)}".rstrip()
+        return f"{text}: a redirect, which a webhook never follows" if 300 <= reply.status < 400 else text
+    text = shown(f"HTTP {reply.status} {reply.reason}".rstrip())
+    if 300 <= reply.status < 400:
+        return f"{text}: redirected to {shown(reply.location or '')}, which a webhook never follows"
+    answer = reply.body_start.decode("utf-8", "replace")
+    excerpt = shown(" ".join(answer.split()))[:ANSWER_EXCERPT_CHARS]
     return f"{text}: {excerpt}" if excerpt else text
 
 
-def _unreached(url: str, reason: object, timeout_s: float) -> str:
-    """Why a POST got no HTTP answer, naming the host."""
-    parts = urlsplit(url)
-    where = parts.netloc or url
-    if isinstance(reason, socket.gaierror):
-        return f"cannot resolve host {parts.hostname}: {reason.strerror or reason}"
-    if isinstance(reason, TimeoutError):
-        return f"no answer from {where} within {timeout_s:g} s"
-    if isinstance(reason, ConnectionRefusedError):
-        return f"connection refused by {where}"
-    if isinstance(reason, ssl.SSLError):
-        return f"TLS with {where} failed: {reason}"
-    if isinstance(reason, OSError) and reason.strerror:
-        return f"{where}: {reason.strerror}"
-    return f"{where}: {type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else f"{where}: {reason}"
+def _standard_phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def shown(text: str) -> str:
+    """`text` with every character that is not printable (controls, escape sequences' ESC, line
+    breaks) written as a Python escape, so a terminal shows it rather than obeys it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def host_port(parts: SplitResult) -> str:
+    """HOST:PORT of a URL, without its userinfo."""
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{parts.port}" if parts.port else host
+
+
+def redacted(url: str) -> str:
+    """`url` as the notifier logs it: without userinfo, query string or fragment, which may hold tokens."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{host_port(parts)}{parts.path}"
+    except ValueError:
+        return "(a URL that does not parse)"

@@ -6,10 +6,16 @@ partition; claims.py has its rules). When a followed job has ended (endings.py),
 appends a claim for its submission's notification and acts only once it has read its own claim
 back as the winner: every record before it has been read then, a delivery included. The owner
 POSTs (delivery.py), records each failed attempt and retries on the log's schedule, writes a
-renewal while it waits, and records the delivery or its giving up. A claim whose owner has
+renewal while it waits or POSTs, and records the delivery or its giving up. A claim whose owner has
 written nothing for longer than its lease is taken over by the next claim, which continues the
 retry schedule from the log. A notifier restarted with the same --instance-id claims its own
 notifications again at once. Nothing is kept on local disk: the submitting process may be long gone.
+
+A POST holds one of `concurrency` slots for at most the timeout, and one receiver (scheme, host,
+port) has one POST in flight at a time, so slow receivers hold up only their own notifications.
+A notification that is due while no slot is free is not renewed: a notifier that cannot serve a
+claim lets its lease run out, so another may take it over; before it POSTs, a notifier whose own
+lease ran out claims again rather than POST under a claim another may have taken.
 
 Two POSTs of one notification happen only when an owner dies (or is cut off for longer than its
 lease) between its POST and the record of it; both carry the same Idempotency-Key.
@@ -25,6 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 from jobs.notifications.claims import (
     ATTEMPT,
@@ -39,9 +46,11 @@ from jobs.notifications.claims import (
     notification_key,
     submission_of,
 )
-from jobs.notifications.delivery import Answer, RetryPolicy, post
+from jobs.notifications.delivery import Answer, DeliveryConfig, RetryPolicy, host_port, post, redacted
 from jobs.notifications.endings import Endings
 from jobs.notifications.metrics import NotifierMetrics
+from jobs.notifications.signing import SigningKeys
+from jobs.notifications.targets import TargetPolicy
 from jobs.outages import OutageLog, step_until_stopped
 from jobs.registry import EXPIRY_DRAIN_S, JobNotFoundError, JobState, job_status
 from kafka_io.clients import Producer, make_producer
@@ -65,17 +74,42 @@ READ_TO_END_S = 15.0  # a step that cannot read the jobs and notifications to th
 class NotifierConfig:
     instance_id: str
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    timeout_s: float = 10.0  # for one POST's answer
+    timeout_s: float = 10.0  # for one POST, all told: resolving, connecting, sending, the answer's head
     lease_s: float = 60.0  # silent this long, an owner's notifications may be taken over
     # A cancelled or expired job is told of this long after its cancel or deadline: its records
     # already in flight land first, as `submit --wait` lets them (jobs/registry.py).
     settle_s: float = EXPIRY_DRAIN_S
     poll_s: float = 0.5
-    concurrency: int = 4  # POSTs at once: a receiver that hangs holds up one of them only
+    concurrency: int = 4  # POSTs at once, one per receiver: a receiver that hangs holds up one of them only
+    targets: TargetPolicy = field(default_factory=TargetPolicy)  # by default: public addresses only
+    signing: SigningKeys = field(default_factory=SigningKeys)
+
+    @property
+    def delivery(self) -> DeliveryConfig:
+        return DeliveryConfig(self.timeout_s, self.targets, self.signing)
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0 or self.timeout_s <= 0 or self.poll_s <= 0 or self.concurrency < 1:
             raise ValueError("the lease, the timeout and the poll interval must be over 0 s, the concurrency 1 or more")
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A POST handed to the pool."""
+
+    job: Job
+    claim_id: str
+    receiver: str  # scheme://host:port: one POST in flight each
+    future: Future[Attempt]
+
+
+def receiver_of(url: str) -> str:
+    """Where a POST goes, as one slow receiver: scheme, host and port."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{host_port(parts)}"
+    except ValueError:
+        return url
 
 
 @dataclass(frozen=True)
@@ -112,7 +146,7 @@ class Notifier:
         self._awaiting: dict[str, tuple[str, float]] = {}  # key -> (claim id, when), not read back yet
         self._last_write: dict[str, float] = {}  # key -> when this process last wrote of it
         self._outbox: list[Notification] = []  # written, not yet confirmed by the broker
-        self._in_flight: dict[str, tuple[Job, str, Future[Attempt]]] = {}  # key -> (job, claim id, POST)
+        self._in_flight: dict[str, InFlight] = {}  # key -> its POST
         self._bodies: dict[str, tuple[bytes, str]] = {}  # key -> (document, job state): the same on every retry
         self._broken: set[str] = set()  # jobs whose notification failed unexpectedly, logged once
         self._pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="notify")
@@ -170,7 +204,9 @@ class Notifier:
         self._read(self._drain(self._follower))
         self.endings.poll()
         now = now_us()
-        for job in list(self.jobs.values()):
+        # Longest due first: when a slot or a receiver frees, the notification waiting the longest
+        # takes it, so notifications to one slow receiver take turns rather than two starving a third.
+        for job in sorted(self.jobs.values(), key=self._due_at):
             try:
                 self._consider(job, now)
             except Exception:  # a bug met on one job's rows: the others go on (nothing here talks to Kafka)
@@ -178,6 +214,10 @@ class Notifier:
                     self._broken.add(job.job_id)
                     log.exception("notification of job %s: skipped, it fails unexpectedly", job.job_id)
         self._flush()
+
+    def _due_at(self, job: Job) -> int:
+        state = self.log.get(key_of(job))
+        return 0 if state is None else self.config.retry.next_attempt_at(state)
 
     def _consider(self, job: Job, now: int) -> None:
         key = key_of(job)
@@ -249,19 +289,36 @@ class Notifier:
         self._write(replace(self._record(job, CLAIM, claim_id), lease_ms=round(self.config.lease_s * 1000)))
 
     def _serve(self, job: Job, state: NotificationState, now: int) -> None:
-        """The owner's turn: renew the claim, give up, or POST when the next attempt is due."""
+        """The owner's turn: give up, POST when the next attempt is due and a slot is free, and
+        renew the claim while it POSTs or waits for its next attempt."""
         key, claim_id = state.key, state.claim_id or ""
-        if time.monotonic() - self._last_write.get(key, 0.0) > self.config.lease_s / 3:
-            self._write(replace(self._record(job, RENEW, claim_id), attempts=state.attempts))
+        if key in self._awaiting:  # claimed again, not read back yet
+            return
         if key in self._in_flight:
+            self._renew(job, state)
             return
         if self.config.retry.gives_up(state, now):
             reason = f"gave up after {state.attempts} attempt(s); the last: {state.last_error}"
             self._write(replace(self._record(job, GAVE_UP, claim_id), attempts=state.attempts, error=reason))
             self.metrics.gave_up()
             self.on_event(f"notification {key}: {reason}")
-        elif now >= self.config.retry.next_attempt_at(state):
-            self._in_flight[key] = (job, claim_id, self._pool.submit(self._attempt, job, claim_id))
+            return
+        if now < self.config.retry.next_attempt_at(state):  # waiting for its retry: still served
+            self._renew(job, state)
+            return
+        receiver = receiver_of(job.notify or "")
+        busy = {flight.receiver for flight in self._in_flight.values()}
+        if len(self._in_flight) >= self.config.concurrency or receiver in busy:
+            return  # due, and no slot for it: not renewed (the module's docstring says why)
+        if state.claimable(now):  # its lease ran out while it waited: another may have claimed it
+            self._claim(job)
+            return
+        self._in_flight[key] = InFlight(job, claim_id, receiver, self._pool.submit(self._attempt, job, claim_id))
+        self._renew(job, state)
+
+    def _renew(self, job: Job, state: NotificationState) -> None:
+        if time.monotonic() - self._last_write.get(state.key, 0.0) > self.config.lease_s / 3:
+            self._write(replace(self._record(job, RENEW, state.claim_id or ""), attempts=state.attempts))
 
     def _attempt(self, job: Job, claim_id: str) -> Attempt:
         """On the pool: the job's status document (read once, then the same on every retry), POSTed."""
@@ -279,20 +336,20 @@ class Notifier:
                 return Attempt(job, claim_id, None, None, reason, final=True)
             body = self._bodies[key] = (json.dumps(status.to_dict()).encode(), status.state.value)
         document, state = body
-        return Attempt(job, claim_id, state, post(job.notify or "", document, key, self.config.timeout_s))
+        return Attempt(job, claim_id, state, post(job.notify or "", document, key, self.config.delivery))
 
     def _collect(self) -> None:
         """Write down each POST that has come back."""
-        for key, (job, claim_id, future) in list(self._in_flight.items()):
-            if not future.done():
+        for key, flight in list(self._in_flight.items()):
+            if not flight.future.done():
                 continue
             del self._in_flight[key]
             try:
-                attempt = future.result()
+                attempt = flight.future.result()
             except Exception as exc:  # a bug, met on this notification: a failed attempt, not a dead worker
                 log.exception("notification %s: the attempt failed unexpectedly", key)
-                failed = Answer(False, error=f"internal error: {type(exc).__name__}: {exc}")
-                attempt = Attempt(job, claim_id, None, failed)
+                failed = Answer(False, error=f"internal error: {type(exc).__name__}")
+                attempt = Attempt(flight.job, flight.claim_id, None, failed)
             self._record_attempt(attempt)
 
     def _record_attempt(self, attempt: Attempt) -> None:
@@ -310,15 +367,17 @@ class Notifier:
         kind = DELIVERED if answer.delivered else ATTEMPT
         self._write(replace(base, kind=kind, attempts=attempts, http_status=answer.http_status, error=answer.error))
         self.metrics.posted(answer.delivered)
+        url = redacted(job.notify or "")
+        why = f"{answer.error} ({answer.detail})" if answer.detail else answer.error
         if answer.delivered:
-            self.on_event(f"notification {key}: delivered to {job.notify} (HTTP {answer.http_status}, try {attempts})")
+            self.on_event(f"notification {key}: delivered to {url} (HTTP {answer.http_status}, try {attempts})")
         elif answer.permanent:
             self._write(replace(base, kind=GAVE_UP, attempts=attempts, error=answer.error))
             self.metrics.gave_up()
-            self.on_event(f"notification {key}: gave up: {answer.error}")
+            self.on_event(f"notification {key}: gave up on {url}: {why}")
         else:
             delay = self.config.retry.delay_after(attempts)
-            self.on_event(f"notification {key}: attempt {attempts} failed: {answer.error}; next in {delay:g} s")
+            self.on_event(f"notification {key}: attempt {attempts} to {url} failed: {why}; next in {delay:g} s")
 
     def _record(self, job: Job, kind: str, claim_id: str) -> Notification:
         return Notification(

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.notifications.claims import NotificationLog, key_of, pending
+from jobs.notifications.claims import NotificationLog, NotificationState, key_of, pending
+from jobs.notifications.delivery import shown
 from jobs.registry import load_jobs
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
@@ -34,7 +35,7 @@ def notification_for(settings: KafkaSettings, topics: Topics, job: Job) -> dict[
     if not job.notify:
         return None
     state = load_notifications(settings, topics).get(key_of(job)) or pending(job)
-    return state.to_dict()
+    return _document(state)
 
 
 def notification_of(settings: KafkaSettings, topics: Topics, job_id: str) -> dict[str, Any] | None:
@@ -46,4 +47,14 @@ def notification_of(settings: KafkaSettings, topics: Topics, job_id: str) -> dic
 def notifications_for(settings: KafkaSettings, topics: Topics, jobs: list[Job]) -> dict[str, dict[str, Any] | None]:
     """notification_for() each of `jobs` by id, from one read of the log (`jobs list --json`)."""
     folded = load_notifications(settings, topics) if any(job.notify for job in jobs) else NotificationLog()
-    return {job.job_id: (folded.get(key_of(job)) or pending(job)).to_dict() if job.notify else None for job in jobs}
+    return {job.job_id: _document(folded.get(key_of(job)) or pending(job)) if job.notify else None for job in jobs}
+
+
+def _document(state: NotificationState) -> dict[str, Any]:
+    """The state's document, its texts with control characters escaped: a receiver's answer and a
+    submitter's URL are shown on other people's terminals."""
+    document = state.to_dict()
+    document["url"] = shown(document["url"])
+    if document["last_error"] is not None:
+        document["last_error"] = shown(document["last_error"])
+    return document

@@ -107,7 +107,7 @@ def test_a_job_past_its_completion_window_ends_expired_with_partial_results_and_
     first attempt, gets one delivered POST of the expired job's status."""
     receiver.answers["/hook"] = [503]
     for name in ("notifier-a", "notifier-b"):
-        pipeline.start(name, "notifier", "--instance-id", name, "--first-retry-s", "0.2")
+        pipeline.start(name, "notifier", "--instance-id", name, "--first-retry-s", "0.2", "--allow-private-targets")
     pipeline.start("preprocess", "preprocess")
     start_paced_gpu(pipeline, "--per-record-ms", "5", "--bulk-share", "0.3", "--max-window", "32")
     warm = submit(pipeline, write_jsonl(tmp_path / "warm.jsonl", example_lines(4)))  # workers joined and warm
