@@ -33,10 +33,11 @@ MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 
 
-class TopicRefusedError(TopicConfigError):
+class TopicRefusedError(TopicConfigError, ValueError):
     """A topic nearline needs cannot be created, for a reason retrying will not change: its name
-    collides with an existing topic's, is too long or not legal, or Kafka refused it (a policy, no
-    Create permission). `refused`: each refused topic with the reason."""
+    collides with an existing topic's, is too long or not legal, or Kafka refused it (a policy).
+    `refused`: each refused topic with the reason. A ValueError too: what asked for it (a job's
+    model, a schedule's) is at fault, so a scheduler fails that tick instead of retrying it."""
 
     def __init__(self, refused: dict[str, str]) -> None:
         super().__init__("; ".join(f"topic {name} cannot be created: {why}" for name, why in refused.items()))
