@@ -1,5 +1,7 @@
 """A single-node Apache Kafka (KRaft, data on disk) on loopback, for the tests whose guarantees
-depend on the broker and for the benchmarks' `--broker kafka`.
+depend on the broker and for the benchmarks' `--broker kafka`; and a secured one (`security=`):
+SASL_SSL with SCRAM-SHA-512 logins, a mutual-TLS listener, and Kafka's StandardAuthorizer with
+no ACL meaning denied (tests/support/kafka_security.py makes its certificates and users).
 
 The jars come from Maven Central through `.ci/kafka/pom.xml`; `.ci/setup --tests` copies them into
 a cache outside the repository (kafka_lib()). The broker runs as `kafka.Kafka` on a log folder
@@ -24,6 +26,7 @@ from kafka_io.children import die_with_parent
 from kafka_io.clients import check_reachable
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import KafkaSettings
+from tests.support.kafka_security import Security
 
 KAFKA_VERSION = "4.1.1"  # keep in step with .ci/kafka/pom.xml
 
@@ -122,10 +125,24 @@ class ApacheKafka:
     host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     starts: int = 0
+    # secured: `port` is the SASL_SSL listener, `tls_port` the mutual-TLS one
+    security: Security | None = field(default=None, repr=False)
+    tls_port: int = 0
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """The mutual-TLS listener (secured only): the principal is the client certificate's subject."""
+        return f"{self.host}:{self.tls_port}"
+
+    def admin_settings(self) -> KafkaSettings:
+        """Settings of a client that may do anything: the super user on a secured node."""
+        if self.security is None:
+            return KafkaSettings(self.bootstrap_servers)
+        return KafkaSettings(self.bootstrap_servers, extra=self.security.sasl_client("admin"))
 
     @property
     def pid(self) -> int:
@@ -137,14 +154,17 @@ class ApacheKafka:
         return self.folder / f"broker{self.starts}.log"
 
     @classmethod
-    def start(cls, folder: Path, ready_timeout_s: float = 90.0) -> ApacheKafka:
+    def start(cls, folder: Path, ready_timeout_s: float = 90.0, security: Security | None = None) -> ApacheKafka:
         """Format `folder`/data (once) and start the node; returns once it answers metadata. Its
-        two ports are free ones below the ephemeral range, where no client's outgoing connection
+        ports are free ones below the ephemeral range, where no client's outgoing connection
         can take one between the pick and the JVM's bind (or its restart's); a port some other
-        server took meanwhile is picked again."""
+        server took meanwhile is picked again. With `security`, the node is secured (the module's
+        docstring), its SCRAM users made at format time."""
         folder.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):
-            broker = cls(folder, server_port(), server_port())
+            broker = cls(folder, server_port(), server_port(), security=security)
+            if security is not None:
+                broker.tls_port = server_port()
             broker._format()
             try:
                 broker.restart(ready_timeout_s)
@@ -162,6 +182,8 @@ class ApacheKafka:
             "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
             "log.dirs": str(self.folder / "data"),
         }
+        if self.security is not None:
+            settings.update(self.security.server_settings(self.host, self.port, self.tls_port, self.controller_port))
         path = self.folder / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()), encoding="utf-8")
         return path
@@ -169,8 +191,9 @@ class ApacheKafka:
     def _format(self) -> None:
         if (self.folder / "data" / "meta.properties").is_file():
             return
+        scram = self.security.format_args() if self.security is not None else []
         done = subprocess.run(
-            _java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(self._properties())),
+            _java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(self._properties()), *scram),
             capture_output=True,
             text=True,
             timeout=120,
@@ -201,7 +224,7 @@ class ApacheKafka:
                     f"Apache Kafka exited with code {self.proc.returncode} at start ({self.log_path}):\n{self._tail()}"
                 )
             try:
-                check_reachable(KafkaSettings(self.bootstrap_servers), timeout_s=2.0)
+                check_reachable(self.admin_settings(), timeout_s=2.0)
                 return
             except BrokerUnavailableError:
                 time.sleep(0.2)
