@@ -334,7 +334,8 @@ def worker_scheduler(
     default=10.0,
     show_default=True,
     show_envvar=True,
-    help="A receiver that has not answered a POST in this long has failed that attempt.",
+    help="A POST not answered within this long, all told (resolving, connecting, sending, the answer's "
+    "head), has failed that attempt; a slow receiver holds one POST slot this long at most.",
 )
 @click.option(
     "--lease-s",
