@@ -21,6 +21,8 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
+from schemas.model_config import ENV_MODEL_REPOSITORY
+from tests.support.tiny_model import TinyModel
 
 JOB = "job-streams"
 
@@ -114,3 +116,24 @@ def test_report_and_replay_write_a_dash_to_stdout_and_through_a_link(
         "r2",
     ]
     assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
+@pytest.mark.process
+def test_run_writes_its_results_through_a_link_to_stdout_and_its_errors_to_a_dash(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": f"r{i}", "text": f"text {i}"}) + "\n" for i in range(5)))
+    link = stdout_link(tmp_path, "out.jsonl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_")}
+    env[ENV_MODEL_REPOSITORY] = str(model_repository)
+    command = [sys.executable, "-m", "jobs.cli", "run", str(source), "--model", "tiny", "-o", str(link)]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(ids(done.stdout)) == [f"r{i}" for i in range(5)]
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    errors = [*command[:-1], str(tmp_path / "results.jsonl"), "--errors", "-"]
+    with_errors = subprocess.run(errors, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert with_errors.returncode == 0 and with_errors.stdout == "", with_errors.stderr  # no record failed
+    assert sorted(ids((tmp_path / "results.jsonl").read_text())) == [f"r{i}" for i in range(5)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "results.jsonl"]
