@@ -35,7 +35,7 @@ from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import Topics
 from schemas import SerdeError, now_us
-from schemas.errors import TensorFormatError
+from schemas.errors import NotUtf8Error, TensorFormatError
 from schemas.model_config import ModelConfig
 from schemas.packs import TensorPack, kind_of, read_tensor_pack
 from schemas.records import tensor_array
@@ -219,8 +219,10 @@ def _prepare_pack(
         suspect = vocabulary
     for i, record_id in enumerate(record_ids):
         start, end = offsets[i], offsets[i + 1]
-        error: TensorFormatError | None = None
-        if not 0 < end - start <= longest:
+        error: SerdeError | None = None
+        if i in pack.undecodable:  # its id or attributes are not UTF-8: dead-lettered alone
+            error = NotUtf8Error(pack.undecodable[i][0])
+        elif not 0 < end - start <= longest:
             error = TensorFormatError(f"{spec.name}: {end - start} tokens, model {config.name} takes 1 to {longest}")
         elif suspect is not None:
             try:

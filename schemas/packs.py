@@ -28,8 +28,15 @@ import numpy as np
 from fastavro import schemaless_reader, schemaless_writer
 
 from schemas.errors import NotSingleObjectError, TensorFormatError, TruncatedRecordError
+from schemas.packs_not_utf8 import (
+    RAW_TEXT_PACK_FIELDS,
+    TENSOR_PACK_FIELDS,
+    Kind,
+    raw_text_alone,
+    read_not_utf8,
+    tensor_record_alone,
+)
 from schemas.raw_text_bytes import raw_text_bytes
-from schemas.raw_text_pack_not_utf8 import read_not_utf8_pack
 from schemas.records import TENSOR_DTYPES, Tensor, TensorRecord
 from schemas.serde import HEADER_LEN, MAGIC, encode, registry
 
@@ -205,19 +212,24 @@ def read_raw_text_pack(data: bytes) -> RawTextPack:
     """The pack in `data`, or the SerdeError that says what is wrong with it. A pack whose records
     are whole but for strings that are not UTF-8 is read with those records undecodable
     (read_escaped_raw_text_pack), so each is dead-lettered alone and its neighbours go on."""
-    try:
-        f = _read(RAW_TEXT_PACK, data)
-    except TruncatedRecordError:
-        found = read_not_utf8_pack(data, _schema(RAW_TEXT_PACK)[0])
-        if found is None:
-            raise
-        f = found
+    f = _read_or_not_utf8(RAW_TEXT_PACK, data, RAW_TEXT_PACK_FIELDS)
     ids = f["record_ids"]
     _columns(RAW_TEXT_PACK, ids, ("texts", f["texts"]), ("attribute maps", f["attributes"]))
     seqs = _seqs(RAW_TEXT_PACK, f["seqs"], len(ids))
-    return RawTextPack(
-        f["job_id"], f["model"], f["submitted_at"], ids, seqs, f["texts"], f["attributes"], f.get("undecodable", {})
-    )
+    undecodable = {i: (why, raw_text_alone(f, i, int(seqs[i]))) for i, why in f.get("undecodable", {}).items()}
+    return RawTextPack(f["job_id"], f["model"], f["submitted_at"], ids, seqs, f["texts"], f["attributes"], undecodable)
+
+
+def _read_or_not_utf8(name: str, data: bytes, fields: tuple[tuple[str, Kind], ...]) -> dict[str, Any]:
+    """_read, or where it fails a pack whose only fault is records whose strings are not UTF-8,
+    with those records undecodable (schemas/packs_not_utf8.py)."""
+    try:
+        return _read(name, data)
+    except TruncatedRecordError:
+        found = read_not_utf8(data, _schema(name)[0], fields)
+        if found is None:
+            raise
+        return found
 
 
 # --- token ids ---
@@ -225,7 +237,8 @@ def read_raw_text_pack(data: bytes) -> RawTextPack:
 
 @dataclass(frozen=True, slots=True)
 class TensorPack:
-    """A TensorPack's columns: record i's ids are ids[offsets[i]:offsets[i + 1]]."""
+    """A TensorPack's columns: record i's ids are ids[offsets[i]:offsets[i + 1]]. `undecodable`:
+    as RawTextPack's (its records whose id or attributes are not UTF-8)."""
 
     job_id: str
     model: str
@@ -238,6 +251,7 @@ class TensorPack:
     ids: np.ndarray  # every record's ids, read-only views on the pack's bytes
     attributes: list[dict[str, str]]
     timestamps: dict[str, int]
+    undecodable: Mapping[int, tuple[str, bytes]] = field(default_factory=dict)  # as RawTextPack's
 
     def __len__(self) -> int:
         return len(self.record_ids)
@@ -250,7 +264,10 @@ class TensorPack:
         return self.ids[self.offsets[i] : self.offsets[i + 1]]
 
     def single(self, i: int) -> bytes:
-        """Record i alone, as the TensorRecord any reader of tensors.<model> takes."""
+        """Record i alone, as the TensorRecord any reader of tensors.<model> takes (an undecodable
+        one with its strings' bytes as they came)."""
+        if i in self.undecodable:
+            return self.undecodable[i][1]
         return encode(
             TensorRecord(
                 self.job_id,
@@ -314,7 +331,7 @@ def tensor_pack_bytes(
 def read_tensor_pack(data: bytes) -> TensorPack:
     """The pack in `data`, or the SerdeError that says what is wrong with it: its columns must
     agree in length, and its offsets must cut its data into one slice per record."""
-    f = _read(TENSOR_PACK, data)
+    f = _read_or_not_utf8(TENSOR_PACK, data, TENSOR_PACK_FIELDS)
     ids = f["record_ids"]
     _columns(TENSOR_PACK, ids, ("attribute maps", f["attributes"]))
     seqs = _seqs(TENSOR_PACK, f["seqs"], len(ids))
@@ -330,6 +347,10 @@ def read_tensor_pack(data: bytes) -> TensorPack:
     offsets = np.frombuffer(f["offsets"], dtype=_INT64)
     if offsets[0] != 0 or offsets[-1] != len(values) or (len(offsets) > 1 and bool((np.diff(offsets) < 0).any())):
         raise TensorFormatError(f"{TENSOR_PACK}: offsets do not cut its {len(values)} ids into one slice per record")
+    undecodable = {
+        i: (why, tensor_record_alone(f, i, int(seqs[i]), values[offsets[i] : offsets[i + 1]]))
+        for i, why in f.get("undecodable", {}).items()
+    }
     return TensorPack(
         f["job_id"],
         f["model"],
@@ -342,6 +363,7 @@ def read_tensor_pack(data: bytes) -> TensorPack:
         values,
         f["attributes"],
         f["timestamps"],
+        undecodable,
     )
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fastavro import parse_schema, schemaless_reader
 
-from schemas import RawText, SerdeError, TensorRecord, decode, encode
+from schemas import RawText, SerdeError, Tensor, TensorRecord, decode, encode
 from schemas.packs import (
     MIN_RECORD_BYTES,
     PackHead,
@@ -181,3 +181,16 @@ def test_a_raw_text_pack_with_a_text_that_is_not_utf8_reads_with_that_record_und
     assert pack.single(1) == alone.replace(b"QZ", b"\xff\xfe")
     assert decode(pack.single(2), RawText) == RawText("j", "c", 2, "m", "three", 7, {})
     assert unpacked(data)[1] == pack.single(1)
+
+
+def test_a_tensor_pack_whose_record_id_is_not_utf8_reads_with_that_record_undecodable() -> None:
+    head = PackHead("j", "m", "1", "input_ids", {"submitted": 1})
+    arrays = [np.array([1, 2]), np.array([3])]
+    data = tensor_pack_bytes(head, ["a", "QZ"], [0, 1], arrays, [{"k": "v"}, {}])
+    pack = read_tensor_pack(data.replace(b"QZ", b"\xff\xfe"))
+    assert (pack.record_ids, list(pack.undecodable)) == (["a", "\ufffd\ufffd"], [1])
+    assert pack.array(1).tolist() == [3] and pack.attributes == [{"k": "v"}, {}]
+    tensors = (Tensor.from_array("input_ids", arrays[1]),)
+    want = encode(TensorRecord("j", "QZ", 1, "m", "1", tensors, {}, dict(head.timestamps)))
+    assert pack.single(1) == want.replace(b"QZ", b"\xff\xfe")
+    assert decode(pack.single(0), TensorRecord).record_id == "a"
