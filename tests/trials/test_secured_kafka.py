@@ -155,10 +155,11 @@ def test_a_wrong_password_an_unknown_user_or_mechanism_is_a_refused_login_said_i
             assert f"Kafka refused the login of User:{kafka['sasl.username']}" in done.stderr
             assert "did not answer" not in done.stderr and "Traceback" not in done.stderr
             assert took < REFUSAL_BOUND_S
-    # a worker exits with the same code, at start, rather than waiting it out as an outage
-    gpu = s.start("gpu", "--model", "tiny", kafka=s.login("nearline-gpu", password="wrong"))
-    assert gpu.process.wait(timeout=120) == ExitCode.NOT_AUTHENTICATED
-    assert "Kafka refused the login of User:nearline-gpu" in gpu.log_path.read_text()
+    # each worker kind exits with the same code, at start, rather than waiting it out as an outage
+    for kind, args in (("gpu", ("--model", "tiny")), ("scheduler", ()), ("notifier", ()), ("preprocess", ())):
+        worker = s.start(kind, *args, kafka=s.login(f"nearline-{kind}", password="wrong"))
+        assert worker.process.wait(timeout=120) == ExitCode.NOT_AUTHENTICATED, worker.log_path.read_text()
+        assert f"Kafka refused the login of User:nearline-{kind}" in worker.log_path.read_text()
     assert_no_secret(s)
 
 
@@ -205,6 +206,11 @@ def test_a_login_without_acls_is_told_not_authorized_never_none_or_a_traceback(n
         assert what in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stdout == "", (args, done.stdout, done.stderr)
         assert took < REFUSAL_BOUND_S
+    # the control-plane workers too: not a retried outage, nor a crash
+    for kind in ("scheduler", "notifier"):
+        worker = s.start(kind, kafka=noacl)
+        assert worker.process.wait(timeout=120) == ExitCode.NOT_AUTHORIZED, worker.log_path.read_text()
+        assert "not authorized: User:nearline-noacl" in worker.log_path.read_text()
     # a certificate's principal is its subject, as Kafka names it
     done, _ = s.cli(security_of(s.broker).tls_client(), "jobs", "list", servers=s.broker.tls_bootstrap_servers)
     assert done.returncode == ExitCode.NOT_AUTHORIZED, done.stderr
