@@ -99,6 +99,9 @@ class Deadline:
             if self._sock is not None:
                 _shut(self._sock)
 
+    def wait_out(self) -> None:
+        time.sleep(max(0.0, self.at - time.monotonic()))
+
     def cancel(self) -> None:
         self._timer.cancel()
 
@@ -199,6 +202,21 @@ def exchange(request: Request, policy: TargetPolicy, timeout_s: float) -> Reply:
     deadline = Deadline(timeout_s)
     try:
         candidates = permitted(resolve(request.host, request.port, deadline), policy)
+        try:
+            return _first_answer(request, candidates, deadline)
+        except Unanswered:
+            if not any(policy.explicitly_allowed(ip_of(str(sockaddr[0]))) for _, sockaddr in candidates):
+                # A refused port would fail at once and a silent one at the deadline: the time of
+                # the attempt, which status shows, would tell them apart where the message does not.
+                deadline.wait_out()
+            raise
+    finally:
+        deadline.cancel()
+
+
+def _first_answer(request: Request, candidates: list[Resolved], deadline: Deadline) -> Reply:
+    """The answer of the first address that takes the connection."""
+    try:
         last: Exception | None = None
         for sockaddr in candidates:  # the next address only when this one took no connection
             kind = _PinnedTLS if request.tls else _Pinned
@@ -216,8 +234,6 @@ def exchange(request: Request, policy: TargetPolicy, timeout_s: float) -> Reply:
         raise Unanswered(_why(last, deadline))
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise Unanswered(_why(exc, deadline)) from None
-    finally:
-        deadline.cancel()
 
 
 def _post(connection: http.client.HTTPConnection, request: Request, address: Address, deadline: Deadline) -> Reply:

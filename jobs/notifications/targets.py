@@ -95,7 +95,8 @@ class TargetPolicy:
         kind = restricted_kind(address)
         if kind is None or self.explicitly_allowed(address):
             return None
-        return f"a {kind} address ({address})"
+        article = "an" if kind[0] in "aeiou" else "a"
+        return f"{article} {kind} address ({address})"
 
 
 def ip_of(text: str) -> Address:

@@ -13,7 +13,7 @@ import pytest
 
 from jobs.notifications.delivery import DeliveryConfig, post, redacted, refusal, user_agent
 from jobs.notifications.exchange import Reply
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.targets import Address, TargetPolicy
 from tests.support.webhook_receiver import Dribbler, Receiver
 from tests.support.webhook_receiver import dribbler as dribbler
 
@@ -102,6 +102,30 @@ def test_refused_and_silent_receivers_get_one_message_and_the_log_tells_them_apa
     unknown = post("http://nearline-test.invalid/hook", BODY, "k", LOOPBACK)
     assert unknown.error is not None and unknown.error.startswith("cannot resolve host nearline-test.invalid: ")
     assert not unknown.permanent
+
+
+class PublicLoopback(TargetPolicy):
+    """Loopback reached as a public address is: permitted, not allowed by name."""
+
+    def refusal(self, address: Address) -> str | None:
+        return None
+
+    def explicitly_allowed(self, address: Address) -> bool:
+        return False
+
+
+def test_a_refused_port_of_a_target_not_allowed_by_name_fails_at_the_deadline_as_a_silent_one_does(
+    closed_port: int,
+) -> None:
+    """The time of an attempt, which `status` shows, must not tell a refused port from a silent
+    one either: for a target the operator did not allow by name, a refusal is waited out."""
+    started = time.monotonic()
+    answer = post(f"http://127.0.0.1:{closed_port}/hook", BODY, "k", DeliveryConfig(1.0, PublicLoopback()))
+    assert time.monotonic() - started >= 0.99  # a lower bound: a refusal alone takes milliseconds
+    assert (answer.error, answer.detail) == (
+        f"no HTTP answer from 127.0.0.1:{closed_port} within 1 s",
+        "connection refused",
+    )
 
 
 def test_an_answer_dribbled_a_line_at_a_time_is_cut_at_the_timeout(dribbler: Dribbler) -> None:

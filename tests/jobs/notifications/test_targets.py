@@ -54,6 +54,7 @@ def test_the_operator_allows_all_private_addresses_or_named_networks() -> None:
     default = TargetPolicy()
     assert default.refusal(ip("10.0.0.5")) == "a private address (10.0.0.5)"
     assert default.refusal(ip("8.8.8.8")) is None
+    assert default.refusal(ip("0.0.0.0")) == "an unspecified address (0.0.0.0)"
     everything = TargetPolicy(allow_private=True)
     assert everything.refusal(ip("169.254.169.254")) is None
     assert everything.explicitly_allowed(ip("10.0.0.5")) and not everything.explicitly_allowed(ip("8.8.8.8"))
