@@ -32,6 +32,9 @@ from tests.support.kafka_security import TLS_CLIENT_DN, Security, kafka_env
 from tests.support.tiny_model import TinyModel
 from tests.support.webhook_receiver import Receiver, wait_until
 
+# one secured node for the module's tests: in one test process, not one started in each
+pytestmark = pytest.mark.xdist_group("secured-kafka")
+
 KINDS = ["preprocess", "gpu", "scheduler", "notifier", "cli"]
 USERS = [f"nearline-{kind}" for kind in KINDS] + ["nearline-noacl"]
 # How soon a refusal must be said: librdkafka's request timeout (15 s) and more; measured ~1-2 s
