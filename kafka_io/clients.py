@@ -10,12 +10,20 @@ import logging
 import re
 import socket
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from kafka_io.errors import BrokerUnavailableError, GroupProtocolError, KafkaRefusedError, refused_error
+from kafka_io.errors import (
+    BrokerUnavailableError,
+    GroupProtocolError,
+    KafkaRefusedError,
+    KafkaTlsError,
+    SecuritySettingsError,
+    refused_error,
+)
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings
 
@@ -165,6 +173,27 @@ def _base(settings: KafkaSettings) -> dict[str, Any]:
     }
 
 
+Client = TypeVar("Client", Producer, Consumer, AdminClient)
+
+
+def _made(factory: Callable[[dict[str, Any]], Client], config: dict[str, Any]) -> Client:
+    """factory(config), or the reason its security settings cannot be used, in a line: librdkafka
+    checks the TLS files when a client is made (a CA file that is not one, a key its
+    ssl.key.password does not open) and raised a bare KafkaException, a traceback at the CLI."""
+    try:
+        return factory(config)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        text = err.str() if isinstance(err, KafkaError) else str(exc)
+        if not isinstance(err, KafkaError) or err.code() != KafkaError._INVALID_ARG:
+            raise
+        if "ssl." in text:
+            raise KafkaTlsError(f"the TLS settings (NEARLINE_KAFKA_SSL_*) cannot be used: {text}") from None
+        if "sasl." in text or "security.protocol" in text:
+            raise SecuritySettingsError(f"the NEARLINE_KAFKA_* security settings cannot be used: {text}") from None
+        raise
+
+
 def make_producer(settings: KafkaSettings, *, idempotent: bool = True, **extra: Any) -> Producer:
     """A producer that waits for every replica (acks=all).
 
@@ -175,7 +204,7 @@ def make_producer(settings: KafkaSettings, *, idempotent: bool = True, **extra: 
     out with idempotent=False.
     """
     fixed = {**PRODUCER_FIXED, "enable.idempotence": idempotent}
-    return Producer({**PRODUCER_DEFAULTS, **_base(settings), **extra, **fixed})
+    return _made(Producer, {**PRODUCER_DEFAULTS, **_base(settings), **extra, **fixed})
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consumer:
@@ -191,11 +220,11 @@ def make_consumer(settings: KafkaSettings, group_id: str, **extra: Any) -> Consu
         # every batch job (the trial of two GPU workers). Range, as on the classic protocol,
         # splits each topic over the members. Kafka's group.consumer.assignors has it by default.
         defaults["group.remote.assignor"] = "range"
-    return Consumer({**defaults, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED})
+    return _made(Consumer, {**defaults, **_base(settings), "group.id": group_id, **extra, **CONSUMER_FIXED})
 
 
 def make_admin(settings: KafkaSettings) -> AdminClient:
-    return AdminClient({**_base(settings), **NO_AUTO_CREATE})
+    return _made(AdminClient, {**_base(settings), **NO_AUTO_CREATE})
 
 
 def check_reachable(settings: KafkaSettings, timeout_s: float = 10.0) -> None:
@@ -270,7 +299,7 @@ def check_group_protocol(settings: KafkaSettings, protocol: str, timeout_s: floa
         return
     capture = _Lines()
     config: dict[str, Any] = {**_base(settings), "logger": capture, "debug": "feature"}
-    admin = AdminClient(config)
+    admin = _made(AdminClient, config)
     _answered(admin, settings, timeout_s)
     for _ in range(100):  # the log lines come through the client's queue: serve what is there
         if not admin.poll(0.05):

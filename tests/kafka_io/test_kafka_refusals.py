@@ -6,6 +6,7 @@ against a secured Apache Kafka."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import click
 import pytest
@@ -15,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from jobs.cli.group import NearlineGroup
 from jobs.exit_codes import ExitCode
 from jobs.outages import OutageLog, step_until_stopped
-from kafka_io.clients import as_refusal
+from kafka_io.clients import as_refusal, make_admin, make_producer
 from kafka_io.errors import (
     KAFKA_FAULTS,
     KafkaAuthenticationError,
@@ -152,3 +153,13 @@ def test_the_refusal_exit_codes_are_distinct_from_every_other() -> None:
     codes = [ExitCode.NOT_AUTHENTICATED, ExitCode.NOT_AUTHORIZED, ExitCode.TLS_FAILED]
     others = [c for c in ExitCode if c not in codes]
     assert len(set(codes)) == 3 and not set(codes) & set(others)
+
+
+def test_tls_files_a_client_cannot_use_are_a_tls_error_in_a_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "ca.pem").write_text("not a certificate")
+    for ca in (tmp_path / "missing.pem", tmp_path / "ca.pem"):
+        settings = KafkaSettings("127.0.0.1:1", extra={"security.protocol": "SSL", "ssl.ca.location": str(ca)})
+        with pytest.raises(KafkaTlsError, match=r"the TLS settings \(NEARLINE_KAFKA_SSL_\*\) cannot be used: .*ssl.ca"):
+            make_producer(settings)
+        with pytest.raises(KafkaTlsError):
+            make_admin(settings)
