@@ -154,6 +154,8 @@ def as_refusal(error: KafkaError | BaseException, operation: str = "", resource:
     """The refusal a client call's error (a KafkaError, or the KafkaException carrying one) says:
     KafkaRefusedError naming this process's principal, and `operation` on `resource` where the
     caller knows them; None for any other error."""
+    if isinstance(error, BaseException) and not isinstance(error, KafkaException):
+        error = error.__cause__ or error  # our DeliveryError raised from the client's exception
     err = error.args[0] if isinstance(error, KafkaException) and error.args else error
     if not isinstance(err, KafkaError):
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -86,9 +87,24 @@ def bindings(line: str, variables: dict[str, str]) -> list[AclBinding]:
 
 def apply_documented_acls(admin_settings: KafkaSettings, variables: dict[str, str], workers: list[str]) -> int:
     """Apply the documented ACLs of each worker kind, as the admin: how many ACLs were made."""
-    made = [b for worker in workers for line in documented_acl_lines(worker) for b in bindings(line, variables)]
-    assert made, f"docs/deploy.md lists no kafka-acls.sh lines for {workers}"
+    lines = [line for worker in workers for line in documented_acl_lines(worker)]
+    assert lines, f"docs/deploy.md lists no kafka-acls.sh lines for {workers}"
+    return grant_acls(admin_settings, lines, variables)
+
+
+def grant_acls(admin_settings: KafkaSettings, lines: list[str], variables: dict[str, str]) -> int:
+    """Apply kafka-acls.sh --add lines, as the admin: how many ACLs were made."""
+    made = [b for line in lines for b in bindings(line, variables)]
     admin: AdminClient = make_admin(admin_settings)
     for future in admin.create_acls(made, request_timeout=30).values():
         future.result(timeout=60)
     return len(made)
+
+
+def revoke_acls(admin_settings: KafkaSettings, principal: str, resource: ResourceType) -> int:
+    """Delete every ACL of `principal` on resources of one type, as the admin: how many were deleted."""
+    admin: AdminClient = make_admin(admin_settings)
+    wanted = AclBindingFilter(
+        resource, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    return sum(len(f.result(timeout=60)) for f in admin.delete_acls([wanted], request_timeout=30).values())

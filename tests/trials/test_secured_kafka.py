@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import ResourceType
 
 from jobs.exit_codes import ExitCode
 from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
+from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_KAFKA_PREFIX, ENV_NAMESPACE, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.apache_kafka import ApacheKafka, server_port
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.kafka_acls import apply_documented_acls
+from tests.support.kafka_acls import apply_documented_acls, grant_acls, revoke_acls
 from tests.support.kafka_security import TLS_CLIENT_DN, Security, kafka_env
 from tests.support.tiny_model import TinyModel
 from tests.support.webhook_receiver import Receiver, wait_until
@@ -230,6 +232,44 @@ def test_an_exactly_once_gpu_worker_without_a_transactional_id_acl_exits_not_aut
     log = gpu.log_path.read_text()
     assert f"not authorized: User:nearline-gpu may not Write transactional id {s.topics.namespace}.gpu.tiny.a" in log
     assert "Traceback" not in log
+    assert_no_secret(s)
+
+
+@pytest.mark.timeout(300)
+def test_a_principal_that_may_read_but_not_write_is_told_so_by_submit(namespace: Secured) -> None:
+    s = namespace
+    registered_job(s)
+    grant = [
+        "kafka-acls.sh --add --allow-principal User:nearline-noacl --operation Describe --operation DescribeConfigs"
+        ' --operation Read --topic "$NS." --resource-pattern-type prefixed',
+        "kafka-acls.sh --add --allow-principal User:nearline-noacl --operation Describe --group nearline-"
+        " --resource-pattern-type prefixed",
+    ]
+    grant_acls(s.broker.admin_settings(), grant, {"NS": s.topics.namespace})
+    listed, _ = s.cli(s.login("nearline-noacl"), "jobs", "list")
+    assert listed.returncode == 0, listed.stderr  # it may read
+    done, took = s.cli(
+        s.login("nearline-noacl"), "submit", str(write_jsonl(s.logs / "in.jsonl", example_lines(2))), "--model", "tiny"
+    )
+    assert done.returncode == ExitCode.NOT_AUTHORIZED, done.stderr
+    assert done.stderr.startswith("error: not authorized: User:nearline-noacl "), done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"may not Write topic {s.topics.namespace}.raw.text" in done.stderr, done.stderr
+    assert took < REFUSAL_BOUND_S
+    assert_no_secret(s)
+
+
+@pytest.mark.timeout(400)
+def test_a_gpu_worker_whose_read_acl_is_revoked_exits_not_authorized_instead_of_waiting(namespace: Secured) -> None:
+    s = namespace
+    s.apply_acls(["gpu"])
+    gpu = s.start("gpu", "--model", "tiny")
+    group = s.topics.gpu_group("tiny")
+    wait_until(lambda: bool(live_groups(s.broker.admin_settings(), [group])), 240, "the GPU worker joined its group")
+    assert revoke_acls(s.broker.admin_settings(), "User:nearline-gpu", ResourceType.TOPIC) > 0
+    assert gpu.process.wait(timeout=120) == ExitCode.NOT_AUTHORIZED, gpu.log_path.read_text()[-3000:]
+    log = gpu.log_path.read_text()
+    assert "not authorized: User:nearline-gpu may not Read topic" in log and "Traceback" not in log, log[-3000:]
     assert_no_secret(s)
 
 
