@@ -104,7 +104,14 @@ def grant_acls(admin_settings: KafkaSettings, lines: list[str], variables: dict[
 def revoke_acls(admin_settings: KafkaSettings, principal: str, resource: ResourceType) -> int:
     """Delete every ACL of `principal` on resources of one type, as the admin: how many were deleted."""
     admin: AdminClient = make_admin(admin_settings)
+    # None matches any name and any host (the filter's types say str; the client takes None)
     wanted = AclBindingFilter(
-        resource, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY, AclPermissionType.ANY
+        resource,
+        None,  # type: ignore[arg-type]
+        ResourcePatternType.ANY,
+        principal,
+        None,  # type: ignore[arg-type]
+        AclOperation.ANY,
+        AclPermissionType.ANY,
     )
     return sum(len(f.result(timeout=60)) for f in admin.delete_acls([wanted], request_timeout=30).values())

@@ -161,8 +161,9 @@ def test_a_wrong_password_an_unknown_user_or_mechanism_is_a_refused_login_said_i
             assert "did not answer" not in done.stderr and "Traceback" not in done.stderr
             assert took < REFUSAL_BOUND_S
     # each worker kind exits with the same code, at start, rather than waiting it out as an outage
-    for kind, args in (("gpu", ("--model", "tiny")), ("scheduler", ()), ("notifier", ()), ("preprocess", ())):
-        worker = s.start(kind, *args, kafka=s.login(f"nearline-{kind}", password="wrong"))
+    kinds: dict[str, list[str]] = {"gpu": ["--model", "tiny"], "scheduler": [], "notifier": [], "preprocess": []}
+    for kind, flags in kinds.items():
+        worker = s.start(kind, *flags, kafka=s.login(f"nearline-{kind}", password="wrong"))
         assert worker.process.wait(timeout=120) == ExitCode.NOT_AUTHENTICATED, worker.log_path.read_text()
         assert f"Kafka refused the login of User:nearline-{kind}" in worker.log_path.read_text()
     assert_no_secret(s)
