@@ -41,7 +41,7 @@ def offsets(window: list[ConsumedRecord]) -> list[tuple[str, int]]:
 def test_a_window_closes_at_max_records_of_whole_packs_and_a_drain_ends_at_the_end() -> None:
     consumer = consumer_of((BATCH, 0))
     for i in range(5):
-        consumer.append(BATCH, 0, f"pack {i}".encode(), records=8)
+        consumer.append(BATCH, 0, f"pack {i}".encode().ljust(64, b"."), records=8)  # 8 bytes a record at least
     got = list(windows(consumer, assignment_of(consumer), WindowLimits(20, 10_000), WindowRules(drain=True)))  # type: ignore[arg-type]
     # 8 + 8 fit in 20, a third pack would not: packs are never split, and the last one closes at the end
     assert [[r.records for r in w] for w in got] == [[8, 8], [8, 8], [8]]

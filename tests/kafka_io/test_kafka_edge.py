@@ -62,7 +62,11 @@ def test_a_window_holds_whole_packs_and_closes_by_their_records(settings: KafkaS
     unless that pack comes first (larger than a window, it is a window alone)."""
     sizes = [4, 3, 5, 1, 6, 2, 10, 4]
     ensure_topics(settings, [TopicSpec(topics.raw_text, 1)])
-    packs = [pack_record(topics.raw_text, f"pack{i}".encode(), "job", f"r{i}", n) for i, n in enumerate(sizes)]
+    # each as long as a pack of n records is at least (8 bytes a record): a header is trusted no further
+    packs = [
+        pack_record(topics.raw_text, f"pack{i}".encode().ljust(8 * n, b"."), "job", f"r{i}", n)
+        for i, n in enumerate(sizes)
+    ]
     produce_all(make_producer(settings), packs)
     consumer = make_consumer(settings, topics.gpu_group("x"))
     assignment = subscribe(consumer, [topics.raw_text])
