@@ -212,9 +212,9 @@ def test_a_login_without_acls_is_told_not_authorized_never_none_or_a_traceback(n
         assert what in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stdout == "", (args, done.stdout, done.stderr)
         assert took < REFUSAL_BOUND_S
-    # the control-plane workers too: not a retried outage, nor a crash
-    for kind in ("scheduler", "notifier"):
-        worker = s.start(kind, kafka=noacl)
+    # every worker kind too: not a retried outage, nor a crash
+    for kind, flags in {"scheduler": [], "notifier": [], "preprocess": [], "gpu": ["--model", "tiny"]}.items():
+        worker = s.start(kind, *flags, kafka=noacl)
         assert worker.process.wait(timeout=120) == ExitCode.NOT_AUTHORIZED, worker.log_path.read_text()
         assert "not authorized: User:nearline-noacl" in worker.log_path.read_text()
     # a certificate's principal is its subject, as Kafka names it
