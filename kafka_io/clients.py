@@ -114,10 +114,13 @@ def log_error(err: KafkaError) -> None:
 
 
 # The refusals (a login, a TLS handshake) the clients' error callbacks have reported, per cluster
-# and principal: a wait on that cluster raises the refusal instead of waiting out its timeout.
-# librdkafka retries a refused login like a dropped connection, and a request in flight meanwhile
-# ends as a timeout that names neither (a wrong password read as "did not answer within 15 s").
-_refused: dict[tuple[str, str], KafkaRefusedError] = {}
+# and principal, with when: a wait on that cluster raises the refusal instead of waiting out its
+# timeout. librdkafka retries a refused login like a dropped connection, and a request in flight
+# meanwhile ends as a timeout that names neither (a wrong password read as "did not answer
+# within 15 s"). One older than REFUSAL_MEMORY_S is forgotten: a worker's later timeout is then
+# an outage again, not a login refused once during a broker's restart.
+_refused: dict[tuple[str, str], tuple[float, KafkaRefusedError]] = {}
+REFUSAL_MEMORY_S = 60.0
 # The principal of the last client made: the one a consumed event's refusal names. A process logs
 # in as one principal (NEARLINE_KAFKA_*), whichever clients it makes.
 _principal = ["User:ANONYMOUS"]
@@ -127,22 +130,26 @@ def _login(settings: KafkaSettings) -> tuple[str, str]:
     return (settings.bootstrap_servers, settings.principal)
 
 
-class _ErrorWatch:
-    """A client's error_cb: logs each error (log_error) and keeps the refusal it says, if any."""
+def _error_watch(settings: KafkaSettings) -> Callable[[KafkaError], None]:
+    """A client's error_cb: logs each error (log_error) and keeps the refusal it says, if any. A
+    plain closure, not a callable object: confluent-kafka's callbacks are fragile (produce.py)."""
+    login = _login(settings)
 
-    def __init__(self, settings: KafkaSettings) -> None:
-        self.login = _login(settings)
-
-    def __call__(self, err: KafkaError) -> None:
-        refused = refused_error(err, self.login[1])
+    def on_error(err: KafkaError) -> None:
+        refused = refused_error(err, login[1])
         if refused is not None:
-            _refused[self.login] = refused
+            _refused[login] = (time.monotonic(), refused)
         log_error(err)
+
+    return on_error
 
 
 def refused_login(settings: KafkaSettings) -> KafkaRefusedError | None:
-    """The refusal a client of these settings was told, if any (kept until the cluster answers one)."""
-    return _refused.get(_login(settings))
+    """The refusal a client of these settings was told in the last REFUSAL_MEMORY_S, if any."""
+    told = _refused.get(_login(settings))
+    if told is None or time.monotonic() - told[0] > REFUSAL_MEMORY_S:
+        return None
+    return told[1]
 
 
 def current_principal() -> str:
@@ -169,7 +176,7 @@ def _base(settings: KafkaSettings) -> dict[str, Any]:
     return {
         "bootstrap.servers": settings.bootstrap_servers,
         "client.id": settings.client_id,
-        "error_cb": _ErrorWatch(settings),
+        "error_cb": _error_watch(settings),
         "logger": _librdkafka,
         **settings.extra,
     }
