@@ -137,9 +137,10 @@ def _error_watch(settings: KafkaSettings) -> Callable[[KafkaError], None]:
 
     def on_error(err: KafkaError) -> None:
         refused = refused_error(err, login[1])
-        if refused is not None:
+        if refused is None:
+            log_error(err)
+        else:  # said by the wait that raises it; librdkafka's own line (once a minute) says it meanwhile
             _refused[login] = (time.monotonic(), refused)
-        log_error(err)
 
     return on_error
 
