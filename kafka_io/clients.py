@@ -119,7 +119,11 @@ def log_error(err: KafkaError) -> None:
 # meanwhile ends as a timeout that names neither (a wrong password read as "did not answer
 # within 15 s"). One older than REFUSAL_MEMORY_S is forgotten: a worker's later timeout is then
 # an outage again, not a login refused once during a broker's restart.
-_refused: dict[tuple[str, str], tuple[float, KafkaRefusedError]] = {}
+# Kept as the error's class and words, never the raised error itself: that would keep its
+# traceback's frames, and the client in them, alive until the interpreter's teardown, where
+# librdkafka's destruction of a client still retrying its login crashed the process (SIGSEGV
+# after the error line, instead of the exit code).
+_refused: dict[tuple[str, str], tuple[float, type[KafkaRefusedError], str]] = {}
 REFUSAL_MEMORY_S = 60.0
 # The principal of the last client made: the one a consumed event's refusal names. A process logs
 # in as one principal (NEARLINE_KAFKA_*), whichever clients it makes.
@@ -140,7 +144,7 @@ def _error_watch(settings: KafkaSettings) -> Callable[[KafkaError], None]:
         if refused is None:
             log_error(err)
         else:  # said by the wait that raises it; librdkafka's own line (once a minute) says it meanwhile
-            _refused[login] = (time.monotonic(), refused)
+            _refused[login] = (time.monotonic(), type(refused), str(refused))
 
     return on_error
 
@@ -150,7 +154,7 @@ def refused_login(settings: KafkaSettings) -> KafkaRefusedError | None:
     told = _refused.get(_login(settings))
     if told is None or time.monotonic() - told[0] > REFUSAL_MEMORY_S:
         return None
-    return told[1]
+    return told[1](told[2])
 
 
 def current_principal() -> str:
@@ -259,15 +263,19 @@ def _answered(admin: AdminClient, settings: KafkaSettings, timeout_s: float) -> 
             _refused.pop(_login(settings), None)
             return
         except KafkaException as exc:
-            last = exc
+            why = str(exc.args[0])
         admin.poll(0)  # the error callbacks: a refusal is reported there, never by list_topics
         refused = refused_login(settings)
-        if refused is not None:
-            raise refused
-        if time.monotonic() >= deadline:
-            raise BrokerUnavailableError(
-                f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {last.args[0]}"
-            ) from None
+        if refused is not None or time.monotonic() >= deadline:
+            break
+    # The client goes now, not with the raised error's frames at the interpreter's exit, where
+    # librdkafka's teardown of a client still retrying a refused login crashed the process.
+    del admin
+    if refused is not None:
+        raise refused
+    raise BrokerUnavailableError(
+        f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {why}"
+    )
 
 
 def unanswered(settings: KafkaSettings, what: str, exc: KafkaException) -> Exception:
