@@ -68,9 +68,11 @@ AUTHENTICATION_CODES = frozenset(
         KafkaError.ILLEGAL_SASL_STATE,
     }
 )
-# librdkafka words a failed handshake as one of these, under _SSL or a transport error
-TLS_WORDS = ("SSL handshake failed", "certificate verify failed", "SSL_HANDSHAKE", "SSL alert", "ssl.ca.location")
-SASL_WORDS = ("SASL authentication", "SASL handshake", "Unsupported SASL mechanism", "SASL SCRAM", "in state AUTH")
+# librdkafka words a refused handshake or login so, under _SSL, _AUTHENTICATION or a transport
+# error. Not the state a connection was in ("in state SSL_HANDSHAKE", "AUTH_REQ"): a broker that
+# goes down mid-handshake closes it in that state too, and that is an outage.
+TLS_WORDS = ("SSL handshake failed", "certificate verify failed", "SSL alert")
+SASL_WORDS = ("SASL authentication error", "mechanism handshake failed", "Unsupported SASL mechanism")
 
 
 def refused_error(
@@ -92,7 +94,7 @@ def refused_error(
         code in (KafkaError._TRANSPORT, KafkaError._AUTHENTICATION) and any(w in text for w in TLS_WORDS)
     ):
         return KafkaTlsError(f"TLS handshake with Kafka failed for {principal}: {text}")
-    if code in AUTHENTICATION_CODES or any(w in text for w in SASL_WORDS):
+    if code in AUTHENTICATION_CODES or (code == KafkaError._TRANSPORT and any(w in text for w in SASL_WORDS)):
         return KafkaAuthenticationError(f"Kafka refused the login of {principal}: {text}")
     return None
 

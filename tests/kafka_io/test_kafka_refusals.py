@@ -62,6 +62,10 @@ def test_a_failed_tls_handshake_is_a_tls_error_under_either_code_librdkafka_give
     # the listener's name holds "ssl" in every error of a TLS connection: that alone is no TLS failure
     down = "sasl_ssl://127.0.0.1:22236/bootstrap: Connect to ipv4#127.0.0.1:22236 failed: Connection refused"
     assert refused_error(KafkaError(KafkaError._TRANSPORT, down), "User:alice") is None
+    # nor is a connection that a broker going down closed mid-handshake or mid-login
+    for state in ("SSL_HANDSHAKE", "AUTH_REQ"):
+        cut = f"sasl_ssl://127.0.0.1:22236/bootstrap: Disconnected (after 3ms in state {state})"
+        assert refused_error(KafkaError(KafkaError._TRANSPORT, cut), "User:alice") is None
 
 
 def test_an_outage_or_a_timeout_is_no_refusal() -> None:
