@@ -16,7 +16,13 @@ from typing import Any
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import CredentialsT
 
-from kafka_io.errors import SecuritySettingsError
+from kafka_io.errors import (
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaRefusedError,
+    KafkaTlsError,
+    SecuritySettingsError,
+)
 
 SUPPORTED = frozenset(
     {
@@ -86,3 +92,42 @@ def _ssl_context(security: Mapping[str, str]) -> ssl.SSLContext:
     if security.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
         context.check_hostname = False
     return context
+
+
+# aiokafka's refusals by name: it also raises them wrapped in a plain KafkaError whose words are
+# the inner error's repr ("KafkaError: TopicAuthorizationFailedError()").
+_AIOKAFKA_DENIED = {
+    "TopicAuthorizationFailedError": "a topic",
+    "GroupAuthorizationFailedError": "a group",
+    "TransactionalIdAuthorizationFailed": "a transactional id",
+    "ClusterAuthorizationFailedError": "the cluster",
+}
+_AIOKAFKA_LOGIN = (
+    "SaslAuthenticationFailed",
+    "AuthenticationFailedError",
+    "UnsupportedSaslMechanismError",
+    "AuthenticationMethodNotSupported",
+    "IllegalSaslStateError",
+)
+
+
+def faust_refusal(exc: BaseException | None, principal: str) -> KafkaRefusedError | None:
+    """The refusal a faust worker crashed of (aiokafka's error, or one it caused), as the error
+    every other client raises for it; None for any other crash. aiokafka names neither the
+    operation nor the resource of a denied one: the kind of resource is what it says."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        said = f"{type(exc).__name__}: {exc}"
+        for name, where in _AIOKAFKA_DENIED.items():
+            if name in said:
+                return KafkaAuthorizationError(
+                    f"not authorized: {principal} was refused by {where} (Kafka said {name}); an operator grants "
+                    "it with kafka-acls.sh (docs/deploy.md lists what each worker kind needs)"
+                )
+        if any(name in said for name in _AIOKAFKA_LOGIN):
+            return KafkaAuthenticationError(f"Kafka refused the login of {principal}: {said}")
+        if isinstance(exc, ssl.SSLError):
+            return KafkaTlsError(f"TLS handshake with Kafka failed for {principal}: {said}")
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -29,7 +29,7 @@ from kafka_io.cancellations import Cancellations
 from kafka_io.clients import check_reachable, make_producer
 from kafka_io.cpus import usable_cpus
 from kafka_io.deliveries import Confirm, ServedProducer
-from kafka_io.faust_auth import faust_credentials
+from kafka_io.faust_auth import faust_credentials, faust_refusal
 from kafka_io.heap import settle_heap
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
@@ -341,7 +341,15 @@ def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, worker
         # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
         runner.spinner = None
         settle_heap()  # the tokenizers and faust's app: never scanned by the collector again
-        runner.execute_from_commandline()
+        try:
+            runner.execute_from_commandline()
+        except SystemExit:
+            # Kafka said no mid-run (an ACL revoked): the worker exits with the refusal's code
+            # like every other, not as a crash to restart into the same refusal
+            refused = faust_refusal(runner.crash_reason, settings.principal)
+            if refused is not None:
+                raise refused from None
+            raise
 
 
 class QuietWorker(faust.Worker):

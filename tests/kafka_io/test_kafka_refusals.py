@@ -167,3 +167,30 @@ def test_tls_files_a_client_cannot_use_are_a_tls_error_in_a_line_not_a_traceback
             make_producer(settings)
         with pytest.raises(KafkaTlsError):
             make_admin(settings)
+
+
+def test_a_faust_worker_crashed_of_aiokafkas_refusal_gets_the_same_error_as_every_other_client() -> None:
+    import ssl
+
+    from aiokafka import errors as aiokafka_errors
+
+    from kafka_io.faust_auth import faust_refusal
+
+    # aiokafka wraps a denied offset fetch in a plain KafkaError that only repeats the inner error's name
+    wrapped = aiokafka_errors.KafkaError(repr(aiokafka_errors.TopicAuthorizationFailedError()))
+    refused = faust_refusal(wrapped, "User:pre")
+    assert isinstance(refused, KafkaAuthorizationError)
+    assert str(refused).startswith("not authorized: User:pre was refused by a topic")
+    assert isinstance(
+        faust_refusal(aiokafka_errors.GroupAuthorizationFailedError(), "User:pre"), KafkaAuthorizationError
+    )
+    assert isinstance(faust_refusal(aiokafka_errors.SaslAuthenticationFailed(), "User:pre"), KafkaAuthenticationError)
+    try:
+        try:
+            raise ssl.SSLCertVerificationError("certificate verify failed")
+        except ssl.SSLError as exc:
+            raise RuntimeError("faust crashed") from exc
+    except RuntimeError as crash:
+        assert isinstance(faust_refusal(crash, "User:pre"), KafkaTlsError)
+    assert faust_refusal(aiokafka_errors.KafkaConnectionError(), "User:pre") is None
+    assert faust_refusal(None, "User:pre") is None

@@ -280,6 +280,21 @@ def test_a_gpu_worker_whose_read_acl_is_revoked_exits_not_authorized_instead_of_
     assert_no_secret(s)
 
 
+@pytest.mark.timeout(400)
+def test_a_preprocess_worker_whose_acls_are_revoked_exits_not_authorized_instead_of_restarting_into_it(
+    namespace: Secured,
+) -> None:
+    s = namespace
+    s.apply_acls(["preprocess"])
+    preprocess = s.start("preprocess")
+    group = s.topics.preprocess_app_id
+    wait_until(lambda: bool(live_groups(s.broker.admin_settings(), [group])), 240, "the preprocess worker joined")
+    assert revoke_acls(s.broker.admin_settings(), "User:nearline-preprocess", ResourceType.TOPIC) > 0
+    assert preprocess.process.wait(timeout=120) == ExitCode.NOT_AUTHORIZED, preprocess.log_path.read_text()[-3000:]
+    assert "not authorized: User:nearline-preprocess" in preprocess.log_path.read_text()
+    assert_no_secret(s)
+
+
 def next_minute(now: datetime) -> datetime:
     return now.replace(second=0, microsecond=0) + timedelta(minutes=1)
 
