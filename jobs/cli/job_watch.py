@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,8 +12,11 @@ from jobs.cli.options import cluster_options, label_option
 from jobs.cli.progress_display import ProgressDisplay
 from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
-from jobs.progress import format_eta
+from jobs.progress import Progress, format_eta
 from kafka_io.settings import Topics
+
+if TYPE_CHECKING:
+    from jobs.registry import JobStatus
 
 
 @click.group(name="jobs")
@@ -37,7 +40,7 @@ def jobs_list(as_json: bool, labels: dict[str, str], bootstrap_servers: str, nam
     statuses = job_statuses(settings, topics, labels)
     if as_json:
         told = notifications_for(settings, topics, [status.job for status in statuses])
-        rows = [{**status.to_dict(), "notification": told[status.job.job_id]} for status in statuses]
+        rows = [{**shown_status(status), "notification": told[status.job.job_id]} for status in statuses]
         click.echo(json.dumps(rows, indent=2))
         return
     if not statuses:  # said where a person reads it; stdout stays one line per job
@@ -75,7 +78,7 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
         status = job_status(settings, topics, job_id)
         notification = notification_for(settings, topics, status.job)
         if as_json:
-            click.echo(json.dumps({**status.to_dict(), "notification": notification}))
+            click.echo(json.dumps({**shown_status(status), "notification": notification}))
             return
         click.echo(status.line())
         if status.outcome.usage is not None and status.outcome.usage.records:
@@ -86,10 +89,8 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
     display = ProgressDisplay(every_s=0)  # watch_status paces the updates
     if as_json or not (display.tty and sys.stdout.isatty()):
         for status, progress in watch_status(settings, topics, job_id):
-            click.echo(json.dumps(status.to_dict(progress)) if as_json else status.line(progress))
+            click.echo(json.dumps(shown_status(status, progress)) if as_json else status.line(progress))
         return
-    from jobs.progress import Progress
-
     last = None
     try:
         for status, progress in watch_status(settings, topics, job_id, every_s=0.5):
@@ -101,6 +102,17 @@ def status_cmd(job_id: str, watch: bool, as_json: bool, bootstrap_servers: str, 
         display.close()
     if last is not None:
         click.echo(last[0].line(last[1]))  # the end state, in full
+
+
+def shown_status(status: JobStatus, progress: Progress | None = None) -> dict[str, Any]:
+    """The job's status document as `status --json` and `jobs list --json` show it: its --notify URL
+    without the password or token it may hold (shown_url), as anyone who may read the jobs topic reads it."""
+    from jobs.notifications.delivery import shown_url
+
+    document = status.to_dict(progress)
+    if document["notify"]:
+        document["notify"] = shown_url(document["notify"])
+    return document
 
 
 def notification_line(notification: dict[str, Any]) -> str:

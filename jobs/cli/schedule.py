@@ -85,10 +85,14 @@ def schedule_add(
 @cluster_options
 def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """Every schedule with its state, next tick and last job."""
+    from jobs.notifications.delivery import shown_url
+
     topics = Topics(namespace)
     rows: list[dict[str, Any]] = [
         view.to_dict() for view in describe(require_servers(bootstrap_servers), topics, datetime.now(UTC))
     ]
+    for row in rows:  # its jobs' URL as status shows it: without the password or token it may hold
+        row["notify"] = shown_url(row["notify"]) if row["notify"] else row["notify"]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

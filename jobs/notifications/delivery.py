@@ -180,6 +180,24 @@ def host_port(parts: SplitResult) -> str:
     return f"{host}:{parts.port}" if parts.port else host
 
 
+def shown_url(url: str) -> str:
+    """`url` as `status`, `jobs list` and `schedule list` show it to whoever may read the registry:
+    its scheme, host, port and path, with its userinfo, the values in its query string and its
+    fragment hidden (`***`), since they may hold a password or a token, and control characters
+    escaped (shown())."""
+    try:
+        parts = urlsplit(url)
+        netloc = f"***@{host_port(parts)}" if "@" in parts.netloc else host_port(parts)
+    except ValueError:
+        return "(a URL that does not parse)"
+    if not parts.scheme or not parts.netloc:
+        return "(a URL that does not parse)"
+    fields = (field.partition("=") for field in parts.query.split("&")) if parts.query else ()
+    query = "&".join(f"{name}=***" if sign else "***" for name, sign, _ in fields)
+    tail = (f"?{query}" if parts.query else "") + ("#***" if parts.fragment else "")
+    return shown(f"{parts.scheme}://{netloc}{parts.path}{tail}")
+
+
 def redacted(url: str) -> str:
     """`url` as the notifier logs it: without userinfo, query string or fragment, which may hold tokens."""
     try:

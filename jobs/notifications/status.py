@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.notifications.claims import NotificationLog, NotificationState, key_of, pending
-from jobs.notifications.delivery import shown
+from jobs.notifications.delivery import shown, shown_url
 from jobs.registry import load_jobs
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
@@ -52,9 +52,9 @@ def notifications_for(settings: KafkaSettings, topics: Topics, jobs: list[Job]) 
 
 def _document(state: NotificationState) -> dict[str, Any]:
     """The state's document, its texts with control characters escaped: a receiver's answer and a
-    submitter's URL are shown on other people's terminals."""
+    submitter's URL are shown on other people's terminals, the URL without its secrets (shown_url)."""
     document = state.to_dict()
-    document["url"] = shown(document["url"])
+    document["url"] = shown_url(document["url"])
     if document["last_error"] is not None:
         document["last_error"] = shown(document["last_error"])
     return document

@@ -1,0 +1,62 @@
+"""A --notify URL as others see it: `status`, `jobs list --json`, `status --watch --json` and
+`schedule list` show its host and path but neither the password in its userinfo nor the values in
+its query string, which anyone who may read the registry would otherwise read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from jobs.cli.main import cli
+from jobs.notifications.delivery import shown_url
+from jobs.registry import register
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from schemas import Job, now_us
+from schemas.model_config import ENV_MODEL_REPOSITORY
+from tests.support.tiny_model import TinyModel
+
+URL = "https://alice:s3cr3t-pw@hooks.example.com:8443/in/box?token=t0k3n-value&team=crimson9#frag-secret"
+SHOWN = "https://***@hooks.example.com:8443/in/box?token=***&team=***#***"
+SECRETS = ("alice", "s3cr3t-pw", "t0k3n-value", "crimson9", "frag-secret")
+
+
+def test_a_url_is_shown_without_userinfo_query_values_or_fragment() -> None:
+    assert shown_url(URL) == SHOWN
+    assert shown_url("http://hooks.example/plain/path") == "http://hooks.example/plain/path"
+    assert shown_url("http://user@[::1]:9/p?bare-token") == "http://***@[::1]:9/p?***"
+    assert shown_url("http://hooks.example/\x1b[2J?k=\x07") == "http://hooks.example/\\x1b[2J?k=***"
+    assert shown_url("http://hooks.example:port/") == shown_url("no scheme") == "(a URL that does not parse)"
+
+
+def test_status_jobs_list_and_schedule_list_show_no_secret_of_a_url(
+    settings: KafkaSettings, topics: Topics, tiny: TinyModel, model_repository: Path, tmp_path: Path
+) -> None:
+    ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
+    at = now_us()
+    register(settings, topics, Job("job-u", "tiny", "in.jsonl", "text", 0, at, submission=at, notify=URL, error="x"))
+    env = {ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+    env[ENV_MODEL_REPOSITORY] = str(model_repository)
+    runner = CliRunner()
+    said = {
+        "status": runner.invoke(cli, ["status", "job-u"], env=env),
+        "status --json": runner.invoke(cli, ["status", "job-u", "--json"], env=env),
+        "status --watch --json": runner.invoke(cli, ["status", "job-u", "--watch", "--json"], env=env),
+        "jobs list --json": runner.invoke(cli, ["jobs", "list", "--json"], env=env),
+    }
+    schedule = ["schedule", "add", "hourly", "--cron", "0 * * * *", "--input", str(tmp_path / "*.jsonl")]
+    added = runner.invoke(cli, [*schedule, "-m", "tiny", "--notify", URL], env=env)
+    assert added.exit_code == 0, added.output
+    said["schedule list --json"] = runner.invoke(cli, ["schedule", "list", "--json"], env=env)
+    for command, done in said.items():
+        assert done.exit_code == 0, (command, done.output)
+        assert not [s for s in SECRETS if s in done.output], (command, done.output)
+    assert f"webhook: {SHOWN}: told when the job ends" in said["status"].output
+    document = json.loads(said["status --json"].output)
+    assert (document["notify"], document["notification"]["url"]) == (SHOWN, SHOWN)
+    assert json.loads(said["status --watch --json"].output.splitlines()[-1])["notify"] == SHOWN
+    listed = [row for row in json.loads(said["jobs list --json"].output) if row["job_id"] == "job-u"]
+    assert [(row["notify"], row["notification"]["url"]) for row in listed] == [(SHOWN, SHOWN)]
+    assert [row["notify"] for row in json.loads(said["schedule list --json"].output)] == [SHOWN]
