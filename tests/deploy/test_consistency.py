@@ -29,6 +29,7 @@ CHECKS: list[Check] = [
     checks_pods.check_image_user,
     checks_pods.check_disruption_budgets,
     checks_pods.check_schedulers,
+    checks_pods.check_notifier_secrets,
 ]
 
 
@@ -75,6 +76,7 @@ def drop_resource(m: Manifests, name: str) -> None:
 
 
 GPU, PRE, SCHED = "nearline-gpu-minilm", "nearline-preprocess", "nearline-scheduler"
+NOTIFIER = "nearline-notifier"
 
 # (what breaks, how, the check that must catch it, a phrase its problem contains)
 BREAKAGES: list[tuple[str, Callable[[Manifests], object], Check, str]] = [
@@ -295,6 +297,20 @@ BREAKAGES: list[tuple[str, Callable[[Manifests], object], Check, str]] = [
         lambda m: set_env(m, SCHED, "NEARLINE_WORKER_SCHEDULER_INSTANCE_ID", "scheduler"),
         checks_pods.check_schedulers,
         "instance-id",
+    ),
+    (
+        "unsigned webhooks",
+        lambda m: container(m, NOTIFIER).update(
+            env=[v for v in container(m, NOTIFIER)["env"] if "SIGNING" not in v["name"]]
+        ),
+        checks_pods.check_notifier_secrets,
+        "is not from a Secret",
+    ),
+    (
+        "a signing secret in the manifest",
+        lambda m: set_env(m, NOTIFIER, "NEARLINE_WORKER_NOTIFIER_SIGNING_SECRET", "whsec_c2VjcmV0c2VjcmV0c2VjcmV0"),
+        checks_pods.check_notifier_secrets,
+        "written in the manifest",
     ),
 ]
 

@@ -92,6 +92,8 @@ def check_kafka_settings(m: Manifests) -> list[str]:
             make_producer(settings, log_level=0)  # no log lines about the absent cluster
         except KafkaException as exc:
             problems.append(f"{c.where}: librdkafka refuses {sorted(settings.extra)}: {exc.args[0].str()}")
+        except SecuritySettingsError as exc:  # make_producer's words for what librdkafka refused
+            problems.append(f"{c.where}: librdkafka refuses {sorted(settings.extra)}: {exc}")
         if c.path == f"{PROGRAM} worker preprocess":
             try:
                 faust_credentials(settings.extra)

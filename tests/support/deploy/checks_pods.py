@@ -177,3 +177,26 @@ def check_schedulers(m: Manifests) -> list[str]:
         if not from_pod_name:
             problems.append(f"{c.where}: --instance-id ({' or '.join(sorted(names))}) is not the pod's name")
     return problems
+
+
+def check_notifier_secrets(m: Manifests) -> list[str]:
+    """Notifiers sign their POSTs (jobs/notifications/signing.py) with a secret from a Kubernetes
+    Secret: --signing-secret's variable from a secretKeyRef, never a value in the manifest or an
+    argument, which anyone who may read the manifests or the process list would read."""
+    problems = []
+    notifiers = running(m, f"{PROGRAM} worker notifier")
+    if not notifiers:
+        return ["no container runs `nearline worker notifier`"]
+    for c in notifiers:
+        assert c.invocation is not None
+        names = c.invocation.envvars("signing_secrets")
+        given = [v for v in c.spec.get("env", []) if v["name"] in names]
+        args = [str(a) for a in c.spec.get("args", [])]
+        from_file = any(a.startswith("--signing-secret-file") for a in args) or any(
+            v["name"] in c.invocation.envvars("signing_secret_file") for v in c.spec.get("env", [])
+        )  # a mounted Secret's file
+        if any("value" in v for v in given) or any(a.split("=")[0] == "--signing-secret" for a in args):
+            problems.append(f"{c.where}: a signing secret written in the manifest; take it from a Secret")
+        elif not from_file and not any(v.get("valueFrom", {}).get("secretKeyRef") for v in given):
+            problems.append(f"{c.where}: --signing-secret ({' or '.join(sorted(names))}) is not from a Secret")
+    return problems
