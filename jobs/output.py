@@ -89,6 +89,22 @@ def names_stdout(path: Path | str | None) -> bool:
     return path is not None and str(path) in STDOUT_NAMES
 
 
+def leads_to_stdout(path: Path | str | None) -> bool:
+    """Whether writing to path writes to this process's standard output: a name of it (names_stdout),
+    or a path to the file or pipe it is (a link to /proc/self/fd/1, the file a shell redirected it
+    to). Written to twice, one write lands over the other (a file) or in its midst (a pipe). A
+    terminal or /dev/null is not counted: lines written there in turn are read as they come."""
+    if names_stdout(path):
+        return True
+    if path is None:
+        return False
+    try:
+        here, out = os.stat(path), os.fstat(1)
+    except (OSError, ValueError):
+        return False
+    return not stat.S_ISCHR(out.st_mode) and (here.st_dev, here.st_ino) == (out.st_dev, out.st_ino)
+
+
 def check_output_path(path: Path) -> None:
     """Raise OutputPathError unless a results file can be written at path: renamed into place (for
     a new or regular file, or a link to one: its target), or written to as it is (a pipe, a terminal)."""

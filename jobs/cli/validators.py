@@ -10,7 +10,15 @@ import click
 
 from jobs.input_problems import unreadable_input
 from jobs.job_input import STDIN, JobInput
-from jobs.output import OutputFormat, OutputPathError, check_output_path, names_format, names_stdout, output_format
+from jobs.output import (
+    OutputFormat,
+    OutputPathError,
+    check_output_path,
+    leads_to_stdout,
+    names_format,
+    names_stdout,
+    output_format,
+)
 from jobs.submit import job_id_problem
 from kafka_io.clients import check_not_refused
 from kafka_io.errors import BrokerUnavailableError
@@ -119,11 +127,12 @@ def job_model(model: str | None, source: JobInput) -> str:
 def check_errors_path(errors: Path | None, *others: tuple[str, str | Path | None]) -> None:
     """A usage error when --errors names the same file as one of `others` ((what, path) pairs: -o,
     the input), which writing it would replace: by its path resolved (`..`, links) or, when both
-    exist, as the same file; or when it is standard output and so are the results (-o absent or -)."""
+    exist, as the same file; or when it is standard output and so are the results (-o absent or -),
+    by name or through a link or the file a shell redirected it to (leads_to_stdout)."""
     if errors is None:
         return
-    if names_stdout(errors):
-        if any(what == "-o" and (other is None or names_stdout(other)) for what, other in others):
+    if leads_to_stdout(errors):
+        if any(what == "-o" and (other is None or leads_to_stdout(other)) for what, other in others):
             raise click.BadParameter(
                 f"{errors} is standard output, where the results go too: name a file with -o or --errors",
                 param_hint="'--errors'",

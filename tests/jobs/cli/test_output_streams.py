@@ -137,3 +137,31 @@ def test_run_writes_its_results_through_a_link_to_stdout_and_its_errors_to_a_das
     assert with_errors.returncode == 0 and with_errors.stdout == "", with_errors.stderr  # no record failed
     assert sorted(ids((tmp_path / "results.jsonl").read_text())) == [f"r{i}" for i in range(5)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "results.jsonl"]
+
+
+@pytest.mark.usefixtures("finished_job")
+@pytest.mark.parametrize(
+    ("results", "errors"),
+    [
+        ("link", "/dev/stdout"),  # each written from its own offset: the errors landed over the results
+        ("/dev/stdout", "link"),
+        ("-", "link"),
+        (None, "stdout-file"),  # the file the shell redirected stdout to, named: replaced under it
+    ],
+)
+def test_errors_and_results_never_both_reach_stdout_by_another_name(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path, results: str | None, errors: str
+) -> None:
+    captured = tmp_path / "captured.jsonl"
+    named = {"link": str(stdout_link(tmp_path, "out.jsonl")), "stdout-file": str(captured)}
+    args = [*(["-o", named.get(results, results)] if results else []), "--errors", named.get(errors, errors)]
+    env = {**os.environ, ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+    with captured.open("wb") as stdout:  # a regular file, as `> captured.jsonl` makes it
+        command = [sys.executable, "-m", "jobs.cli", "results", JOB, *args]
+        done = subprocess.run(command, env=env, cwd=tmp_path, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2, (done.stderr, captured.read_text())
+    assert "is standard output, where the results go too" in done.stderr
+    assert captured.read_bytes() == b""
+    # a file named apart from stdout still takes the errors while the results go to stdout
+    ok = nearline(settings, topics, tmp_path, "results", JOB, "-o", "-", "--errors", str(tmp_path / "errors.jsonl"))
+    assert ok.returncode == 0 and sorted(ids(ok.stdout)) == ["r0", "r1", "r2", "r3"], ok.stderr
