@@ -7,7 +7,7 @@ import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE_THE_EDGE = ["schemas", "producers", "preprocess_app", "gpu_consumer", "jobs"]
+OUTSIDE_THE_EDGE = ["schemas", "producers", "preprocess_app", "gpu_consumer", "jobs", "reuse"]
 # The client handles kafka_io's factories make: held and passed back to kafka_io, never called.
 OPAQUE_HANDLES = {("kafka_io.clients", name) for name in ("AdminClient", "Consumer", "Producer")}
 
@@ -22,6 +22,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     **{stage: {"kafka_io", "schemas"} for stage in STAGES},
     # models into the repository: the GPU stage's ONNX Runtime engine checks each export
     "model_repository": {"gpu_consumer", "kafka_io", "schemas"},
+    # the reuse key and index: pure, beside the stages, so any of them can take it
+    "reuse": {"schemas"},
     "jobs": {*STAGES, "model_repository", "kafka_io", "schemas"},
 }
 OURS = {*MAY_IMPORT, "bench", "tests"}

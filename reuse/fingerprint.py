@@ -1,0 +1,108 @@
+"""A model version's fingerprint: one BLAKE2b-256 digest over everything of it that decides its
+results, so that a result is reused only by the model that would write the same bytes.
+
+What enters it:
+- every file of the version's folder by its bytes, named by its path there: the weights
+  (model.onnx, the TorchScript traces, a causal LM's safetensors), the tokenizer files, the labels,
+  a causal LM's chat template. The folder's own config.json is read as fields instead (below), and
+  hidden entries (an import under way) are left out.
+- the config's fields, all but those that cannot change a result (OUTPUT_NEUTRAL_FIELDS): pooling
+  and postprocessing, the tokenizer's max length and pad id, image preprocessing (resize, crop,
+  resample, background, JPEG draft), the labels file's name and top_k, the inputs and outputs,
+  length buckets, a causal LM's context, end-of-sequence ids and default completion length. A
+  field added to ModelConfig later enters it unless it is named neutral, so a new setting can only
+  make reuse rarer, never wrong.
+- an optional runtime (which engine and precision run it), for callers that know it: ONNX Runtime,
+  TensorRT FP16 and vLLM's sampling each write other bytes for the same model.
+
+A file's digest is computed once, streaming, and kept by (path, size, mtime_ns, inode): a model
+version's folder is written once by `models import` and replaced whole by `--replace`, so a file
+rewritten in place with the same size and modification time is not a case the cache guards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from schemas.model_config import CONFIG_FILE, ModelConfig
+
+# Fields that cannot change a result: the model's name and version enter the key apart, and
+# max_batch_size, source and directory say how many records run at once, where the model came
+# from and where it is now.
+OUTPUT_NEUTRAL_FIELDS = ("name", "version", "max_batch_size", "source", "directory")
+DIGEST_SIZE = 32
+
+
+@dataclass(frozen=True)
+class ModelFingerprint:
+    """What a reuse key takes from the model: its name and version, the digest over what changes its
+    outputs, and a causal LM's default completion length (a request that names none gets it)."""
+
+    name: str
+    version: str
+    digest: bytes
+    default_max_tokens: int = 0
+
+
+class FileDigests:
+    """BLAKE2b-256 of files' bytes, each read once and kept by (path, size, mtime_ns, inode)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int, int], bytes] = {}
+        self.files_read = 0
+
+    def of(self, path: Path) -> bytes:
+        stat = path.stat()
+        known = (str(path.absolute()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        digest = self._known.get(known)
+        if digest is None:
+            with path.open("rb") as f:
+                digest = hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=DIGEST_SIZE)).digest()
+            self._known[known] = digest
+            self.files_read += 1
+        return digest
+
+
+_DIGESTS = FileDigests()
+
+
+def model_files(directory: Path) -> list[Path]:
+    """The files of a version's folder that enter its fingerprint, by relative path (its
+    config.json and hidden entries aside)."""
+    found = []
+    for parent, folders, files in os.walk(directory):
+        folders[:] = [d for d in folders if not d.startswith(".")]
+        for name in files:
+            path = Path(parent) / name
+            if not name.startswith(".") and path != directory / CONFIG_FILE:
+                found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(directory).as_posix())
+
+
+def config_fields(config: ModelConfig) -> bytes:
+    """The config's fields that can change a result, as canonical JSON."""
+    fields = {k: v for k, v in asdict(config).items() if k not in OUTPUT_NEUTRAL_FIELDS}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def model_fingerprint(config: ModelConfig, runtime: str = "", digests: FileDigests | None = None) -> ModelFingerprint:
+    """The fingerprint of the model version `config` was loaded from (its directory's files)."""
+    digests = digests or _DIGESTS
+    h = hashlib.blake2b(digest_size=DIGEST_SIZE)
+    h.update(length_prefixed(b"nearline.model.v1"))
+    h.update(length_prefixed(config_fields(config)))
+    h.update(length_prefixed(runtime.encode()))
+    for path in model_files(config.directory):
+        h.update(length_prefixed(path.relative_to(config.directory).as_posix().encode()))
+        h.update(length_prefixed(digests.of(path)))
+    max_tokens = config.generation.default_max_tokens if config.generation is not None else 0
+    return ModelFingerprint(config.name, config.version, h.digest(), max_tokens)
+
+
+def length_prefixed(value: bytes) -> bytes:
+    """`value` after its length (8 bytes, big-endian): fields so written never run into each other."""
+    return len(value).to_bytes(8, "big") + value

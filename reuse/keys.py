@@ -1,0 +1,83 @@
+"""The reuse key of a record: BLAKE2b-256 over a canonical, length-prefixed encoding of what decides
+its result, and nothing else.
+
+    domain, model name, model version, model fingerprint (fingerprint.py), kind, content
+
+where the content is a text's UTF-8 bytes, an image's encoded bytes, or for generation the request
+as the job's defaults leave it (RequestDefaults.applied): the prompt or each message's role and
+content, and the sampling parameters with their defaults filled in (a request that names the
+model's default max_tokens and one that names none ask the same). Every field is written after its
+length, so no two different inputs encode alike. A record's id, job and attributes never enter it.
+
+A sampled request (temperature above 0) without a seed has no key: it is not meant to repeat. A
+greedy request's seed is left out, since greedy decoding never reads it (and a request without
+one is given a random one when it is submitted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from reuse.fingerprint import DIGEST_SIZE, ModelFingerprint, length_prefixed
+from schemas.generation_request import GenerationRequestDoc
+
+DOMAIN = b"nearline.reuse.v1"
+KINDS = ("text", "image", "generation")
+
+
+class RecordKeys:
+    """Reuse keys for the records of one model version: the fields every key of a kind shares are
+    hashed once, and each record's key continues from a copy of that state."""
+
+    def __init__(self, model: ModelFingerprint) -> None:
+        self.model = model
+        shared = hashlib.blake2b(digest_size=DIGEST_SIZE)
+        for value in (DOMAIN, model.name.encode(), model.version.encode(), model.digest):
+            shared.update(length_prefixed(value))
+        self._kinds = {}
+        for kind in KINDS:
+            self._kinds[kind] = shared.copy()
+            self._kinds[kind].update(length_prefixed(kind.encode()))
+
+    def text(self, text: str | bytes) -> bytes:
+        """The key of a text record (the text as given, not normalised: the tokenizer sees it so)."""
+        return self._key("text", text.encode() if isinstance(text, str) else text)
+
+    def image(self, data: bytes) -> bytes:
+        """The key of an image record: its encoded bytes, as the preprocess stage decodes them."""
+        return self._key("image", data)
+
+    def generation(self, request: GenerationRequestDoc) -> bytes | None:
+        """The key of a generation request, or None for a sampled one without a seed."""
+        content = generation_content(request, self.model.default_max_tokens)
+        return None if content is None else self._key("generation", content)
+
+    def _key(self, kind: str, content: bytes) -> bytes:
+        h = self._kinds[kind].copy()
+        h.update(len(content).to_bytes(8, "big"))
+        h.update(content)
+        return h.digest()
+
+
+def generation_content(request: GenerationRequestDoc, default_max_tokens: int) -> bytes | None:
+    """The canonical bytes of what a generation request asks, or None when it is not repeatable."""
+    params = request.params
+    temperature = float(params.get("temperature", 0.0))
+    seed = params.get("seed")
+    if temperature > 0 and seed is None:
+        return None
+    sampling = {
+        "max_tokens": int(params.get("max_tokens", default_max_tokens)),
+        "temperature": temperature,
+        "top_p": float(params.get("top_p", 1.0)),
+        "top_k": int(params.get("top_k", 0)),
+        "stop": list(params.get("stop", ())),
+    }
+    if seed is not None and temperature > 0:
+        sampling["seed"] = int(seed)
+    parts = [b"prompt", request.prompt.encode()] if request.prompt is not None else [b"chat"]
+    for role, content in request.messages:
+        parts += [role.encode(), content.encode()]
+    parts.append(json.dumps(sampling, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+    return b"".join(length_prefixed(p) for p in parts)
