@@ -418,14 +418,18 @@ def worker_notifier(
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--allow-target'") from None
     try:
-        from_file = read_secret_file(signing_secret_file.read_text()) if signing_secret_file else []
-        signing = SigningKeys.parse([*signing_secrets, *from_file])
+        given = SigningKeys.parse(signing_secrets)
     except SecretError as exc:  # its message never holds the secret
         raise click.BadParameter(str(exc), param_hint="'--signing-secret'") from None
+    hint = "'--signing-secret-file'"  # a bad secret there is named by its place in the file, not among both
+    try:
+        from_file = SigningKeys.parse(read_secret_file(signing_secret_file.read_text()) if signing_secret_file else [])
+    except SecretError as exc:
+        raise click.BadParameter(f"{signing_secret_file}: {exc}", param_hint=hint) from None
     except (OSError, UnicodeDecodeError) as exc:  # named by its kind: a decode error quotes the file's bytes
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        hint = "'--signing-secret-file'"
         raise click.BadParameter(f"cannot read {signing_secret_file}: {why}", param_hint=hint) from None
+    signing = SigningKeys(given.keys + from_file.keys)
     config = NotifierConfig(
         instance_id or socket.gethostname(),
         retry,

@@ -117,3 +117,9 @@ def test_the_worker_reads_secrets_from_a_file_and_names_an_unreadable_one_withou
     short.write_text(f"# rotated in on the 1st\n{NEW}\n\nwhsec_c2VjcmV0LXNob3J0\n")
     out = runner.invoke(cli, ["worker", "notifier", "--signing-secret-file", str(short)], env=env)
     assert out.exit_code == 2 and "signing secret 2 holds 12 byte(s)" in out.output
+    # with secrets given otherwise too, a bad one in the file is said to be the file's, counted there
+    both = ["worker", "notifier", "--signing-secret", NEW, "--signing-secret", NEW, "--signing-secret-file", str(short)]
+    out = runner.invoke(cli, both, env=env)
+    assert out.exit_code == 2, out.output
+    assert f"Invalid value for '--signing-secret-file': {short}: signing secret 2 holds 12 byte(s)" in out.output
+    assert "c2VjcmV0" not in out.output and NEW[6:] not in out.output
