@@ -66,18 +66,21 @@ def parse_labels(items: Iterable[str]) -> dict[str, str]:
     return labels
 
 
-def webhook_problem(url: str) -> str | None:
+def webhook_problem(url: str, named: str | None = None) -> str | None:
     """Why `url` cannot be a webhook (not http or https, no host), or None. Whether it answers is
-    learnt when the job ends: the notifier reports a failed delivery (nearline status)."""
+    learnt when the job ends: the notifier reports a failed delivery (nearline status). `named`:
+    how the message names the URL (its repr by default; the notifier's, shown to others, without
+    its secrets)."""
+    named = repr(url) if named is None else named
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
     except ValueError as exc:
-        return f"{url!r} is not a URL: {exc}"
+        return f"{named} is not a URL: {exc}"
     if parts.scheme not in ("http", "https"):
-        return f"{url!r}: a webhook URL must start with http:// or https://"
+        return f"{named}: a webhook URL must start with http:// or https://"
     if not parts.hostname:
-        return f"{url!r}: a webhook URL must name a host"
+        return f"{named}: a webhook URL must name a host"
     return None
 
 

@@ -111,7 +111,7 @@ def user_agent() -> str:
 def post(url: str, body: bytes, idempotency_key: str, config: DeliveryConfig) -> Answer:
     """POST `body` to `url` once, within config.timeout_s all told; never raises for what the URL
     or the receiver does."""
-    problem = webhook_problem(url)
+    problem = webhook_problem(url, f"'{shown_url(url)}'")  # status shows it to whoever reads the registry
     if problem is not None:
         return Answer(False, error=problem, permanent=True)
     parts = urlsplit(url)
@@ -187,11 +187,12 @@ def shown_url(url: str) -> str:
     escaped (shown())."""
     try:
         parts = urlsplit(url)
-        netloc = f"***@{host_port(parts)}" if "@" in parts.netloc else host_port(parts)
     except ValueError:
         return "(a URL that does not parse)"
     if not parts.scheme or not parts.netloc:
         return "(a URL that does not parse)"
+    _, at, where = parts.netloc.rpartition("@")  # host and port as written, a port out of range too
+    netloc = f"***@{where}" if at else where
     fields = (field.partition("=") for field in parts.query.split("&")) if parts.query else ()
     query = "&".join(f"{name}=***" if sign else "***" for name, sign, _ in fields)
     tail = (f"?{query}" if parts.query else "") + ("#***" if parts.fragment else "")

@@ -10,7 +10,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from jobs.cli.main import cli
-from jobs.notifications.delivery import shown_url
+from jobs.notifications.delivery import DeliveryConfig, post, shown_url
+from jobs.notifications.signing import SigningKeys
+from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
@@ -28,7 +30,8 @@ def test_a_url_is_shown_without_userinfo_query_values_or_fragment() -> None:
     assert shown_url("http://hooks.example/plain/path") == "http://hooks.example/plain/path"
     assert shown_url("http://user@[::1]:9/p?bare-token") == "http://***@[::1]:9/p?***"
     assert shown_url("http://hooks.example/\x1b[2J?k=\x07") == "http://hooks.example/\\x1b[2J?k=***"
-    assert shown_url("http://hooks.example:port/") == shown_url("no scheme") == "(a URL that does not parse)"
+    assert shown_url("http://u:pw@hooks.example:port/?t=x") == "http://***@hooks.example:port/?t=***"
+    assert shown_url("http://u:pw@[::1/") == shown_url("no scheme") == "(a URL that does not parse)"
 
 
 def test_status_jobs_list_and_schedule_list_show_no_secret_of_a_url(
@@ -60,3 +63,17 @@ def test_status_jobs_list_and_schedule_list_show_no_secret_of_a_url(
     listed = [row for row in json.loads(said["jobs list --json"].output) if row["job_id"] == "job-u"]
     assert [(row["notify"], row["notification"]["url"]) for row in listed] == [(SHOWN, SHOWN)]
     assert [row["notify"] for row in json.loads(said["schedule list --json"].output)] == [SHOWN]
+
+
+def test_a_url_that_cannot_be_a_webhook_is_given_up_without_its_secrets_in_the_reason() -> None:
+    # the reason is the notification's last error, which status shows; no request is made
+    config = DeliveryConfig(1, TargetPolicy(), SigningKeys())
+    for url, says in [
+        ("ftp://alice:s3cr3t-pw@hooks.example.com/in?token=t0k3n-value", "must start with http:// or https://"),
+        ("http://alice:s3cr3t-pw@hooks.example.com:99999/?token=t0k3n-value", "is not a URL: Port out of range"),
+        ("http://alice:s3cr3t-pw@hooks.example.com:nope/?token=t0k3n-value", "is not a URL"),
+    ]:
+        answer = post(url, b"{}", "job/1", config)
+        assert (answer.delivered, answer.permanent) == (False, True)
+        assert says in (answer.error or "") and "hooks.example.com" in (answer.error or ""), answer.error
+        assert not [s for s in SECRETS if s in (answer.error or "")], answer.error
