@@ -72,15 +72,25 @@ _DIGESTS = FileDigests()
 
 def model_files(directory: Path) -> list[Path]:
     """The files of a version's folder that enter its fingerprint, by relative path (its
-    config.json and hidden entries aside)."""
-    found = []
-    for parent, folders, files in os.walk(directory):
-        folders[:] = [d for d in folders if not d.startswith(".")]
+    config.json and hidden entries aside), through linked folders too."""
+    found, seen = [], {os.path.realpath(directory)}
+    # a folder linked in (a causal LM's folder kept elsewhere) holds weights too; a link back up
+    # the tree is walked once
+    for parent, folders, files in os.walk(directory, followlinks=True):
+        folders[:] = [d for d in folders if not d.startswith(".") and _first_visit(Path(parent) / d, seen)]
         for name in files:
             path = Path(parent) / name
             if not name.startswith(".") and path != directory / CONFIG_FILE:
                 found.append(path)
     return sorted(found, key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _first_visit(folder: Path, seen: set[str]) -> bool:
+    real = os.path.realpath(folder)
+    if real in seen:
+        return False
+    seen.add(real)
+    return True
 
 
 def config_fields(config: ModelConfig) -> bytes:

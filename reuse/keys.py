@@ -42,7 +42,7 @@ class RecordKeys:
 
     def text(self, text: str | bytes) -> bytes:
         """The key of a text record (the text as given, not normalised: the tokenizer sees it so)."""
-        return self._key("text", text.encode() if isinstance(text, str) else text)
+        return self._key("text", utf8(text) if isinstance(text, str) else text)
 
     def image(self, data: bytes) -> bytes:
         """The key of an image record: its encoded bytes, as the preprocess stage decodes them."""
@@ -72,12 +72,18 @@ def generation_content(request: GenerationRequestDoc, default_max_tokens: int) -
         "temperature": temperature,
         "top_p": float(params.get("top_p", 1.0)),
         "top_k": int(params.get("top_k", 0)),
-        "stop": list(params.get("stop", ())),
+        "stop": [stop] if isinstance(stop := params.get("stop", ()), str) else list(stop),
     }
     if seed is not None and temperature > 0:
         sampling["seed"] = int(seed)
-    parts = [b"prompt", request.prompt.encode()] if request.prompt is not None else [b"chat"]
+    parts = [b"prompt", utf8(request.prompt)] if request.prompt is not None else [b"chat"]
     for role, content in request.messages:
-        parts += [role.encode(), content.encode()]
-    parts.append(json.dumps(sampling, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
+        parts += [role.encode(), utf8(content)]
+    parts.append(utf8(json.dumps(sampling, sort_keys=True, separators=(",", ":"), ensure_ascii=False)))
     return b"".join(length_prefixed(p) for p in parts)
+
+
+def utf8(text: str) -> bytes:
+    """A text's UTF-8 bytes; a lone surrogate (a JSON "\\ud800", a byte that was not UTF-8) is
+    written as its three bytes, so every text has bytes and no two texts the same ones."""
+    return text.encode("utf-8", "surrogatepass")

@@ -10,7 +10,13 @@ import pytest
 
 from reuse.fingerprint import FileDigests, ModelFingerprint, model_fingerprint
 from reuse.keys import RecordKeys
-from schemas.generation_request import RequestDefaults, chat_request, parse_request, prompt_request
+from schemas.generation_request import (
+    GenerationRequestDoc,
+    RequestDefaults,
+    chat_request,
+    parse_request,
+    prompt_request,
+)
 from schemas.model_config import (
     ImageSpec,
     ModelConfig,
@@ -168,6 +174,17 @@ def test_hidden_entries_of_the_folder_do_not_enter_the_fingerprint(tmp_path: Pat
     assert digest_of(config) == base
 
 
+def test_weights_in_a_linked_folder_enter_the_fingerprint_and_a_link_loop_ends(tmp_path: Path) -> None:
+    config = embedder(tmp_path / "version")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "version" / "model").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere" / "up").symlink_to(tmp_path / "version")  # a loop back to the version
+    base = digest_of(config)
+    (tmp_path / "elsewhere" / "model.safetensors").write_bytes(b"weightz")
+    assert digest_of(config) != base
+
+
 LM = ModelFingerprint("smollm2", "1", bytes(32), default_max_tokens=256)
 
 
@@ -189,6 +206,10 @@ def test_a_greedy_request_has_one_key_whatever_its_seed_and_however_its_defaults
     assert greedy == keys.generation(prompt_request("Once", {"seed": 99}))
     assert greedy == keys.generation(prompt_request("Once", {"temperature": 0, "max_tokens": 256}))
     assert greedy == keys.generation(RequestDefaults(max_tokens=256).applied("Once", False))
+    stops = keys.generation(prompt_request("Once", {"stop": "ab"}))
+    assert stops == keys.generation(prompt_request("Once", {"stop": ["ab"]}))
+    assert stops == keys.generation(GenerationRequestDoc("Once", (), {"stop": "ab"}))  # as given, unchecked
+    assert stops != keys.generation(prompt_request("Once", {"stop": ["a", "b"]}))
     assert greedy != keys.generation(prompt_request("Once", {"max_tokens": 64}))
     shorter = RecordKeys(dataclasses.replace(LM, default_max_tokens=64))
     assert shorter.generation(prompt_request("Once")) == shorter.generation(prompt_request("Once", {"max_tokens": 64}))
@@ -212,6 +233,14 @@ def test_every_part_of_a_generation_request_changes_its_key() -> None:
     ]
     found = [keys.generation(r) for r in requests]
     assert None not in found and len(set(found)) == len(requests)
+
+
+def test_a_text_with_a_lone_surrogate_has_a_key_of_its_own() -> None:
+    keys = RecordKeys(LM)
+    found = {keys.text("a\ud800b"), keys.text("a\udcffb"), keys.text("ab"), keys.text("a\ufffdb")}
+    assert len(found) == 4
+    request = parse_request('{"prompt": "a\\ud800b"}')
+    assert keys.generation(request) not in (None, keys.generation(prompt_request("a\ufffdb")))
 
 
 @pytest.mark.parametrize("size", [0, 1, 200, 1 << 16])
