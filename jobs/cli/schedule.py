@@ -85,7 +85,7 @@ def schedule_add(
 @cluster_options
 def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """Every schedule with its state, next tick and last job."""
-    from jobs.notifications.delivery import shown_url
+    from jobs.notifications.delivery import shown, shown_url
 
     topics = Topics(namespace)
     rows: list[dict[str, Any]] = [
@@ -99,9 +99,11 @@ def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None
     if not rows:  # said where a person reads it; stdout stays one line per schedule
         click.echo(f"no schedules in {topics.schedules}", err=True)
     for row in rows:
+        # the input is any path its adder typed, shown on other people's terminals: escaped (shown)
         click.echo(
             f"{row['name']}\t{row['cron']} ({row['timezone']})\t{row['state']}\t"
-            f"next {row['next_tick'] or '-'}\tlast job {row['last_job_id'] or '-'}\t{row['model']}\t{row['input']}"
+            f"next {row['next_tick'] or '-'}\tlast job {row['last_job_id'] or '-'}\t"
+            f"{row['model']}\t{shown(row['input'])}"
         )
 
 

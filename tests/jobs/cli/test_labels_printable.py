@@ -69,3 +69,16 @@ def test_a_stored_label_with_control_characters_is_shown_escaped(
     assert "labels team=ok\\r\\x1b]0;pwned\\x07" in status.stdout, status.stderr
     for done in (listed, status):
         assert "\x1b" not in done.stdout and "\r" not in done.stdout and "\x07" not in done.stdout
+
+
+def test_a_schedules_input_with_control_characters_is_listed_escaped(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    env = {ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
+    hostile = str(tmp_path / "\x1b]0;pwned\x07\r*.jsonl")  # a legal file name, typed by whoever adds it
+    added = nearline("schedule", "add", "nightly", "--cron", "0 3 * * *", "--input", hostile, "-m", "tiny", env=env)
+    assert added.returncode == 0, added.stderr
+    listed = nearline("schedule", "list", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.rstrip("\n").endswith("\\x1b]0;pwned\\x07\\r*.jsonl"), listed.stdout
+    assert "\x1b" not in listed.stdout and "\r" not in listed.stdout and "\x07" not in listed.stdout
