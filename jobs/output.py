@@ -94,15 +94,27 @@ def leads_to_stdout(path: Path | str | None) -> bool:
     or a path to the file or pipe it is (a link to /proc/self/fd/1, the file a shell redirected it
     to). Written to twice, one write lands over the other (a file) or in its midst (a pipe). A
     terminal or /dev/null is not counted: lines written there in turn are read as they come."""
-    if names_stdout(path):
-        return True
-    if path is None:
-        return False
+    return names_stdout(path) or (path is not None and opened_on(path, 1))
+
+
+def opened_on(path: Path | str, fd: int) -> bool:
+    """Whether path is the file or pipe this process's descriptor fd is open on (a terminal or
+    /dev/null aside, where writes in turn do no harm)."""
     try:
-        here, out = os.stat(path), os.fstat(1)
+        here, there = os.stat(path), os.fstat(fd)
     except (OSError, ValueError):
         return False
-    return not stat.S_ISCHR(out.st_mode) and (here.st_dev, here.st_ino) == (out.st_dev, out.st_ino)
+    return not stat.S_ISCHR(there.st_mode) and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def leads_to_input(path: Path | None, input_path: str) -> bool:
+    """Whether writing to path would write over the input being read: the same file, or for an
+    input of `-`, the file standard input is (`run - -o in.jsonl < in.jsonl` replaced it)."""
+    if path is None or names_stdout(path):
+        return False
+    if input_path == "-":
+        return opened_on(path, 0)
+    return path.exists() and Path(input_path).exists() and path.samefile(input_path)
 
 
 def check_output_path(path: Path) -> None:

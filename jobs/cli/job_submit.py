@@ -38,6 +38,7 @@ from jobs.cli.validators import (
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
+from jobs.output import leads_to_input
 from jobs.submit import JobOptions, SubmitReport, submit
 from kafka_io.settings import Priority, Topics
 from producers.table_rows import Columns
@@ -104,7 +105,7 @@ def run(
     from jobs.launch.signals import Terminated, terminate_like_interrupt
 
     out_format = checked_output(output, output_format)
-    if output is not None and output.exists() and Path(input_path).exists() and output.samefile(input_path):
+    if leads_to_input(output, input_path):
         raise click.BadParameter(f"{output} is the input: the results would replace it", param_hint="'--output' / '-o'")
     check_errors_path(errors, ("-o", output), ("the input", input_path))
     if terms.notify and not bootstrap_servers:  # its broker and workers are gone when it returns

@@ -17,6 +17,7 @@ from jobs.output import (
     leads_to_stdout,
     names_format,
     names_stdout,
+    opened_on,
     output_format,
 )
 from jobs.submit import job_id_problem
@@ -140,6 +141,10 @@ def check_errors_path(errors: Path | None, *others: tuple[str, str | Path | None
         return
     for what, other in others:
         if other is None or names_stdout(other) or str(other) == "-":
+            if str(other) == "-" and what == "the input" and opened_on(errors, 0):  # the file stdin is
+                raise click.BadParameter(
+                    f"{errors} is {what} too (standard input): the error file would replace it", param_hint="'--errors'"
+                )
             continue
         same = Path(other).resolve() == errors.resolve()
         if same or (errors.exists() and Path(other).exists() and errors.samefile(other)):

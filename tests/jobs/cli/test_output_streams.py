@@ -165,3 +165,29 @@ def test_errors_and_results_never_both_reach_stdout_by_another_name(
     # a file named apart from stdout still takes the errors while the results go to stdout
     ok = nearline(settings, topics, tmp_path, "results", JOB, "-o", "-", "--errors", str(tmp_path / "errors.jsonl"))
     assert ok.returncode == 0 and sorted(ids(ok.stdout)) == ["r0", "r1", "r2", "r3"], ok.stderr
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-o", "in.jsonl"], "in.jsonl is the input: the results would replace it"),
+        (["-o", "/dev/stdin"], "/dev/stdin is the input: the results would replace it"),
+        (["-o", "out.jsonl", "--errors", "in.jsonl"], "in.jsonl is the input too (standard input)"),
+    ],
+)
+def test_run_of_stdin_never_writes_over_the_file_stdin_is(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, args: list[str], says: str
+) -> None:
+    source = tmp_path / "in.jsonl"
+    text = "".join(json.dumps({"id": f"r{i}", "text": f"text {i}"}) + "\n" for i in range(3))
+    source.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_")}
+    env[ENV_MODEL_REPOSITORY] = str(model_repository)
+    command = [sys.executable, "-m", "jobs.cli", "run", "-", "--model", "tiny", *args]
+    with source.open("rb") as stdin:  # `< in.jsonl`
+        done = subprocess.run(command, env=env, cwd=tmp_path, stdin=stdin, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert source.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
