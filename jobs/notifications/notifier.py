@@ -46,7 +46,7 @@ from jobs.notifications.claims import (
     notification_key,
     submission_of,
 )
-from jobs.notifications.delivery import Answer, DeliveryConfig, RetryPolicy, host_port, post, redacted
+from jobs.notifications.delivery import Answer, DeliveryConfig, RetryPolicy, post, redacted
 from jobs.notifications.endings import Endings
 from jobs.notifications.metrics import NotifierMetrics
 from jobs.notifications.signing import SigningKeys
@@ -104,10 +104,14 @@ class InFlight:
 
 
 def receiver_of(url: str) -> str:
-    """Where a POST goes, as one slow receiver: scheme, host and port."""
+    """Where a POST goes, as one slow receiver: scheme, host and port, the port a scheme's default
+    when not written (http://h and http://h:80 are one receiver, holding one slot between them)."""
     try:
         parts = urlsplit(url)
-        return f"{parts.scheme}://{host_port(parts)}"
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        host = (parts.hostname or "").rstrip(".")  # h. is h: the resolver's root dot
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
     except ValueError:
         return url
 
