@@ -143,9 +143,22 @@ def produce_all(
         raise
     except DeliveryError as exc:
         discard(producer)
-        with contextlib.suppress(KafkaException):
-            producer.poll(0)  # the purged records' reports, to this call's counts: the producer is left empty
+        _serve_purged(producer)
         raise DeliveryError(str(exc), counts.weighed) from None
+
+
+# How long the purged records' reports may take to reach the producer's queue: the broker threads
+# fail their in-flight records asynchronously, after purge() returns.
+PURGED_REPORTS_S = 5.0
+
+
+def _serve_purged(producer: Producer) -> None:
+    """Serve the purged records' reports (to the caller's counts), so the producer is left empty:
+    one poll(0) right after purge() missed a report that a broker thread had not queued yet."""
+    deadline = time.monotonic() + PURGED_REPORTS_S
+    with contextlib.suppress(KafkaException):
+        while len(producer) and time.monotonic() < deadline:
+            producer.poll(0.05)
 
 
 def produce_located(producer: Producer, record: OutRecord, timeout_s: float = 60.0) -> tuple[int, int]:
