@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from jobs.liveness import JobCancelledError, JobExpiredError
+from jobs.printable import shown
 from jobs.progress import Progress, format_eta
 from jobs.results import JobFold, JobOutcome
 from jobs.usage import Usage
@@ -174,7 +175,7 @@ class JobStatus:
 
     def line(self, progress: Progress | None = None) -> str:
         if self.job.error is not None:
-            return f"{self.job.job_id} failed: {self.job.error}"
+            return f"{self.job.job_id} failed: {shown(self.job.error)}"
         c = self.counts()
         now = time.monotonic()
         return (
@@ -207,9 +208,6 @@ def format_labels(labels: dict[str, str]) -> str:
     """KEY=VALUE,KEY=VALUE in key order: how labels are shown and given (--label). A character that
     is not printable (a carriage return, an escape sequence: --label refuses them, a job registered
     otherwise may hold them) is shown escaped, so it cannot rewrite the line or the terminal."""
-
-    def shown(text: str) -> str:
-        return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
     return ",".join(f"{shown(key)}={shown(value)}" for key, value in sorted(labels.items()))
 

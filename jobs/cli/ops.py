@@ -249,6 +249,7 @@ def dlq_list(
     import json
 
     from jobs.dlq import OUTSTANDING, entries, select
+    from jobs.printable import shown
 
     settings = require_servers(bootstrap_servers)
     every = entries(settings, Topics(namespace), job_id=job_id)
@@ -262,7 +263,9 @@ def dlq_list(
         for e in chosen:
             d = e.letter
             status = f"{e.status}\t" if show_all else ""
-            click.echo(f"{e.id}\t{status}{d.stage}\t{d.error_type}\t{d.job_id}\t{d.record_id}\t{d.error[:100]}")
+            # ids and errors come from any producer: escaped, so they cannot rewrite the terminal
+            texts = "\t".join(shown(text or "") for text in (d.job_id, d.record_id, d.error[:100]))
+            click.echo(f"{e.id}\t{status}{d.stage}\t{d.error_type}\t{texts}")
     outstanding = sum(e.status == OUTSTANDING for e in chosen)
     click.echo(f"{len(chosen)} dead letters" + (f", {outstanding} outstanding" if show_all else ""), err=True)
 

@@ -85,7 +85,8 @@ def schedule_add(
 @cluster_options
 def schedule_list(as_json: bool, bootstrap_servers: str, namespace: str) -> None:
     """Every schedule with its state, next tick and last job."""
-    from jobs.notifications.delivery import shown, shown_url
+    from jobs.notifications.delivery import shown_url
+    from jobs.printable import shown
 
     topics = Topics(namespace)
     rows: list[dict[str, Any]] = [

@@ -31,6 +31,7 @@ from jobs.notifications.claims import NotificationState
 from jobs.notifications.exchange import NotResolved, Refused, Reply, Request, Unanswered, exchange
 from jobs.notifications.signing import SigningKeys
 from jobs.notifications.targets import ALLOW_HINT, TargetPolicy
+from jobs.printable import shown
 
 # The most of a refusing receiver's answer kept in the reason: enough to read, never a page.
 ANSWER_EXCERPT_CHARS = 200
@@ -163,14 +164,6 @@ def _standard_phrase(status: int) -> str:
         return http.HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-def shown(text: str) -> str:
-    """`text` with every character that is not printable (controls, escape sequences' ESC, line
-    breaks) written as a Python escape, so a terminal shows it rather than obeys it."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def host_port(parts: SplitResult) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.notifications.claims import NotificationLog, NotificationState, key_of, pending
-from jobs.notifications.delivery import shown, shown_url
+from jobs.notifications.delivery import shown_url
+from jobs.printable import shown
 from jobs.registry import load_jobs
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
