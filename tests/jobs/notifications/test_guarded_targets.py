@@ -6,7 +6,6 @@ escaped, also from records written before they were escaped."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +24,7 @@ from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, notifications_topic
 from schemas import Job, Notification, encode, now_us
+from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
 
 REFUSED = (
@@ -42,15 +42,8 @@ def ended_job(job_id: str, url: str) -> Job:
 def running(settings: KafkaSettings, topics: Topics, name: str, targets: TargetPolicy) -> Iterator[Notifier]:
     retry = RetryPolicy(first_retry_s=0.2, max_retry_s=0.5)
     config = NotifierConfig(name, retry, timeout_s=5, settle_s=0, poll_s=0.05, targets=targets)
-    stop = threading.Event()
-    with Notifier(settings, topics, config) as notifier:
-        thread = threading.Thread(target=notifier.run, args=(stop,), daemon=True)
-        thread.start()
-        try:
-            yield notifier
-        finally:
-            stop.set()
-            thread.join(30)
+    with running_notifiers(settings, topics, config) as [notifier]:
+        yield notifier
 
 
 def cli_env(settings: KafkaSettings, topics: Topics) -> dict[str, str]:

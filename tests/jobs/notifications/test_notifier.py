@@ -9,8 +9,8 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, notifications_topic
 from schemas import InferenceResult, Job, Notification, decode, encode, now_us
+from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
 
 
@@ -41,21 +42,8 @@ def quick(name: str) -> NotifierConfig:
     return NotifierConfig(name, retry, timeout_s=5, settle_s=0, poll_s=0.05, targets=TargetPolicy(allow_private=True))
 
 
-@contextmanager
-def running(settings: KafkaSettings, topics: Topics, *names: str) -> Iterator[list[Notifier]]:
-    """Notifiers, each run in a thread of its own as `nearline worker notifier` runs it."""
-    stop = threading.Event()
-    with ExitStack() as stack:
-        started = [stack.enter_context(Notifier(settings, topics, quick(name))) for name in names]
-        threads = [threading.Thread(target=n.run, args=(stop,), daemon=True) for n in started]
-        for thread in threads:
-            thread.start()
-        try:
-            yield started
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(30)
+def running(settings: KafkaSettings, topics: Topics, *names: str) -> AbstractContextManager[list[Notifier]]:
+    return running_notifiers(settings, topics, *(quick(name) for name in names))
 
 
 def step_until(notifier: Notifier, done: Callable[[], bool], timeout_s: float, what: str) -> None:

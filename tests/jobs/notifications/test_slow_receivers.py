@@ -10,9 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,12 +17,13 @@ from standardwebhooks.webhooks import Webhook
 
 from jobs.notifications.claims import key_of
 from jobs.notifications.delivery import RetryPolicy
-from jobs.notifications.notifier import Notifier, NotifierConfig
+from jobs.notifications.notifier import NotifierConfig
 from jobs.notifications.status import load_notifications, notification_of
 from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Job, now_us
+from tests.support.notifiers import running_notifiers as running
 from tests.support.webhook_receiver import Dribbler, Receiver, wait_until
 from tests.support.webhook_receiver import dribbler as dribbler
 
@@ -44,23 +42,6 @@ def config(name: str, timeout_s: float, concurrency: int, lease_s: float = 60.0)
         name, retry, timeout_s=timeout_s, lease_s=lease_s, settle_s=0, poll_s=0.05, concurrency=concurrency,
         targets=LOOPBACK,
     )  # fmt: skip
-
-
-@contextmanager
-def running(settings: KafkaSettings, topics: Topics, *configs: NotifierConfig) -> Iterator[list[Notifier]]:
-    """Notifiers, each run in a thread of its own as `nearline worker notifier` runs it."""
-    stop = threading.Event()
-    with ExitStack() as stack:
-        started = [stack.enter_context(Notifier(settings, topics, c)) for c in configs]
-        threads = [threading.Thread(target=n.run, args=(stop,), daemon=True) for n in started]
-        for thread in threads:
-            thread.start()
-        try:
-            yield started
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(30)
 
 
 def shown(settings: KafkaSettings, topics: Topics, job_id: str) -> dict[str, object]:
