@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from kafka_io.clients import refusal
+from kafka_io.faust_auth import faust_refusal
 from kafka_io.settings import KafkaSettings
 
 # loggers of the libraries faust runs on; ours (preprocess_app, kafka_io) pass untouched
@@ -83,6 +84,10 @@ class OncePerCause(logging.Filter):
         self._lock = threading.Lock()  # aiokafka logs on the loop, librdkafka's callbacks on threads
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and faust_refusal(record.exc_info[1], "") is not None:
+            # Kafka said no (a login, an ACL, TLS): the worker says so in one line and exits with
+            # the refusal's code; a traceback of it (faust's crash, asyncio's task) says nothing more
+            record.exc_info, record.exc_text = None, None
         if not record.name.startswith(NOISY) or record.name.startswith("faust.worker"):
             return True
         template = str(record.msg)

@@ -41,3 +41,28 @@ def test_an_unreachable_broker_is_named_once_per_outage() -> None:
     assert wait.waiting
     wait.check_back()  # nothing listens on port 1
     assert wait.waiting
+
+
+def test_a_traceback_of_kafka_s_refusal_is_dropped_and_any_other_kept() -> None:
+    """A refused ACL crashes faust's worker, whose crash (and asyncio's unretrieved task) logs a
+    traceback before ours says what was refused in one line and exits 11: those tracebacks go,
+    whatever logger writes them; every other exception keeps its traceback."""
+    import sys
+
+    from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
+
+    quiet = OncePerCause(BrokerWait(KafkaSettings("127.0.0.1:1")))
+
+    def crash(exc: Exception, name: str) -> logging.LogRecord:
+        try:
+            raise exc
+        except Exception:
+            return logging.LogRecord(name, logging.ERROR, __file__, 1, "Crashed reason=%r", (exc,), sys.exc_info())
+
+    for name in ("faust.worker", "mode.services", "asyncio"):
+        refused = crash(TopicAuthorizationFailedError("ns.raw.text"), name)
+        assert quiet.filter(refused) and refused.exc_info is None
+        assert "Traceback" not in logging.Formatter().format(refused)
+    other = crash(KafkaConnectionError("no broker"), "faust.worker")
+    assert quiet.filter(other) and other.exc_info is not None
+    assert "Traceback" in logging.Formatter().format(other)
