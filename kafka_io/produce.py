@@ -154,11 +154,10 @@ PURGED_REPORTS_S = 5.0
 
 def _serve_purged(producer: Producer) -> None:
     """Serve the purged records' reports (to the caller's counts), so the producer is left empty:
-    one poll(0) right after purge() missed a report that a broker thread had not queued yet."""
-    deadline = time.monotonic() + PURGED_REPORTS_S
+    one poll(0) right after purge() missed a report that a broker thread had not queued yet.
+    flush() serves reports until none is left, and nothing is queued to send after the purge."""
     with contextlib.suppress(KafkaException):
-        while len(producer) and time.monotonic() < deadline:
-            producer.poll(0.05)
+        producer.flush(PURGED_REPORTS_S)
 
 
 def produce_located(producer: Producer, record: OutRecord, timeout_s: float = 60.0) -> tuple[int, int]:
