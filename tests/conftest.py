@@ -133,9 +133,11 @@ def tiny_llama_folder(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenize
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> ModelConfig:
     """The real SmolLM2-135M-Instruct, prepared (fp32, 0.5 GB) into a model repository of its own."""
-    from model_repository.causal_lm import prepare_smollm2
+    from model_repository.causal_lm import SMOLLM2_NAME, prepare_smollm2
+    from schemas.model_config import load_model_config
+    from tests.support.shared import made_once
 
-    return prepare_smollm2(tmp_path_factory.mktemp("smollm2-models"))
+    return load_model_config(made_once(tmp_path_factory, "smollm2-models", prepare_smollm2), SMOLLM2_NAME)
 
 
 @pytest.fixture(scope="session")

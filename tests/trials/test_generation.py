@@ -26,6 +26,7 @@ from schemas.model_config import ModelConfig, load_model_config
 from tests.support.engine_process import vllm_python
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit
+from tests.support.shared import made_once
 
 MODEL = "smollm2-135m"
 RNG = random.Random(20261206)
@@ -102,12 +103,21 @@ def repository_of(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="module")
-def expected_of(repository_of: Callable[[str], Path]) -> Callable[[str], dict[str, list[int]]]:
-    """Each model's references, computed when a test first asks (SmolLM2's: minutes)."""
+def expected_of(
+    repository_of: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], dict[str, list[int]]]:
+    """Each model's references, computed when a test first asks (SmolLM2's: minutes), once for
+    every test process: the engines' tests of a model may run in two at once."""
+
+    def write(model: str, folder: Path) -> None:
+        want = reference(load_model_config(repository_of(model), model), ROWS)
+        (folder / "expected.json").write_text(json.dumps(want))
 
     @functools.cache
     def expected(model: str) -> dict[str, list[int]]:
-        return reference(load_model_config(repository_of(model), model), ROWS)
+        folder = made_once(tmp_path_factory, f"generate-references-{model}", functools.partial(write, model))
+        loaded: dict[str, list[int]] = json.loads((folder / "expected.json").read_text())
+        return loaded
 
     return expected
 
