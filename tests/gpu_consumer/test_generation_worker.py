@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError, GenerationLimits
 from gpu_consumer.generation.requests import Completion, GenerationRequest
+from gpu_consumer.generation.step import Engines
 from gpu_consumer.generation.transformers_engine import TransformersEngine
 from gpu_consumer.metrics import GpuMetrics, PrometheusGpuMetrics
 from gpu_consumer.steps import Inference, WorkerStats
@@ -84,7 +85,7 @@ def drain(
             lambda: make_producer(settings),
             Inference(None, config, topics, BatchPolicy(1), "g", skip),
             WindowLimits(window, 20.0),
-            LoopOptions(drain=True, generator=engine, new_generator=new_engine, metrics=metrics),
+            LoopOptions(drain=True, generation=Engines(engine, new_engine), metrics=metrics),
         )
     finally:
         consumer.close()

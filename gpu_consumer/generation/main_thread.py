@@ -1,0 +1,78 @@
+"""The GPU worker's main thread given to the generation engine: it builds the engine and steps it,
+while the Kafka loop (poll, submit, emit, commit) runs on a thread of its own.
+
+vLLM's CPU kernels run their parallel regions from the thread that steps the engine: stepped on the
+thread that built it (the process's main thread) they kept both cores of the benchmark's host busy;
+stepped on another they kept 1.7 (bench/HISTORY.md), and an engine built off the main thread aborted
+in its compile warm-up. So a replacement engine (the loop's `renew`, after a failure) is built
+here too, on the main thread, and driven here in its turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Protocol, TypeVar, runtime_checkable
+
+from gpu_consumer.generation.engine import GenerationEngine
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class DrivenEngine(Protocol):
+    """An engine stepped by its caller's thread: drive() returns once it is closed, it failed, or
+    `until` is set."""
+
+    def drive(self, until: threading.Event | None = None) -> None: ...
+
+
+def drive_on_main(
+    engine: GenerationEngine,
+    build: Callable[[], GenerationEngine],
+    loop: Callable[[Callable[[], GenerationEngine]], T],
+) -> T:
+    """Run `loop(renew)` on a thread of its own while this thread drives `engine`; `renew()`, called
+    by the loop after an engine failure, builds another with `build` on this thread, which then
+    drives that one. Returns what the loop returns, or raises what it raised."""
+    builds: queue.Queue[Future[GenerationEngine] | None] = queue.Queue()
+    done = threading.Event()
+    outcome: Future[T] = Future()
+
+    def renew() -> GenerationEngine:
+        wanted: Future[GenerationEngine] = Future()
+        builds.put(wanted)
+        return wanted.result()
+
+    def run_loop() -> None:
+        try:
+            outcome.set_result(loop(renew))
+        except BaseException as exc:  # raised again on the main thread, by the caller of drive_on_main
+            outcome.set_exception(exc)
+        finally:
+            done.set()
+            builds.put(None)  # wakes the main thread if it waits for a build
+
+    thread = threading.Thread(target=run_loop, name="nearline-kafka-loop", daemon=True)
+    thread.start()
+    current: GenerationEngine | None = engine
+    while not done.is_set():
+        if isinstance(current, DrivenEngine):
+            current.drive(until=done)  # returns at the end, or when the engine failed or was closed
+        current = None
+        wanted = builds.get()  # the loop replaces a failed engine, or ends
+        if wanted is None:
+            break
+        try:
+            current = build()
+        except BaseException as exc:  # the loop's renew() raises it: the worker says the host is at fault
+            wanted.set_exception(exc)
+            continue
+        wanted.set_result(current)
+    thread.join()
+    return outcome.result()
