@@ -97,6 +97,10 @@ def pack_record(
 
 RECORDS_HEADER = "records"
 
+# On a result the preprocess worker wrote from the model's results cache (docs/reuse.md): counted
+# apart from computed ones by the readers that count a job's results without decoding them.
+REUSED_HEADER = "reused"
+
 
 def records_of(headers: Headers | None) -> int:
     """The records a Kafka record holds: its `records` header (a pack), else 1."""

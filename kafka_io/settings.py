@@ -144,6 +144,11 @@ class Topics:
     def tensors(self, model: str) -> str:
         return self.name(f"tensors.{model}")
 
+    def cache(self, model: str) -> str:
+        """The model's results cache: compacted, keyed by the reuse key (reuse/keys.py), each value
+        the result as a GPU worker wrote it to results (docs/reuse.md)."""
+        return self.name(f"cache.{model}")
+
     def lane(self, topic: str, priority: Priority) -> str:
         """The `priority` lane of a stage topic (raw_text, raw_image, tensors(model)): the bulk lane
         is the topic itself, the live lane its twin named `live.<topic>` inside the namespace (a
