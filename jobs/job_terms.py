@@ -91,6 +91,7 @@ class JobTerms:
     labels: Mapping[str, str] = field(default_factory=dict)
     complete_within_s: float | None = None  # the job expires this long after its submission
     notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
+    reuse: bool = True  # results cached for the same content and model version are reused (docs/reuse.md)
 
     def deadline_at(self, submitted_at: int) -> int | None:
         """When a job submitted at `submitted_at` (microseconds) expires; None without a window.

@@ -17,7 +17,7 @@ from kafka_io.errors import BrokerUnavailableError, DeliveryError
 from kafka_io.offsets import group_offsets
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_range
-from kafka_io.records import OutRecord, records_of
+from kafka_io.records import NO_REUSE_HEADER, OutRecord, records_of
 from kafka_io.settings import DEFAULT_PRIORITY, KafkaSettings, Priority, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
 from producers import InputError
@@ -159,6 +159,13 @@ class JobOptions:
 Validated = tuple[int, list[InputError], list[Record] | None]
 
 
+def computed(records: Iterable[OutRecord]) -> Iterator[OutRecord]:
+    """A --no-reuse job's records, each marked so the preprocess worker computes it (docs/reuse.md)."""
+    for record in records:
+        record.headers = [*record.headers, (NO_REUSE_HEADER, b"1")]  # job_record's list is shared
+        yield record
+
+
 def submit(
     settings: KafkaSettings,
     topics: Topics,
@@ -208,6 +215,8 @@ def submit(
     sent = _Sent()
     try:
         out = source.out_records(job_id, model, topic, late, submitted_at, records, pack_limits)
+        if not options.terms.reuse:
+            out = computed(out)
         count = produce_all(producer, sent.counting(out), weight=sent.weight)
     except DeliveryError as exc:
         raise SubmitInterruptedError(

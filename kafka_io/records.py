@@ -100,6 +100,8 @@ RECORDS_HEADER = "records"
 # On a result the preprocess worker wrote from the model's results cache (docs/reuse.md): counted
 # apart from computed ones by the readers that count a job's results without decoding them.
 REUSED_HEADER = "reused"
+# On every raw record of a job submitted with --no-reuse: its records are computed, never looked up
+NO_REUSE_HEADER = "no-reuse"
 
 
 def records_of(headers: Headers | None) -> int:

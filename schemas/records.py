@@ -324,6 +324,7 @@ class Schedule(AvroFields):
     labels: dict[str, str] = field(default_factory=dict)  # put on every job it submits
     complete_within_s: float | None = None  # each job's deadline, from its submission
     notify: str | None = None  # every job's webhook URL
+    reuse: bool = True  # its jobs reuse cached results (False: --no-reuse, docs/reuse.md)
 
     @classmethod
     def from_avro(cls, d: dict[str, Any]) -> Self:

@@ -14,6 +14,7 @@ import click
 
 from jobs.cli.columns import column_options
 from jobs.cli.options import (
+    NO_REUSE_HELP,
     batch_args,
     batch_options,
     cluster_options,
@@ -203,6 +204,7 @@ def as_submission(f: Callable[..., Any]) -> Callable[..., Any]:
         namespace: str,
         terms: JobTerms | None = None,
         labels: dict[str, str] | None = None,
+        no_reuse: bool = False,
         **kwargs: Any,
     ) -> Any:
         source = opened_input(input_path, fmt, kind, max_image_bytes, follow_symlinks, columns)
@@ -214,7 +216,7 @@ def as_submission(f: Callable[..., Any]) -> Callable[..., Any]:
             priority=priority,
             bootstrap_servers=bootstrap_servers,
             namespace=namespace,
-            terms=terms or JobTerms(labels or {}),
+            terms=terms or JobTerms(labels or {}, reuse=not no_reuse),
         )
         return f(*args, job=job, **kwargs)
 
@@ -331,6 +333,7 @@ def submit_cmd(
 @column_options
 @priority_option
 @label_option
+@click.option("--no-reuse", is_flag=True, help=NO_REUSE_HELP)
 @cluster_options
 @as_submission
 def produce(topic: str, job: Submission) -> None:

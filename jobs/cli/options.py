@@ -351,8 +351,15 @@ def label_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+NO_REUSE_HELP = (
+    "Compute every record, even one whose result for the same content and model version is in the model's "
+    "results cache (docs/reuse.md) [default: reuse]."
+)
+
+
 def terms_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """--label, --complete-within and --notify as one `terms: JobTerms` argument (submit, run, schedule add)."""
+    """--label, --complete-within, --notify and --no-reuse as one `terms: JobTerms` argument (submit,
+    run, schedule add)."""
 
     @label_option
     @click.option(
@@ -371,11 +378,17 @@ def terms_options(f: Callable[..., Any]) -> Callable[..., Any]:
         help="POST the job's `status --json` document to this http(s) URL when it ends (delivered by "
         "`nearline worker notifier`).",
     )
+    @click.option("--no-reuse", is_flag=True, help=NO_REUSE_HELP)
     @functools.wraps(f)
     def wrapper(
-        *args: Any, labels: dict[str, str], complete_within: float | None, notify: str | None, **kwargs: Any
+        *args: Any,
+        labels: dict[str, str],
+        complete_within: float | None,
+        notify: str | None,
+        no_reuse: bool,
+        **kwargs: Any,
     ) -> Any:
-        return f(*args, terms=JobTerms(labels, complete_within, notify), **kwargs)
+        return f(*args, terms=JobTerms(labels, complete_within, notify, reuse=not no_reuse), **kwargs)
 
     return wrapper
 

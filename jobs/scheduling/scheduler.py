@@ -217,7 +217,7 @@ class Scheduler:
                     schedule=schedule.name,
                     attributes={"tick": tick.isoformat()},
                     priority="live" if schedule.priority == "live" else "bulk",
-                    terms=JobTerms(schedule.labels, schedule.complete_within_s, schedule.notify),
+                    terms=JobTerms(schedule.labels, schedule.complete_within_s, schedule.notify, schedule.reuse),
                 ),
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done

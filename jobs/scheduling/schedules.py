@@ -93,6 +93,7 @@ def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
         dict(spec.terms.labels),
         spec.terms.complete_within_s,
         spec.terms.notify,
+        spec.terms.reuse,
     )
 
 
@@ -211,6 +212,7 @@ class ScheduleView:
             "labels": dict(s.labels),
             "complete_within_s": s.complete_within_s,
             "notify": s.notify,
+            "reuse": s.reuse,
             "state": "paused" if s.paused else "active",
             "active_since": from_us(s.active_since).isoformat(),
             "next_tick": self.next_tick.isoformat() if self.next_tick else None,
