@@ -19,12 +19,13 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import ConsumedRecord, OutRecord, pack_record
+from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of, pack_record
 from kafka_io.settings import Topics
 from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
 from preprocess_app.prompts import PromptRenderer, request_for_encoder, with_sampling
+from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, reused_result, with_key
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
@@ -66,6 +67,7 @@ class _Texts:
     attributes: Sequence[Mapping[str, str]]
     # record i's dead letter, alone even when it came in a pack
     dead: Callable[[int, Exception], OutRecord]
+    reusable: bool = True  # False: submitted with --no-reuse (its records' NO_REUSE_HEADER)
 
 
 def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: list[OutRecord]) -> _Texts:
@@ -90,10 +92,11 @@ def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: lis
     def dead(j: int, error: Exception) -> OutRecord:
         return dead_out(error, src, topics, pack, packed=kept[j])
 
-    return _Texts(src.topic, pack.job_id, pack.submitted_at, ids, seqs, texts, attributes, dead)
+    reusable = header_of(src.headers, NO_REUSE_HEADER) is None
+    return _Texts(src.topic, pack.job_id, pack.submitted_at, ids, seqs, texts, attributes, dead, reusable)
 
 
-def _single_texts(singles: list[tuple[ConsumedRecord, RawTextParts]], topics: Topics) -> _Texts:
+def _single_texts(singles: list[tuple[ConsumedRecord, RawTextParts]], topics: Topics, reusable: bool) -> _Texts:
     first_src, first = singles[0]
 
     def dead(j: int, error: Exception) -> OutRecord:
@@ -109,13 +112,14 @@ def _single_texts(singles: list[tuple[ConsumedRecord, RawTextParts]], topics: To
         [raw.text for _, raw in singles],
         [raw.attributes for _, raw in singles],
         dead,
+        reusable,
     )
 
 
 def _read(sources: Sequence[ConsumedRecord], topics: Topics, out: list[OutRecord]) -> dict[str, list[_Texts]]:
     """The batch's texts by model; a source that cannot be read at all is a dead letter whole."""
     by_model: dict[str, list[_Texts]] = {}
-    singles: dict[tuple[str, str, int, str], list[tuple[ConsumedRecord, RawTextParts]]] = {}
+    singles: dict[tuple[str, str, int, str, bool], list[tuple[ConsumedRecord, RawTextParts]]] = {}
     for src in sources:
         try:
             if kind_of(src.value) == "RawTextPack":
@@ -131,9 +135,10 @@ def _read(sources: Sequence[ConsumedRecord], topics: Topics, out: list[OutRecord
         if not raw.text.strip():  # producers refuse these; other writers of raw.text may not
             out.append(dead_out(ValueError(f"text of record {raw.record_id!r} is empty"), src, topics, raw))
             continue
-        singles.setdefault((raw.job_id, raw.model, raw.submitted_at, src.topic), []).append((src, raw))
-    for (_, model, _, _), group in singles.items():
-        by_model.setdefault(model, []).append(_single_texts(group, topics))
+        reusable = header_of(src.headers, NO_REUSE_HEADER) is None
+        singles.setdefault((raw.job_id, raw.model, raw.submitted_at, src.topic, reusable), []).append((src, raw))
+    for (_, model, _, _, reusable), group in singles.items():
+        by_model.setdefault(model, []).append(_single_texts(group, topics, reusable))
     return by_model
 
 
@@ -143,8 +148,11 @@ def preprocess_texts(
     topics: Topics,
     limits: PackLimits | None = None,
     max_value_bytes: int = MAX_VALUE_BYTES,
+    reuse: ReuseLookup | None = None,
 ) -> list[OutRecord]:
     """Decode, tokenize and pack a batch. A record that fails becomes a dead letter; the rest go on.
+    With `reuse`, a record whose result is in its model's cache gets it from there instead
+    (preprocess_app/reuse.py), and the rest carry their reuse key on.
 
     `limits` cut the tensor packs (by default schemas.packs' own); a pack is never over
     `max_value_bytes` (the broker's record limit): it is cut smaller, and a record too large alone
@@ -168,6 +176,9 @@ def preprocess_texts(
             groups, token_ids = _prompts(model.prompts, groups, out)
         else:  # every text of the model in one call, whichever record brought it
             groups = _not_requests(cfg, groups, out)
+            cached = reuse(cfg) if reuse is not None else None
+            if cached is not None:
+                groups = _reuse(cached, groups, topics, out, started)
             token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
         stamps = {"preprocess_start": started, "preprocess_end": now_us()}
         at = 0
@@ -213,6 +224,35 @@ def _prompts(
     return kept_groups, token_ids
 
 
+def _reuse(
+    cached: CachedModel, groups: list[_Texts], topics: Topics, out: list[OutRecord], started: int
+) -> list[_Texts]:
+    """The groups less the records whose result the cache holds (each written to `out` as the
+    record's result); the rest carry their reuse key on, so their results are cached."""
+    kept_groups = []
+    for g in groups:
+        if not g.reusable:
+            kept_groups.append(g)
+            continue
+        keys = [cached.keys.text(t) for t in g.texts]
+        stamps = {"submitted": g.submitted_at, "preprocess_start": started}
+        attributes = list(g.attributes)
+        served: set[int] = set()
+        for j, (key, value) in enumerate(zip(keys, cached.results.get_many(keys), strict=True)):
+            if value is not None:
+                record = ReusedRecord(g.job_id, g.record_ids[j], int(g.seqs[j]), g.attributes[j] or {}, stamps)
+                result = reused_result(value, cached.config, record, topics)
+                if result is not None:
+                    out.append(result)
+                    served.add(j)
+                    continue
+            attributes[j] = with_key(g.attributes[j], key)
+        kept = [j for j in range(len(g.texts)) if j not in served]
+        if kept:
+            kept_groups.append(_kept(g, kept, [attributes[j] for j in kept]))
+    return kept_groups
+
+
 def _not_requests(cfg: ModelConfig, groups: list[_Texts], out: list[OutRecord]) -> list[_Texts]:
     """The groups less their generation requests, each dead-lettered: this model does not generate."""
     kept_groups = []
@@ -245,6 +285,7 @@ def _kept(g: _Texts, kept: list[int], attributes: list[Mapping[str, str]]) -> _T
         [g.texts[j] for j in kept],
         attributes,
         dead,
+        g.reusable,
     )
 
 

@@ -1,0 +1,121 @@
+"""Results reused before any CPU work (docs/reuse.md): a text record's reuse key is looked up in
+its model's results cache before it is tokenized. A hit is written here as the new record's result:
+the cached result's outputs (the same bytes the GPU worker wrote for the same model version and
+content) under the new record's job, id, seq and attributes, with a `reused` stamp and header. A
+miss goes on to be tokenized, carrying its key, and the GPU worker caches its result under it.
+
+Why here and not at submit: this is the earliest stage that has both the record's content and the
+model version's files (the fingerprint needs them), it sees every record whoever produced it
+(`submit`, `produce`, a foreign producer), and a hit skips tokenizing as well as inference.
+
+A cached value that does not decode, or names another model version, is computed instead, with a
+warning: the cache can cost a recompute, never a wrong result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from kafka_io.records import REUSED_HEADER, OutRecord, job_record
+from kafka_io.settings import Topics
+from reuse.fingerprint import model_fingerprint
+from reuse.keys import RecordKeys
+from schemas import InferenceResult, SerdeError, decode, encode, now_us
+from schemas.attributes import REUSE_ATTRIBUTES, REUSE_KEY_ATTRIBUTE, REUSED_STAMP
+from schemas.model_config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+
+class CachedResults(Protocol):
+    """A model's results cache as the lookup reads it (reuse/store.py's ResultStore)."""
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]: ...
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """One model version's reuse keys and its results cache."""
+
+    config: ModelConfig
+    keys: RecordKeys
+    results: CachedResults
+
+
+class ReuseLookup:
+    """Each model version's keys and cache, opened on first use by `open_cache(config)` (the
+    worker's: a store fed from cache.<model>, waited on until it has read what the topic held); a
+    model whose cache cannot be opened (None) is computed, and asked again on a later batch."""
+
+    def __init__(self, open_cache: Callable[[ModelConfig], CachedResults | None]) -> None:
+        self._open = open_cache
+        self._models: dict[tuple[str, str], CachedModel] = {}
+        self._lock = threading.Lock()  # a worker's steps may ask from more than one thread
+
+    def __call__(self, config: ModelConfig) -> CachedModel | None:
+        name = (config.name, config.version)
+        with self._lock:
+            cached = self._models.get(name)
+            if cached is None:
+                results = self._open(config)
+                if results is None:
+                    return None
+                cached = CachedModel(config, RecordKeys(model_fingerprint(config)), results)
+                self._models[name] = cached
+            return cached
+
+
+def with_key(attributes: Mapping[str, str] | None, key: bytes) -> dict[str, str]:
+    """A miss's attributes: its own and its reuse key, which the GPU worker caches its result under."""
+    return {**(attributes or {}), REUSE_KEY_ATTRIBUTE: json.dumps(key.hex())}
+
+
+@dataclass(frozen=True)
+class ReusedRecord:
+    """Who a reused result is for: the new record's job, id, seq, attributes and stamps."""
+
+    job_id: str
+    record_id: str
+    seq: int
+    attributes: Mapping[str, str]
+    timestamps: Mapping[str, int]
+
+
+def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topics: Topics) -> OutRecord | None:
+    """The new record's result from a cached one, or None (with a warning) where the cached value
+    cannot be served: then the record is computed."""
+    try:
+        result = decode(cached, InferenceResult)
+    except SerdeError as exc:
+        log.warning(
+            "%s: a cached result does not decode, computing the record instead: %s", topics.cache(config.name), exc
+        )
+        return None
+    if (result.model, result.model_version) != (config.name, config.version) or result.finish_reason:
+        log.warning(
+            "%s: a cached result is of %s:%s, not %s:%s; computing the record instead",
+            topics.cache(config.name),
+            result.model,
+            result.model_version,
+            config.name,
+            config.version,
+        )
+        return None
+    attributes = {k: v for k, v in record.attributes.items() if k not in REUSE_ATTRIBUTES}
+    fresh = replace(
+        result,
+        job_id=record.job_id,
+        record_id=record.record_id,
+        seq=record.seq,
+        attributes=attributes,
+        timestamps={**record.timestamps, REUSED_STAMP: now_us()},
+    )
+    submitted = record.timestamps.get("submitted")
+    out = job_record(topics.results, encode(fresh), record.job_id, record.record_id, submitted)
+    out.headers = [*out.headers, (REUSED_HEADER, b"1")]  # job_record's list is shared
+    return out
