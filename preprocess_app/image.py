@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageOps, TiffImagePlugin, UnidentifiedImageError
 
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of
 from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
+from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, reused_result, with_key
 from schemas import RawImage, SerdeError, Tensor, TensorRecord, decode, now_us
 from schemas.attributes import attribute_text
 from schemas.model_config import ImageSpec, ModelError, ModelNotFoundError
@@ -191,13 +192,20 @@ Mapper = Callable[[Callable[[bytes], np.ndarray | ImageError], Iterable[bytes]],
 
 
 def preprocess_images(
-    sources: Sequence[ConsumedRecord], models: ModelLookup, topics: Topics, map_fn: Mapper = map
+    sources: Sequence[ConsumedRecord],
+    models: ModelLookup,
+    topics: Topics,
+    map_fn: Mapper = map,
+    reuse: ReuseLookup | None = None,
 ) -> list[OutRecord]:
     """Decode a batch of raw.image records. A bad image becomes a dead letter with its reason; the
-    rest go on. `map_fn` may be a thread pool's map: Pillow releases the GIL while it decodes."""
+    rest go on. `map_fn` may be a thread pool's map: Pillow releases the GIL while it decodes.
+    With `reuse`, an image whose result is in its model's cache gets it from there, undecoded
+    (preprocess_app/reuse.py), and the rest carry their reuse key on."""
     started = now_us()
     out: list[OutRecord] = []
     work: list[tuple[ConsumedRecord, RawImage, ImageSpec, str, str]] = []
+    keys: dict[int, bytes] = {}  # by position in work
     for src in sources:
         raw: RawImage | None = None
         try:
@@ -208,6 +216,12 @@ def preprocess_images(
         except (SerdeError, ModelError) as exc:
             out.append(dead_out(exc, src, topics, raw))
             continue
+        cached = reuse(cfg) if reuse is not None else None
+        if cached is not None:
+            key = cached.keys.image(raw.image)
+            if header_of(src.headers, NO_REUSE_HEADER) is None and _reused(cached, key, src, raw, topics, out):
+                continue
+            keys[len(work)] = key
         pixels = cfg.input_for("pixels")
         assert pixels is not None
         work.append((src, raw, cfg.image, cfg.version, pixels.name))
@@ -218,10 +232,14 @@ def preprocess_images(
         except ImageError as exc:
             return exc
 
-    for (src, raw, _, version, input_name), result in zip(work, map_fn(attempt, work), strict=True):  # type: ignore[arg-type]
+    done = zip(work, map_fn(attempt, work), strict=True)  # type: ignore[arg-type]
+    for i, ((src, raw, _, version, input_name), result) in enumerate(done):
         if isinstance(result, ImageError):
             out.append(dead_out(type(result)(f"{raw.source}: {result}"), src, topics, raw))
             continue
+        attributes = _image_attributes(raw)
+        if i in keys:
+            attributes = with_key(attributes, keys[i])
         record = TensorRecord(
             job_id=raw.job_id,
             record_id=raw.record_id,
@@ -229,8 +247,29 @@ def preprocess_images(
             model=raw.model,
             model_version=version,
             tensors=(Tensor.from_array(input_name, result),),
-            attributes={**raw.attributes, "source": attribute_text(raw.source)},
+            attributes=attributes,
             timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": now_us()},
         )
         out.append(tensor_out(topics, record, src, raw))
     return out
+
+
+def _image_attributes(raw: RawImage) -> dict[str, str]:
+    """What an image's result carries: its own attributes and the file it came from."""
+    return {**raw.attributes, "source": attribute_text(raw.source)}
+
+
+def _reused(
+    cached: CachedModel, key: bytes, src: ConsumedRecord, raw: RawImage, topics: Topics, out: list[OutRecord]
+) -> bool:
+    """Write the image's result from the cache, if the cache holds one it may serve."""
+    value = cached.results.get_many([key])[0]
+    if value is None:
+        return False
+    stamps = {"submitted": raw.submitted_at, "preprocess_start": now_us()}
+    record = ReusedRecord(raw.job_id, raw.record_id, raw.seq, _image_attributes(raw), stamps)
+    result = reused_result(value, cached.config, record, topics)
+    if result is None:
+        return False
+    out.append(result)
+    return True

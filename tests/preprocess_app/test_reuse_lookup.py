@@ -15,14 +15,16 @@ import pytest
 
 from kafka_io.records import NO_REUSE_HEADER, REUSED_HEADER, ConsumedRecord, OutRecord, header_of
 from kafka_io.settings import Topics
+from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.reuse import CachedResults, ReuseLookup
 from preprocess_app.text import preprocess_texts
 from reuse.store import ResultStore
-from schemas import InferenceResult, Tensor, decode, encode
+from schemas import InferenceResult, RawImage, Tensor, TensorRecord, decode, encode
 from schemas.attributes import REUSE_KEY_ATTRIBUTE, REUSED_STAMP
 from schemas.model_config import ModelConfig
 from schemas.packs import TensorPack, raw_text_pack_bytes, read_tensor_pack
+from tests.support.image_corpus import real_photos
 from tests.support.records import value
 from tests.support.tiny_model import TinyModel
 
@@ -129,3 +131,34 @@ def test_a_cached_value_that_does_not_decode_or_is_of_another_version_is_compute
     assert not [o for o in out if o.topic == "ns.results"]
     assert sorted(keys_carried(out)) == ["p0", "p1"]
     assert "does not decode" in caplog.text and "tiny:0, not tiny:1" in caplog.text
+
+
+def test_an_image_found_in_the_cache_is_answered_undecoded_and_the_others_carry_their_keys(
+    efficientnet: ModelConfig, model_repository: Path, store: ResultStore
+) -> None:
+    photos = [p.read_bytes() for p in real_photos()[:3]]
+
+    def images(job_id: str) -> list[ConsumedRecord]:
+        raws = [
+            RawImage(job_id, f"i{i}", i, "efficientnet-lite0", b, "image/jpeg", f"{i}.jpg", 7, {})
+            for i, b in enumerate(photos)
+        ]
+        return [ConsumedRecord("ns.raw.image", 0, i, encode(r)) for i, r in enumerate(raws)]
+
+    models = Models(model_repository)
+    first = preprocess_images(images("job-a"), models, TOPICS, reuse=lookup(store))
+    tensors = [decode(value(o), TensorRecord) for o in first if o.topic == "ns.tensors.efficientnet-lite0"]
+    keys = {t.record_id: bytes.fromhex(json.loads(t.attributes[REUSE_KEY_ATTRIBUTE])) for t in tensors}
+    assert sorted(keys) == ["i0", "i1", "i2"] and len(set(keys.values())) == 3
+    outputs = (Tensor.from_array("top_score", np.asarray([0.5], dtype=np.float32)),)
+    cached = InferenceResult("job-a", "i1", 1, "efficientnet-lite0", efficientnet.version, outputs, "b", 1, {})
+    store.put(keys["i1"], encode(cached))
+
+    second = preprocess_images(images("job-b"), models, TOPICS, reuse=lookup(store))
+
+    (reused,) = [o for o in second if o.topic == "ns.results"]
+    result = decode(value(reused), InferenceResult)
+    assert (result.job_id, result.record_id, result.outputs) == ("job-b", "i1", outputs)
+    assert result.attributes == {"source": '"1.jpg"'}
+    again = [decode(value(o), TensorRecord) for o in second if o.topic == "ns.tensors.efficientnet-lite0"]
+    assert [t.record_id for t in again] == ["i0", "i2"]
