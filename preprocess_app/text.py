@@ -231,14 +231,13 @@ def _reuse(
     record's result); the rest carry their reuse key on, so their results are cached."""
     kept_groups = []
     for g in groups:
-        if not g.reusable:
-            kept_groups.append(g)
-            continue
         keys = [cached.keys.text(t) for t in g.texts]
         stamps = {"submitted": g.submitted_at, "preprocess_start": started}
         attributes = list(g.attributes)
         served: set[int] = set()
-        for j, (key, value) in enumerate(zip(keys, cached.results.get_many(keys), strict=True)):
+        # --no-reuse: computed, and its results still cached (they are what a fresh run writes)
+        found = cached.results.get_many(keys) if g.reusable else [None] * len(keys)
+        for j, (key, value) in enumerate(zip(keys, found, strict=True)):
             if value is not None:
                 record = ReusedRecord(g.job_id, g.record_ids[j], int(g.seqs[j]), g.attributes[j] or {}, stamps)
                 result = reused_result(value, cached.config, record, topics)
