@@ -1,0 +1,134 @@
+"""The results cache's read side on the real broker: the topic's spec, and a tail that keeps a
+local store equal to what cache.<model> holds, through a topic missing, deleted and made again."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_io.broker import EmbeddedBroker
+from kafka_io.clients import make_admin, make_producer
+from kafka_io.produce import produce_all
+from kafka_io.records import OutRecord
+from kafka_io.result_cache import CacheTail, cache_topic
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import ensure_topics
+from reuse.store import ResultStore
+from tests.support.apache_kafka import ApacheKafka
+
+MODEL = "minilm"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ResultStore]:
+    with ResultStore(tmp_path) as made:
+        yield made
+
+
+def produce(settings: KafkaSettings, topic: str, entries: list[tuple[bytes, bytes | None]]) -> None:
+    produce_all(make_producer(settings), [OutRecord(topic, value, key) for key, value in entries])
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_cache_topic_is_compacted_and_deleted_only_past_a_retention() -> None:
+    topics = Topics("ns")
+    plain = cache_topic(topics, MODEL)
+    assert plain.name == "ns.cache.minilm" and dict(plain.config) == {"cleanup.policy": "compact"}
+    bounded = cache_topic(topics, MODEL, retention_ms=86_400_000, retention_bytes=10**9)
+    assert dict(bounded.config) == {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": "86400000",
+        "retention.bytes": "1000000000",
+    }
+
+
+def test_the_tail_loads_every_result_then_follows_new_ones_and_tombstones(
+    settings: KafkaSettings, topics: Topics, store: ResultStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = cache_topic(topics, MODEL)
+    ensure_topics(settings, [spec])
+    results = {os.urandom(32): os.urandom(1500) for _ in range(300)}
+    rewritten = next(iter(results))
+    produce(settings, spec.name, [(rewritten, b"an older result"), *results.items(), (b"not a reuse key", b"x")])
+    with (
+        caplog.at_level(logging.WARNING, logger="kafka_io.result_cache"),
+        CacheTail(settings, topics, MODEL, store) as tail,
+    ):
+        assert tail.loaded(30)
+        assert store.get_many(list(results)) == list(results.values()) and len(store) == 300
+        assert [r.message for r in caplog.records if "not a 32-byte reuse key" in r.message] != []
+
+        gone, late = rewritten, os.urandom(32)
+        produce(settings, spec.name, [(gone, None), (late, b"a result written after the load")])
+        assert eventually(lambda: store.get(late) is not None)
+        assert store.get(gone) is None and store.get(late) == b"a result written after the load"
+        assert len(store) == 300
+
+
+def test_a_cache_topic_made_after_the_tail_started_is_tailed(
+    settings: KafkaSettings, topics: Topics, store: ResultStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    spec = cache_topic(topics, MODEL)
+    with (
+        caplog.at_level(logging.WARNING, logger="kafka_io.result_cache"),
+        CacheTail(settings, topics, MODEL, store, recheck_s=0.3) as tail,
+    ):
+        assert tail.loaded(30)  # nothing was written to a topic that is not there
+        assert any(spec.name in r.message and "does not exist" in r.message for r in caplog.records)
+        key = os.urandom(32)
+        ensure_topics(settings, [spec])
+        produce(settings, spec.name, [(key, b"cached")])
+        assert eventually(lambda: store.get(key) == b"cached")
+
+
+def test_a_cache_topic_deleted_and_made_again_is_read_again_from_the_beginning(
+    settings: KafkaSettings,
+    topics: Topics,
+    store: ResultStore,
+    caplog: pytest.LogCaptureFixture,
+    test_broker: EmbeddedBroker | ApacheKafka | None,
+) -> None:
+    if isinstance(test_broker, EmbeddedBroker):
+        # librdkafka 2.16's main thread dies in rd_kafka_metadata_cache_find (strcmp on a null
+        # topic name) when Tansu 0.6.0 deletes a topic a client has assigned: not a case Tansu can show
+        pytest.skip("deleting an assigned topic on Tansu crashes librdkafka; run with NEARLINE_TEST_BROKER=kafka")
+    spec = cache_topic(topics, MODEL)
+    ensure_topics(settings, [spec])
+    old = {os.urandom(32): f"old {i}".encode() for i in range(20)}
+    produce(settings, spec.name, list(old.items()))
+    with (
+        caplog.at_level(logging.WARNING, logger="kafka_io.result_cache"),
+        CacheTail(settings, topics, MODEL, store, recheck_s=0.3) as tail,
+    ):
+        assert tail.loaded(30) and len(store) == 20
+        admin = make_admin(settings)  # held until its answer: a client dropped first fails the request
+        admin.delete_topics([spec.name], operation_timeout=15)[spec.name].result()
+        # the store forgets what the topic no longer holds
+        assert eventually(lambda: store.get_many(list(old)) == [None] * 20)
+        ensure_topics(settings, [spec])
+        new = os.urandom(32)
+        produce(settings, spec.name, [(new, b"new")])
+        assert eventually(lambda: store.get(new) == b"new")
+        assert store.get_many(list(old)) == [None] * 20 and len(store) == 1
+        assert any("reading it again" in r.message or "does not exist" in r.message for r in caplog.records)
+
+
+def test_loaded_is_false_after_its_timeout_when_no_broker_answers(store: ResultStore) -> None:
+    tail = CacheTail(KafkaSettings("127.0.0.1:9"), Topics("nowhere"), MODEL, store, recheck_s=0.2).start()
+    started = time.monotonic()
+    assert not tail.loaded(1.0)
+    assert time.monotonic() - started < 3
+    tail.close(timeout_s=10)
