@@ -26,6 +26,7 @@ from gpu_consumer.batcher import (
     make_batch,
     plan_batches,
 )
+from gpu_consumer.cache_writes import CacheWrites
 from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
@@ -300,6 +301,7 @@ class Emitter:
     def __init__(self, config: ModelConfig, topics: Topics, done: Sequence[str] = ()) -> None:
         self.config, self.topics, self.done = config, topics, tuple(done)
         self._encoder = ResultEncoder(config.name, config.version)
+        self.cache = CacheWrites(topics, config.name)
         self._text = config.tokenizer is not None
         # An image's length is the pixels the engine ran (its crop), counted as a job's usage
         self._pixels = config.image.crop * config.image.crop if config.image is not None else 0
@@ -349,9 +351,11 @@ def handle_window(
     window_id: str,
     policy: BatchPolicy | None = None,
     on_executed: Callable[[Executed], None] = lambda run: None,
+    cached: list[OutRecord] | None = None,
 ) -> list[OutRecord]:
     """prepare, execute and emit one window, one step after the other: results and dead letters.
-    `on_executed` sees each executed batch once its results are encoded (the worker's metrics)."""
+    `on_executed` sees each executed batch once its results are encoded (the worker's metrics);
+    `cached` gets the records for the results cache (Emitter.cache), if given."""
     window = prepare(sources, engine, config, topics, window_id, policy)
     emitter = Emitter(config, topics, engine.postprocessed)
     out = list(window.dead)
@@ -360,7 +364,10 @@ def handle_window(
         if isinstance(event, Poisoned):
             out.append(emitter.dead(event))
         else:
-            out.extend(emitter.results(event, f"{window_id}.{n}", window.formed_us))
+            results = emitter.results(event, f"{window_id}.{n}", window.formed_us)
+            out.extend(results)
+            if cached is not None:
+                cached.extend(emitter.cache.of(event.items, results))
             on_executed(event)
             n += 1
     return out

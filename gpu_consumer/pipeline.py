@@ -2,7 +2,8 @@
 
     main thread    poll window n+2, prepare it (decode, sort, pad)    --windows-->
     engine thread  execute window n+1, batch by batch                 --executed batches-->
-    emit thread    encode window n's results, produce them; delivery reports confirm them
+    emit thread    encode window n's results, produce them (and the results cache's records,
+                   cache_writes.py); delivery reports confirm the results
 
 and back on the main thread, offsets are committed over the confirmed prefix of windows
 (gpu_consumer/ledger.py), so the commit rule is today's: a record's offset moves only once its
@@ -325,10 +326,19 @@ class Pipeline:
                 self._produce(entry, [self._emitter.dead(event)])
             else:
                 assert isinstance(event, Executed)
-                self._produce(entry, self._emitter.results(event, f"{window.window_id}.{executed}", window.formed_us))
+                results = self._emitter.results(event, f"{window.window_id}.{executed}", window.formed_us)
+                self._produce(entry, results)
+                self._cache(self._emitter.cache.of(event.items, results))
                 self._metrics.executed(event, lane)
                 executed += 1
             self._to_emit.task_done()
+
+    def _cache(self, records: list[OutRecord]) -> None:
+        """Records for the results cache: produced beside the results, no part of any window's
+        commit (best effort, gpu_consumer/cache_writes.py)."""
+        if records:
+            self._emitter.cache.send(self._producer, records)
+            self._metrics.produced(records)
 
     def _produce(self, entry: Entry, records: list[OutRecord]) -> None:
         if not records:

@@ -34,6 +34,7 @@ from functools import partial
 from pathlib import Path
 
 from gpu_consumer.batcher import BatchPolicy, default_window
+from gpu_consumer.cache_writes import cache_topic_spec
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
@@ -262,6 +263,7 @@ def _consume(
             TopicSpec(topics.results),
             TopicSpec(topics.dead_letters),
             jobs_topic(topics),
+            cache_topic_spec(topics, model),
         ],
     )
     worker_id = f"{socket.gethostname()}-{os.getpid()}"

@@ -386,7 +386,8 @@ class GenerationStep:
             running = self._running.pop(completion.key, None)
         if running is None:
             return None  # cancelled meanwhile
-        self._produce(running.window.entry, [self._result(completion, running)])
+        result = self._result(completion, running)
+        self._produce(running.window.entry, [result], self._emitter.cache.one(running.item.attributes, result))
         self._finished(running.window)
         return completion.key
 
@@ -503,11 +504,16 @@ class GenerationStep:
             self._topics.results, encode(result), item.job_id, item.record_id, item.timestamps.get("submitted")
         )
 
-    def _produce(self, entry: Entry, records: list[OutRecord]) -> None:
+    def _produce(self, entry: Entry, records: list[OutRecord], cached: OutRecord | None = None) -> None:
+        """Produce `records` of a window, and `cached`, a result's record for the results cache
+        (best effort: no part of the window's commit, gpu_consumer/cache_writes.py)."""
         if not records:
             return
         with self._producing:
             self._send(entry, records)
+            if cached is not None:
+                self._emitter.cache.send(self._producer, [cached])
+                self._metrics.produced([cached])
 
     def _send(self, entry: Entry, records: list[OutRecord]) -> None:
         self.ledger.sent(entry, records)

@@ -1,0 +1,230 @@
+"""The GPU worker writes the results cache (gpu_consumer/cache_writes.py) on the real broker: a
+result of a record with a reuse key also goes to cache.<model> under the key's 32 bytes, its value
+the very bytes of the results topic; a record without a key, and a dead letter, put nothing there."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import queue
+import uuid
+
+import numpy as np
+import pytest
+
+from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.cache_writes import CacheWrites, cache_topic_spec, reuse_key
+from gpu_consumer.generation.requests import Completion, GenerationRequest
+from gpu_consumer.generation.step import Engines
+from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.steps import Inference
+from gpu_consumer.windows import WindowLimits
+from gpu_consumer.worker import LoopOptions, run
+from kafka_io.clients import Producer, make_consumer, make_producer
+from kafka_io.polling import subscribe
+from kafka_io.produce import produce_all
+from kafka_io.reading import read_topics
+from kafka_io.records import OutRecord
+from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.transactions import make_transactional_producer
+from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
+from schemas.attributes import NO_REUSE_ATTRIBUTE, REUSE_KEY_ATTRIBUTE
+from schemas.packs import PackHead, tensor_pack_bytes
+from tests.support.causal_lm import lm_config
+from tests.support.tiny_model import VOCAB, TinyModel
+
+JOB = "job-cache"
+
+
+def key_of(record_id: str) -> bytes:
+    return hashlib.blake2b(record_id.encode(), digest_size=32).digest()
+
+
+def attributes_of(record_id: str, keyed: bool) -> dict[str, str]:
+    """A user's attribute, and the reuse key where the preprocess worker would have set it."""
+    own = {"source": json.dumps(f"doc {record_id}")}
+    return {**own, REUSE_KEY_ATTRIBUTE: json.dumps(key_of(record_id).hex())} if keyed else own
+
+
+def feed(settings: KafkaSettings, topics: Topics) -> tuple[set[str], set[str]]:
+    """Single records and a pack onto tensors.tiny, every other record with a reuse key, and in each
+    a keyed record that is poison (a token id past the vocabulary; an empty record of the pack):
+    (the keyed records that get a result, the poisoned ones)."""
+    tensors = topics.tensors("tiny")
+    ensure_topics(
+        settings,
+        [
+            TopicSpec(tensors),
+            TopicSpec(topics.results),
+            TopicSpec(topics.dead_letters),
+            cache_topic_spec(topics, "tiny"),
+        ],
+    )
+    records, keyed = [], set()
+    for i in range(7):
+        rid, poison = f"s{i}", i == 6
+        if i % 2 == 0 and not poison:
+            keyed.add(rid)
+        ids = np.array([101, VOCAB + 5 if poison else 2000 + i, 102], dtype=np.int64)
+        tensor = Tensor.from_array("input_ids", ids)
+        value = encode(
+            TensorRecord(JOB, rid, i, "tiny", "1", (tensor,), attributes_of(rid, i % 2 == 0), {"submitted": 1})
+        )
+        records.append(OutRecord(tensors, value, f"{JOB}/{rid}".encode(), [("job_id", JOB.encode())]))
+    rids = [f"p{i}" for i in range(7)]
+    arrays = [np.array([101, 3000 + i, 102] if i < 6 else [], dtype=np.int64) for i in range(7)]
+    keyed |= {rid for i, rid in enumerate(rids) if i % 2 == 0 and i < 6}
+    head = PackHead(JOB, "tiny", "1", "input_ids", {"submitted": 1})
+    attributes = [attributes_of(rid, i % 2 == 0) for i, rid in enumerate(rids)]
+    pack = tensor_pack_bytes(head, rids, list(range(7, 14)), arrays, attributes)
+    records.append(OutRecord(tensors, pack, f"{JOB}/pack".encode(), [("job_id", JOB.encode()), ("records", b"7")]))
+    produce_all(make_producer(settings), records)
+    return keyed, {"s6", "p6"}
+
+
+def drain(settings: KafkaSettings, topics: Topics, tiny: TinyModel, transactional: bool) -> int:
+    name = uuid.uuid4().hex[:8]
+    consumer = make_consumer(settings, topics.gpu_group("tiny"))
+
+    def new_producer() -> Producer:
+        if transactional:
+            return make_transactional_producer(settings, f"{topics.gpu_group('tiny')}.{name}")
+        return make_producer(settings)
+
+    try:
+        stats = run(
+            consumer,
+            subscribe(consumer, [topics.tensors("tiny")]),
+            new_producer,
+            Inference(OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, BatchPolicy(4), name),
+            WindowLimits(8, 20.0),
+            LoopOptions(drain=True, transactional=transactional),
+        )
+    finally:
+        consumer.close()
+    return stats.records
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["pipelined", "exactly-once"])
+def test_results_of_keyed_records_are_cached_under_their_keys_as_the_bytes_of_the_results_topic(
+    settings: KafkaSettings, topics: Topics, tiny: TinyModel, transactional: bool
+) -> None:
+    keyed, poisoned = feed(settings, topics)
+    assert drain(settings, topics, tiny, transactional) == 14
+
+    results: dict[str, bytes] = {}
+    for msg in read_topics(settings, [topics.results]):
+        results[decode(msg.value, InferenceResult).record_id] = msg.value
+    dead = {decode(msg.value, DeadLetter).record_id for msg in read_topics(settings, [topics.dead_letters])}
+    assert set(results) == {f"s{i}" for i in range(6)} | {f"p{i}" for i in range(6)}  # results as before
+    assert dead == poisoned
+    cached = [(msg.key, msg.value) for msg in read_topics(settings, [topics.cache("tiny")])]
+    # exactly the keyed records' results, each once, byte for byte; none of a record without a key
+    # or of a poisoned one (whose key is never written)
+    assert sorted(cached) == sorted((key_of(rid), results[rid]) for rid in keyed)
+    assert len(keyed) == 6
+    assert not {key_of(rid) for rid in poisoned} & {key for key, _ in cached}
+
+
+class EchoEngine:
+    """A generation engine that completes a prompt with its own ids reversed, at once, and refuses
+    a prompt holding the id 666 (its own fault: a dead letter)."""
+
+    name, max_sequences, busy_s, kv_tokens = "echo", 8, 0.0, 4096
+
+    def __init__(self) -> None:
+        self._done: queue.Queue[Completion] = queue.Queue()
+
+    def warmup(self) -> None:
+        pass
+
+    def submit(self, request: GenerationRequest) -> None:
+        prompt = request.prompt
+        if 666 in prompt:
+            self._done.put(Completion(request.key, (), "", "", len(prompt), error="refused", refused=True))
+        else:
+            self._done.put(Completion(request.key, prompt[::-1], "echo", "length", len(prompt)))
+
+    def cancel(self, key: str) -> None:
+        pass
+
+    def completions(self, timeout_s: float) -> list[Completion]:
+        try:
+            done = [self._done.get(timeout=timeout_s)]
+        except queue.Empty:
+            return []
+        while not self._done.empty():
+            done.append(self._done.get_nowait())
+        return done
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a_refused_prompt_is_not(
+    settings: KafkaSettings, topics: Topics
+) -> None:
+    config = lm_config()
+    tensors = topics.tensors(config.name)
+    ensure_topics(
+        settings,
+        [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters), cache_topic_spec(topics, "lm")],
+    )
+    records = []
+    for i in range(6):  # g0, g2 keyed; g4 keyed and refused; the odd ones without a key
+        rid = f"g{i}"
+        prompt = np.array([1, 666 if i == 4 else 10 + i, 2], dtype=np.int64)
+        tensor = Tensor.from_array("input_ids", prompt)
+        value = encode(
+            TensorRecord(JOB, rid, i, "lm", "1", (tensor,), attributes_of(rid, i % 2 == 0), {"submitted": 1})
+        )
+        records.append(OutRecord(tensors, value, f"{JOB}/{rid}".encode(), [("job_id", JOB.encode())]))
+    produce_all(make_producer(settings), records)
+    consumer = make_consumer(settings, topics.gpu_group("lm"))
+    try:
+        stats = run(
+            consumer,
+            subscribe(consumer, [tensors]),
+            lambda: make_producer(settings),
+            Inference(None, config, topics, BatchPolicy(1), "g"),
+            WindowLimits(4, 20.0),
+            LoopOptions(drain=True, generation=Engines(EchoEngine())),
+        )
+    finally:
+        consumer.close()
+    assert stats.records == 6
+
+    results = {decode(m.value, InferenceResult).record_id: m.value for m in read_topics(settings, [topics.results])}
+    dead = {decode(m.value, DeadLetter).record_id for m in read_topics(settings, [topics.dead_letters])}
+    assert set(results) == {"g0", "g1", "g2", "g3", "g5"} and dead == {"g4"}
+    cached = sorted((m.key, m.value) for m in read_topics(settings, [topics.cache("lm")]))
+    assert cached == sorted((key_of(rid), results[rid]) for rid in ("g0", "g2"))
+
+
+def test_a_reuse_key_that_is_not_64_hex_digits_caches_nothing() -> None:
+    assert reuse_key({REUSE_KEY_ATTRIBUTE: json.dumps("ab" * 32)}) == bytes.fromhex("ab" * 32)
+    for text in ['"abc"', '"' + "zz" * 32 + '"', "42", "not json", json.dumps("ab" * 33)]:
+        assert reuse_key({REUSE_KEY_ATTRIBUTE: text}) is None, text
+    assert reuse_key({NO_REUSE_ATTRIBUTE: "true"}) is None
+
+
+def test_a_result_too_large_for_the_broker_is_a_dead_letter_and_is_not_cached() -> None:
+    topics = Topics("ns")
+    writes = CacheWrites(topics, "tiny")
+    attributes = {REUSE_KEY_ATTRIBUTE: json.dumps("cd" * 32)}
+    result = OutRecord(topics.results, b"result", b"job/r0")
+    dead_letter = OutRecord(topics.dead_letters, b"dead", b"job/r0")
+    assert writes.one(attributes, result) == OutRecord(topics.cache("tiny"), b"result", bytes.fromhex("cd" * 32))
+    assert writes.one(attributes, dead_letter) is None
+    assert writes.one({}, result) is None
+
+
+def test_a_cache_write_that_fails_is_logged_once_per_cause(caplog: pytest.LogCaptureFixture) -> None:
+    writes = CacheWrites(Topics("ns"), "tiny")
+    with caplog.at_level(logging.WARNING, logger="gpu_consumer.cache_writes"):
+        for _ in range(3):
+            writes.failed("delivery to ns.cache.tiny failed: Broker: Message size too large")
+        writes.failed("delivery to ns.cache.tiny failed: Broker: Unknown topic or partition")
+    assert len(caplog.records) == 2
