@@ -19,7 +19,6 @@ from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.produce import send
 from kafka_io.records import OutRecord
 from kafka_io.settings import Topics
-from kafka_io.topics import TopicSpec
 from schemas.attributes import REUSE_KEY_ATTRIBUTE
 
 log = logging.getLogger(__name__)
@@ -39,12 +38,6 @@ class Keyed(Protocol):
 
     @property
     def maps(self) -> bytes | None: ...
-
-
-def cache_topic_spec(topics: Topics, model: str) -> TopicSpec:
-    """The results cache of `model` as the GPU worker creates it when missing: compacted, one
-    record kept per key."""
-    return TopicSpec(topics.cache(model), config=(("cleanup.policy", "compact"),))
 
 
 def reuse_key(attributes: Mapping[str, str]) -> bytes | None:

@@ -34,7 +34,6 @@ from functools import partial
 from pathlib import Path
 
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.cache_writes import cache_topic_spec
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
@@ -61,6 +60,7 @@ from kafka_io.heap import settle_heap
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, assign_topics, records_in, subscribe
 from kafka_io.records import Headers
+from kafka_io.result_cache import cache_topic
 from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from kafka_io.transactions import make_transactional_producer
@@ -263,7 +263,7 @@ def _consume(
             TopicSpec(topics.results),
             TopicSpec(topics.dead_letters),
             jobs_topic(topics),
-            cache_topic_spec(topics, model),
+            cache_topic(topics, model),  # the results cache this worker writes (cache_writes.py)
         ],
     )
     worker_id = f"{socket.gethostname()}-{os.getpid()}"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.cache_writes import CacheWrites, cache_topic_spec, reuse_key
+from gpu_consumer.cache_writes import CacheWrites, reuse_key
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
@@ -26,6 +26,7 @@ from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
+from kafka_io.result_cache import cache_topic
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.transactions import make_transactional_producer
@@ -59,7 +60,7 @@ def feed(settings: KafkaSettings, topics: Topics) -> tuple[set[str], set[str]]:
             TopicSpec(tensors),
             TopicSpec(topics.results),
             TopicSpec(topics.dead_letters),
-            cache_topic_spec(topics, "tiny"),
+            cache_topic(topics, "tiny"),
         ],
     )
     records, keyed = [], set()
@@ -170,7 +171,7 @@ def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a
     tensors = topics.tensors(config.name)
     ensure_topics(
         settings,
-        [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters), cache_topic_spec(topics, "lm")],
+        [TopicSpec(tensors), TopicSpec(topics.results), TopicSpec(topics.dead_letters), cache_topic(topics, "lm")],
     )
     records = []
     for i in range(6):  # g0, g2 keyed; g4 keyed and refused; the odd ones without a key
