@@ -8,7 +8,10 @@ output is uniform), then prints the RSS it added, its peak, the table's bytes an
 replay's cost per record, and the cost per record of a lookup one key at a time (hits and misses)
 and a pack of 128 at a time (lookup_many). Then, in this process: the reuse key of a 200-byte text
 (RecordKeys.text) against BLAKE2b of the same bytes alone, and a model fingerprint over a 90 MB
-weight file (MiniLM's size) cold and cached. Figures, never assertions: the machine is shared.
+weight file (MiniLM's size) cold and cached. Last, for each --store-keys count in a process of its
+own, the results store (reuse/store.py) holding that many 1.5 KB results: the RSS it added against
+its spool's size, and the cost per record of filling it (put_many, 1,000 at a time) and of a
+lookup in packs of 128 (get_many, hits). Figures, never assertions: the machine is shared.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from bench.decoupling import machine
 from reuse.fingerprint import FileDigests, ModelFingerprint, model_fingerprint
 from reuse.index import REPLAY_BATCH, ReuseIndex
 from reuse.keys import RecordKeys
+from reuse.store import ResultStore
 from schemas.model_config import ModelConfig, TensorSpec, TokenizerSpec
 
 PACK = 128
@@ -79,6 +83,32 @@ def one_size(count: int, lookups: int) -> None:
     )
 
 
+def store_size(count: int, value_bytes: int = 1536) -> None:
+    """Fill a results store with `count` results and print its figures (run in a child process)."""
+    rng = np.random.default_rng(count)
+    before = rss_kib()
+    with tempfile.TemporaryDirectory() as folder, ResultStore(folder, expected=count) as store:
+        value = rng.bytes(value_bytes)
+        sample: list[bytes] = []
+        start = time.perf_counter()
+        for first in range(0, count, 1000):
+            keys = [rng.bytes(32) for _ in range(min(1000, count - first))]
+            store.put_many([(key, value) for key in keys])
+            sample += keys[:: max(1, count // 100_000)][:10]
+        fill_us = (time.perf_counter() - start) / count * 1e6
+        added_mib = (rss_kib() - before) / 1024
+        start = time.perf_counter()
+        for i in range(0, len(sample), PACK):
+            store.get_many(sample[i : i + PACK])
+        get_us = (time.perf_counter() - start) / len(sample) * 1e6
+        print(
+            f"store {count:>11,} results of {value_bytes:,} B  RSS +{added_mib:,.0f} MiB "
+            f"(index {store.index_bytes / 2**20:,.0f} MiB, spool {store.spool_bytes / 2**20:,.0f} MiB)  "
+            f"fill {fill_us:.2f} us/record  lookup in packs of {PACK} {get_us:.2f} us/record (hits)",
+            flush=True,
+        )
+
+
 def key_cost(records: int) -> None:
     rng = np.random.default_rng(0)
     texts = [rng.bytes(100).hex() for _ in range(records)]  # 200 characters each
@@ -128,10 +158,15 @@ def main() -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--lookups", type=int, default=200_000)
     parser.add_argument("--records", type=int, default=200_000, help="texts keyed for the key cost")
+    parser.add_argument("--store-keys", type=int, nargs="*", default=[1_000_000], help="results in the store")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--store-one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         one_size(args.one, args.lookups)
+        return
+    if args.store_one:
+        store_size(args.store_one)
         return
     print(machine())
     for count in args.keys:
@@ -139,6 +174,8 @@ def main() -> None:
         subprocess.run(command, check=True)
     key_cost(args.records)
     fingerprint_cost()
+    for count in args.store_keys:
+        subprocess.run([sys.executable, "-m", "bench.reuse_index", "--store-one", str(count)], check=True)
 
 
 if __name__ == "__main__":

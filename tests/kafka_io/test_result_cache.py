@@ -102,8 +102,8 @@ def test_a_cache_topic_deleted_and_made_again_is_read_again_from_the_beginning(
     test_broker: EmbeddedBroker | ApacheKafka | None,
 ) -> None:
     if isinstance(test_broker, EmbeddedBroker):
-        # librdkafka 2.16's main thread dies in rd_kafka_metadata_cache_find (strcmp on a null
-        # topic name) when Tansu 0.6.0 deletes a topic a client has assigned: not a case Tansu can show
+        # librdkafka 2.16 segfaults in rd_kafka_metadata_cache_find (its main thread, in strcmp)
+        # when Tansu 0.6.0 deletes a topic a client has assigned: not a case Tansu can show
         pytest.skip("deleting an assigned topic on Tansu crashes librdkafka; run with NEARLINE_TEST_BROKER=kafka")
     spec = cache_topic(topics, MODEL)
     ensure_topics(settings, [spec])
