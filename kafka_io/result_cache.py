@@ -156,12 +156,13 @@ class CacheTail:
         self._recovered("missing")
         consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
         at_eof: set[TP] = set()
+        ended: set[int] = set()  # partitions read to an end once since assigned: the load is done
         read: dict[int, int] = {}  # partition -> offset after the last record applied
         next_check = time.monotonic() + self._recheck_s
         try:
             while not self._stop.is_set():
-                told_gone = self._apply(consume_ready(consumer, BATCH, POLL_S), at_eof, read)
-                if len(at_eof) == len(partitions):
+                told_gone = self._apply(consume_ready(consumer, BATCH, POLL_S), at_eof, ended, read)
+                if len(ended) == len(partitions):
                     self._loaded.set()
                 if told_gone or time.monotonic() >= next_check:
                     next_check = time.monotonic() + self._recheck_s
@@ -172,7 +173,7 @@ class CacheTail:
             except Exception as exc:  # a broken consumer: _run makes another on the next fault
                 log.debug("unassigning the cache tail's consumer: %s", exc)
 
-    def _apply(self, messages: list[Message], at_eof: set[TP], read: dict[int, int]) -> bool:
+    def _apply(self, messages: list[Message], at_eof: set[TP], ended: set[int], read: dict[int, int]) -> bool:
         """Put the records into the store; True if the client said the topic or a partition is
         unknown (the metadata is asked before anything is thrown away: it may be a moment's)."""
         entries: list[tuple[bytes, bytes | None]] = []
@@ -184,6 +185,10 @@ class CacheTail:
             if err is not None and err.code() in _GONE:
                 told_gone = True
                 continue
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                # kept apart from at_eof, which the next record empties: a topic written to all the
+                # time may never have every partition at its end at once
+                ended.add(msg.partition() or 0)
             record = take(msg, at_eof)
             if record is None:
                 continue

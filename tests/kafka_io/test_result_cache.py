@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,6 +77,34 @@ def test_the_tail_loads_every_result_then_follows_new_ones_and_tombstones(
         assert eventually(lambda: store.get(late) is not None)
         assert store.get(gone) is None and store.get(late) == b"a result written after the load"
         assert len(store) == 300
+
+
+def test_loaded_means_everything_written_before_the_start_while_writes_go_on(
+    settings: KafkaSettings, topics: Topics, store: ResultStore
+) -> None:
+    """A topic written to all the time (GPU workers at work) is still loaded, and loaded means
+    every record written before the start is in the store."""
+    spec = cache_topic(topics, MODEL)
+    ensure_topics(settings, [spec])
+    before = {os.urandom(32): os.urandom(100) for _ in range(400)}
+    produce(settings, spec.name, list(before.items()))
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        producer = make_producer(settings)
+        while not stop.is_set():
+            produce_all(producer, [OutRecord(spec.name, b"later", os.urandom(32)) for _ in range(40)])
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        with CacheTail(settings, topics, MODEL, store) as tail:
+            assert tail.loaded(30)
+            assert store.get_many(list(before)) == list(before.values())
+    finally:
+        stop.set()
+        writer.join()
 
 
 def test_a_cache_topic_made_after_the_tail_started_is_tailed(
