@@ -14,7 +14,8 @@ windows and owns the commit; the poll loop, windows.py, and the Kafka edge know 
 - TransactionalStep (--exactly-once): each window prepared, executed and emitted in turn, its
   outputs produced in an open transaction (kafka_io.transactions.OpenTransaction) that its
   _commit() commits with the windows' offsets; an abort rewinds them, and they are polled again.
-  Its records for the results cache (gpu_consumer/cache_writes.py) are in the transaction too.
+  It writes nothing to the results cache (gpu_consumer/cache_writes.py): in the transaction, a
+  cache topic that refuses writes would abort every one, and the worker would stall on it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from kafka_io.clients import Consumer, Producer
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
-from kafka_io.records import ConsumedRecord, OutRecord
+from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Priority, Topics
 from kafka_io.transactions import (
     OpenTransaction,
@@ -269,7 +270,6 @@ class TransactionalStep:
         work = self._inference
         assert work.engine is not None
         started = time.perf_counter()
-        cached: list[OutRecord] = []
         out = handle_window(
             sources,
             work.engine,
@@ -278,11 +278,9 @@ class TransactionalStep:
             work.window_id(self.stats.windows),
             work.policy,
             partial(self._metrics.executed, lane=lane),
-            cached,
         )
         if contended:  # the share is of the time both lanes wanted the engine
             self._engine_time = self._engine_time.served(lane, time.perf_counter() - started)
-        out += cached  # the results cache's records too, in the transaction: the simplest way to write them
         try:
             self._txn.add(window, out)
         except TransactionAbortedError:

@@ -24,6 +24,7 @@ from jobs.kept import KeptColumns
 from jobs.output import OutputFormat, write_output
 from jobs.results import dumps_line, finish_line, json_line, rounded
 from schemas import DeadLetter, InferenceResult, decode
+from schemas.attributes import REUSED_STAMP
 from schemas.errors import TensorFormatError
 from schemas.inference_result_bytes import ResultBody, read_result_body, read_result_head
 from schemas.records import now_us, tensor_array
@@ -103,10 +104,16 @@ def _windows(rows: Iterable[OutputRow]) -> Iterator[list[OutputRow]]:
         yield window
 
 
+# A reused result's `reused` stamp as Avro writes a map key (its length, zigzag, then the bytes):
+# such a result is decoded whole, so its line says "reused" (to_json). Another field holding these
+# bytes only sends its record the slower way.
+REUSED_MARK = bytes([2 * len(REUSED_STAMP)]) + REUSED_STAMP.encode()
+
+
 def _body(row: OutputRow) -> ResultBody | None:
     """The row's result body when it can be written from its bytes (a vector or larger outputs,
-    no labels), else None."""
-    if row.dead:
+    no labels, not reused), else None."""
+    if row.dead or REUSED_MARK in row.value:
         return None
     body = row.body if row.body is not None else read_result_body(row.value)
     if body is None or body.labels or not body.outputs or any(not shape for _, _, shape in body.outputs):

@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
-from schemas.attributes import NO_REUSE_ATTRIBUTE, REUSE_ATTRIBUTES, REUSE_KEY_ATTRIBUTE
+from schemas.attributes import REUSE_KEY_ATTRIBUTE
 
 
 class OutputFormat(StrEnum):
@@ -263,6 +263,6 @@ def write_output(
 def shown_attributes(attributes: Mapping[str, str]) -> Mapping[str, str]:
     """A result's attributes as every output format shows them: without result reuse's internal
     ones (schemas/attributes.py), which travel with a job's records only."""
-    if REUSE_KEY_ATTRIBUTE not in attributes and NO_REUSE_ATTRIBUTE not in attributes:
+    if REUSE_KEY_ATTRIBUTE not in attributes:
         return attributes
-    return {k: v for k, v in attributes.items() if k not in REUSE_ATTRIBUTES}
+    return {k: v for k, v in attributes.items() if k != REUSE_KEY_ATTRIBUTE}

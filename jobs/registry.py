@@ -129,10 +129,17 @@ class JobStatus:
         # expired: the same, for a job whose deadline passed (in-flight records may still land)
         state = self.state
         undone = self.job.total - self.done
+        # reused: results written from the results cache (docs/reuse.md), never tokenized or
+        # inferred; the preprocess stage looked them up, so they count as preprocessed
+        job = self.job.job_id
+        passed = (
+            self.preprocessed | {f"{job}/{r}" for r in self.outcome.dead} | {f"{job}/{r}" for r in self.outcome.reused}
+        )
         return {
             "submitted": self.job.total,
-            "preprocessed": len(self.preprocessed | {f"{self.job.job_id}/{r}" for r in self.outcome.dead}),
-            "inferred": self.outcome.inferred,
+            "preprocessed": len(passed),
+            "inferred": self.outcome.inferred - len(self.outcome.reused),
+            "reused": len(self.outcome.reused),
             "dead_lettered": len(self.outcome.dead),
             "cancelled": undone if state is JobState.CANCELLED else 0,
             "expired": undone if state is JobState.EXPIRED else 0,
@@ -181,7 +188,9 @@ class JobStatus:
         return (
             f"{self.job.job_id} {self.state.value}{' (live lane)' if self.job.priority == 'live' else ''}: "
             f"{self.done}/{c['submitted']} done "
-            f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}, dead-lettered {c['dead_lettered']}"
+            f"(preprocessed {c['preprocessed']}, inferred {c['inferred']}"
+            + (f", reused {c['reused']}" if c["reused"] else "")
+            + f", dead-lettered {c['dead_lettered']}"
             + (f", cancelled {c['cancelled']} not done yet, fewer as in-flight results land" if c["cancelled"] else "")
             + (f", expired {c['expired']} not done by the deadline" if c["expired"] else "")
             + ")"

@@ -16,10 +16,10 @@ from jobs.output import OutputFormat, shown_attributes, write_output
 from jobs.reports.profile import Timings
 from jobs.usage import Usage, generation_usage
 from kafka_io.reading import read_topics
-from kafka_io.records import ConsumedRecord
+from kafka_io.records import REUSED_HEADER, ConsumedRecord, header_of
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
-from schemas.attributes import attribute_values
+from schemas.attributes import REUSED_STAMP, attribute_values
 from schemas.inference_result_bytes import read_result_head
 from schemas.model_versions import version_order
 from schemas.serde import decode_fields
@@ -65,6 +65,7 @@ class JobOutcome:
     versions: dict[str, str] = field(default_factory=dict)  # record id -> model version of the kept result
     timings: Timings = field(default_factory=Timings)
     usage: Usage | None = None  # counts each kept record's usage when set (status, jobs list)
+    reused: set[str] = field(default_factory=set)  # record ids whose kept result came from the results cache
 
     @property
     def inferred(self) -> int:
@@ -98,15 +99,17 @@ class JobOutcome:
         return self.done - before
 
     def _add_result(self, msg: ConsumedRecord) -> None:
+        # written from the results cache by a preprocess worker: said by a header (docs/reuse.md)
+        reused = header_of(msg.headers, REUSED_HEADER) is not None
         try:
-            if self.keep_results or self.keep_timings or not self._count(msg):
+            if self.keep_results or self.keep_timings or not self._count(msg, reused):
                 fields = decode_fields(msg.value, InferenceResult)
-                if self._add_fields(fields) and self.usage is not None:
-                    self.usage.add_fields(fields)
+                if self._add_fields(fields, reused) and self.usage is not None:
+                    self.usage.add_fields(fields, reused)
         except SerdeError:
             return  # not ours to judge here; the results topic is written only by GPU workers
 
-    def _count(self, msg: ConsumedRecord) -> bool:
+    def _count(self, msg: ConsumedRecord, reused: bool) -> bool:
         """A wait that keeps versions only: the result's leading fields and its submission header,
         without decoding the rest (~1.4 against ~8 us a MiniLM result). False: decode it whole
         (another writer schema, or a result written before results had the header)."""
@@ -120,18 +123,20 @@ class JobOutcome:
             return False
         if (
             submission in (None, self.submission)
-            and self._keep(head.job_id, head.record_id, head.model_version, None)
+            and self._keep(head.job_id, head.record_id, head.model_version, None, reused)
             and self.usage is not None
         ):
-            self.usage.add_bytes(msg.value)
+            self.usage.add_bytes(msg.value, reused)
         return True
 
-    def _add_fields(self, fields: dict[str, Any]) -> bool:
+    def _add_fields(self, fields: dict[str, Any], reused: bool = False) -> bool:
         if self.submission is not None and fields["timestamps"].get("submitted", self.submission) != self.submission:
             return False
-        return self._keep(fields["job_id"], fields["record_id"], fields["model_version"], fields)
+        return self._keep(fields["job_id"], fields["record_id"], fields["model_version"], fields, reused)
 
-    def _keep(self, job_id: str, record_id: str, version: str, fields: dict[str, Any] | None) -> bool:
+    def _keep(
+        self, job_id: str, record_id: str, version: str, fields: dict[str, Any] | None, reused: bool = False
+    ) -> bool:
         """The rules: this job (and version, if one is asked for) only; the first copy wins unless
         a newer version comes; a result replaces a dead letter. fields: the decoded result, kept as
         results or timings ask. True when the record had no result kept before (its usage counts)."""
@@ -143,6 +148,10 @@ class JobOutcome:
             return False
         self.dead.pop(record_id, None)  # a retried record that succeeded is not dead
         self.versions[record_id] = version
+        if reused:
+            self.reused.add(record_id)
+        else:
+            self.reused.discard(record_id)
         if fields is not None and (self.keep_results or self.keep_timings):
             result = InferenceResult.from_avro(fields)
             if self.keep_results:
@@ -245,6 +254,8 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
         line["finish_reason"] = item.finish_reason
         line["usage"] = generation_usage(item)
         return finish_line(line, item.model_version, item.attributes, kept)
+    if REUSED_STAMP in item.timestamps:  # written from the results cache (docs/reuse.md)
+        line["reused"] = True
     arrays = item.arrays()
     if item.labels:  # a classifier: its top classes, best first
         line["labels"] = [

@@ -44,6 +44,7 @@ from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_me
 from preprocess_app.models import Models, ServedModels
 from preprocess_app.outage import ride_out_outages
 from preprocess_app.quiet import BrokerWait, OncePerCause, quiet_root_handlers
+from preprocess_app.reuse import CacheTails, ReuseLookup
 from preprocess_app.sole import take_every_partition
 from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
@@ -138,8 +139,12 @@ def create_app(
     # Images of a batch decode in parallel on their own pool (never the one their batch runs on,
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
     decode_pool = ThreadPoolExecutor(max_workers=worker.threads or usable_cpus(), thread_name_prefix="decode")
-    texts = functools.partial(preprocess_texts, models=models, topics=topics)
-    images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map)
+    # results reused before any CPU work: each model's cache.<model> read into a store whose
+    # values spool in the worker's scratch folder (preprocess_app/reuse.py)
+    caches = CacheTails(settings, topics, datadir / "reuse")
+    reuse = ReuseLookup(caches)
+    texts = functools.partial(preprocess_texts, models=models, topics=topics, reuse=reuse)
+    images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map, reuse=reuse)
 
     app.timer(1.0)(batches.measure_lag)
     app.timer(LAG_EVERY_S)(batches.refresh_lag_metrics)

@@ -19,14 +19,17 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Protocol
 
 from kafka_io.records import REUSED_HEADER, OutRecord, job_record
-from kafka_io.settings import Topics
+from kafka_io.result_cache import CacheTail
+from kafka_io.settings import KafkaSettings, Topics
 from reuse.fingerprint import model_fingerprint
 from reuse.keys import RecordKeys
+from reuse.store import ResultStore
 from schemas import InferenceResult, SerdeError, decode, encode, now_us
-from schemas.attributes import REUSE_ATTRIBUTES, REUSE_KEY_ATTRIBUTE, REUSED_STAMP
+from schemas.attributes import REUSE_KEY_ATTRIBUTE, REUSED_STAMP
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -106,7 +109,7 @@ def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topi
             config.version,
         )
         return None
-    attributes = {k: v for k, v in record.attributes.items() if k not in REUSE_ATTRIBUTES}
+    attributes = {k: v for k, v in record.attributes.items() if k != REUSE_KEY_ATTRIBUTE}
     fresh = replace(
         result,
         job_id=record.job_id,
@@ -119,3 +122,42 @@ def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topi
     out = job_record(topics.results, encode(fresh), record.job_id, record.record_id, submitted)
     out.headers = [*out.headers, (REUSED_HEADER, b"1")]  # job_record's list is shared
     return out
+
+
+# How long the first batch of a model waits for its cache to be read to the end the topic had
+# (a store rebuilt from cache.<model> at start): past it, the batch goes on with what was read, and
+# what was not is computed.
+LOAD_WAIT_S = 60.0
+
+
+class CacheTails:
+    """open_cache for ReuseLookup in a worker: each model's ResultStore (its spool in `spool_dir`)
+    fed by a CacheTail of cache.<model>, one per model name whatever its versions (a key names its
+    version), waited on once until loaded."""
+
+    def __init__(self, settings: KafkaSettings, topics: Topics, spool_dir: Path) -> None:
+        self._settings, self._topics, self._spool_dir = settings, topics, spool_dir
+        self._stores: dict[str, ResultStore] = {}
+        self._tails: list[CacheTail] = []
+
+    def __call__(self, config: ModelConfig) -> CachedResults | None:
+        store = self._stores.get(config.name)
+        if store is None:
+            self._spool_dir.mkdir(parents=True, exist_ok=True)
+            store = ResultStore(self._spool_dir)
+            tail = CacheTail(self._settings, self._topics, config.name, store).start()
+            self._tails.append(tail)
+            if not tail.loaded(LOAD_WAIT_S):
+                log.warning(
+                    "%s: not read to its end within %.0f s; records it holds past that are computed",
+                    tail.topic,
+                    LOAD_WAIT_S,
+                )
+            self._stores[config.name] = store
+        return store
+
+    def close(self) -> None:
+        for tail in self._tails:
+            tail.close()
+        for store in self._stores.values():
+            store.close()

@@ -10,13 +10,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-# Internal attributes of result reuse (docs/reuse.md), never shown in a job's output:
-# the record's reuse key (64 hex digits as JSON text), set by the preprocess worker on a record it
-# did not find in the results cache: the GPU worker writes the record's result to the cache under it
+# Result reuse's internal attribute (docs/reuse.md), never shown in a job's output: the record's
+# reuse key (64 hex digits as JSON text), set by the preprocess worker on a record it did not find
+# in the results cache; the GPU worker writes the record's result to the cache under it. (A
+# --no-reuse job says so in its raw records' headers: kafka_io.records.NO_REUSE_HEADER.)
 REUSE_KEY_ATTRIBUTE = "nearline.reuse_key"
-# set (to JSON true) by submit, schedule add, produce and run --no-reuse: computed, never looked up
-NO_REUSE_ATTRIBUTE = "nearline.no_reuse"
-REUSE_ATTRIBUTES = (REUSE_KEY_ATTRIBUTE, NO_REUSE_ATTRIBUTE)
 # A reused result's timestamps carry this stage (when it was written from the cache)
 REUSED_STAMP = "reused"
 

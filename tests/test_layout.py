@@ -20,9 +20,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "schemas": set(),
     "kafka_io": {"schemas"},
     **{stage: {"kafka_io", "schemas"} for stage in STAGES},
+    # the lookup of reusable results is the preprocess stage's, before it tokenizes or decodes
+    "preprocess_app": {"kafka_io", "schemas", "reuse"},
     # models into the repository: the GPU stage's ONNX Runtime engine checks each export
     "model_repository": {"gpu_consumer", "kafka_io", "schemas"},
-    # the reuse key and index: pure, beside the stages, so any of them can take it
+    # the reuse key, index and store: pure, beside the stages, so any of them can take it
     "reuse": {"schemas"},
     "jobs": {*STAGES, "model_repository", "kafka_io", "schemas"},
 }

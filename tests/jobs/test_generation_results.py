@@ -193,6 +193,7 @@ def test_a_jobs_usage_counts_the_tokens_its_generations_produced() -> None:
         "records": 3,
         "input_tokens": 33,
         "completion_tokens": 12,
+        "reused_records": 0,
         "engine_seconds": 0.0003,
     }
     assert usage.text("text") == "3 records, 33 input tokens, 12 completion tokens, 0.00 engine-s"
@@ -204,7 +205,7 @@ def test_a_jobs_usage_counts_the_tokens_its_generations_produced() -> None:
 def test_an_embedding_jobs_usage_has_no_completion_tokens() -> None:
     usage = Usage()
     usage.add_bytes(encode(InferenceResult("j", "r", 0, "m", "1", (), "b", 1, length=7)))
-    assert usage.to_dict("text") == {"records": 1, "input_tokens": 7, "engine_seconds": 0.0}
+    assert usage.to_dict("text") == {"records": 1, "input_tokens": 7, "reused_records": 0, "engine_seconds": 0.0}
 
 
 def as_v1(value: bytes) -> bytes:

@@ -15,9 +15,9 @@ from jobs.bulk_output import OutputRow, write_rows
 from jobs.output import OutputFormat
 from jobs.results import write_items
 from schemas import InferenceResult, Tensor, encode
-from schemas.attributes import NO_REUSE_ATTRIBUTE, REUSE_KEY_ATTRIBUTE
+from schemas.attributes import REUSE_KEY_ATTRIBUTE
 
-INTERNAL = {REUSE_KEY_ATTRIBUTE: json.dumps("ab" * 32), NO_REUSE_ATTRIBUTE: "true"}
+INTERNAL = {REUSE_KEY_ATTRIBUTE: json.dumps("ab" * 32)}
 
 
 def result(i: int, attributes: dict[str, str]) -> InferenceResult:
@@ -53,7 +53,7 @@ def test_json_lines_show_a_result_s_own_attributes_only(source: str) -> None:
         assert write_rows(rows, RESULTS[0], None, out) == len(RESULTS)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [line.get("attributes") for line in lines] == SHOWN
-    assert REUSE_KEY_ATTRIBUTE not in out.getvalue() and NO_REUSE_ATTRIBUTE not in out.getvalue()
+    assert REUSE_KEY_ATTRIBUTE not in out.getvalue()
 
 
 @pytest.mark.parametrize("source", ["decoded", "bytes"])

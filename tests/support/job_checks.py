@@ -16,9 +16,10 @@ class RunsCli(Protocol):
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]: ...
 
 
-def assert_status_is_exact(where: RunsCli, job_id: str, total: int) -> None:
+def assert_status_is_exact(where: RunsCli, job_id: str, total: int, reused: int = 0) -> None:
     """`nearline status`: completed, with exact counts. It counts distinct ids, so a redelivery
-    after a kill or a cut must not inflate them."""
+    after a kill or a cut must not inflate them. `reused`: records whose result came from the
+    results cache (docs/reuse.md), the rest inferred."""
     done = where.cli("status", job_id, "--json")
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
@@ -26,7 +27,8 @@ def assert_status_is_exact(where: RunsCli, job_id: str, total: int) -> None:
     assert status["counts"] == {
         "submitted": total,
         "preprocessed": total,
-        "inferred": total,
+        "inferred": total - reused,
+        "reused": reused,
         "dead_lettered": 0,
         "cancelled": 0,
         "expired": 0,

@@ -146,7 +146,9 @@ def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: i
     raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")
 
 
-def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float) -> None:
+def finish_and_check(
+    pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float, reused: int = 0
+) -> None:
     """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
     `status` counts. Waiting on the latest submission matters after a resubmit: results of the
     killed submission's records would count as done before the resubmission's came in, while
@@ -161,4 +163,4 @@ def finish_and_check(pipeline: RunningPipeline, job_id: str, ids: list[str], tmp
         submission=submission,
     )
     assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
-    assert_status_is_exact(pipeline, job_id, len(ids))
+    assert_status_is_exact(pipeline, job_id, len(ids), reused)
