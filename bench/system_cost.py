@@ -219,6 +219,7 @@ def measure(
     engine: str = "zero-cost",
     preprocess_workers: int = 1,
     broker_kind: str = "tansu",
+    reuse: bool = True,
 ) -> dict[str, float]:
     broker = start_broker(broker_kind, work, kind)
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
@@ -285,7 +286,8 @@ def measure(
 
         threading.Thread(target=watch, name="stall-watch", daemon=True).start()
         try:
-            submitted = timed_command([*submit, str(source), "--job-id", job], env, submit_err, submit_pid)
+            measured = [*submit, str(source), "--job-id", job, *(() if reuse else ("--no-reuse",))]
+            submitted = timed_command(measured, env, submit_err, submit_pid)
         finally:
             done.set()
         phase(f"the {records:,}-record job done")
@@ -341,6 +343,12 @@ def main() -> None:
         default=["tansu"],
         help="the broker(s) to measure on, one after the other in this sitting (kafka: .ci/setup --tests fetches it)",
     )
+    parser.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="submit the measured job with --no-reuse: every record computed (the short texts repeat, and a "
+        "repeated text is otherwise reused from the results cache), its key computed and its result cached",
+    )
     parser.add_argument("--gpu-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     precompile(Path(__file__).resolve().parents[1])  # the commands and workers start as installed
@@ -353,7 +361,7 @@ def main() -> None:
         for kind in args.texts:
             for broker in args.broker:
                 workers = max(1, args.preprocess_workers)
-                measure(kind, args.records, repository, Path(tmp), args.engine, workers, broker)
+                measure(kind, args.records, repository, Path(tmp), args.engine, workers, broker, not args.no_reuse)
     print(f"\nmachine: {machine()}")
 
 
