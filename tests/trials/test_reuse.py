@@ -16,10 +16,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from jobs.job_terms import JobTerms
+from jobs.scheduling.cron import to_us
+from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig
 from tests.support.pipeline import RunningPipeline, finish_and_check, submit
-from tests.support.tiny_model import build_tiny_model
+from tests.support.scheduling import T0, Clock
+from tests.support.tiny_model import TinyModel, build_tiny_model
 
 ROWS = 20_000
 RNG = random.Random(52)
@@ -134,5 +139,32 @@ def test_a_new_version_reuses_nothing_and_a_restarted_pipeline_reuses_what_the_t
         pipeline.start("gpu", "gpu", "--model", "tiny")
         job_id = submit(pipeline, source)
         finish_and_check(pipeline, job_id, ids, tmp_path, timeout_s=300, reused=len(rows))
+    finally:
+        pipeline.stop()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "no-reuse"])
+def test_a_schedules_second_tick_over_an_unchanged_glob_reuses_every_record_unless_told_not_to(
+    tiny: TinyModel, model_repository: Path, settings: KafkaSettings, topics: Topics, tmp_path: Path, reuse: bool
+) -> None:
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    for n in range(2):
+        (drop / f"{n}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts(60, 10 + n)))
+    spec = ScheduleSpec("nightly", "* * * * *", str(drop / "*.jsonl"), "tiny", terms=JobTerms(reuse=reuse))
+    add_schedule(settings, topics, new_schedule(spec, to_us(T0)))
+    clock = Clock(T0)
+    pipeline = RunningPipeline(settings, topics, model_repository, tmp_path / "logs")
+    try:
+        pipeline.start("preprocess", "preprocess")
+        pipeline.start("gpu", "gpu", "--model", "tiny")
+        with Scheduler(settings, topics, SchedulerConfig("sched"), clock=clock) as scheduler:
+            for minute in (1, 2):
+                clock.at(minute, 1)
+                (job_id,) = scheduler.step()
+                ids = [f"{n}.jsonl:{line}" for n in range(2) for line in range(1, 61)]
+                tick_reused = len(ids) if reuse and minute == 2 else 0
+                finish_and_check(pipeline, job_id, ids, tmp_path, timeout_s=300, reused=tick_reused)
     finally:
         pipeline.stop()
