@@ -21,7 +21,7 @@ from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.steps import Inference
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
-from kafka_io.clients import Producer, make_consumer, make_producer
+from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -29,11 +29,11 @@ from kafka_io.records import OutRecord
 from kafka_io.result_cache import cache_topic
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from kafka_io.transactions import make_transactional_producer
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from schemas.attributes import REUSE_KEY_ATTRIBUTE
 from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.causal_lm import lm_config
+from tests.support.pipeline import new_producers
 from tests.support.tiny_model import VOCAB, TinyModel
 
 JOB = "job-cache"
@@ -88,12 +88,7 @@ def feed(settings: KafkaSettings, topics: Topics) -> tuple[set[str], set[str]]:
 def drain(settings: KafkaSettings, topics: Topics, tiny: TinyModel, transactional: bool) -> int:
     name = uuid.uuid4().hex[:8]
     consumer = make_consumer(settings, topics.gpu_group("tiny"))
-
-    def new_producer() -> Producer:
-        if transactional:
-            return make_transactional_producer(settings, f"{topics.gpu_group('tiny')}.{name}")
-        return make_producer(settings)
-
+    new_producer = new_producers(settings, f"{topics.gpu_group('tiny')}.{name}" if transactional else None)
     try:
         stats = run(
             consumer,

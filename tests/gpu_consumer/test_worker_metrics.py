@@ -14,11 +14,10 @@ from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.steps import Inference
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
-from kafka_io.clients import Producer, make_consumer, make_producer
+from kafka_io.clients import make_consumer
 from kafka_io.polling import subscribe
 from kafka_io.settings import KafkaSettings, Topics
-from kafka_io.transactions import make_transactional_producer
-from tests.support.pipeline import feed_tensors
+from tests.support.pipeline import feed_tensors, new_producers
 from tests.support.tiny_model import TinyModel
 
 RECORDS = 40
@@ -32,12 +31,7 @@ def test_the_worker_loop_reports_every_window_and_executed_batch(
     model = f"tiny-{uuid.uuid4().hex[:8]}"  # its own series in the process-wide registry
     metrics = PrometheusGpuMetrics(model)
     consumer = make_consumer(settings, topics.gpu_group("tiny"))
-
-    def new_producer() -> Producer:
-        if transactional:
-            return make_transactional_producer(settings, f"{topics.gpu_group('tiny')}.{model}")
-        return make_producer(settings)
-
+    new_producer = new_producers(settings, f"{topics.gpu_group('tiny')}.{model}" if transactional else None)
     try:
         stats = run(
             consumer,

@@ -16,14 +16,17 @@ class RunsCli(Protocol):
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]: ...
 
 
-def assert_status_is_exact(where: RunsCli, job_id: str, total: int, reused: int = 0) -> None:
+def assert_status_is_exact(where: RunsCli, job_id: str, total: int, reused: int | None = None) -> None:
     """`nearline status`: completed, with exact counts. It counts distinct ids, so a redelivery
-    after a kill or a cut must not inflate them. `reused`: records whose result came from the
-    results cache (docs/reuse.md), the rest inferred."""
+    after a kill or a cut must not inflate them. `reused`: how many records' results came from the
+    results cache (docs/reuse.md), the rest inferred; None: any number, as where a text repeats
+    one whose result may or may not be cached yet when it is looked up."""
     done = where.cli("status", job_id, "--json")
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["state"] == "completed"
+    if reused is None:
+        reused = status["counts"]["reused"]
     assert status["counts"] == {
         "submitted": total,
         "preprocessed": total,

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,12 +16,13 @@ from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job
 from jobs.results import JobOutcome
-from kafka_io.clients import make_producer
+from kafka_io.clients import Producer, make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
 from kafka_io.records import OutRecord
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.transactions import make_transactional_producer
 from schemas import Tensor, TensorRecord, encode
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
@@ -147,7 +149,12 @@ def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: i
 
 
 def finish_and_check(
-    pipeline: RunningPipeline, job_id: str, ids: list[str], tmp_path: Path, timeout_s: float, reused: int = 0
+    pipeline: RunningPipeline,
+    job_id: str,
+    ids: list[str],
+    tmp_path: Path,
+    timeout_s: float,
+    reused: int | None = None,
 ) -> None:
     """Wait for the job's latest submission, then: one result per record in `nearline results`, exact
     `status` counts. Waiting on the latest submission matters after a resubmit: results of the
@@ -164,3 +171,14 @@ def finish_and_check(
     )
     assert_exactly_one_result_each(pipeline, job_id, ids, tmp_path / f"{job_id}.jsonl")
     assert_status_is_exact(pipeline, job_id, len(ids), reused)
+
+
+def new_producers(settings: KafkaSettings, transactional_id: str | None) -> Callable[[], Producer]:
+    """A GPU loop's producer factory, as the worker makes it: transactional where an id is given."""
+
+    def new_producer() -> Producer:
+        if transactional_id is not None:
+            return make_transactional_producer(settings, transactional_id)
+        return make_producer(settings)
+
+    return new_producer

@@ -83,8 +83,9 @@ def test_profile_of_a_job_id_submitted_again_counts_its_latest_submission_as_sta
 ) -> None:
     pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "8", "--max-linger-ms", "0")
-    for name, n in (("first.jsonl", 50), ("second.jsonl", 2)):
-        source = str(write_jsonl(tmp_path / name, example_lines(n)))
+    # texts of their own: a text of the first would be reused from its result (docs/reuse.md)
+    for name, rows in (("first.jsonl", example_lines(50)), ("second.jsonl", example_lines(52)[50:])):
+        source = str(write_jsonl(tmp_path / name, rows))
         done = pipeline.cli("submit", source, "--model", "tiny", "--job-id", "job-twice", "--wait")
         assert done.returncode == 0, done.stderr
     status = json.loads(pipeline.cli("status", "job-twice", "--json").stdout)
