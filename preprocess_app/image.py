@@ -20,7 +20,7 @@ from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_
 from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
-from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, reused_result, with_key
+from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result, with_key
 from schemas import RawImage, SerdeError, Tensor, TensorRecord, decode, now_us
 from schemas.attributes import attribute_text
 from schemas.model_config import ImageSpec, ModelError, ModelNotFoundError
@@ -263,7 +263,7 @@ def _reused(
     cached: CachedModel, key: bytes, src: ConsumedRecord, raw: RawImage, topics: Topics, out: list[OutRecord]
 ) -> bool:
     """Write the image's result from the cache, if the cache holds one it may serve."""
-    value = cached.results.get_many([key])[0]
+    value = found(cached, [key])[0]
     if value is None:
         return False
     stamps = {"submitted": raw.submitted_at, "preprocess_start": now_us()}

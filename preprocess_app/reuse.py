@@ -65,12 +65,26 @@ class ReuseLookup:
         with self._lock:
             cached = self._models.get(name)
             if cached is None:
-                results = self._open(config)
+                try:
+                    results = self._open(config)
+                except OSError as exc:  # no room or no right to spool the cache: computed, asked again later
+                    log.warning("%s: the results cache cannot be opened, computing its records: %s", config.name, exc)
+                    return None
                 if results is None:
                     return None
                 cached = CachedModel(config, RecordKeys(model_fingerprint(config)), results)
                 self._models[name] = cached
             return cached
+
+
+def found(cached: CachedModel, keys: Sequence[bytes]) -> list[bytes | None]:
+    """The cached values of `keys`, None where there is none; a store that cannot be read (its
+    spool gone or unreadable) finds nothing, with a warning: the records are computed."""
+    try:
+        return cached.results.get_many(keys)
+    except (OSError, ValueError) as exc:
+        log.warning("%s: the results cache cannot be read, computing: %s", cached.config.name, exc)
+        return [None] * len(keys)
 
 
 def with_key(attributes: Mapping[str, str] | None, key: bytes) -> dict[str, str]:

@@ -25,7 +25,7 @@ from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
 from preprocess_app.prompts import PromptRenderer, request_for_encoder, with_sampling
-from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, reused_result, with_key
+from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result, with_key
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
@@ -236,8 +236,8 @@ def _reuse(
         attributes = list(g.attributes)
         served: set[int] = set()
         # --no-reuse: computed, and its results still cached (they are what a fresh run writes)
-        found = cached.results.get_many(keys) if g.reusable else [None] * len(keys)
-        for j, (key, value) in enumerate(zip(keys, found, strict=True)):
+        values = found(cached, keys) if g.reusable else [None] * len(keys)
+        for j, (key, value) in enumerate(zip(keys, values, strict=True)):
             if value is not None:
                 record = ReusedRecord(g.job_id, g.record_ids[j], int(g.seqs[j]), g.attributes[j] or {}, stamps)
                 result = reused_result(value, cached.config, record, topics)

@@ -162,3 +162,22 @@ def test_an_image_found_in_the_cache_is_answered_undecoded_and_the_others_carry_
     assert result.attributes == {"source": '"1.jpg"'}
     again = [decode(value(o), TensorRecord) for o in second if o.topic == "ns.tensors.efficientnet-lite0"]
     assert [t.record_id for t in again] == ["i0", "i2"]
+
+
+def test_a_cache_that_cannot_be_opened_computes_every_record_and_is_asked_again_next_batch(
+    tiny: TinyModel, model_repository: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    opened: list[str] = []
+
+    def no_room(config: ModelConfig) -> CachedResults:
+        opened.append(config.name)
+        raise OSError(28, "No space left on device", str(tmp_path / "reuse"))
+
+    reuse = ReuseLookup(no_room)
+    models = Models(model_repository)
+    with caplog.at_level(logging.WARNING):
+        for job_id in ("job-a", "job-b"):
+            out = preprocess_texts([pack(job_id, TEXTS)], models, TOPICS, reuse=reuse)
+            assert [len(p) for p in packs_in(out)] == [4] and not [o for o in out if o.topic == "ns.results"]
+    assert opened == ["tiny", "tiny"]
+    assert "the results cache cannot be opened" in caplog.text and "No space left" in caplog.text
