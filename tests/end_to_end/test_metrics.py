@@ -178,6 +178,7 @@ def test_prometheus_scrapes_every_worker_and_holds_the_jobs_figures_and_the_work
             (PREPROCESS, tensors): RECORDS,
             (PREPROCESS, topics.dead_letters): 3,
             (GPU, topics.results): RECORDS,
+            (GPU, topics.cache("tiny")): RECORDS,  # each result in the results cache too (docs/reuse.md)
             (GPU, topics.dead_letters): 2,
         }
         eventually(

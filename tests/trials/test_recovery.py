@@ -66,7 +66,8 @@ def test_the_gpu_worker_killed_with_both_lanes_busy_loses_nothing_in_either(
     # a kill point above 128 straight to the end of the job (the kill then "came late").
     monkeypatch.setenv("NEARLINE_PACK_RECORDS", "16")
     rows = example_lines(1200)
-    live_rows = [{"id": f"live-{r['id']}", "text": r["text"]} for r in example_lines(300)]
+    # texts of their own: the backfill's would be reused from its results, never reaching the engine
+    live_rows = [{"id": f"live-{r['id']}", "text": f"live: {r['text']}"} for r in example_lines(300)]
     kill_at = RNG.randint(10, 250)
     pipeline.start("preprocess", "preprocess")
     gpu = pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
@@ -98,7 +99,7 @@ def test_the_preprocess_worker_killed_with_both_lanes_busy_loses_nothing_in_eith
     """Killed while its live agent and its batch agent both had records (#35): each lane's
     offsets are committed by its own agent, and after a restart each job completes exactly once."""
     rows = example_lines(1200)
-    live_rows = [{"id": f"live-{r['id']}", "text": r["text"]} for r in example_lines(600)]
+    live_rows = [{"id": f"live-{r['id']}", "text": f"live: {r['text']}"} for r in example_lines(600)]
     batch_id = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", rows))
     live_id = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", live_rows), "--priority", "live")
     kill_at = RNG.randint(20, 300)
@@ -172,8 +173,9 @@ def test_a_submit_killed_mid_way_and_resubmitted_with_its_job_id_doubles_nothing
 def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_dies(
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path, group_protocol: str
 ) -> None:
-    # long enough at batch 1 for the second worker's join (a few seconds) to land mid-job
-    rows = [{"id": f"{k}-{r['id']}", "text": r["text"]} for k in range(5) for r in example_lines(1200)]
+    # long enough at batch 1 for the second worker's join (a few seconds) to land mid-job; every
+    # text its own, or the copies would be reused from the first's results (docs/reuse.md)
+    rows = [{"id": f"{k}-{r['id']}", "text": f"{k}: {r['text']}"} for k in range(5) for r in example_lines(1200)]
     pipeline.start("preprocess", "preprocess")
     args = (
         "gpu",
@@ -187,18 +189,19 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
         group_protocol,
     )
     first, second = pipeline.start("gpu-a", *args), pipeline.start("gpu-b", *args)
-    # small jobs until both members have joined the group and produced results
+    # small jobs until both members have joined the group and produced results (--no-reuse: the
+    # same texts again, each computed, not answered from the first's results)
     workers: set[str] = set()
     deadline = time.monotonic() + 120
     while len(workers) < 2:
         assert time.monotonic() < deadline, f"only {workers} took part"
-        warm = submit(pipeline, write_jsonl(tmp_path / "warm.jsonl", rows[:200]))
+        warm = submit(pipeline, write_jsonl(tmp_path / "warm.jsonl", rows[:200]), "--no-reuse")
         outcome, _ = watch_job(
             pipeline.settings, pipeline.topics, warm, 200, WaitRules(check=pipeline.check_workers, timeout_s=60)
         )
         workers = {r.batch_id.rsplit("-", 1)[0].rsplit("-", 1)[1] for r in outcome.results.values()}
     assert workers == {str(first.process.pid), str(second.process.pid)}
-    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
+    job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--no-reuse")
     reached = follow_until(pipeline, pipeline.topics.results, job_id, len(rows) // 5)
     second.process.send_signal(signal.SIGKILL)
     second.process.wait()

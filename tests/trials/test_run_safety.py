@@ -355,8 +355,9 @@ def test_submit_wait_gives_up_with_exit_6_soon_after_the_only_gpu_worker_is_sigk
     assert live_groups(pipeline.settings, [group]) == {group}
     gpu.process.send_signal(signal.SIGKILL)
     gpu.process.wait()
+    # --no-reuse: the warm-up's texts again, which the preprocess worker would answer from the cache
     done, seconds = submit_wait(
-        pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace-s", "10", "--timeout-s", "100"
+        pipeline, many_lines(tmp_path / "in.jsonl", 5), "--no-reuse", "--worker-grace-s", "10", "--timeout-s", "100"
     )
     assert done.returncode == 6, done.stderr
     assert "no GPU worker for tiny alive" in done.stderr and "Traceback" not in done.stderr, done.stderr
