@@ -20,6 +20,8 @@ from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
+from kafka_io.reading import read_topics
+from kafka_io.records import NO_REUSE_HEADER, header_of
 from kafka_io.settings import KafkaSettings, Topics
 from schemas.model_config import ModelConfig
 from tests.support.pipeline import RunningPipeline, finish_and_check, submit
@@ -168,3 +170,24 @@ def test_a_schedules_second_tick_over_an_unchanged_glob_reuses_every_record_unle
                 finish_and_check(pipeline, job_id, ids, tmp_path, timeout_s=300, reused=tick_reused)
     finally:
         pipeline.stop()
+
+
+def test_no_reuse_is_kept_by_schedule_add_and_marks_every_record_produce_writes(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path
+) -> None:
+    pipeline = RunningPipeline(settings, topics, tmp_path / "models", tmp_path / "logs")
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts(3, 4)))
+    for name, extra in (("kept", ()), ("computed", ("--no-reuse",))):
+        added = pipeline.cli(
+            "schedule", "add", name, "--cron", "0 3 * * *", "--input", str(source), "-m", "tiny", *extra
+        )
+        assert added.returncode == 0, added.stderr
+    listed = {s["name"]: s["reuse"] for s in json.loads(pipeline.cli("schedule", "list", "--json").stdout)}
+    assert listed == {"kept": True, "computed": False}
+
+    for extra in ((), ("--no-reuse",)):
+        done = pipeline.cli("produce", topics.raw_text, str(source), "-m", "tiny", *extra)
+        assert done.returncode == 0, done.stderr
+    marks = [header_of(m.headers, NO_REUSE_HEADER) or b"" for m in read_topics(settings, [topics.raw_text])]
+    assert sorted(marks) == [b"", b"1"]  # one pack of three texts each: the second marked
