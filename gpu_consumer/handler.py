@@ -351,11 +351,9 @@ def handle_window(
     window_id: str,
     policy: BatchPolicy | None = None,
     on_executed: Callable[[Executed], None] = lambda run: None,
-    cached: list[OutRecord] | None = None,
 ) -> list[OutRecord]:
     """prepare, execute and emit one window, one step after the other: results and dead letters.
-    `on_executed` sees each executed batch once its results are encoded (the worker's metrics);
-    `cached` gets the records for the results cache (Emitter.cache), if given."""
+    `on_executed` sees each executed batch once its results are encoded (the worker's metrics)."""
     window = prepare(sources, engine, config, topics, window_id, policy)
     emitter = Emitter(config, topics, engine.postprocessed)
     out = list(window.dead)
@@ -364,10 +362,7 @@ def handle_window(
         if isinstance(event, Poisoned):
             out.append(emitter.dead(event))
         else:
-            results = emitter.results(event, f"{window_id}.{n}", window.formed_us)
-            out.extend(results)
-            if cached is not None:
-                cached.extend(emitter.cache.of(event.items, results))
+            out.extend(emitter.results(event, f"{window_id}.{n}", window.formed_us))
             on_executed(event)
             n += 1
     return out

@@ -147,20 +147,19 @@ LOAD_WAIT_S = 60.0
 class CacheTails:
     """open_cache for ReuseLookup in a worker: each model's ResultStore (its spool in `spool_dir`)
     fed by a CacheTail of cache.<model>, one per model name whatever its versions (a key names its
-    version), waited on once until loaded."""
+    version), waited on once until loaded. Both live as long as the worker: the tails are daemon
+    threads, and the spools go with the worker's scratch folder."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, spool_dir: Path) -> None:
         self._settings, self._topics, self._spool_dir = settings, topics, spool_dir
         self._stores: dict[str, ResultStore] = {}
-        self._tails: list[CacheTail] = []
 
-    def __call__(self, config: ModelConfig) -> CachedResults | None:
+    def __call__(self, config: ModelConfig) -> ResultStore:
         store = self._stores.get(config.name)
         if store is None:
             self._spool_dir.mkdir(parents=True, exist_ok=True)
             store = ResultStore(self._spool_dir)
             tail = CacheTail(self._settings, self._topics, config.name, store).start()
-            self._tails.append(tail)
             if not tail.loaded(LOAD_WAIT_S):
                 log.warning(
                     "%s: not read to its end within %.0f s; records it holds past that are computed",
@@ -169,9 +168,3 @@ class CacheTails:
                 )
             self._stores[config.name] = store
         return store
-
-    def close(self) -> None:
-        for tail in self._tails:
-            tail.close()
-        for store in self._stores.values():
-            store.close()
