@@ -1,4 +1,4 @@
-"""Which lane the next poll window comes from (#35): the pure policy, no Kafka in here.
+"""Which lane the next poll window comes from: the pure policy, no Kafka in here.
 
 Live records are served first; while live traffic is continuous the bulk lane still keeps at
 least `bulk_share` of the engine's *time* (seconds of inference, not records: a batch record and

@@ -64,8 +64,8 @@ class OnnxRuntimeEngine(Engine):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # A pool thread that finishes its share of an operator spins for the next one by default,
         # burning a core that this worker's Kafka threads, the lanes and (in `nearline run`) the
-        # preprocess worker need: 0.6 CPU-s of a 2,000-text run on two cores, against 0.36 s
-        # without, and the engine alone as fast either way (bench/HISTORY.md, "Session of 2026-12-02, night").
+        # preprocess worker need; without spinning the engine alone is as fast (bench.run_ratio
+        # measures the run, bench/HISTORY.md has the figures).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             return ort.InferenceSession(str(self.config.onnx_path), options, providers=self.providers)

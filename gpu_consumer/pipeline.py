@@ -87,7 +87,7 @@ class Pipeline:
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored
         self._probed_at = 0.0  # when _broker_answers last asked the broker
-        # Live windows go to the engine before queued bulk ones (#35): a live record waits for the
+        # Live windows go to the engine before queued bulk ones: a live record waits for the
         # window running, not for every window in flight. A bulk window picked while both lanes
         # waited is the share guard's, and keeps its place: overtaken by every later live window,
         # it would never run under continuous live traffic. Within a lane the order is the poll

@@ -100,7 +100,7 @@ def windows(
     backlog, full windows that sort into full executed batches, instead of windows cut every
     linger into batches of a few records.
 
-    Lanes (#35): `lane_of(topic)` names the lane of a record's topic, and a window holds records of
+    Lanes: `lane_of(topic)` names the lane of a record's topic, and a window holds records of
     one lane only, the one `pick(lanes with records)` names (the caller's policy), where a lane has
     records when some are held here or its partitions' high watermarks (librdkafka's cached ones,
     from every fetch) are past what was consumed. The lanes not picked are paused, which also drops

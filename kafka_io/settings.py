@@ -24,7 +24,7 @@ ENV_METRICS_TLS_KEY = "NEARLINE_METRICS_TLS_KEY"
 ENV_METRICS_CLIENT_CA = "NEARLINE_METRICS_CLIENT_CA"
 ENV_METRICS = (ENV_METRICS_PORT, ENV_METRICS_TLS_CERT, ENV_METRICS_TLS_KEY, ENV_METRICS_CLIENT_CA)
 
-# A job's priority lane (#35): live records are served before bulk ones at every stage. Each
+# A job's priority lane: live records are served before bulk ones at every stage. Each
 # stage topic has one topic per lane (Topics.lane), so Kafka keeps the lanes apart and a worker
 # can pause one lane's partitions without touching the other's.
 Priority = Literal["live", "bulk"]

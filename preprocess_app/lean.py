@@ -11,9 +11,9 @@ Here the callback is started at once, as a coroutine driven by hand: one that fi
 waiting (the common case) costs no task; one that waits goes on in a task, under faust's own
 wait_first, as before.
 
-It still pays with packs (#41): `bench.faust_floor --pack 128`, 2026-12-05, 2.30 us a text without
-it against 0.34 with it. A Monitor that skipped faust's per-event statistics (QuietMonitor) paid
-when every text was an event and no longer does (0.34 against 0.33 us a text): removed.
+It pays with packs too (one event carries up to 128 texts): without it faust's own cost a text
+is several times higher (`bench.faust_floor --pack 128` measures both; bench/HISTORY.md has the
+figures).
 """
 
 from __future__ import annotations

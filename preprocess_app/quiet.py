@@ -1,7 +1,7 @@
 """The preprocess worker's log in a broker outage: one line per cause a minute, and one that says what it waits for.
 
 aiokafka logs every failed reconnect, metadata refresh, fetch and coordinator lookup, each at
-ERROR: a 2-minute outage wrote ~8,300 lines (#30 C8), which buried the one thing an operator
+ERROR: a 2-minute outage writes thousands of lines, which bury the one thing an operator
 needs to know, that the worker is waiting and loses nothing. librdkafka's lines (kafka_io.clients)
 have their own once-a-minute filter.
 """
