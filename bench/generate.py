@@ -25,6 +25,10 @@ its preprocess worker still runs in .venv (faust is not in the vLLM environment)
   difference measured, and an engine's speed in a process that ran another engine before is not
   its own (the engine section's three engines in one process differ by up to 2x in either order);
   each round's ratio and their median.
+  --engine-cpus LIST gives the engine CPUs of its own in both (the engine alone's process; the GPU
+  worker's `--engine-cpus`), as a GPU's compute is its own, and runs every other process (the
+  broker, the preprocess worker, `submit`, the GPU worker's Kafka loop and clients) on the rest:
+  what the platform costs the engine then, not what sharing two cores with it costs.
 Figures, never assertions: the machine is shared. Greedy decoding throughout (temperature 0).
 """
 
@@ -47,11 +51,13 @@ from bench.procfs import cpu_seconds
 from bench.system_cost import timed_command
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
 from gpu_consumer.generation.engines import make_generator
+from gpu_consumer.generation.main_thread import engine_threads_on
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
 from gpu_consumer.generation.transformers_engine import batching_config
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
+from kafka_io.cpus import host_cpus, parse_cpu_list
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
 
@@ -164,10 +170,17 @@ def engine_section(
 
 
 def alone_once(
-    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits, kind: str
+    config: ModelConfig,
+    prompts: list[list[int]],
+    max_tokens: int,
+    limits: GenerationLimits,
+    kind: str,
+    engine_cpus: frozenset[int] | None,
 ) -> None:
     """The engine alone once, its faster way, in this process (started for it): prints its seconds
     and tokens for alternate_section to read."""
+    if engine_cpus is not None:
+        engine_threads_on(engine_cpus)  # as the GPU worker's main thread does with --engine-cpus
     if kind == "vllm":
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         seconds, tokens = vllm_generate(config, prompts, max_tokens, limits)
@@ -184,12 +197,15 @@ def alternate_section(
         argv = [sys.executable, "-m", "bench.generate", "--alone-once", "--engine", args.engine]
         argv += ["--model", args.model, "--prompts", str(args.prompts), "--max-tokens", str(args.max_tokens)]
         argv += ["--sequences", str(args.sequences), "--model-repository", str(repository)]
+        argv += ["--engine-cpus", args.engine_cpus] if args.engine_cpus else []
         done = subprocess.run(argv, capture_output=True, text=True, check=True)
         line = next(line for line in done.stdout.splitlines() if line.startswith("ALONE "))
         seconds, tokens = float(line.split()[1]), int(line.split()[2])
         alone = tokens / seconds
         print(f"  round {round_}: {args.engine} alone {alone:,.1f} tokens/s ({tokens:,} tokens in {seconds:.1f} s)")
-        end_to_end = system_section(repository, config, texts, args.max_tokens, work, args.engine)
+        end_to_end = system_section(
+            repository, config, texts, args.max_tokens, work, args.engine, engine_cpus=args.engine_cpus
+        )
         ratios.append(end_to_end / alone)
         print(f"  round {round_}: end to end against the engine alone: {ratios[-1]:.2f}x")
     ratios.sort()
@@ -211,10 +227,17 @@ def gpu_worker_main(repository: Path, model: str) -> None:
 
 
 def system_section(
-    repository: Path, config: ModelConfig, texts: list[str], max_tokens: int, work: Path, engine: str
+    repository: Path,
+    config: ModelConfig,
+    texts: list[str],
+    max_tokens: int,
+    work: Path,
+    engine: str,
+    engine_cpus: str | None = None,
 ) -> float:
     """The platform end to end with the real engine or a zero-cost one: tokens/s, and the CPU of
-    each process per generated token (the GPU worker's whole process where the engine is free)."""
+    each process per generated token (the GPU worker's whole process where the engine is free).
+    `engine_cpus`: the real engine's own CPUs (the GPU worker's --engine-cpus)."""
     broker = EmbeddedBroker.start(work / f"broker-{engine}.log")
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
     env[ENV_MODEL_REPOSITORY] = str(repository)
@@ -241,7 +264,8 @@ def system_section(
             workers.append(
                 spawn_worker(
                     "gpu",
-                    ["gpu", "--model", config.name, "--engine", engine],
+                    ["gpu", "--model", config.name, "--engine", engine]
+                    + (["--engine-cpus", engine_cpus] if engine_cpus else []),
                     bootstrap_servers=broker.bootstrap_servers,
                     namespace=NAMESPACE,
                     repository=repository,
@@ -357,6 +381,7 @@ def main() -> None:
     parser.add_argument("--sections", default="engine,system,static,prefix")
     parser.add_argument("--model-repository", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the alternate section")
+    parser.add_argument("--engine-cpus", default=None, help="CPUs of the engine's own, e.g. 0 (the docstring)")
     parser.add_argument("--gpu-worker", nargs=2, metavar=("REPOSITORY", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--alone-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -371,8 +396,11 @@ def main() -> None:
     texts = questions(args.prompts)
     prompts = chat_ids(config, texts)
     sections = args.sections.split(",")
+    engine_cpus = parse_cpu_list(args.engine_cpus) if args.engine_cpus else None
+    if engine_cpus is not None:  # this process and every process it starts: the host's CPUs
+        os.sched_setaffinity(0, host_cpus(engine_cpus))
     if args.alone_once:
-        alone_once(config, prompts, args.max_tokens, limits, args.engine)
+        alone_once(config, prompts, args.max_tokens, limits, args.engine, engine_cpus)
         return
     print(f"bench.generate: {config.name}:{config.version}, {args.prompts} chat prompts, {machine()}")
     alone = None

@@ -37,7 +37,7 @@ from gpu_consumer.batcher import BatchPolicy, default_window
 from gpu_consumer.engine import Engine
 from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
-from gpu_consumer.generation.main_thread import drive_on_main
+from gpu_consumer.generation.main_thread import drive_on_main, engine_threads_on
 from gpu_consumer.generation.step import Engines, GenerationStep
 from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
@@ -56,6 +56,7 @@ from kafka_io.clients import (
     make_consumer,
     make_producer,
 )
+from kafka_io.cpus import host_cpus
 from kafka_io.heap import settle_heap
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, assign_topics, records_in, subscribe
@@ -175,6 +176,7 @@ class GpuWorkerSettings:
     group_protocol: str = "classic"
     kv_cache_tokens: int | None = None  # causal LMs: the KV cache's size in tokens; None: the engine's default
     eager: bool = False  # causal LMs: no graph compilation (GenerationLimits.eager)
+    engine_cpus: frozenset[int] | None = None  # causal LMs on the CPU: the engine's own CPUs (main_thread.py)
 
 
 def serve(
@@ -204,6 +206,11 @@ def serve(
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
     check_group_protocol(settings, worker.group_protocol)
     config = load_model_config(repository, model)
+    if worker.engine_cpus is not None and not config.is_generator:
+        raise ValueError(
+            f"model {model} is an encoder: --engine-cpus gives CPUs to a causal LM's engine "
+            "(--threads sizes an encoder's)"
+        )
     if config.is_generator:
         return _serve_generator(settings, topics, config, worker, stop, generator)
     unknown = set(config.postprocess) - set(STEPS)
@@ -330,6 +337,10 @@ def _serve_generator(
     if worker.kv_cache_tokens is not None:
         limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
     build = partial(make_generator, config, worker.engine_kind, limits, driven=True)
+    loop_cpus = None
+    if worker.engine_cpus is not None:
+        loop_cpus = host_cpus(worker.engine_cpus)  # raises before anything is built where they are wrong
+        engine_threads_on(worker.engine_cpus)
     engine = build()
 
     def loop(renew: Callable[[], GenerationEngine]) -> WorkerStats:
@@ -338,6 +349,6 @@ def _serve_generator(
         return _consume(settings, topics, config, worker, None, BatchPolicy(1), stop, Engines(engine, renew))
 
     try:
-        return drive_on_main(engine, build, loop)
+        return drive_on_main(engine, build, loop, loop_cpus)
     finally:
         engine.close()

@@ -6,11 +6,19 @@ thread that built it (the process's main thread) they kept both cores of the ben
 stepped on another they kept 1.7 (bench/HISTORY.md), and an engine built off the main thread aborted
 in its compile warm-up. So a replacement engine (the loop's `renew`, after a failure) is built
 here too, on the main thread, and driven here in its turn.
+
+Where the engine computes on the CPU, a worker may give it CPUs of its own (`--engine-cpus`), as a
+GPU's compute is its own: the main thread, and the threads it starts after (the engine's OpenMP
+pool), stay on those; the Kafka loop, the post-process thread and the Kafka clients' threads (all
+started from the loop's thread) on the others. Sharing every core instead, each wake-up of the
+loop or the clients takes a core from one of the engine's threads while the other spins at its
+barrier (bench/HISTORY.md).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -32,14 +40,25 @@ class DrivenEngine(Protocol):
     def drive(self, until: threading.Event | None = None) -> None: ...
 
 
+def engine_threads_on(cpus: frozenset[int]) -> None:
+    """Keep this thread, and the threads it starts from now on, on `cpus`, and size torch's thread
+    pool (the engine's OpenMP threads) to them. Call it before the engine is built."""
+    import torch
+
+    os.sched_setaffinity(0, cpus)  # 0: this thread, on Linux; threads inherit it as they start
+    torch.set_num_threads(len(cpus))
+
+
 def drive_on_main(
     engine: GenerationEngine,
     build: Callable[[], GenerationEngine],
     loop: Callable[[Callable[[], GenerationEngine]], T],
+    loop_cpus: frozenset[int] | None = None,
 ) -> T:
     """Run `loop(renew)` on a thread of its own while this thread drives `engine`; `renew()`, called
     by the loop after an engine failure, builds another with `build` on this thread, which then
-    drives that one. Returns what the loop returns, or raises what it raised."""
+    drives that one. Returns what the loop returns, or raises what it raised. `loop_cpus`: the
+    loop's thread, and every thread it starts, runs there."""
     builds: queue.Queue[Future[GenerationEngine] | None] = queue.Queue()
     done = threading.Event()
     outcome: Future[T] = Future()
@@ -51,6 +70,8 @@ def drive_on_main(
 
     def run_loop() -> None:
         try:
+            if loop_cpus is not None:
+                os.sched_setaffinity(0, loop_cpus)
             outcome.set_result(loop(renew))
         except BaseException as exc:  # raised again on the main thread, by the caller of drive_on_main
             outcome.set_exception(exc)

@@ -15,6 +15,7 @@ import click
 
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_stdout
+from kafka_io.cpus import parse_cpu_list
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
     DEFAULT_PRIORITY,
@@ -417,3 +418,17 @@ def errors_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "cancelled, expired, not done), keyed by its id (and custom_id); with --output-format openai-batch, "
         "a line per failed request in OpenAI's error shape. - or /dev/stdout: standard output (with -o FILE).",
     )(f)
+
+
+class CpuList(click.ParamType):
+    """CPU ids as taskset writes them ("0-3,6")."""
+
+    name = "cpus"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> frozenset[int]:
+        if isinstance(value, frozenset):
+            return value
+        try:
+            return parse_cpu_list(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)

@@ -12,6 +12,7 @@ import click
 from gpu_consumer import ENGINES
 from jobs.cli.options import (
     HOME,
+    CpuList,
     FiniteFloat,
     batch_options,
     cluster_options,
@@ -176,6 +177,14 @@ def worker_preprocess(
     show_envvar=True,
     help="Causal LMs on vLLM: no torch.compile or CUDA graphs; starts in seconds instead of a minute, decodes slower.",
 )
+@click.option(
+    "--engine-cpus",
+    type=CpuList(),
+    default=None,
+    show_envvar=True,
+    help="Causal LMs on the CPU: CPUs (like 0-13) given to the engine alone, as a GPU's compute is its own; "
+    "the worker's Kafka loop, post-process and clients run on the others [default: every CPU shared].",
+)
 @batch_options
 @metrics_option
 @cluster_options
@@ -193,6 +202,7 @@ def worker_gpu(
     group_protocol: str,
     kv_cache_tokens: int | None,
     eager: bool,
+    engine_cpus: frozenset[int] | None,
     max_batch_size: int | None,
     max_batch_tokens: int | None,
     max_window: int | None,
@@ -224,6 +234,7 @@ def worker_gpu(
         group_protocol=group_protocol,
         kv_cache_tokens=kv_cache_tokens,
         eager=eager,
+        engine_cpus=engine_cpus,
     )
     # the cluster probed once its metrics port is bound
     stats = serve(require_servers(bootstrap_servers, probe=False), Topics(namespace), model_repository, worker)
