@@ -201,6 +201,8 @@ def serve(
     that change owner, not every member's (docs/brokers.md)."""
     model, metrics = worker.model, worker.metrics
     stop = _stop_on_signals()  # here, on the main thread: a generation worker's loop runs on another
+    if worker.engine_cpus is not None:
+        host_cpus(worker.engine_cpus)  # a wrong list is said before the broker is tried
     if metrics is not None:
         start_endpoint(metrics)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down

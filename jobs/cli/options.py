@@ -15,7 +15,7 @@ import click
 
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_stdout
-from kafka_io.cpus import parse_cpu_list
+from kafka_io.cpus import host_cpus, parse_cpu_list
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import (
     DEFAULT_PRIORITY,
@@ -420,8 +420,8 @@ def errors_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-class CpuList(click.ParamType):
-    """CPU ids as taskset writes them ("0-3,6")."""
+class EngineCpus(click.ParamType):
+    """CPU ids as taskset writes them ("0-3,6"), of this host, leaving it some for the rest."""
 
     name = "cpus"
 
@@ -429,6 +429,8 @@ class CpuList(click.ParamType):
         if isinstance(value, frozenset):
             return value
         try:
-            return parse_cpu_list(str(value))
+            cpus = parse_cpu_list(str(value))
+            host_cpus(cpus)
+            return cpus
         except ValueError as exc:
             self.fail(str(exc), param, ctx)

@@ -12,7 +12,7 @@ import click
 from gpu_consumer import ENGINES
 from jobs.cli.options import (
     HOME,
-    CpuList,
+    EngineCpus,
     FiniteFloat,
     batch_options,
     cluster_options,
@@ -179,7 +179,7 @@ def worker_preprocess(
 )
 @click.option(
     "--engine-cpus",
-    type=CpuList(),
+    type=EngineCpus(),
     default=None,
     show_envvar=True,
     help="Causal LMs on the CPU: CPUs (like 0-13) given to the engine alone, as a GPU's compute is its own; "
