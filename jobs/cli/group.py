@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from jobs.cli.envvars import name_envvars, warn_of_old_names
+from jobs.cli.envvars import name_envvars
 from jobs.exit_codes import ExitCode
 from jobs.input_problems import InvalidInputError, UnusableInputError
 from jobs.submit import BacklogRefusedError
@@ -45,8 +45,7 @@ class NearlineGroup(click.Group):
     def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
-        # per command loaded: its options' old environment variable names and their new ones (envvars.py)
-        self._renamed: dict[str, dict[str, list[str]]] = {}
+        self._named: set[str] = set()  # commands whose options' environment variables are named (envvars.py)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -58,18 +57,10 @@ class NearlineGroup(click.Group):
             command = getattr(importlib.import_module(module), attribute)
         else:
             command = super().get_command(ctx, cmd_name)
-        if command is not None and cmd_name not in self._renamed:
-            prefix = f"{ctx.auto_envvar_prefix or 'NEARLINE'}_{cmd_name.upper().replace('-', '_')}"
-            self._renamed[cmd_name] = name_envvars(command, prefix)
+        if command is not None and cmd_name not in self._named:
+            name_envvars(command, f"{ctx.auto_envvar_prefix or 'NEARLINE'}_{cmd_name.upper().replace('-', '_')}")
+            self._named.add(cmd_name)
         return command
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name, command, rest = super().resolve_command(ctx, args)
-        if name is not None:  # the command that runs: its options read the environment next
-            warn_of_old_names(self._renamed.get(name, {}))
-        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         from gpu_consumer.engine import EngineLoadError

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from gpu_consumer import ENGINES
-from jobs.cli.options import cluster_options, formerly, repository_option
+from jobs.cli.options import cluster_options, repository_option
 from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
 from kafka_io.settings import KafkaSettings, Topics
@@ -158,7 +158,6 @@ def offsets_show(group: str, topic: str, bootstrap_servers: str, namespace: str)
 @click.option("--to-latest", "to", flag_value="latest")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None)
 @click.option("--to-datetime", "to_time", default=None, help="The first record at or after this ISO 8601 time.")
-@formerly("--to-time", "--to-datetime", click.STRING, "to_time")
 @click.option("--execute", is_flag=True, help="Move the group; without it the moves are only printed.")
 @click.option("--dry-run", is_flag=True, help="Print the moves only (what happens without --execute).")
 @cluster_options
@@ -317,7 +316,6 @@ def dlq_show(ids: tuple[str, ...], bootstrap_servers: str, namespace: str) -> No
     metavar="SECONDS",
     help="How long to wait for another `dlq replay` of this dead-letter topic to finish before refusing (exit 1).",
 )
-@formerly("--wait", "--wait-s", click.FloatRange(min=0), "wait_s")  # --wait is a flag elsewhere (`submit --wait`)
 @_dlq_filters
 def dlq_replay(
     ids: tuple[str, ...],

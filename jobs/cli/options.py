@@ -138,7 +138,6 @@ def batch_options(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
     f = click.option(
         "--max-window",
-        "--max-queue",  # its old name
         "max_window",
         type=click.IntRange(min=1),
         default=None,
@@ -233,58 +232,16 @@ def _stdout_as_none(ctx: click.Context, param: click.Parameter, value: Path | No
     return None if names_stdout(value) else value
 
 
-class LaneChoice(click.Choice):
-    """live or bulk; `batch`, the bulk lane's old name, is still taken for one release, with a warning."""
-
-    def __init__(self) -> None:
-        super().__init__(PRIORITIES)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value == "batch":
-            click.echo(
-                "warning: the batch lane is now the bulk lane (--priority bulk); 'batch' goes in the next release",
-                err=True,
-            )
-            return "bulk"
-        return super().convert(value, param, ctx)
-
-
 def priority_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """--priority: the lane a job's records travel in. Live records are served before bulk ones
     at every stage; bulk keeps a minimum share of the engine (`nearline worker gpu --bulk-share`)."""
     return click.option(
         "--priority",
-        type=LaneChoice(),
+        type=click.Choice(PRIORITIES),
         default=DEFAULT_PRIORITY,
         show_envvar=True,
         help="Lane: live jobs overtake bulk ones (a backfill) at every stage.",
     )(f)
-
-
-def formerly(old: str, new: str, param_type: click.ParamType, param: str | None = None) -> Callable[..., Any]:
-    """Keeps a renamed option's old flag working for one release: hidden from --help, warned of,
-    its value given to the new option's parameter (`param`, by default the new flag's name).
-    Scripts written against the old name keep running while they are changed; the environment
-    variable, derived from the parameter's name, keeps its name where the parameter does."""
-    hidden = "formerly_" + old.lstrip("-").replace("-", "_")
-    target = param or new.lstrip("-").replace("-", "_")
-
-    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
-        @click.option(old, hidden, type=param_type, default=None, hidden=True, allow_from_autoenv=False)
-        @functools.wraps(f)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            value = kwargs.pop(hidden)
-            if value is not None:
-                source = click.get_current_context().get_parameter_source(target)
-                if source not in (None, click.core.ParameterSource.DEFAULT):
-                    raise click.UsageError(f"give {new} alone ({old} is its old name)")
-                click.echo(f"warning: {old} is now {new}; the old name goes in the next release", err=True)
-                kwargs[target] = value
-            return f(*args, **kwargs)
-
-        return wrapper
-
-    return decorate
 
 
 def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -297,7 +254,7 @@ def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
         show_envvar=True,
         help="Give up (exit 6) once no worker has been alive, and no record done, for this many seconds.",
     )(f)
-    f = click.option(
+    return click.option(
         "--timeout-s",
         "timeout",
         type=FiniteFloat(min=0, min_open=True),
@@ -305,8 +262,6 @@ def wait_options(f: Callable[..., Any]) -> Callable[..., Any]:
         show_envvar=True,
         help="Give up (exit 7) if the job has not completed after this many seconds [default: no limit].",
     )(f)
-    f = formerly("--worker-grace", "--worker-grace-s", FiniteFloat(min=0), "worker_grace")(f)
-    return formerly("--timeout", "--timeout-s", FiniteFloat(min=0, min_open=True), "timeout")(f)
 
 
 def _labels(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:

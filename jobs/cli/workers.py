@@ -16,7 +16,6 @@ from jobs.cli.options import (
     FiniteFloat,
     batch_options,
     cluster_options,
-    formerly,
     metrics_option,
     repository_option,
 )
@@ -67,7 +66,6 @@ def worker() -> None:
     hidden=True,  # for `nearline run`'s embedded pipeline: the one member of its group, no join
     help="Take every partition without joining the group (only for a worker that is alone).",
 )
-@formerly("--session-timeout", "--session-timeout-s", FiniteFloat(1.0, 300.0), "session_timeout")
 @metrics_option
 @cluster_options
 @repository_option
@@ -152,7 +150,6 @@ def worker_preprocess(
     show_envvar=True,
     help="The bulk lane's minimum share of engine time while live records keep coming (priority lanes).",
 )
-@formerly("--batch-share", "--bulk-share", FiniteFloat(min=0, max=1))
 @click.option(
     "--group-protocol",
     type=click.Choice(GROUP_PROTOCOLS),

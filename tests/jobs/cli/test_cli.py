@@ -63,7 +63,6 @@ def test_a_broker_that_is_down_is_named_with_exit_code_3(command: list[str], tmp
         ("--timeout-s", "nan", "'nan' is not a finite number"),
         ("--timeout-s", "inf", "'inf' is not a finite number"),
         ("--worker-grace-s", "nan", "'nan' is not a finite number"),
-        ("--worker-grace", "nan", "'nan' is not a finite number"),  # the old name, checked as the new
     ],
 )
 def test_a_number_no_worker_could_use_is_a_usage_error_before_any_work(
@@ -77,30 +76,27 @@ def test_a_number_no_worker_could_use_is_a_usage_error_before_any_work(
     assert "submitted" not in done.stderr
 
 
-@pytest.mark.process
 @pytest.mark.parametrize(
-    ("command", "old", "new"),
+    ("command", "old"),
     [
-        (["run", "{input}", "--model", "tiny"], "--timeout", "--timeout-s"),
-        (["submit", "{input}", "--model", "tiny", "--wait"], "--worker-grace", "--worker-grace-s"),
-        (["worker", "preprocess"], "--session-timeout", "--session-timeout-s"),
-        (["dlq", "replay", "--job", "j"], "--wait", "--wait-s"),
+        (["run", "in.txt", "--model", "tiny"], "--timeout"),
+        (["submit", "in.txt", "--model", "tiny", "--wait"], "--worker-grace"),
+        (["worker", "preprocess"], "--session-timeout"),
+        (["worker", "gpu", "--model", "tiny"], "--batch-share"),
+        (["worker", "gpu", "--model", "tiny"], "--max-queue"),
+        (["dlq", "replay", "--job", "j"], "--wait"),
+        (["offsets", "reset", "--group", "g", "--topic", "t"], "--to-time"),
     ],
 )
-def test_a_renamed_option_still_works_for_a_release_with_a_warning_and_not_beside_its_new_name(
-    command: list[str], old: str, new: str, tmp_path: Path
-) -> None:
-    """Durations say their unit (#43); scripts written against the old names keep running. The
-    broker at 127.0.0.1:1 is down, so each command gets as far as connecting: exit 3."""
-    good = tmp_path / "in.txt"
-    good.write_text("one line\n")
-    args = [a.replace("{input}", str(good)) for a in command]
-    done = nearline(*args, old, "7")
-    assert f"warning: {old} is now {new}; the old name goes in the next release" in done.stderr, done.stderr
-    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
-    both = nearline(*args, old, "7", new, "7")
-    assert both.returncode == 2 and f"give {new} alone ({old} is its old name)" in both.stderr, both.stderr
-    assert new in nearline(*command[:2], "--help").stdout and old + " " not in nearline(*command[:2], "--help").stdout
+def test_a_name_an_option_had_before_the_first_release_is_no_option(command: list[str], old: str) -> None:
+    """0.1.0 was never published, so no script was written against the names options had before
+    (#53): each is an unknown option (exit 2), not a hidden alias of the new one."""
+    from click.testing import CliRunner
+
+    from jobs.cli.main import cli
+
+    done = CliRunner().invoke(cli, [*command, old, "7"], env={"NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert done.exit_code == 2 and f"No such option '{old}'" in done.output, done.output
 
 
 @pytest.mark.process

@@ -1,5 +1,5 @@
 """Every option is also an environment variable, named after its flag and shown in --help
-(jobs/cli/envvars.py); the names click made from parameter names still work, with a warning."""
+(jobs/cli/envvars.py); the names click would make from parameter names are not read."""
 
 from __future__ import annotations
 
@@ -62,33 +62,30 @@ def test_an_options_variable_is_named_after_its_flag(path: str, flag: str, varia
     assert f"[env var: {variable}" in " ".join(entry.split())
 
 
-def test_an_old_variable_name_still_sets_its_option_and_is_warned_of() -> None:
-    out = CliRunner().invoke(
-        cli,
-        ["offsets", "reset", "--group", "g", "--topic", "t", "--execute"],
-        env={"NEARLINE_OFFSETS_RESET_TO": "latest", "NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
-    )
-    new = "NEARLINE_OFFSETS_RESET_TO_EARLIEST or NEARLINE_OFFSETS_RESET_TO_LATEST"
-    assert f"warning: NEARLINE_OFFSETS_RESET_TO is now {new}; the old name is read until the next release" in out.output
-    # the reset was asked for (to latest): what stops it is the broker that is not there
-    assert "one of --to-earliest" not in out.output and "127.0.0.1:1" in out.output
-
-
-def test_the_bulk_lanes_old_name_still_works_for_a_release_with_a_warning() -> None:
-    """The batch lane became the bulk lane (docs/cli.md): `--priority batch`, `--batch-share` and
-    NEARLINE_WORKER_GPU_BATCH_SHARE still set what they set, each with a warning."""
-    from click.testing import CliRunner
-
+def test_a_variable_named_after_the_parameter_instead_of_the_flag_is_not_read() -> None:
+    """--to-earliest and --to-latest share the parameter `to`: click's own name for it,
+    NEARLINE_OFFSETS_RESET_TO, would set either; only the flags' names are read."""
     from tests.support.deploy.cli_commands import resolve
 
     env = {"NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    assert resolve(["submit", "in.jsonl", "-m", "m", "--priority", "batch"], env).params["priority"] == "bulk"
-    assert resolve(["worker", "gpu", "-m", "m", "--batch-share", "0.3"], env).params["formerly_batch_share"] == 0.3
-    carried = resolve(["worker", "gpu", "-m", "m"], {**env, "NEARLINE_WORKER_GPU_BATCH_SHARE": "0.4"})
+    args = ["offsets", "reset", "--group", "g", "--topic", "t"]
+    assert resolve(args, {**env, "NEARLINE_OFFSETS_RESET_TO": "latest"}).params["to"] is None
+    assert resolve(args, {**env, "NEARLINE_OFFSETS_RESET_TO_LATEST": "1"}).params["to"] == "latest"
+    assert resolve(["status", "j"], {**env, "NEARLINE_STATUS_AS_JSON": "1"}).params["as_json"] is False
+    assert resolve(["status", "j"], {**env, "NEARLINE_STATUS_JSON": "1"}).params["as_json"] is True
+
+
+def test_the_bulk_lane_has_one_name() -> None:
+    """`batch`, the bulk lane's name before the first release, is no lane (#53)."""
+    from tests.support.deploy.cli_commands import resolve
+
+    env = {"NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    assert resolve(["submit", "in.jsonl", "-m", "m", "--priority", "bulk"], env).params["priority"] == "bulk"
+    out = CliRunner().invoke(cli, ["submit", "in.jsonl", "-m", "m", "--priority", "batch"], env=env)
+    assert out.exit_code == 2 and "'batch' is not one of 'live', 'bulk'" in out.output, out.output
+    carried = resolve(["worker", "gpu", "-m", "m"], {**env, "NEARLINE_WORKER_GPU_BULK_SHARE": "0.4"})
     assert carried.params["bulk_share"] == 0.4
-    out = CliRunner().invoke(cli, ["submit", "missing.jsonl", "-m", "m", "--priority", "batch"], env=env)
-    assert "warning: the batch lane is now the bulk lane (--priority bulk)" in out.output
-    out = CliRunner().invoke(cli, ["worker", "gpu", "-m", "m", "--batch-share", "0.3"], env=env)
-    assert "warning: --batch-share is now --bulk-share" in out.output  # then the broker is not there
-    out = CliRunner().invoke(cli, ["worker", "gpu", "-m", "m", "--batch-share", "2"], env=env)
-    assert out.exit_code == 2 and "--batch-share" in out.output  # the old flag checks its value as the new one
+    assert (
+        resolve(["worker", "gpu", "-m", "m"], {**env, "NEARLINE_WORKER_GPU_BATCH_SHARE": "0.4"}).params["bulk_share"]
+        == 0.1
+    )
