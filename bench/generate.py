@@ -291,6 +291,10 @@ def system_section(
         out = work / f"out-{engine}.jsonl"
         timed_command([sys.executable, "-m", "jobs.cli", "results", job, "-o", str(out)], env)
         tokens = sum(json.loads(line)["usage"]["completion_tokens"] for line in out.open())
+        shown = subprocess.run(
+            [sys.executable, "-m", "jobs.cli", "profile", job, "--json"], env=env, capture_output=True, text=True
+        )
+        timeline = json.loads(shown.stdout) if shown.returncode == 0 else None
     finally:
         stop_all(workers)
         broker.stop()
@@ -304,6 +308,12 @@ def system_section(
     else:  # where the cores went while the engine ran: they are what it competes with
         shown = ", ".join(f"{name} {seconds:.1f}" for name, seconds in cpu.items())
         print(f"    CPU seconds meanwhile: {shown} (of {2 * submitted.wall_s:.0f} on 2 cores)")
+    if timeline is not None:  # the job's own span, without the submit command's start and wait
+        stages = ", ".join(f"{name} {lat['p50_ms']:.0f}" for name, lat in timeline["stages"].items())
+        print(
+            f"    first record submitted to last result: {timeline['wall_s']:.1f} s of the command's "
+            f"{submitted.wall_s:.1f} s; engine busy {timeline['engine_busy_fraction']:.0%}; p50 ms: {stages}"
+        )
     return rate
 
 

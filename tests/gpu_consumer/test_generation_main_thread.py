@@ -4,6 +4,9 @@ handed back to the caller."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -75,3 +78,37 @@ def test_the_loops_error_and_a_failed_build_reach_the_caller() -> None:
     first.close()
     with pytest.raises(RuntimeError, match="no memory for another engine"):
         drive_on_main(first, failing_build, loop)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to split")
+def test_the_loop_and_the_threads_it_starts_run_on_the_cpus_left_to_the_host() -> None:
+    host = frozenset({max(os.sched_getaffinity(0))})
+    main_before = os.sched_getaffinity(0)
+    seen: dict[str, set[int]] = {}
+
+    def loop(renew: Callable[[], SteppedHere]) -> None:
+        seen["loop"] = os.sched_getaffinity(0)
+        started = threading.Thread(target=lambda: seen.__setitem__("started", os.sched_getaffinity(0)))
+        started.start()  # as the emit thread and the Kafka clients' threads are
+        started.join()
+
+    drive_on_main(SteppedHere(), SteppedHere, loop, loop_cpus=host)  # type: ignore[arg-type]
+    assert seen == {"loop": host, "started": host}
+    assert os.sched_getaffinity(0) == main_before  # the engine's thread keeps its own
+
+
+@pytest.mark.process
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to split")
+def test_the_engines_cpus_hold_the_main_thread_the_threads_it_starts_and_size_torchs_pool() -> None:
+    engine = min(os.sched_getaffinity(0))
+    script = f"""
+import os, threading, torch
+from gpu_consumer.generation.main_thread import engine_threads_on
+engine_threads_on(frozenset({{{engine}}}))
+later = []
+thread = threading.Thread(target=lambda: later.append(os.sched_getaffinity(0)))
+thread.start(); thread.join()
+print(sorted(os.sched_getaffinity(0)), sorted(later[0]), torch.get_num_threads())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == f"[{engine}] [{engine}] 1"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_io.cpus import cpu_quota, usable_cpus
+from kafka_io.cpus import cpu_quota, host_cpu_ids, host_cpus, parse_cpu_list, usable_cpus
 
 
 def cgroup_v2(tmp_path: Path, cpu_max: str) -> Path:
@@ -54,3 +54,28 @@ def test_a_process_pinned_to_one_cpu_sizes_its_pools_for_one() -> None:
         check=True,
     )
     assert out.stdout.strip() == "1"
+
+
+def test_a_cpu_list_reads_as_taskset_writes_it() -> None:
+    assert parse_cpu_list("0-3,6") == {0, 1, 2, 3, 6}
+    assert parse_cpu_list(" 2 ") == {2}
+    for bad in ("", "a", "3-1", "-1", "0-", "1,,2"):
+        with pytest.raises(ValueError, match="CPU"):
+            parse_cpu_list(bad)
+
+
+def test_the_host_keeps_the_cpus_the_engine_is_not_given() -> None:
+    host = frozenset({0, 1, 2, 3})
+    assert host_cpus(frozenset({0, 1}), host) == {2, 3}
+    with pytest.raises(ValueError, match="every CPU of this host"):
+        host_cpus(host, host)
+    with pytest.raises(ValueError, match=r"engine CPUs 7: not CPUs of this host \(it has 0,1,2,3\)"):
+        host_cpus(frozenset({3, 7}), host)
+    with pytest.raises(ValueError, match="no engine CPUs"):
+        host_cpus(frozenset(), host)
+
+
+def test_a_containers_cpuset_bounds_the_cpus_a_thread_may_be_given(tmp_path: Path) -> None:
+    (tmp_path / "cpuset.cpus.effective").write_text("4-7\n")
+    assert host_cpu_ids(tmp_path) == {4, 5, 6, 7}
+    assert host_cpu_ids(tmp_path / "missing") == set(range(os.cpu_count() or 1))
