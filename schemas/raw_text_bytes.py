@@ -7,10 +7,8 @@ Avro binary form is written here field by field, in the schema's order. The byte
 `encode(RawText(...))` gives (tests/schemas/test_raw_text_bytes.py holds them to that); a change to
 schemas/avro/raw_text.avsc must change this module too, which that test would show.
 
-Reading (read_raw_text) gives the fields and two spans of the bytes as they are, the ids and the
-attributes map, which a TensorRecord repeats (schemas/tensor_record_bytes.py: TensorRecordBytes).
-Records of another writer schema go through serde.decode_fields; a malformed one raises the
-SerdeError it raises.
+Reading (read_raw_text) gives the fields. Records of another writer schema go through
+serde.decode_fields; a malformed one raises the SerdeError it raises.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from functools import cache
 from schemas.avro_bytes import read_long, read_map, read_string
 from schemas.errors import TruncatedRecordError
 from schemas.records import RawText
-from schemas.result_encoding import avro_long, avro_string, avro_string_map, encoded_ids
+from schemas.result_encoding import avro_long, avro_string, avro_string_map
 from schemas.serde import HEADER_LEN, MAGIC, decode_fields, fingerprint_of
 
 _FIELDS = ("job_id", "record_id", "seq", "model", "text", "attributes", "submitted_at")
@@ -66,7 +64,7 @@ class RawTextBytes:
 
 @dataclass(frozen=True, slots=True)
 class RawTextParts:
-    """A RawText's fields, and the encoded spans a TensorRecord of it repeats."""
+    """A RawText's fields."""
 
     job_id: str
     record_id: str
@@ -75,8 +73,6 @@ class RawTextParts:
     text: str
     attributes: Mapping[str, str]
     submitted_at: int
-    ids: bytes  # job_id, record_id and seq as Avro writes them (result_encoding.encoded_ids)
-    attributes_map: bytes  # the attributes map as Avro writes it
 
 
 def read_raw_text(data: bytes) -> RawTextParts:
@@ -91,22 +87,17 @@ def read_raw_text(data: bytes) -> RawTextParts:
             f["text"],
             f["attributes"],
             f["submitted_at"],
-            encoded_ids(f["job_id"], f["record_id"], f["seq"]),
-            avro_string_map(f["attributes"]),
         )
     try:
         job_id, p = read_string(data, HEADER_LEN)
         record_id, p = read_string(data, p)
         seq, p = read_long(data, p)
-        ids = data[HEADER_LEN:p]
         model, p = read_string(data, p)
         text, p = read_string(data, p)
-        start = p
         attributes, p = read_map(data, p, read_string)
-        attributes_map = data[start:p]
         submitted_at, p = read_long(data, p)
     except (IndexError, UnicodeDecodeError) as exc:
         raise TruncatedRecordError(f"{RawText.SCHEMA} body is truncated or malformed: {exc}") from None
     if p != len(data):
         raise TruncatedRecordError(f"{RawText.SCHEMA} body has {len(data) - p} bytes after the end of the record")
-    return RawTextParts(job_id, record_id, seq, model, text, attributes, submitted_at, ids, attributes_map)
+    return RawTextParts(job_id, record_id, seq, model, text, attributes, submitted_at)

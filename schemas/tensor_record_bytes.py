@@ -28,7 +28,7 @@ from schemas.avro_bytes import read_string as _string
 from schemas.avro_bytes import read_tensor as _read_tensor
 from schemas.errors import TruncatedRecordError
 from schemas.records import TensorRecord
-from schemas.result_encoding import avro_long, avro_string, encoded_ids, encoded_maps
+from schemas.result_encoding import encoded_ids, encoded_maps
 from schemas.serde import HEADER_LEN, MAGIC, decode_fields, fingerprint_of
 
 # (name, dtype, shape, data): data is a view on the record's own bytes, not a copy
@@ -149,45 +149,3 @@ def _resolved(data: bytes) -> TensorRecordParts:
         encoded_ids(f["job_id"], f["record_id"], f["seq"]),
         encoded_maps(f["attributes"], f["timestamps"]),
     )
-
-
-class TensorRecordBytes:
-    """TensorRecords of one model and batch of texts written straight to their bytes: the
-    preprocess worker's hot path (encode() builds a dict per record and fastavro walks the schema
-    for it, ~6 us of a short text's record). What the batch's records share, the model, the
-    tensor's name and dtype and the preprocess timestamps, is encoded once. The bytes are those of
-    encode(TensorRecord(...)) with one tensor of one dimension and timestamps submitted,
-    preprocess_start and preprocess_end (tests/schemas/test_tensor_record_bytes.py)."""
-
-    def __init__(self, model: str, version: str, tensor: str, dtype: str, started: int, finished: int) -> None:
-        self._model = avro_string(model) + avro_string(version)
-        self._tensor = b"\x02" + avro_string(tensor) + avro_string(dtype) + b"\x02"  # one tensor, one dimension
-        self._stages = b"".join(
-            (avro_string("preprocess_start"), avro_long(started), avro_string("preprocess_end"), avro_long(finished))
-        )
-
-    def __call__(self, ids: bytes, data: bytes, length: int, attributes_map: bytes, submitted: int) -> bytes:
-        """`ids` and `attributes_map` as the RawText wrote them (raw_text_bytes.RawTextParts), the
-        tensor's `data` and its `length` (its one dimension)."""
-        return b"".join(
-            (
-                _prefix(),
-                ids,
-                self._model,
-                self._tensor,
-                avro_long(length),
-                b"\x00",
-                avro_long(len(data)),
-                data,
-                b"\x00",  # the tensors array's end
-                attributes_map,
-                b"\x06",  # three timestamps
-                _SUBMITTED,
-                avro_long(submitted),
-                self._stages,
-                b"\x00",
-            )
-        )
-
-
-_SUBMITTED = avro_string("submitted")

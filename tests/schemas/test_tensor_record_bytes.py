@@ -1,6 +1,5 @@
 """read_tensor_record against the reference, serde.decode_fields (fastavro): the same fields, the
-same errors, and spans of the record's bytes that are exactly what the result encoder would write;
-TensorRecordBytes writes what serde.encode writes."""
+same errors, and spans of the record's bytes that are exactly what the result encoder would write."""
 
 from __future__ import annotations
 
@@ -21,10 +20,9 @@ from schemas.errors import (
     UnknownSchemaError,
     WrongRecordTypeError,
 )
-from schemas.raw_text_bytes import read_raw_text
 from schemas.result_encoding import ResultEncoder, RowTensor, avro_long, avro_string, encoded_ids, encoded_maps
 from schemas.serde import HEADER_LEN, decode_fields
-from schemas.tensor_record_bytes import TensorRecordBytes, read_tensor_record
+from schemas.tensor_record_bytes import read_tensor_record
 
 CASES = [
     TensorRecord(
@@ -212,33 +210,3 @@ def test_layout_is_the_shipped_schemas() -> None:
         ("attributes", {"type": "map", "values": "string"}),
         ("timestamps", {"type": "map", "values": "long"}),
     ]
-
-
-@pytest.mark.parametrize(
-    ("raw", "ids"),
-    [
-        (RawText("job-1", "r1", 0, "minilm", "t", 1_764_822_600_123_456, {}), np.array([101, 7592, 102], np.int64)),
-        (
-            RawText("job-é" * 20, "ü" * 300, 2**40, "minilm", "t", -1, {"lang": "en", "k" * 200: "v" * 500}),
-            np.arange(512, dtype=np.uint16),
-        ),
-        (RawText("j", "x", -(2**63), "m", "t", 2**63 - 1, {"a": "b"}), np.zeros(0, np.int32)),
-    ],
-)
-def test_tensor_records_written_from_the_raw_texts_bytes_are_those_of_encode(raw: RawText, ids: np.ndarray) -> None:
-    parts = read_raw_text(encode(raw))
-    started, finished = 1_764_822_600_223_456, 1_764_822_600_323_456
-    write = TensorRecordBytes("minilm", "3", "input_ids", Tensor.from_array("input_ids", ids).dtype, started, finished)
-    record = TensorRecord(
-        raw.job_id,
-        raw.record_id,
-        raw.seq,
-        "minilm",
-        "3",
-        (Tensor.from_array("input_ids", ids),),
-        raw.attributes,
-        {"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": finished},
-    )
-    written = write(parts.ids, ids.tobytes(), len(ids), parts.attributes_map, parts.submitted_at)
-    assert written == encode(record)
-    assert decode(written, TensorRecord) == record
