@@ -133,7 +133,7 @@ class TorchEngine(Engine):
     def warmup(self) -> None:
         """Capture a CUDA graph for every shape a batch can take, before the worker consumes: a
         shape first met mid-job costs two eager passes and a capture (tens of ms) while the device
-        idles, and a short job meets most of them (the first GPU run: 6,113 against 36,793 rec/s)."""
+        idles, and a short job meets most of them (`bench.graph_warmup` measures both ways)."""
         if not self.cuda_graphs:
             self.infer(warmup_batch(self.config).inputs)
             return
