@@ -22,6 +22,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from schemas import InferenceResult, decode
 from tests.support.pipeline import feed_tensors
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 class SlowEngine(OnnxRuntimeEngine):
@@ -67,17 +68,16 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
             consumer.close()
 
     first = threading.Thread(target=worker, args=("a",))
-    first.start()
-    deadline = time.monotonic() + 60
-    while engines["a"].calls < 4:  # a is under way, its windows in flight
-        assert time.monotonic() < deadline, "worker a produced nothing"
-        time.sleep(0.2)
     second = threading.Thread(target=worker, args=("b",))
-    second.start()
-    deadline = time.monotonic() + 120
-    while len(results()) < total and time.monotonic() < deadline:
-        time.sleep(0.5)
-    done.set()
+    first.start()
+    try:  # done set whatever happens: the workers' threads stop only then
+        wait_until(  # a is under way, its windows in flight
+            lambda: engines["a"].calls, 60, "worker a's first 4 batches", until=lambda calls: calls >= 4, every_s=0.2
+        )
+        second.start()
+        wait_until(lambda: len(results()), 120, f"all {total} results", until=lambda n: n >= total, every_s=0.5)
+    finally:
+        done.set()
     first.join(60)
     second.join(60)
     assert not first.is_alive() and not second.is_alive()

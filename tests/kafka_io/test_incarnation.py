@@ -18,21 +18,24 @@ from kafka_io.clients import make_consumer
 from kafka_io.incarnation import HELD_WARN_S, BrokerIncarnation
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from tests.support.waiting import wait_until
 
 
 def settle(incarnation: BrokerIncarnation, consumer: Consumer, timeout_s: float = 30) -> None:
     """Poll (librdkafka's error callback runs in poll) until the incarnation is settled."""
-    deadline = time.monotonic() + timeout_s
-    while not incarnation.settled(consumer):
-        assert time.monotonic() < deadline, "never settled"
-        consumer.poll(0.1)
+    wait_until(
+        lambda: incarnation.settled(consumer), timeout_s, "settled", every_s=0, meanwhile=lambda: consumer.poll(0.1)
+    )
 
 
 def poll_until_doubted(incarnation: BrokerIncarnation, consumer: Consumer, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not incarnation.doubting:
-        assert time.monotonic() < deadline, "the lost connection was never reported"
-        consumer.poll(0.1)
+    wait_until(
+        lambda: incarnation.doubting,
+        timeout_s,
+        "the lost connection reported",
+        every_s=0,
+        meanwhile=lambda: consumer.poll(0.1),
+    )
 
 
 @pytest.mark.process

@@ -20,6 +20,7 @@ import pytest
 from tests.support.pipeline import RunningPipeline
 from tests.support.prometheus import Prometheus, free_port
 from tests.support.promql import ALERTS
+from tests.support.waiting import wait_until
 
 JOB = "nearline-scheduler"
 
@@ -67,15 +68,18 @@ def scrape(url: str, context: ssl.SSLContext | None = None) -> str:
 
 
 def wait_serving(pipeline: RunningPipeline, url: str, context: ssl.SSLContext) -> str:
-    deadline = time.monotonic() + 60
-    while True:
+    def answer() -> str | None:
         pipeline.check_workers()
         try:
             return scrape(url, context)
         except (ConnectionRefusedError, urllib.error.URLError) as exc:
-            if time.monotonic() > deadline or not isinstance(getattr(exc, "reason", exc), ConnectionRefusedError):
+            if not isinstance(getattr(exc, "reason", exc), ConnectionRefusedError):
                 raise
-        time.sleep(0.2)
+            return None  # not listening yet
+
+    body = wait_until(answer, 60, f"{url} answering", until=lambda body: body is not None, every_s=0.2)
+    assert body is not None
+    return body
 
 
 @pytest.mark.long
@@ -113,10 +117,8 @@ def test_with_a_client_ca_only_scrapers_with_a_signed_certificate_are_answered(
     tls = {"ca_file": str(pki.ca), "cert_file": str(pki.client_cert), "key_file": str(pki.client_key)}
     prometheus = Prometheus.start(tmp_path, {JOB: port}, ALERTS, tls=tls)
     try:
-        deadline = time.monotonic() + 60
-        while prometheus.value(f'up{{job="{JOB}"}}') != 1 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert prometheus.value(f'up{{job="{JOB}"}}') == 1
+        up = f'up{{job="{JOB}"}}'
+        wait_until(lambda: prometheus.value(up), 60, f"{up} == 1", until=lambda value: value == 1, every_s=0.5)
         assert prometheus.value(f'nearline_build_info{{job="{JOB}",worker="scheduler"}}') == 1
     finally:
         prometheus.stop()

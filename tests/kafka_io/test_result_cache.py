@@ -7,13 +7,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_admin, make_producer
+from kafka_io.offsets import end_offsets
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
 from kafka_io.result_cache import CacheTail, cache_topic
@@ -21,6 +22,7 @@ from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics
 from reuse.store import ResultStore
 from tests.support.apache_kafka import ApacheKafka
+from tests.support.waiting import wait_until
 
 MODEL = "minilm"
 
@@ -33,15 +35,6 @@ def store(tmp_path: Path) -> Iterator[ResultStore]:
 
 def produce(settings: KafkaSettings, topic: str, entries: list[tuple[bytes, bytes | None]]) -> None:
     produce_all(make_producer(settings), [OutRecord(topic, value, key) for key, value in entries])
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_the_cache_topic_is_compacted_and_deleted_only_past_a_retention() -> None:
@@ -74,7 +67,7 @@ def test_the_tail_loads_every_result_then_follows_new_ones_and_tombstones(
 
         gone, late = rewritten, os.urandom(32)
         produce(settings, spec.name, [(gone, None), (late, b"a result written after the load")])
-        assert eventually(lambda: store.get(late) is not None)
+        wait_until(lambda: store.get(late), 30, "the result written after the load in the store")
         assert store.get(gone) is None and store.get(late) == b"a result written after the load"
         assert len(store) == 300
 
@@ -97,8 +90,13 @@ def test_loaded_means_everything_written_before_the_start_while_writes_go_on(
 
     writer = threading.Thread(target=keep_writing)
     writer.start()
-    try:
-        time.sleep(0.3)
+    try:  # the tail starts while the writer is at work
+        wait_until(
+            lambda: sum(end_offsets(settings, spec.name).values()),
+            30,
+            "the writer's first records",
+            until=lambda n: n > 400,
+        )
         with CacheTail(settings, topics, MODEL, store) as tail:
             assert tail.loaded(30)
             assert store.get_many(list(before)) == list(before.values())
@@ -120,7 +118,7 @@ def test_a_cache_topic_made_after_the_tail_started_is_tailed(
         key = os.urandom(32)
         ensure_topics(settings, [spec])
         produce(settings, spec.name, [(key, b"cached")])
-        assert eventually(lambda: store.get(key) == b"cached")
+        wait_until(lambda: store.get(key), 30, "the result in the store", until=lambda got: got == b"cached")
 
 
 def test_a_cache_topic_deleted_and_made_again_is_read_again_from_the_beginning(
@@ -146,11 +144,13 @@ def test_a_cache_topic_deleted_and_made_again_is_read_again_from_the_beginning(
         admin = make_admin(settings)  # held until its answer: a client dropped first fails the request
         admin.delete_topics([spec.name], operation_timeout=15)[spec.name].result()
         # the store forgets what the topic no longer holds
-        assert eventually(lambda: store.get_many(list(old)) == [None] * 20)
+        wait_until(
+            lambda: store.get_many(list(old)), 30, "the old results forgotten", until=lambda got: got == [None] * 20
+        )
         ensure_topics(settings, [spec])
         new = os.urandom(32)
         produce(settings, spec.name, [(new, b"new")])
-        assert eventually(lambda: store.get(new) == b"new")
+        wait_until(lambda: store.get(new), 30, "the new result in the store", until=lambda got: got == b"new")
         assert store.get_many(list(old)) == [None] * 20 and len(store) == 1
         assert any("reading it again" in r.message or "does not exist" in r.message for r in caplog.records)
 

@@ -9,11 +9,13 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.support.waiting import wait_until as wait_until  # its callers' import, kept: the one helper is there
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,6 @@ class Receiver:
             status = queued.pop(0) if queued else 200
             self.posts.append(Post(path, headers, body, status))
             return status
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
