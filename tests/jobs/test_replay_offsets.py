@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import RawText, encode
 from tests.support.pipeline import RunningPipeline
 from tests.support.records import key
+from tests.support.waiting import wait_until
 
 
 def produce_texts(pipeline: RunningPipeline, topic: str, texts: list[str], partitions: int = 2) -> None:
@@ -73,9 +74,10 @@ def test_a_replay_with_nothing_in_its_range_ends_at_once_with_no_record(
 def test_replay_from_a_time_returns_only_later_records(pipeline: RunningPipeline, tmp_path: Path) -> None:
     topic = pipeline.topics.raw_text
     produce_texts(pipeline, topic, [f"before {i}" for i in range(5)])
-    time.sleep(1.5)
-    cut = datetime.now(UTC)
-    time.sleep(1.5)
+    # the cut: a millisecond past the last stored record's timestamp, and passed before the next are written
+    cut_ms = max(m.timestamp_ms for m in read_topics(pipeline.settings, [topic])) + 1
+    cut = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=cut_ms)
+    wait_until(lambda: time.time_ns() // 1_000_000 > cut_ms, 10, f"the clock past the cut {cut}", every_s=0.001)
     produce_texts(pipeline, topic, [f"after {i}" for i in range(7)])
     later = replay(pipeline, tmp_path, "--topic", "raw.text", "--from-time", cut.isoformat())
     assert sorted(line["record"]["text"] for line in later) == sorted(f"after {i}" for i in range(7))

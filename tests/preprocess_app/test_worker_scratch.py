@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from jobs.launch.local import spawn_worker, stop_all
+from kafka_io.groups import live_groups
 from kafka_io.settings import KafkaSettings, Topics
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 def test_a_stopped_preprocess_worker_removes_its_faust_data_folder(
@@ -25,12 +26,23 @@ def test_a_stopped_preprocess_worker_removes_its_faust_data_folder(
         extra_env={"TMPDIR": str(scratch)},
     )
     try:
-        deadline = time.monotonic() + 60
-        while not list(scratch.glob("nearline-faust-*")):  # the worker made its data folder
-            worker.check_alive()
-            assert time.monotonic() < deadline, "the worker made no data folder in 60 s"
-            time.sleep(0.2)
-        time.sleep(2.0)  # let faust start up before the stop, as a real worker would be
+        wait_until(
+            lambda: list(scratch.glob("nearline-faust-*")),
+            60,
+            "the worker's data folder",
+            every_s=0.2,
+            meanwhile=worker.check_alive,
+        )
+        # faust started up before the stop, as a real worker would be: it has joined its group
+        group = topics.preprocess_app_id
+        wait_until(
+            lambda: live_groups(settings, [group]),
+            60,
+            f"the worker in its group {group}",
+            until=lambda live: live == {group},
+            every_s=0.2,
+            meanwhile=worker.check_alive,
+        )
     finally:
         stop_all([worker])
     assert worker.process.returncode is not None
