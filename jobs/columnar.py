@@ -278,23 +278,6 @@ class RowGroups:
         self._writer.write_batch(self.columns.take())
 
 
-def write_columnar(
-    items: Iterable[InferenceResult | DeadLetter],
-    example: InferenceResult | None,
-    out: IO[bytes],
-    fmt: OutputFormat,
-    kept: KeptColumns | None = None,
-) -> int:
-    """Every item to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time;
-    example (any result of the job, None if it has none) sets the columns, and kept adds the
-    input's kept columns. Returns the rows written."""
-    with RowGroups(ResultColumns(example, kept), out, fmt) as groups:
-        for item in items:
-            groups.columns.add(item)
-            groups.added()
-    return groups.written
-
-
 def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The Parquet column paths worth dictionary encoding: every leaf that is not floating point.
     pyarrow tries a dictionary on every column by default; on an embedding's floats it builds one

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
 
 from jobs.kept import KeptColumns
-from jobs.output import OutputFormat, shown_attributes, write_output
+from jobs.output import shown_attributes
 from jobs.reports.profile import Timings
 from jobs.usage import Usage, generation_usage
 from kafka_io.reading import read_topics
@@ -314,52 +313,3 @@ def _listed(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-# Lines joined before a write: ~70 KiB of MiniLM lines a write(), not one write a 4.4 KiB line.
-# Under malloc's mmap threshold (128 KiB by default) on purpose: 1 MiB joins came from fresh mmapped pages
-# and page faults ate the gain. Writing 20,000 lines on the 2-core EPYC: text file, a write a
-# line ~5.5-6.3 us a line (user + sys), binary a write a line ~3.7, 16 lines a write ~1.6.
-_LINES_PER_WRITE = 16
-
-
-def write_jsonl(
-    items: Iterable[InferenceResult | DeadLetter], write: Callable[[bytes], object], kept: KeptColumns | None = None
-) -> int:
-    """The items as JSON Lines through write(bytes), _LINES_PER_WRITE lines a call: orjson's bytes
-    as they come. Returns the lines written."""
-    lines: list[bytes] = []
-    n = 0
-    for item in items:
-        lines.append(json_line(item, kept))
-        if len(lines) >= _LINES_PER_WRITE:
-            write(b"".join(lines))
-            n += len(lines)
-            lines = []
-    if lines:
-        write(b"".join(lines))
-        n += len(lines)
-    return n
-
-
-def write_items(
-    items: Iterable[InferenceResult | DeadLetter],
-    example: InferenceResult | None,
-    path: Path | None,
-    out: IO[str],
-    fmt: OutputFormat = OutputFormat.JSONL,
-    kept: KeptColumns | None = None,
-) -> int:
-    """Every item, in the order given, to path or, as JSON Lines only, to out (jobs.output.write_output);
-    example is any result of the job (it sets columnar output's columns), kept the input columns the
-    job keeps. Returns the records written. `results` and `run` write from the records' bytes
-    instead (jobs/bulk_output.py); this per-item writer is what that one is checked against."""
-    from jobs.columnar import write_columnar
-
-    return write_output(
-        path,
-        out,
-        fmt,
-        lambda write: write_jsonl(items, write, kept),
-        lambda f: write_columnar(items, example, f, fmt, kept),
-    )

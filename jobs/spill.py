@@ -358,7 +358,7 @@ def write_results(
     directory: Path | None = None,
 ) -> tuple[ResultSpill, Job | None]:
     """Read the job's results and dead letters through a spill, then write them in input order to
-    path, or to out (see write_items); returns the (closed) spill for its counts, and the job. A job
+    path, or to out (see bulk_output.write_rows); returns the (closed) spill for its counts, and the job. A job
     id submitted again writes its latest submission's records; an unregistered job id, every record
     of that id, and JobNotFoundError (nothing written) when there is none."""
     spill, job = read_results(settings, topics, job_id, model_version=model_version, directory=directory)

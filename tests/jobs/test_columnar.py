@@ -18,7 +18,6 @@ import jobs.columnar
 from jobs.columnar import ColumnarShapeError
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.output import OutputFormat, OutputFormatError, output_format
-from jobs.results import write_items
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import job_record
@@ -29,6 +28,7 @@ from schemas.model_config import ModelConfig
 from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
 from tests.support.image_corpus import bad_and_odd_images, real_photos
 from tests.support.inputs import example_lines, write_jsonl
+from tests.support.item_output import write_items
 from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
 

@@ -13,12 +13,13 @@ import pytest
 from jobs.bulk_output import write_rows
 from jobs.columnar import ColumnarShapeError
 from jobs.output import OutputFormat
-from jobs.results import JobOutcome, write_items
+from jobs.results import JobOutcome
 from jobs.spill import MEMORY_BYTES, ResultSpill
 from jobs.usage import Usage
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import Topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
+from tests.support.item_output import write_items
 
 TOPICS = Topics(namespace="generation-results")
 V1_HEADER = b"\xc3\x01" + bytes.fromhex("61e0a3c7f5c8b2f9")  # schemas/avro/history/inference_result.v1.avsc

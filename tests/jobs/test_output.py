@@ -74,8 +74,8 @@ def test_json_lines_hold_each_output_to_8_decimals_and_odd_strings_still_make_a_
 
     import numpy as np
 
-    from jobs.results import write_items
     from schemas import InferenceResult, Tensor
+    from tests.support.item_output import write_items
 
     vectors = np.random.default_rng(3).standard_normal((3, 384)).astype(np.float32) / 20
     ids = ["r0", "r1 \u00e9\u4e2d", "r2 \ud800"]

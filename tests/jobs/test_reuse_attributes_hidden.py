@@ -13,9 +13,9 @@ import pytest
 
 from jobs.bulk_output import OutputRow, write_rows
 from jobs.output import OutputFormat
-from jobs.results import write_items
 from schemas import InferenceResult, Tensor, encode
 from schemas.attributes import REUSE_KEY_ATTRIBUTE
+from tests.support.item_output import write_items
 
 INTERNAL = {REUSE_KEY_ATTRIBUTE: json.dumps("ab" * 32)}
 

@@ -18,16 +18,15 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.columnar import write_columnar
 from jobs.input_problems import InvalidInputError, UnusableInputError
 from jobs.job_input import JobInput, check_input
 from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
-from jobs.results import write_items
 from producers.images import ImageRecord
 from producers.inputs import MAX_TEXT_BYTES, InputError, InputRecord
 from producers.table_rows import Columns
 from schemas import InferenceResult, Tensor
+from tests.support.item_output import write_columnar, write_items
 
 TYPED = pa.table(
     {

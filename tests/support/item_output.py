@@ -1,0 +1,62 @@
+"""The per-item writers that jobs/bulk_output.py (what `results` and `run` write with, from the
+records' bytes) is checked against: each result or dead letter decoded whole, then written on its
+own, by the same line and column code (jobs.results.json_line, jobs.columnar.ResultColumns.add)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+from jobs.columnar import ResultColumns, RowGroups
+from jobs.kept import KeptColumns
+from jobs.output import OutputFormat, write_output
+from jobs.results import json_line
+from schemas import DeadLetter, InferenceResult
+
+
+def write_jsonl(
+    items: Iterable[InferenceResult | DeadLetter], write: Callable[[bytes], object], kept: KeptColumns | None = None
+) -> int:
+    """The items as JSON Lines through write(bytes), a line a call. Returns the lines written."""
+    n = 0
+    for item in items:
+        write(json_line(item, kept))
+        n += 1
+    return n
+
+
+def write_columnar(
+    items: Iterable[InferenceResult | DeadLetter],
+    example: InferenceResult | None,
+    out: IO[bytes],
+    fmt: OutputFormat,
+    kept: KeptColumns | None = None,
+) -> int:
+    """Every item to out as Parquet or an Arrow IPC file, in row groups (jobs.columnar.RowGroups);
+    example (any result of the job, None if it has none) sets the columns, and kept adds the
+    input's kept columns. Returns the rows written."""
+    with RowGroups(ResultColumns(example, kept), out, fmt) as groups:
+        for item in items:
+            groups.columns.add(item)
+            groups.added()
+    return groups.written
+
+
+def write_items(
+    items: Iterable[InferenceResult | DeadLetter],
+    example: InferenceResult | None,
+    path: Path | None,
+    out: IO[str],
+    fmt: OutputFormat = OutputFormat.JSONL,
+    kept: KeptColumns | None = None,
+) -> int:
+    """Every item, in the order given, to path or, as JSON Lines only, to out (jobs.output.write_output),
+    as jobs.bulk_output.write_rows writes rows. Returns the records written."""
+    return write_output(
+        path,
+        out,
+        fmt,
+        lambda write: write_jsonl(items, write, kept),
+        lambda f: write_columnar(items, example, f, fmt, kept),
+    )
