@@ -33,7 +33,7 @@ from gpu_consumer.postprocess import postprocess
 from gpu_consumer.vocabulary import check_ids, vocabulary_size
 from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import ConsumedRecord, OutRecord, job_record
+from kafka_io.records import ConsumedRecord, OutRecord, job_record, reuse_keys_of
 from kafka_io.settings import Topics
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error, TensorFormatError
@@ -65,6 +65,7 @@ class Item:
     # pack that fails is dead-lettered alone, as the single record pack.single(index) makes.
     pack: TensorPack | None = None
     index: int = 0
+    reuse_key: bytes | None = None  # its result is cached under it (kafka_io.records.REUSE_KEYS_HEADER)
 
     def packed(self) -> tuple[int, bytes] | None:
         """For a dead letter: (its index in the pack, the record alone), made only when one is written."""
@@ -171,6 +172,7 @@ def decode_sources(
                 parts.timestamps,
                 parts.ids,
                 parts.maps,
+                reuse_key=_one_key(src),
             )
         )
     return valid, dead
@@ -212,6 +214,7 @@ def _prepare_pack(
     job = avro_string(job_id)  # a result's ids are the job's, then the record's id and seq
     bare = encoded_maps({}, timestamps)  # most records have no attributes: their maps are the pack's stamps
     ids_of, offsets, seqs = pack.ids, pack.offsets.tolist(), pack.seqs.tolist()
+    keys = reuse_keys_of(src.headers, len(record_ids))
     longest = config.max_length
     try:
         check_ids(spec.name, ids_of, vocabulary)  # once a pack; record by record only if it fails
@@ -249,8 +252,14 @@ def _prepare_pack(
                 encoded_maps(attrs, timestamps) if attrs else bare,
                 pack,
                 i,
+                keys[i] if keys is not None else None,
             )
         )
+
+
+def _one_key(src: ConsumedRecord) -> bytes | None:
+    keys = reuse_keys_of(src.headers, 1)
+    return keys[0] if keys is not None else None
 
 
 def execute(engine: Engine, window: Window, config: ModelConfig) -> Iterator[Executed | Poisoned]:

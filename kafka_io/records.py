@@ -102,6 +102,26 @@ RECORDS_HEADER = "records"
 REUSED_HEADER = "reused"
 # On every raw record of a job submitted with --no-reuse: its records are computed, never looked up
 NO_REUSE_HEADER = "no-reuse"
+# On a tensors record whose records missed the results cache: their reuse keys, REUSE_KEY_BYTES each,
+# in the order the record holds them; the GPU worker caches each one's result under its key. A
+# header, not an attribute: the records' own maps (and so their results' bytes) stay as they were.
+REUSE_KEYS_HEADER = "reuse-keys"
+REUSE_KEY_BYTES = 32
+
+
+def with_reuse_keys(out: OutRecord, keys: Sequence[bytes]) -> OutRecord:
+    """`out` carrying the reuse keys of the records it holds (REUSE_KEYS_HEADER)."""
+    out.headers = [*out.headers, (REUSE_KEYS_HEADER, b"".join(keys))]  # job_record's list is shared
+    return out
+
+
+def reuse_keys_of(headers: Headers | None, records: int) -> list[bytes] | None:
+    """The reuse keys a tensors record carries for its `records` records; None where it carries
+    none, or a header of another length (written by something else: nothing is cached for it)."""
+    value = header_of(headers, REUSE_KEYS_HEADER)
+    if value is None or len(value) != records * REUSE_KEY_BYTES:
+        return None
+    return [value[at : at + REUSE_KEY_BYTES] for at in range(0, len(value), REUSE_KEY_BYTES)]
 
 
 def records_of(headers: Headers | None) -> int:

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageOps, TiffImagePlugin, UnidentifiedImageError
 
-from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of
+from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of, with_reuse_keys
 from kafka_io.settings import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
-from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result, with_key
+from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result
 from schemas import RawImage, SerdeError, Tensor, TensorRecord, decode, now_us
 from schemas.attributes import attribute_text
 from schemas.model_config import ImageSpec, ModelError, ModelNotFoundError
@@ -238,8 +238,6 @@ def preprocess_images(
             out.append(dead_out(type(result)(f"{raw.source}: {result}"), src, topics, raw))
             continue
         attributes = _image_attributes(raw)
-        if i in keys:
-            attributes = with_key(attributes, keys[i])
         record = TensorRecord(
             job_id=raw.job_id,
             record_id=raw.record_id,
@@ -250,7 +248,10 @@ def preprocess_images(
             attributes=attributes,
             timestamps={"submitted": raw.submitted_at, "preprocess_start": started, "preprocess_end": now_us()},
         )
-        out.append(tensor_out(topics, record, src, raw))
+        tensors = tensor_out(topics, record, src, raw)
+        out.append(
+            with_reuse_keys(tensors, [keys[i]]) if i in keys and tensors.topic != topics.dead_letters else tensors
+        )
     return out
 
 

@@ -2,7 +2,8 @@
 its model's results cache before it is tokenized. A hit is written here as the new record's result:
 the cached result's outputs (the same bytes the GPU worker wrote for the same model version and
 content) under the new record's job, id, seq and attributes, with a `reused` stamp and header. A
-miss goes on to be tokenized, carrying its key, and the GPU worker caches its result under it.
+miss goes on to be tokenized, its key in its tensors record's REUSE_KEYS_HEADER, and the GPU worker
+caches its result under it.
 
 Why here and not at submit: this is the earliest stage that has both the record's content and the
 model version's files (the fingerprint needs them), it sees every record whoever produced it
@@ -14,7 +15,6 @@ warning: the cache can cost a recompute, never a wrong result.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +29,7 @@ from reuse.fingerprint import model_fingerprint
 from reuse.keys import RecordKeys
 from reuse.store import ResultStore
 from schemas import InferenceResult, SerdeError, decode, encode, now_us
-from schemas.attributes import REUSE_KEY_ATTRIBUTE, REUSED_STAMP
+from schemas.attributes import REUSED_STAMP
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -87,11 +87,6 @@ def found(cached: CachedModel, keys: Sequence[bytes]) -> list[bytes | None]:
         return [None] * len(keys)
 
 
-def with_key(attributes: Mapping[str, str] | None, key: bytes) -> dict[str, str]:
-    """A miss's attributes: its own and its reuse key, which the GPU worker caches its result under."""
-    return {**(attributes or {}), REUSE_KEY_ATTRIBUTE: json.dumps(key.hex())}
-
-
 @dataclass(frozen=True)
 class ReusedRecord:
     """Who a reused result is for: the new record's job, id, seq, attributes and stamps."""
@@ -123,13 +118,12 @@ def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topi
             config.version,
         )
         return None
-    attributes = {k: v for k, v in record.attributes.items() if k != REUSE_KEY_ATTRIBUTE}
     fresh = replace(
         result,
         job_id=record.job_id,
         record_id=record.record_id,
         seq=record.seq,
-        attributes=attributes,
+        attributes=dict(record.attributes),
         timestamps={**record.timestamps, REUSED_STAMP: now_us()},
     )
     submitted = record.timestamps.get("submitted")

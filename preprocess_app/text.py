@@ -13,19 +13,27 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
-from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of, pack_record
+from kafka_io.records import (
+    NO_REUSE_HEADER,
+    REUSE_KEY_BYTES,
+    ConsumedRecord,
+    OutRecord,
+    header_of,
+    pack_record,
+    with_reuse_keys,
+)
 from kafka_io.settings import Topics
 from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
 from preprocess_app.prompts import PromptRenderer, request_for_encoder, with_sampling
-from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result, with_key
+from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
@@ -68,6 +76,7 @@ class _Texts:
     # record i's dead letter, alone even when it came in a pack
     dead: Callable[[int, Exception], OutRecord]
     reusable: bool = True  # False: submitted with --no-reuse (its records' NO_REUSE_HEADER)
+    keys: Sequence[bytes] | None = None  # reuse keys, where the records missed the cache
 
 
 def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: list[OutRecord]) -> _Texts:
@@ -189,8 +198,9 @@ def preprocess_texts(
             topic = topics.lane(topics.tensors(cfg.name), topic_lane(topics, g.topic))
             timestamps = {"submitted": g.submitted_at, **stamps}
             # attributes are mostly empty: a map costs a sum only where it has entries
+            own = RECORD_BYTES + (REUSE_KEY_BYTES if g.keys is not None else 0)  # a key's header bytes count too
             sizes = [
-                ids.nbytes + len(r) + RECORD_BYTES + (sum(len(k) + len(v) for k, v in a.items()) if a else 0)
+                ids.nbytes + len(r) + own + (sum(len(k) + len(v) for k, v in a.items()) if a else 0)
                 for ids, r, a in zip(arrays, g.record_ids, g.attributes, strict=True)
             ]
             head = PackHead(g.job_id, cfg.name, cfg.version, ids_input.name, timestamps)
@@ -228,27 +238,30 @@ def _reuse(
     cached: CachedModel, groups: list[_Texts], topics: Topics, out: list[OutRecord], started: int
 ) -> list[_Texts]:
     """The groups less the records whose result the cache holds (each written to `out` as the
-    record's result); the rest carry their reuse key on, so their results are cached."""
+    record's result); the rest carry their reuse keys on, so their results are cached."""
     kept_groups = []
     for g in groups:
         keys = [cached.keys.text(t) for t in g.texts]
-        stamps = {"submitted": g.submitted_at, "preprocess_start": started}
-        attributes = list(g.attributes)
-        served: set[int] = set()
         # --no-reuse: computed, and its results still cached (they are what a fresh run writes)
-        values = found(cached, keys) if g.reusable else [None] * len(keys)
-        for j, (key, value) in enumerate(zip(keys, values, strict=True)):
-            if value is not None:
+        values = found(cached, keys) if g.reusable else None
+        served: set[int] = set()
+        if values is not None and any(v is not None for v in values):
+            stamps = {"submitted": g.submitted_at, "preprocess_start": started}
+            for j, value in enumerate(values):
+                if value is None:
+                    continue
                 record = ReusedRecord(g.job_id, g.record_ids[j], int(g.seqs[j]), g.attributes[j] or {}, stamps)
                 result = reused_result(value, cached.config, record, topics)
                 if result is not None:
                     out.append(result)
                     served.add(j)
-                    continue
-            attributes[j] = with_key(g.attributes[j], key)
+        keyed = replace(g, keys=keys)
+        if not served:  # all missed: the group goes on as it is (most records of a first run)
+            kept_groups.append(keyed)
+            continue
         kept = [j for j in range(len(g.texts)) if j not in served]
         if kept:
-            kept_groups.append(_kept(g, kept, [attributes[j] for j in kept]))
+            kept_groups.append(_kept(keyed, kept, [g.attributes[j] for j in kept]))
     return kept_groups
 
 
@@ -285,6 +298,7 @@ def _kept(g: _Texts, kept: list[int], attributes: list[Mapping[str, str]]) -> _T
         attributes,
         dead,
         g.reusable,
+        [g.keys[j] for j in kept] if g.keys is not None else None,
     )
 
 
@@ -304,8 +318,10 @@ def _tensor_packs(
     value = tensor_pack_bytes(
         head, g.record_ids[start:end], g.seqs[start:end], arrays[start:end], g.attributes[start:end]
     )
-    if len(value) <= max_value_bytes:
-        return [pack_record(topic, value, g.job_id, g.record_ids[start], end - start, g.submitted_at)]
+    keys = g.keys[start:end] if g.keys is not None else None
+    if len(value) + (REUSE_KEY_BYTES * len(keys) if keys else 0) <= max_value_bytes:
+        out = pack_record(topic, value, g.job_id, g.record_ids[start], end - start, g.submitted_at)
+        return [with_reuse_keys(out, keys) if keys else out]
     if end - start == 1:
         return [g.dead(start, too_large(f"the tensor record of {g.record_ids[start]}", len(value)))]
     half = (start + end) // 2

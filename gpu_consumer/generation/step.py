@@ -387,7 +387,7 @@ class GenerationStep:
         if running is None:
             return None  # cancelled meanwhile
         result = self._result(completion, running)
-        self._produce(running.window.entry, [result], self._emitter.cache.one(running.item.attributes, result))
+        self._produce(running.window.entry, [result], self._emitter.cache.one(running.item.reuse_key, result))
         self._finished(running.window)
         return completion.key
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.cache_writes import CacheWrites, reuse_key
+from gpu_consumer.cache_writes import CacheWrites
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
@@ -25,12 +25,11 @@ from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
-from kafka_io.records import OutRecord
+from kafka_io.records import REUSE_KEYS_HEADER, OutRecord, reuse_keys_of
 from kafka_io.result_cache import cache_topic
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
-from schemas.attributes import REUSE_KEY_ATTRIBUTE
 from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.causal_lm import lm_config
 from tests.support.pipeline import new_producers
@@ -43,10 +42,13 @@ def key_of(record_id: str) -> bytes:
     return hashlib.blake2b(record_id.encode(), digest_size=32).digest()
 
 
-def attributes_of(record_id: str, keyed: bool) -> dict[str, str]:
-    """A user's attribute, and the reuse key where the preprocess worker would have set it."""
-    own = {"source": json.dumps(f"doc {record_id}")}
-    return {**own, REUSE_KEY_ATTRIBUTE: json.dumps(key_of(record_id).hex())} if keyed else own
+def attributes_of(record_id: str) -> dict[str, str]:
+    return {"source": json.dumps(f"doc {record_id}")}
+
+
+def headers_of(*keys: bytes) -> list[tuple[str, bytes]]:
+    """A job's headers, and the records' reuse keys where the preprocess worker would have set them."""
+    return [("job_id", JOB.encode())] + ([(REUSE_KEYS_HEADER, b"".join(keys))] if keys else [])
 
 
 def feed(settings: KafkaSettings, topics: Topics) -> tuple[set[str], set[str]]:
@@ -70,17 +72,16 @@ def feed(settings: KafkaSettings, topics: Topics) -> tuple[set[str], set[str]]:
             keyed.add(rid)
         ids = np.array([101, VOCAB + 5 if poison else 2000 + i, 102], dtype=np.int64)
         tensor = Tensor.from_array("input_ids", ids)
-        value = encode(
-            TensorRecord(JOB, rid, i, "tiny", "1", (tensor,), attributes_of(rid, i % 2 == 0), {"submitted": 1})
-        )
-        records.append(OutRecord(tensors, value, f"{JOB}/{rid}".encode(), [("job_id", JOB.encode())]))
+        value = encode(TensorRecord(JOB, rid, i, "tiny", "1", (tensor,), attributes_of(rid), {"submitted": 1}))
+        keys = [key_of(rid)] if i % 2 == 0 else []
+        records.append(OutRecord(tensors, value, f"{JOB}/{rid}".encode(), headers_of(*keys)))
     rids = [f"p{i}" for i in range(7)]
     arrays = [np.array([101, 3000 + i, 102] if i < 6 else [], dtype=np.int64) for i in range(7)]
-    keyed |= {rid for i, rid in enumerate(rids) if i % 2 == 0 and i < 6}
+    keyed |= set(rids[:6])  # a pack's records all have keys, or none has
     head = PackHead(JOB, "tiny", "1", "input_ids", {"submitted": 1})
-    attributes = [attributes_of(rid, i % 2 == 0) for i, rid in enumerate(rids)]
-    pack = tensor_pack_bytes(head, rids, list(range(7, 14)), arrays, attributes)
-    records.append(OutRecord(tensors, pack, f"{JOB}/pack".encode(), [("job_id", JOB.encode()), ("records", b"7")]))
+    pack = tensor_pack_bytes(head, rids, list(range(7, 14)), arrays, [attributes_of(rid) for rid in rids])
+    headers = [*headers_of(*(key_of(rid) for rid in rids)), ("records", b"7")]
+    records.append(OutRecord(tensors, pack, f"{JOB}/pack".encode(), headers))
     produce_all(make_producer(settings), records)
     return keyed, {"s6", "p6"}
 
@@ -123,7 +124,7 @@ def test_results_of_keyed_records_are_cached_under_their_keys_as_the_bytes_of_th
     # exactly the keyed records' results, each once, byte for byte; none of a record without a key
     # or of a poisoned one (whose key is never written)
     assert sorted(cached) == sorted((key_of(rid), results[rid]) for rid in keyed)
-    assert len(keyed) == 6
+    assert len(keyed) == 9
     assert not {key_of(rid) for rid in poisoned} & {key for key, _ in cached}
 
 
@@ -176,10 +177,9 @@ def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a
         rid = f"g{i}"
         prompt = np.array([1, 666 if i == 4 else 10 + i, 2], dtype=np.int64)
         tensor = Tensor.from_array("input_ids", prompt)
-        value = encode(
-            TensorRecord(JOB, rid, i, "lm", "1", (tensor,), attributes_of(rid, i % 2 == 0), {"submitted": 1})
-        )
-        records.append(OutRecord(tensors, value, f"{JOB}/{rid}".encode(), [("job_id", JOB.encode())]))
+        value = encode(TensorRecord(JOB, rid, i, "lm", "1", (tensor,), attributes_of(rid), {"submitted": 1}))
+        keys = [key_of(rid)] if i % 2 == 0 else []
+        records.append(OutRecord(tensors, value, f"{JOB}/{rid}".encode(), headers_of(*keys)))
     produce_all(make_producer(settings), records)
     consumer = make_consumer(settings, topics.gpu_group("lm"))
     try:
@@ -202,22 +202,24 @@ def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a
     assert cached == sorted((key_of(rid), results[rid]) for rid in ("g0", "g2"))
 
 
-def test_a_reuse_key_that_is_not_64_hex_digits_caches_nothing() -> None:
-    assert reuse_key({REUSE_KEY_ATTRIBUTE: json.dumps("ab" * 32)}) == bytes.fromhex("ab" * 32)
-    for text in ['"abc"', '"' + "zz" * 32 + '"', "42", "not json", json.dumps("ab" * 33)]:
-        assert reuse_key({REUSE_KEY_ATTRIBUTE: text}) is None, text
-    assert reuse_key({"nearline.other": "true"}) is None
+def test_reuse_keys_are_read_only_where_there_are_32_bytes_for_each_record() -> None:
+    keys = [bytes([n]) * 32 for n in range(3)]
+    assert reuse_keys_of(headers_of(*keys), 3) == keys
+    assert reuse_keys_of(headers_of(*keys), 2) is None  # a header of another length: written by something else
+    assert reuse_keys_of(headers_of(b"short"), 1) is None
+    assert reuse_keys_of(headers_of(), 1) is None
+    assert reuse_keys_of([(REUSE_KEYS_HEADER, None)], 1) is None
 
 
 def test_a_result_too_large_for_the_broker_is_a_dead_letter_and_is_not_cached() -> None:
     topics = Topics("ns")
     writes = CacheWrites(topics, "tiny")
-    attributes = {REUSE_KEY_ATTRIBUTE: json.dumps("cd" * 32)}
+    key = bytes.fromhex("cd" * 32)
     result = OutRecord(topics.results, b"result", b"job/r0")
     dead_letter = OutRecord(topics.dead_letters, b"dead", b"job/r0")
-    assert writes.one(attributes, result) == OutRecord(topics.cache("tiny"), b"result", bytes.fromhex("cd" * 32))
-    assert writes.one(attributes, dead_letter) is None
-    assert writes.one({}, result) is None
+    assert writes.one(key, result) == OutRecord(topics.cache("tiny"), b"result", key)
+    assert writes.one(key, dead_letter) is None
+    assert writes.one(None, result) is None
 
 
 def test_a_cache_write_that_fails_is_logged_once_per_cause(caplog: pytest.LogCaptureFixture) -> None:

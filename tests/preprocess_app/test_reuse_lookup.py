@@ -6,14 +6,13 @@ model version is computed."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kafka_io.records import NO_REUSE_HEADER, REUSED_HEADER, ConsumedRecord, OutRecord, header_of
+from kafka_io.records import NO_REUSE_HEADER, REUSED_HEADER, ConsumedRecord, OutRecord, header_of, reuse_keys_of
 from kafka_io.settings import Topics
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
@@ -21,7 +20,7 @@ from preprocess_app.reuse import CachedResults, ReuseLookup
 from preprocess_app.text import preprocess_texts
 from reuse.store import ResultStore
 from schemas import InferenceResult, RawImage, Tensor, TensorRecord, decode, encode
-from schemas.attributes import REUSE_KEY_ATTRIBUTE, REUSED_STAMP
+from schemas.attributes import REUSED_STAMP
 from schemas.model_config import ModelConfig
 from schemas.packs import TensorPack, raw_text_pack_bytes, read_tensor_pack
 from tests.support.image_corpus import real_photos
@@ -45,12 +44,16 @@ def packs_in(out: list[OutRecord]) -> list[TensorPack]:
 
 
 def keys_carried(out: list[OutRecord]) -> dict[str, bytes]:
-    """Each tensor record's reuse key, by record id."""
-    return {
-        p.record_ids[i]: bytes.fromhex(json.loads(p.attributes[i][REUSE_KEY_ATTRIBUTE]))
-        for p in packs_in(out)
-        for i in range(len(p))
-    }
+    """Each tensor record's reuse key, by record id (its pack's header; its own attributes unchanged)."""
+    carried = {}
+    for o in out:
+        if o.topic == "ns.tensors.tiny":
+            p = read_tensor_pack(value(o))
+            keys = reuse_keys_of(o.headers, len(p))
+            assert keys is not None, "a pack of records that missed carries their keys"
+            assert all(REUSED_STAMP not in a and not set(a) - {"n"} for a in p.attributes)
+            carried.update(zip(p.record_ids, keys, strict=True))
+    return carried
 
 
 def cached_result(record_id: str, embedding: list[float], version: str = "1") -> bytes:
@@ -147,8 +150,11 @@ def test_an_image_found_in_the_cache_is_answered_undecoded_and_the_others_carry_
 
     models = Models(model_repository)
     first = preprocess_images(images("job-a"), models, TOPICS, reuse=lookup(store))
-    tensors = [decode(value(o), TensorRecord) for o in first if o.topic == "ns.tensors.efficientnet-lite0"]
-    keys = {t.record_id: bytes.fromhex(json.loads(t.attributes[REUSE_KEY_ATTRIBUTE])) for t in tensors}
+    tensors = [o for o in first if o.topic == "ns.tensors.efficientnet-lite0"]
+    keys = {}
+    for o in tensors:
+        (key,) = reuse_keys_of(o.headers, 1) or [b""]
+        keys[decode(value(o), TensorRecord).record_id] = key
     assert sorted(keys) == ["i0", "i1", "i2"] and len(set(keys.values())) == 3
     outputs = (Tensor.from_array("top_score", np.asarray([0.5], dtype=np.float32)),)
     cached = InferenceResult("job-a", "i1", 1, "efficientnet-lite0", efficientnet.version, outputs, "b", 1, {})
