@@ -299,14 +299,9 @@ class JobInput:
         folders = [p for p in (self.parts or (self.path,)) if p.is_dir()]
         return [f for folder in folders for f in left_out_files(folder, follow_symlinks=self.follow_symlinks)]
 
-    def validate(self) -> tuple[int, list[InputError]]:
-        """(valid records, problems) without keeping the records in memory."""
-        valid, errors, _ = self.validate_keeping(0)
-        return valid, errors
-
     def validate_keeping(self, max_bytes: int = KEEP_BYTES) -> tuple[int, list[InputError], list[Record] | None]:
-        """validate(), and the valid records it read, for out_records to produce without reading the
-        input again; None in their place when they hold more than about max_bytes."""
+        """(valid records, problems), and the valid records it read, for out_records to produce without
+        reading the input again; None in their place when they hold more than about max_bytes (0: keep none)."""
         valid, errors = 0, []
         kept: list[Record] | None = []
         held = 0

@@ -79,11 +79,6 @@ class ResultSpill:
         self._batches: dict[str, int] = {}
         self._tokens: dict[str, int] = {}  # record id -> its generation's tokens (decoded results only)
 
-    @property
-    def spilled(self) -> bool:
-        """Whether the records went to sqlite (the job outgrew memory_bytes)."""
-        return self._db is not None
-
     def _spill(self) -> sqlite3.Connection:
         """Move the rows held in memory to a new sqlite file, in one executemany."""
         self._dir = tempfile.TemporaryDirectory(prefix="nearline-results-", dir=self.parent)

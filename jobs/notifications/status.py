@@ -8,7 +8,6 @@ from typing import Any
 from jobs.notifications.claims import NotificationLog, NotificationState, key_of, pending
 from jobs.notifications.delivery import shown_url
 from jobs.printable import shown
-from jobs.registry import load_jobs
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Job, Notification, SerdeError, decode
@@ -37,12 +36,6 @@ def notification_for(settings: KafkaSettings, topics: Topics, job: Job) -> dict[
         return None
     state = load_notifications(settings, topics).get(key_of(job)) or pending(job)
     return _document(state)
-
-
-def notification_of(settings: KafkaSettings, topics: Topics, job_id: str) -> dict[str, Any] | None:
-    """notification_for() the job registered as `job_id`; None when there is none, or it has no URL."""
-    job = load_jobs(settings, topics).get(job_id)
-    return None if job is None else notification_for(settings, topics, job)
 
 
 def notifications_for(settings: KafkaSettings, topics: Topics, jobs: list[Job]) -> dict[str, dict[str, Any] | None]:

@@ -28,7 +28,7 @@ def test_a_glob_is_one_input_whose_ids_name_their_file(tmp_path: Path) -> None:
         ("a.jsonl:x", "two"),
         ("b.txt:1", "three"),
     ]
-    assert source.validate() == (3, [])
+    assert source.validate_keeping(0)[:2] == (3, [])
 
 
 def test_a_globs_ids_are_the_same_whether_it_matches_one_file_or_many(tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ def test_an_image_over_the_record_limit_is_refused_naming_its_path(tmp_path: Pat
     (tmp_path / "big.jpg").write_bytes(b"x" * 2000)
     (tmp_path / "ok.jpg").write_bytes(b"x" * 10)
     source = JobInput.open(str(tmp_path), max_image_bytes=1000)
-    valid, errors = source.validate()
+    valid, errors = source.validate_keeping(0)[:2]
     assert valid == 1
     assert [str(e) for e in errors] == [
         f"{tmp_path / 'big.jpg'}: image {tmp_path / 'big.jpg'} is 2000 bytes, over the record limit of 1000"
@@ -105,7 +105,7 @@ def test_an_image_that_changed_after_validation_is_reported_not_read_or_dropped_
     (tmp_path / "a.jpg").write_bytes(b"x" * 10)
     (tmp_path / "b.jpg").write_bytes(b"y" * 10)
     source = JobInput.open(str(tmp_path), max_image_bytes=100)
-    assert source.validate() == (2, [])
+    assert source.validate_keeping(0)[:2] == (2, [])
     (tmp_path / "b.jpg").write_bytes(b"y" * 1000)  # grew past the cap between validation and produce
     late: list[InputError] = []
     records = list(source.out_records("job-1", "tiny", "raw.image", late))
@@ -145,7 +145,7 @@ def test_a_folder_input_does_not_follow_symlinks_out_of_it_unless_asked(tmp_path
 
 
 def test_an_image_input_that_does_not_exist_is_an_error_not_an_empty_job(tmp_path: Path) -> None:
-    assert JobInput.open(str(tmp_path / "nope.jpg")).validate() == (
+    assert JobInput.open(str(tmp_path / "nope.jpg")).validate_keeping(0)[:2] == (
         0,
         [InputError(str(tmp_path / "nope.jpg"), 0, "no such file")],
     )
@@ -158,7 +158,7 @@ def test_an_input_that_is_a_device_or_fifo_is_refused_before_it_is_opened(tmp_pa
     os.mkfifo(tmp_path / "pipe.jsonl")
     for path, what in ((Path("/dev/zero"), "a character device"), (tmp_path / "pipe.jsonl", "a FIFO")):
         source = JobInput.open(str(path), kind=kind)  # type: ignore[arg-type]
-        assert source.validate() == (0, [InputError(str(path), 0, f"is {what}, not a regular file")])
+        assert source.validate_keeping(0)[:2] == (0, [InputError(str(path), 0, f"is {what}, not a regular file")])
 
 
 def test_jsonl_attributes_that_are_not_an_object_are_a_per_line_error(tmp_path: Path) -> None:

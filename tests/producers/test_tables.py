@@ -208,7 +208,7 @@ def test_a_table_whose_columns_cannot_make_records_is_refused_naming_them(
     source = JobInput.open(str(tmp_path / "in.parquet"), columns=columns)
     assert errors(source) == [f"{tmp_path}/{message}"]
     with pytest.raises(UnusableInputError, match="nothing was submitted"):
-        check_input(source, source.validate(), skip_invalid=True)
+        check_input(source, source.validate_keeping(0)[:2], skip_invalid=True)
 
 
 def test_bad_rows_are_named_by_row_and_skipped_with_skip_invalid(tmp_path: Path) -> None:
@@ -230,8 +230,8 @@ def test_bad_rows_are_named_by_row_and_skipped_with_skip_invalid(tmp_path: Path)
         f"{where}:row 6: the kept columns hold 70,006 bytes, over the limit of 65,536",
     ]
     with pytest.raises(InvalidInputError):
-        check_input(source, source.validate(), skip_invalid=False)
-    check_input(source, source.validate(), skip_invalid=True)
+        check_input(source, source.validate_keeping(0)[:2], skip_invalid=False)
+    check_input(source, source.validate_keeping(0)[:2], skip_invalid=True)
     assert [r.record_id for r in items(source) if isinstance(r, InputRecord)] == ["a"]
 
 
@@ -251,7 +251,7 @@ def test_a_truncated_or_foreign_parquet_file_is_refused_as_unreadable(tmp_path: 
         (error,) = errors(source)
         assert error.startswith(f"{tmp_path}/{name}: not a readable Parquet file: "), error
         with pytest.raises(UnusableInputError):
-            check_input(source, source.validate(), skip_invalid=True)
+            check_input(source, source.validate_keeping(0)[:2], skip_invalid=True)
 
 
 def test_a_ragged_csv_row_is_named_by_its_line(tmp_path: Path) -> None:
@@ -350,7 +350,7 @@ def test_a_column_named_twice_is_refused_naming_the_name_and_its_places(
     source = JobInput.open(str(path), columns=columns)
     assert errors(source) == [f"{path}: {message}: give each column its own name"]
     with pytest.raises(UnusableInputError, match="nothing was submitted"):
-        check_input(source, source.validate(), skip_invalid=True)
+        check_input(source, source.validate_keeping(0)[:2], skip_invalid=True)
     assert source.kept_schema() is None  # read no further than the refusal: it once raised KeyError
 
 

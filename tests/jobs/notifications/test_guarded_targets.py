@@ -15,7 +15,6 @@ from jobs.cli.main import cli
 from jobs.notifications.claims import ATTEMPT, CLAIM, kafka_key
 from jobs.notifications.delivery import RetryPolicy
 from jobs.notifications.notifier import Notifier, NotifierConfig
-from jobs.notifications.status import notification_of
 from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
 from kafka_io.clients import make_producer
@@ -24,6 +23,7 @@ from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import ensure_topics, notifications_topic
 from schemas import Job, Notification, encode, now_us
+from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
 

@@ -20,7 +20,7 @@ from jobs.notifications.claims import CLAIM, DELIVERED, kafka_key, key_of
 from jobs.notifications.delivery import RetryPolicy, user_agent
 from jobs.notifications.metrics import PrometheusNotifierMetrics
 from jobs.notifications.notifier import Notifier, NotifierConfig
-from jobs.notifications.status import load_notifications, notification_of
+from jobs.notifications.status import load_notifications
 from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
 from kafka_io.broker import EmbeddedBroker
@@ -31,6 +31,7 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, notifications_topic
 from schemas import InferenceResult, Job, Notification, decode, encode, now_us
+from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
 

@@ -18,11 +18,12 @@ from standardwebhooks.webhooks import Webhook
 from jobs.notifications.claims import key_of
 from jobs.notifications.delivery import RetryPolicy
 from jobs.notifications.notifier import NotifierConfig
-from jobs.notifications.status import load_notifications, notification_of
+from jobs.notifications.status import load_notifications
 from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Job, now_us
+from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers as running
 from tests.support.webhook_receiver import Dribbler, Receiver, wait_until
 from tests.support.webhook_receiver import dribbler as dribbler
