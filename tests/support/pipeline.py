@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from kafka_io.transactions import make_transactional_producer
 from schemas import Tensor, TensorRecord, encode
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -134,18 +134,20 @@ def follow_until(pipeline: RunningPipeline, topic: str, job_id: str, at_least: i
     seen = JobOutcome(job_id)
     count = 0
     with TopicFollower(pipeline.settings, [topic]) as follower:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def counted() -> int:
+            nonlocal count
             pipeline.check_workers()
-            messages = follower.poll(0.05)
+            messages = follower.poll(0.05)  # the wait between tries
             if topic == pipeline.topics.results:
                 seen.add(messages, pipeline.topics)
                 count = len(seen.results)
             else:
                 count += sum(m.records for m in messages)
-            if count >= at_least:
-                return count
-    raise TimeoutError(f"{topic}: {count} of {at_least} records after {timeout_s} s")
+            return count
+
+        what = f"{at_least} records in {topic}"
+        return wait_until(counted, timeout_s, what, until=lambda n: n >= at_least, every_s=0)
 
 
 def finish_and_check(

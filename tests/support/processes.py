@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kafka_io.offsets import end_offsets
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from tests.support.waiting import wait_until
 
 
 def descendants(pid: int) -> set[int]:
@@ -97,10 +98,18 @@ def mid_job(run: EmbeddedRun) -> Iterator[set[int]]:
     children = descendants(run.process.pid)
     (gpu,) = [p for p in children if "worker gpu" in cmdline(p)]
     run.wait_for("submitted")
-    settings, deadline = KafkaSettings(address), time.monotonic() + 120
-    while sum(end_offsets(settings, Topics().results).values()) == 0:
-        assert time.monotonic() < deadline and run.process.poll() is None, "no result was ever stored"
-        time.sleep(0.02)
+    settings = KafkaSettings(address)
+
+    def running_still() -> None:
+        assert run.process.poll() is None, "the run ended before a result was stored"
+
+    wait_until(
+        lambda: sum(end_offsets(settings, Topics().results).values()),
+        120,
+        "a result stored",
+        every_s=0.02,
+        meanwhile=running_still,
+    )
     os.kill(gpu, signal.SIGSTOP)
     try:
         while run.wait_for("records (").startswith("0/"):
@@ -118,8 +127,10 @@ def stop_mid_job(run: EmbeddedRun, sig: int) -> set[int]:
 
 
 def assert_all_gone(pids: set[int], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(running(p) for p in pids):
-        time.sleep(0.1)
-    left = {p: cmdline(p) for p in pids if running(p)}
-    assert not left, f"still running {timeout_s:.0f} s later: {left}"
+    wait_until(
+        lambda: {p: cmdline(p) for p in pids if running(p)},
+        timeout_s,
+        "every process gone",
+        until=lambda left: not left,
+        every_s=0.1,
+    )

@@ -7,7 +7,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.support.waiting import wait_until
 
 
 def free_port() -> int:
@@ -82,18 +83,16 @@ class Prometheus:
         return prometheus
 
     def wait_ready(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.process.poll() is not None:
                 pytest.fail(f"prometheus exited with {self.process.returncode}:\n{self.log_path.read_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
+                    return bool(answer.status == 200)
             except OSError:
-                pass
-            time.sleep(0.2)
-        pytest.fail(f"prometheus not ready in {timeout_s:.0f} s:\n{self.log_path.read_text()[-3000:]}")
+                return False
+
+        wait_until(ready, timeout_s, lambda: f"prometheus ready:\n{self.log_path.read_text()[-3000:]}", every_s=0.2)
 
     def api(self, path: str, **params: str) -> Any:
         query = urllib.parse.urlencode(params)

@@ -18,6 +18,7 @@ from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings, Topics
 from schemas import Job
+from tests.support.waiting import wait_until
 
 T0 = datetime(2026, 11, 29, 10, 0, 20, tzinfo=UTC)
 
@@ -79,9 +80,17 @@ class LoneScheduler:
         its job before `deadline` (time.monotonic()), then stop the scheduler."""
         add(self.settings, self.topics, text_input)
         clock.at(1, 2)
-        while "hourly-20261129T1001Z" not in scheduled_jobs(self.settings, self.topics):
-            assert time.monotonic() < deadline and self.alive(), self.events
-            time.sleep(1)
+
+        def alive() -> None:
+            assert self.alive(), self.events
+
+        wait_until(
+            lambda: "hourly-20261129T1001Z" in scheduled_jobs(self.settings, self.topics),
+            max(0.0, deadline - time.monotonic()),
+            lambda: f"the next tick's job: {self.events}",
+            every_s=1,
+            meanwhile=alive,
+        )
         self.stop.set()
         assert self.runner is not None
         self.runner.join(30)

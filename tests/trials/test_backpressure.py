@@ -3,7 +3,6 @@ while the GPU side lags."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from jobs.launch.runner import WaitRules, watch_job
@@ -13,6 +12,7 @@ from tests.support.job_checks import assert_exactly_one_result_each
 from tests.support.pipeline import RunningPipeline, submit
 from tests.support.records import raw_texts_in, tensor_rows
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: RunningPipeline, tmp_path: Path) -> None:
@@ -45,9 +45,17 @@ def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catch
     pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path
 ) -> None:
     rows = example_lines(600)
-    pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
+    pre = pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
-    time.sleep(12)  # join, one batch through, then the gate closes: no GPU worker is consuming
+    # join, one batch through, then the gate closes: no GPU worker is consuming
+    wait_until(
+        pre.log_tail,
+        120,
+        "the bulk lane paused",
+        until=lambda log: "pausing the bulk lane" in log,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     held = len(tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny")))  # records, not packs
     assert 0 < held <= 3 * 64, f"{held} tensor records produced while the GPU side consumed none"
     pipeline.start("gpu", "gpu", "--model", "tiny")
@@ -66,11 +74,14 @@ def test_a_preprocess_worker_held_by_backpressure_stops_at_once_on_sigterm_and_l
     rows = example_lines(600)
     pre = pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
-    deadline = time.monotonic() + 120  # a bound on a hang, not a measured time
-    while "pausing the bulk lane" not in pre.log_tail():
-        pipeline.check_workers()
-        assert time.monotonic() < deadline, "backpressure never held the bulk lane"
-        time.sleep(0.5)
+    wait_until(
+        pre.log_tail,
+        120,
+        "backpressure holding the bulk lane",
+        until=lambda log: "pausing the bulk lane" in log,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     code = pre.stop(timeout_s=30)  # SIGTERM, then SIGKILL if it has not left by then
     assert code == 0, f"exit {code}:\n{pre.log_tail()}"
     assert "wait_empty" not in pre.log_tail(200)

@@ -20,6 +20,7 @@ from kafka_io.offsets import end_offsets
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings, Topics
 from tests.support.pipeline import feed_tensors
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.long
@@ -87,8 +88,12 @@ def test_a_submit_cut_off_by_the_broker_says_how_much_was_stored_and_exits_3(tmp
     process = subprocess.Popen(submit_cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         settings = KafkaSettings(broker.bootstrap_servers)
-        while time.monotonic() - started < 60 and sum(end_offsets(settings, Topics().raw_text).values()) < 1000:
-            time.sleep(0.05)  # mid-submit: some records are stored, most are not
+        wait_until(  # mid-submit: some records are stored, most are not
+            lambda: sum(end_offsets(settings, Topics().raw_text).values()),
+            60,
+            "1,000 records stored",
+            until=lambda stored: stored >= 1000,
+        )
         broker.kill()
         out, err = process.communicate(timeout=120)
     finally:

@@ -29,6 +29,7 @@ from tests.support.job_checks import assert_exactly_one_result_each, assert_stat
 from tests.support.pipeline import RunningPipeline, follow_until, submit
 from tests.support.scheduling import Clock, LoneScheduler
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 OUTAGE_S = 60
 
@@ -105,10 +106,16 @@ def test_results_says_at_once_that_the_broker_went_away_mid_read(tmp_path: Path)
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             # the spill holds rows (its empty table alone is a few KB): the command is reading the results
-            deadline = time.monotonic() + 60
-            while not any(p.stat().st_size > 200_000 for p in spills.glob("nearline-results-*/spill.sqlite")):
-                assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-                time.sleep(0.02)
+            def reading() -> None:
+                assert process.poll() is None, process.communicate()
+
+            wait_until(
+                lambda: any(p.stat().st_size > 200_000 for p in spills.glob("nearline-results-*/spill.sqlite")),
+                60,
+                "the results command's spill holding rows",
+                every_s=0.02,
+                meanwhile=reading,
+            )
             broker.kill()
             killed = time.monotonic()
             _, err = process.communicate(timeout=120)
@@ -137,9 +144,17 @@ def test_both_workers_and_submit_wait_ride_out_a_minute_of_a_frozen_broker(own: 
         waiting = subprocess.Popen(
             [*command, "--model", "tiny", "--wait"], env=pipeline.env(), stdout=submit_out, stderr=submit_err, text=True
         )
-        while not (job_id := (tmp_path / "submit.out").read_text().strip()):  # printed once all is stored
+
+        def submitting() -> None:
             assert waiting.poll() is None, (tmp_path / "submit.err").read_text()
-            time.sleep(0.1)
+
+        job_id = wait_until(  # printed once all is stored
+            lambda: (tmp_path / "submit.out").read_text().strip(),
+            120,
+            "submit's job id",
+            every_s=0.1,
+            meanwhile=submitting,
+        )
         follow_until(pipeline, pipeline.topics.results, job_id, 100)
         os.kill(own.broker.pid, signal.SIGSTOP)  # no answers, connections kept: a network outage, state intact
         try:
@@ -177,11 +192,14 @@ def test_a_preprocess_worker_logs_a_broker_outage_in_a_few_lines_and_resumes(own
     # the new broker holds nothing: every tensor record in it is the new job's
     follow_until(pipeline, pipeline.topics.tensors("tiny"), submit(pipeline, texts), 20)
     # said once the libraries stopped failing for a few seconds: it may come after the job
-    deadline = time.monotonic() + 60
-    while "answers again after" not in worker.log_path.read_text():
-        assert time.monotonic() < deadline, worker.log_path.read_text()
-        pipeline.check_workers()
-        time.sleep(0.5)
+    wait_until(
+        worker.log_path.read_text,
+        60,
+        "'answers again after' in the worker's log",
+        until=lambda log: "answers again after" in log,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     pipeline.stop()  # the whole log, its shutdown lines counted too
     log = worker.log_path.read_text()
     assert len(log.splitlines()) < 50, log

@@ -24,6 +24,7 @@ from tests.support.inputs import many_lines
 from tests.support.pipeline import RunningPipeline, run_embedded
 from tests.support.processes import EmbeddedRun, assert_all_gone, cmdline, descendants, mid_job, running, stop_mid_job
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -270,10 +271,13 @@ def test_submit_wait_names_the_preprocess_stage_when_its_worker_was_sigkilled(
     preprocess = pipeline.start("preprocess", "preprocess")
     pipeline.start("gpu", "gpu", "--model", "tiny")
     group = pipeline.topics.preprocess_app_id
-    deadline = time.monotonic() + 120
-    while live_groups(pipeline.settings, [group]) != {group}:
-        assert time.monotonic() < deadline, "the preprocess worker never joined its group"
-        time.sleep(0.5)
+    wait_until(
+        lambda: live_groups(pipeline.settings, [group]),
+        120,
+        "the preprocess worker in its group",
+        until=lambda live: live == {group},
+        every_s=0.5,
+    )
     preprocess.process.send_signal(signal.SIGKILL)
     preprocess.process.wait()
     done, _ = submit_wait(pipeline, many_lines(tmp_path / "in.jsonl", 5), "--worker-grace-s", "5")
@@ -322,10 +326,18 @@ def test_submit_wait_stops_with_exit_8_soon_after_its_job_is_cancelled(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while (state := job_state(pipeline, job_id)) != "running":  # registered, and being worked on
-            assert time.monotonic() < deadline and wait.poll() is None, state
-            time.sleep(0.5)
+
+        def waiting() -> None:
+            assert wait.poll() is None, wait.communicate()
+
+        wait_until(  # registered, and being worked on
+            lambda: job_state(pipeline, job_id),
+            60,
+            f"job {job_id} running",
+            until=lambda state: state == "running",
+            every_s=0.5,
+            meanwhile=waiting,
+        )
         assert pipeline.cli("cancel", job_id).returncode == 0
         cancelled = time.monotonic()
         _, stderr = wait.communicate(timeout=90)

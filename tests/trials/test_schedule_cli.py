@@ -17,6 +17,7 @@ from schemas import Job
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, feed_tensors
 from tests.support.records import raw_texts_in
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.long
@@ -50,14 +51,15 @@ def test_a_one_minute_schedule_fires_on_time_once_per_tick_with_two_schedulers_r
     tick = added_at.replace(second=0, microsecond=0) + timedelta(minutes=1)
     expected_job = tick_job_id("every-minute", tick)
 
-    deadline = tick + timedelta(seconds=45)
-    jobs: dict[str, Job] = {}
-    while datetime.now(UTC) < deadline and not jobs:
-        pipeline.check_workers()
-        time.sleep(1)
-        jobs = {k: j for k, j in load_jobs(pipeline.settings, pipeline.topics).items() if j.schedule}
-    time.sleep(5)  # room for a second job, if the losing scheduler were to submit one too
-    jobs = {k: j for k, j in load_jobs(pipeline.settings, pipeline.topics).items() if j.schedule}
+    def scheduled() -> dict[str, Job]:
+        return {k: j for k, j in load_jobs(pipeline.settings, pipeline.topics).items() if j.schedule}
+
+    until_s = (tick + timedelta(seconds=45) - datetime.now(UTC)).total_seconds()
+    wait_until(scheduled, max(0.0, until_s), "a job of the tick", every_s=1, meanwhile=pipeline.check_workers)
+    # kept, a sleep: no event says that no second job is coming; the losing scheduler, were it to
+    # submit one too, would do so within these 5 s
+    time.sleep(5)
+    jobs = scheduled()
     assert list(jobs) == [expected_job]
     job = jobs[expected_job]
     registered = datetime.fromtimestamp(job.submitted_at / 1e6, UTC)
@@ -88,12 +90,13 @@ def test_schedule_add_notes_a_model_no_gpu_worker_serves_and_the_name_one_does(p
     feed_tensors(pipeline.settings, pipeline.topics, "served-once", 3)
     group = pipeline.topics.gpu_group("tiny")
     # live, and known by name: Tansu lists only groups that have committed offsets
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-        live_groups(pipeline.settings, [group]) and group in group_names(pipeline.settings)
-    ):
-        pipeline.check_workers()
-        time.sleep(0.5)
+    wait_until(
+        lambda: live_groups(pipeline.settings, [group]) and group in group_names(pipeline.settings),
+        120,
+        f"{group} live and listed",
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     served = pipeline.cli("schedule", "add", "served", "--cron", "0 3 * * *", "--input", "x", "--model", "tiny")
     assert served.returncode == 0, served.stderr
     assert "note:" not in served.stderr
