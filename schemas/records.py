@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -113,12 +113,6 @@ class AvroFields:
         for name in cls.TUPLE_FIELDS:
             kwargs[name] = tuple(kwargs[name])
         return cls(**kwargs)
-
-
-def lane_name(stored: str | None) -> str:
-    """A stored lane as read today: `batch`, the bulk lane's name before 2026-12-05 (and the
-    schemas' default for rows written before lanes), is `bulk`."""
-    return "live" if stored == "live" else "bulk"
 
 
 @dataclass(frozen=True)
@@ -301,10 +295,6 @@ class Job(AvroFields):
     deadline_at: int | None = None  # microseconds since the epoch; past it the job expires
     notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
 
-    @classmethod
-    def from_avro(cls, d: dict[str, Any]) -> Self:
-        return replace(super().from_avro(d), priority=lane_name(d.get("priority")))
-
 
 @dataclass(frozen=True)
 class Schedule(AvroFields):
@@ -325,10 +315,6 @@ class Schedule(AvroFields):
     complete_within_s: float | None = None  # each job's deadline, from its submission
     notify: str | None = None  # every job's webhook URL
     reuse: bool = True  # its jobs reuse cached results (False: --no-reuse, docs/reuse.md)
-
-    @classmethod
-    def from_avro(cls, d: dict[str, Any]) -> Self:
-        return replace(super().from_avro(d), priority=lane_name(d.get("priority")))
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +26,7 @@ from tests.support.prometheus import Prometheus, free_port, rules_without_waits
 from tests.support.promql import ALERTS, DASHBOARD, PROMETHEUS_SERIES, metric_names, promtool
 from tests.support.records import tensor_rows
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 RECORDS = 200
 GPU, PREPROCESS, SCHEDULER = "nearline-gpu", "nearline-preprocess", "nearline-scheduler"
@@ -47,15 +46,10 @@ def eventually(
     returns), and the latest scrape may precede the completion: counters only move towards the
     job's figures, so a wrong figure never comes right."""
     read = query if callable(query) else lambda: prometheus.value(query)
-    deadline = time.monotonic() + timeout_s
-    value = None
-    while time.monotonic() < deadline:
-        value = read()
-        if value == expected:
-            return
-        pipeline.check_workers()
-        time.sleep(0.5)
-    pytest.fail(f"{query} = {value}, expected {expected}")
+    what = f"{query} = {expected}"
+    wait_until(
+        read, timeout_s, what, until=lambda value: value == expected, every_s=0.5, meanwhile=pipeline.check_workers
+    )
 
 
 def series(prometheus: Prometheus, expr: str, *labels: str) -> dict[tuple[str, ...], float]:
@@ -105,15 +99,14 @@ def scheduled_job(pipeline: RunningPipeline, drop: Path) -> str:
         "schedule", "add", "metrics", "--cron", "* * * * *", "--input", str(drop / "*.jsonl"), "--model", "tiny"
     )
     assert added.returncode == 0, added.stderr
-    deadline = datetime.now(UTC) + timedelta(seconds=120)
-    while datetime.now(UTC) < deadline:
+
+    def scheduled() -> list[str]:
         pipeline.check_workers()
-        jobs = [j.job_id for j in load_jobs(pipeline.settings, pipeline.topics).values() if j.schedule == "metrics"]
-        if jobs:
-            assert pipeline.cli("schedule", "rm", "metrics").returncode == 0
-            return jobs[0]
-        time.sleep(1)
-    pytest.fail("the scheduler submitted no job within 120 s of the schedule")
+        return [j.job_id for j in load_jobs(pipeline.settings, pipeline.topics).values() if j.schedule == "metrics"]
+
+    jobs = wait_until(scheduled, 120, "the scheduler's first job of the schedule", every_s=1)
+    assert pipeline.cli("schedule", "rm", "metrics").returncode == 0
+    return jobs[0]
 
 
 def job_tokens(pipeline: RunningPipeline, job_id: str) -> int:
@@ -127,10 +120,13 @@ def job_tokens(pipeline: RunningPipeline, job_id: str) -> int:
 
 
 def firing(prometheus: Prometheus, alert: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while prometheus.alert_state(alert) != "firing" and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert prometheus.alert_state(alert) == "firing"
+    wait_until(
+        lambda: prometheus.alert_state(alert),
+        timeout_s,
+        f"{alert} firing",
+        until=lambda state: state == "firing",
+        every_s=0.5,
+    )
 
 
 def scrape(port: int) -> bytes:

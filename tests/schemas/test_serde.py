@@ -179,7 +179,7 @@ def test_old_writer_schema_resolves_to_the_current_reader() -> None:
 
 def test_a_job_written_before_lanes_decodes_as_bulk() -> None:
     """A job.v4 row (no priority) in an existing registry still decodes: its lane is bulk (the
-    schema's default, batch, the bulk lane's old name)."""
+    current schema's default)."""
     from io import BytesIO
 
     from fastavro import schemaless_writer

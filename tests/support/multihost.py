@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from jobs.launch.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, WorkerProces
 from kafka_io.children import die_with_parent
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, Topics
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
+from tests.support.waiting import wait_until
 
 
 @dataclass(frozen=True)
@@ -68,14 +68,12 @@ class Probe:
         return {e.key: e.partition for e in self.events() if e.kind == "tensor"}
 
     def wait(self, what: str, until: Callable[[], bool], timeout_s: float, check: Callable[[], None]) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not until():
+        def alive() -> None:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the record probe exited with code {self.process.returncode}")
             check()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not within {timeout_s:.0f} s: {what}")
-            time.sleep(0.05)
+
+        wait_until(until, timeout_s, what, meanwhile=alive)
 
     def close(self) -> None:
         if self.process.poll() is None:

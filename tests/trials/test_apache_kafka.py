@@ -35,6 +35,7 @@ from tests.support.job_checks import assert_exactly_one_result_each, assert_stat
 from tests.support.pipeline import RunningPipeline, follow_until, submit
 from tests.support.records import copies_of, tensor_rows, value
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -169,11 +170,14 @@ def job_through_a_restart(
 def wait_until_consumed(pipeline: RunningPipeline, inputs: list[tuple[str, str]], timeout_s: float = 120.0) -> None:
     """Until each (group, topic) has committed the topic to its end (both are written without
     transactions, so the end offset is the last record's next)."""
-    deadline = time.monotonic() + timeout_s
-    while lags := {group: lag for group, topic in inputs if (lag := group_lag(pipeline.settings, group, topic))}:
-        pipeline.check_workers()
-        assert time.monotonic() < deadline, f"groups still behind their input after {timeout_s:.0f} s: {lags}"
-        time.sleep(0.5)
+    wait_until(
+        lambda: {group: lag for group, topic in inputs if (lag := group_lag(pipeline.settings, group, topic))},
+        timeout_s,
+        "every group at its input's end (last seen: the lags behind)",
+        until=lambda lags: not lags,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
 
 
 def noise_png(path: Path, side: int, seed: int) -> Path:

@@ -23,15 +23,15 @@ import pytest
 
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import job_status
-from jobs.results import JobOutcome, read_outcome
+from jobs.results import read_outcome
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.reading import TopicFollower
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit
 from tests.support.records import copies_of, tensor_rows
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 RNG = random.Random(20261129)
 
@@ -189,17 +189,17 @@ def test_two_gpu_workers_split_the_partitions_and_one_finishes_when_the_other_di
         group_protocol,
     )
     first, second = pipeline.start("gpu-a", *args), pipeline.start("gpu-b", *args)
+
     # small jobs until both members have joined the group and produced results (--no-reuse: the
     # same texts again, each computed, not answered from the first's results)
-    workers: set[str] = set()
-    deadline = time.monotonic() + 120
-    while len(workers) < 2:
-        assert time.monotonic() < deadline, f"only {workers} took part"
+    def took_part() -> set[str]:
         warm = submit(pipeline, write_jsonl(tmp_path / "warm.jsonl", rows[:200]), "--no-reuse")
         outcome, _ = watch_job(
             pipeline.settings, pipeline.topics, warm, 200, WaitRules(check=pipeline.check_workers, timeout_s=60)
         )
-        workers = {r.batch_id.rsplit("-", 1)[0].rsplit("-", 1)[1] for r in outcome.results.values()}
+        return {r.batch_id.rsplit("-", 1)[0].rsplit("-", 1)[1] for r in outcome.results.values()}
+
+    workers = wait_until(took_part, 120, "both members taking part", until=lambda took: len(took) >= 2, every_s=0)
     assert workers == {str(first.process.pid), str(second.process.pid)}
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows), "--no-reuse")
     reached = follow_until(pipeline, pipeline.topics.results, job_id, len(rows) // 5)
@@ -262,12 +262,7 @@ def test_a_gpu_worker_killed_mid_job_loses_no_record(
     gpu = pipeline.start("gpu", "gpu", "--model", "tiny", "--max-batch-size", "1", "--max-linger-ms", "0")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
 
-    seen = JobOutcome(job_id)
-    with TopicFollower(pipeline.settings, [pipeline.topics.results]) as follower:
-        deadline = time.monotonic() + 120
-        while len(seen.results) < 100 and time.monotonic() < deadline:
-            pipeline.check_workers()
-            seen.add(follower.poll(0.05), pipeline.topics)
+    follow_until(pipeline, pipeline.topics.results, job_id, 100, timeout_s=120)
     gpu.process.send_signal(signal.SIGKILL)
     gpu.process.wait()
     before_restart = read_outcome(pipeline.settings, pipeline.topics, job_id)
