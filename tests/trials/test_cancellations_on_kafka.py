@@ -19,8 +19,9 @@ def test_a_worker_started_before_the_jobs_topic_exists_sees_a_cancel(settings: K
     try:
         # the follower started first: it made the jobs topic itself (compacted, as the registry
         # makes it) before anything was written to it
+        admin = make_admin(settings)
         wait_until(
-            lambda: topics.jobs in make_admin(settings).list_topics(timeout=10).topics, 30, "the follower's jobs topic"
+            lambda: topics.jobs in admin.list_topics(timeout=10).topics, 30, "the follower's jobs topic", every_s=0.2
         )
         job = Job("j1", "tiny", "in.txt", "text", 3, 100, cancelled_at=200, submission=100)
         put_row(settings, jobs_topic(topics), job.job_id, encode(job))
