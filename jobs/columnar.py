@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from jobs.kept import KeptColumns
-from jobs.output import OutputFormat, shown_attributes
+from jobs.output import OutputFormat
 from jobs.usage import generation_usage
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
@@ -175,7 +175,7 @@ class ResultColumns:
         self.models.append(model)
         self.versions.append(version)
         self.errors.append(None)
-        attributes = shown_attributes(attributes or {})
+        attributes = attributes or {}
         if self.kept is not None:
             kept, attributes = self.kept.split(attributes)
             for name, value in kept.items():

@@ -1,5 +1,5 @@
 """Where `-o` results go and in which format: checked before any work, written to a temporary file
-and renamed into place. shown_attributes says which of a result's attributes every format shows.
+and renamed into place.
 
 `-` and /dev/stdout name standard output. A link is written through: its target file is replaced
 (atomically), never the link itself. A pipe or a terminal (a fifo, a character device, or a link to
@@ -13,12 +13,10 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
-
-from schemas.attributes import REUSE_KEY_ATTRIBUTE
 
 
 class OutputFormat(StrEnum):
@@ -258,11 +256,3 @@ def write_output(
     if path is None:
         raise OutputPathError(f"{fmt} output is a file: name it with -o")
     return write_file(path, table, binary=True)
-
-
-def shown_attributes(attributes: Mapping[str, str]) -> Mapping[str, str]:
-    """A result's attributes as every output format shows them: without result reuse's internal
-    ones (schemas/attributes.py), which travel with a job's records only."""
-    if REUSE_KEY_ATTRIBUTE not in attributes:
-        return attributes
-    return {k: v for k, v in attributes.items() if k != REUSE_KEY_ATTRIBUTE}

@@ -11,7 +11,6 @@ import numpy as np
 import orjson
 
 from jobs.kept import KeptColumns
-from jobs.output import shown_attributes
 from jobs.reports.profile import Timings
 from jobs.usage import Usage, generation_usage
 from kafka_io.reading import read_topics
@@ -284,7 +283,6 @@ def finish_line(
 ) -> dict[str, Any]:
     """A result's line after its outputs: the model version, the kept columns, the attributes."""
     line["model_version"] = model_version
-    attributes = shown_attributes(attributes)
     if kept is not None:
         values, attributes = kept.split(attributes)
         line.update(zip(kept.output_names(line), values.values(), strict=True))

@@ -10,11 +10,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-# Result reuse's internal attribute (docs/reuse.md), never shown in a job's output: the record's
-# reuse key (64 hex digits as JSON text), set by the preprocess worker on a record it did not find
-# in the results cache; the GPU worker writes the record's result to the cache under it. (A
-# --no-reuse job says so in its raw records' headers: kafka_io.records.NO_REUSE_HEADER.)
-REUSE_KEY_ATTRIBUTE = "nearline.reuse_key"
 # A reused result's timestamps carry this stage (when it was written from the cache)
 REUSED_STAMP = "reused"
 

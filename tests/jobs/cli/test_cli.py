@@ -274,3 +274,27 @@ def test_a_dead_letter_id_that_is_not_partition_offset_is_a_usage_error(verb: st
     assert done.returncode == 2, done.stderr
     assert f"{text!r} is not a dead letter id: PARTITION:OFFSET, e.g. 2:17" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not done.stdout
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("4096", "engine CPUs 4096: not CPUs of this host"),
+        ("3-1", "'3-1' is not a range of CPU ids"),
+        ("first", "'first' is not a CPU list"),
+        ("every", "none left for the worker's own"),
+    ],
+)
+def test_engine_cpus_not_of_this_host_or_leaving_it_none_are_a_usage_error_before_any_work(
+    value: str, message: str
+) -> None:
+    from click.testing import CliRunner
+
+    from jobs.cli.main import cli
+    from kafka_io.cpus import host_cpu_ids
+
+    if value == "every":
+        value = ",".join(str(cpu) for cpu in sorted(host_cpu_ids()))
+    command = ["worker", "gpu", "--model", "tiny", "--engine-cpus", value]
+    done = CliRunner().invoke(cli, command, env={"NEARLINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert done.exit_code == 2 and message in done.output, done.output
