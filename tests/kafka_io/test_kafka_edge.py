@@ -1,4 +1,6 @@
-"""The Kafka edge against the real broker: topics, produce-and-confirm, batch polling, commits."""
+"""The Kafka edge against the real broker: topics, produce-and-confirm, following and reading topics,
+commits, the clients' start-up checks. How a poll window closes is gpu_consumer.windows' (its tests:
+tests/gpu_consumer/test_windows.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from gpu_consumer.windows import WindowLimits, WindowRules, windows
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_group_protocol, check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError, GroupProtocolError
-from kafka_io.polling import assign_all, commit_offsets, records_in, subscribe, window_offsets
+from kafka_io.polling import assign_all, commit_offsets, subscribe, window_offsets
 from kafka_io.produce import fatal_error, produce_all
 from kafka_io.reading import TopicFollower, read_topics
-from kafka_io.records import ConsumedRecord, OutRecord, pack_record
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
+from tests.support.waiting import wait_until
 
 
 def fill(settings: KafkaSettings, topic: str, n: int, partitions: int = 2) -> None:
@@ -40,84 +43,6 @@ def test_produce_all_confirms_every_record(settings: KafkaSettings, topics: Topi
     assert values == sorted(f"v{i}".encode() for i in range(250))
 
 
-def test_batches_close_at_size_then_drain_stops_at_the_end(settings: KafkaSettings, topics: Topics) -> None:
-    fill(settings, topics.raw_text, 45)
-    consumer = make_consumer(settings, topics.gpu_group("x"))
-    assignment = subscribe(consumer, [topics.raw_text])
-    sizes = []
-    for batch in windows(
-        consumer, assignment, WindowLimits(max_records=10, max_linger_ms=2000), WindowRules(drain=True)
-    ):
-        sizes.append(len(batch))
-        commit_offsets(consumer, window_offsets(batch))
-    consumer.close()
-    assert sum(sizes) == 45
-    assert max(sizes) == 10
-    assert sizes.count(10) >= 3  # full batches close at size, not at the 2 s linger
-
-
-def test_a_window_holds_whole_packs_and_closes_by_their_records(settings: KafkaSettings, topics: Topics) -> None:
-    """#41: max_records counts records, a pack (its `records` header) as the records it holds, and a
-    window never splits a pack: it ends before the pack that would take it past max_records,
-    unless that pack comes first (larger than a window, it is a window alone)."""
-    sizes = [4, 3, 5, 1, 6, 2, 10, 4]
-    ensure_topics(settings, [TopicSpec(topics.raw_text, 1)])
-    # each as long as a pack of n records is at least (8 bytes a record): a header is trusted no further
-    packs = [
-        pack_record(topics.raw_text, f"pack{i}".encode().ljust(8 * n, b"."), "job", f"r{i}", n)
-        for i, n in enumerate(sizes)
-    ]
-    produce_all(make_producer(settings), packs)
-    consumer = make_consumer(settings, topics.gpu_group("x"))
-    assignment = subscribe(consumer, [topics.raw_text])
-    got = []
-    for window in windows(
-        consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000), WindowRules(drain=True)
-    ):
-        got.append([r.records for r in window])
-        assert records_in(window) == sum(got[-1])
-        commit_offsets(consumer, window_offsets(window))
-    consumer.close()
-    # full windows close at 8 records, not at 8 Kafka records or the 5 s linger; the last at the end
-    assert got == [[4, 3], [5, 1], [6, 2], [10], [4]]
-
-
-def test_a_partial_batch_closes_after_the_linger(settings: KafkaSettings, topics: Topics) -> None:
-    fill(settings, topics.raw_text, 3, partitions=1)
-    consumer = make_consumer(settings, topics.gpu_group("x"))
-    assignment = subscribe(consumer, [topics.raw_text])
-    it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=300))
-    first = next(it)
-    consumer.close()
-    assert len(first) == 3
-
-
-def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the_idle_wait(
-    settings: KafkaSettings, topics: Topics
-) -> None:
-    """A small job's records reach an idle worker at once: an idle poll that waited for a full
-    window (consume()'s num_messages) would hold them for its whole 60 s here."""
-    ensure_topics(settings, [TopicSpec(topics.raw_text, 1)])
-    consumer = make_consumer(settings, topics.gpu_group("x"))
-    assignment = subscribe(consumer, [topics.raw_text])
-    got: list[int] = []
-
-    def first_window() -> None:
-        it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=50), WindowRules(idle_poll_s=60))
-        got.append(len(next(it)))
-
-    worker = threading.Thread(target=first_window, daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not assignment.assigned and time.monotonic() < deadline:
-        time.sleep(0.1)  # the worker is idle, subscribed, with nothing to read
-    fill(settings, topics.raw_text, 3, partitions=1)
-    worker.join(30)
-    came = list(got)  # before close(), which waits for a consume() in progress
-    consumer.close()
-    assert came == [3], "the window did not come within 30 s of its records"
-
-
 def test_a_follower_hands_over_a_record_when_it_comes_not_when_its_poll_times_out(
     settings: KafkaSettings, topics: Topics
 ) -> None:
@@ -126,8 +51,7 @@ def test_a_follower_hands_over_a_record_when_it_comes_not_when_its_poll_times_ou
     of its timeout, here 60 s."""
     ensure_topics(settings, [TopicSpec(topics.results, 1)])
     with TopicFollower(settings, [topics.results]) as follower:
-        while not follower.caught_up():  # the empty topic's end
-            follower.poll(1.0)
+        wait_until(follower.caught_up, 30, "the empty topic's end", every_s=0, meanwhile=lambda: follower.poll(1.0))
         threading.Timer(0.2, fill, (settings, topics.results, 1, 1)).start()
         started = time.monotonic()
         got: list[ConsumedRecord] = []
@@ -151,79 +75,6 @@ def test_reading_a_small_topic_to_its_end_does_not_wait_out_librdkafka_s_offset_
         assert len(list(read_topics(settings, [topics.jobs]))) == 10
         took.append(time.monotonic() - started)
     assert min(took) < 0.45, f"reads took {', '.join(f'{t:.2f}' for t in took)} s"
-
-
-def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_it_is_idle(
-    settings: KafkaSettings, topics: Topics
-) -> None:
-    """hurry(): with every partition at its end, lingering only holds records that are all here.
-    The window (a 10-minute linger) stays open while hurry() says no (the engine is busy) and
-    closes, with every record, as soon as it says yes."""
-    fill(settings, topics.raw_text, 7, partitions=2)
-    consumer = make_consumer(settings, topics.gpu_group("x"))
-    assignment = subscribe(consumer, [topics.raw_text])
-    engine_idle = threading.Event()
-    got: list[bytes] = []
-
-    def first_window() -> None:
-        limits = WindowLimits(max_records=100, max_linger_ms=600_000)
-        got.extend(r.value for r in next(windows(consumer, assignment, limits, WindowRules(hurry=engine_idle.is_set))))
-
-    worker = threading.Thread(target=first_window, daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not assignment.caught_up() and time.monotonic() < deadline:
-        time.sleep(0.05)  # every record polled, both partitions at their end, the engine busy
-    assert assignment.caught_up()
-    time.sleep(0.5)
-    held = list(got)
-    engine_idle.set()
-    worker.join(30)
-    came = list(got)  # before close(), which waits for a consume() in progress
-    consumer.close()
-    assert held == [], "the window closed while the engine was busy"
-    assert sorted(came) == sorted(f"v{i}".encode() for i in range(7))
-
-
-def test_a_held_window_outlasts_its_linger_and_gathers_what_comes_until_released(
-    settings: KafkaSettings, topics: Topics
-) -> None:
-    """hold(): while a window already waits for the engine, the next one keeps gathering past its
-    linger, so records produced after the linger join it; it closes once hold() says no."""
-    fill(settings, topics.raw_text, 3, partitions=1)
-    consumer = make_consumer(settings, topics.gpu_group("x"))
-    assignment = subscribe(consumer, [topics.raw_text])
-    released = threading.Event()
-    got: list[list[bytes]] = []
-
-    def hold(lane: str) -> bool:
-        # Asked on the polling thread (the consumer is not shared across threads): held until
-        # released, and then until the late records are in, so their arrival time does not matter.
-        if not released.is_set():
-            return True
-        return consumer.position([TopicPartition(topics.raw_text, 0)])[0].offset < 7
-
-    def first_window() -> None:
-        limits = WindowLimits(max_records=100, max_linger_ms=50)
-        got.append([r.value for r in next(windows(consumer, assignment, limits, WindowRules(hold=hold)))])
-
-    worker = threading.Thread(target=first_window, daemon=True)
-    worker.start()
-    deadline = time.monotonic() + 30
-    while not assignment.caught_up() and time.monotonic() < deadline:
-        time.sleep(0.05)  # the first three records polled: the window's 50 ms linger is running
-    assert assignment.caught_up()
-    time.sleep(0.5)  # ten times the linger
-    held = list(got)
-    produce_all(make_producer(settings), [OutRecord(topics.raw_text, f"late{i}".encode()) for i in range(4)])
-    released.set()
-    worker.join(30)
-    came = list(got)
-    consumer.close()
-    assert held == [], "the window closed at its linger while one was waiting"
-    assert came and sorted(came[0]) == sorted(
-        [f"v{i}".encode() for i in range(3)] + [f"late{i}".encode() for i in range(4)]
-    )
 
 
 def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSettings, topics: Topics) -> None:
