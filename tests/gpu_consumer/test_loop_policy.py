@@ -2,7 +2,7 @@
 closes a window (size, whole packs, linger, hurry, hold), which lane it serves (the worker's
 LanePicker: live first, the bulk lane paused meanwhile), what it does with no room, and what a
 revocation does to what it holds. Each runs in milliseconds; the broker-backed tests of the same
-loop (tests/kafka_io/test_kafka_edge.py, tests/jobs/test_lanes.py) stay for the Kafka edge."""
+loop (tests/gpu_consumer/test_windows.py, tests/jobs/test_lanes.py) stay for the Kafka edge."""
 
 from __future__ import annotations
 

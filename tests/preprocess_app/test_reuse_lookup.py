@@ -45,7 +45,7 @@ def packs_in(out: list[OutRecord]) -> list[TensorPack]:
 
 def keys_carried(out: list[OutRecord]) -> dict[str, bytes]:
     """Each tensor record's reuse key, by record id (its pack's header; its own attributes unchanged)."""
-    carried = {}
+    carried: dict[str, bytes] = {}
     for o in out:
         if o.topic == "ns.tensors.tiny":
             p = read_tensor_pack(value(o))
