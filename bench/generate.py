@@ -291,10 +291,10 @@ def system_section(
         out = work / f"out-{engine}.jsonl"
         timed_command([sys.executable, "-m", "jobs.cli", "results", job, "-o", str(out)], env)
         tokens = sum(json.loads(line)["usage"]["completion_tokens"] for line in out.open())
-        shown = subprocess.run(
+        profiled = subprocess.run(
             [sys.executable, "-m", "jobs.cli", "profile", job, "--json"], env=env, capture_output=True, text=True
         )
-        timeline = json.loads(shown.stdout) if shown.returncode == 0 else None
+        timeline = json.loads(profiled.stdout) if profiled.returncode == 0 else None
     finally:
         stop_all(workers)
         broker.stop()

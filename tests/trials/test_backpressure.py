@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jobs.launch.local import WorkerProcess
 from jobs.launch.runner import WaitRules, watch_job
 from kafka_io.reading import read_topics
 from tests.support.inputs import example_lines, write_jsonl
@@ -13,6 +14,18 @@ from tests.support.pipeline import RunningPipeline, submit
 from tests.support.records import raw_texts_in, tensor_rows
 from tests.support.tiny_model import TinyModel
 from tests.support.waiting import wait_until
+
+
+def wait_until_held(pipeline: RunningPipeline, pre: WorkerProcess) -> None:
+    """Until the preprocess worker says backpressure paused its bulk lane (its log)."""
+    wait_until(
+        pre.log_tail,
+        120,
+        "backpressure holding the bulk lane",
+        until=lambda log: "pausing the bulk lane" in log,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
 
 
 def test_submit_refuses_a_job_that_would_pass_the_maximum_backlog(pipeline: RunningPipeline, tmp_path: Path) -> None:
@@ -48,14 +61,7 @@ def test_preprocessing_pauses_while_the_gpu_group_lags_and_resumes_when_it_catch
     pre = pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
     # join, one batch through, then the gate closes: no GPU worker is consuming
-    wait_until(
-        pre.log_tail,
-        120,
-        "the bulk lane paused",
-        until=lambda log: "pausing the bulk lane" in log,
-        every_s=0.5,
-        meanwhile=pipeline.check_workers,
-    )
+    wait_until_held(pipeline, pre)
     held = len(tensor_rows(pipeline.settings, pipeline.topics.tensors("tiny")))  # records, not packs
     assert 0 < held <= 3 * 64, f"{held} tensor records produced while the GPU side consumed none"
     pipeline.start("gpu", "gpu", "--model", "tiny")
@@ -74,14 +80,7 @@ def test_a_preprocess_worker_held_by_backpressure_stops_at_once_on_sigterm_and_l
     rows = example_lines(600)
     pre = pipeline.start("preprocess", "preprocess", "--max-tensor-lag", "30")
     job_id = submit(pipeline, write_jsonl(tmp_path / "in.jsonl", rows))
-    wait_until(
-        pre.log_tail,
-        120,
-        "backpressure holding the bulk lane",
-        until=lambda log: "pausing the bulk lane" in log,
-        every_s=0.5,
-        meanwhile=pipeline.check_workers,
-    )
+    wait_until_held(pipeline, pre)
     code = pre.stop(timeout_s=30)  # SIGTERM, then SIGKILL if it has not left by then
     assert code == 0, f"exit {code}:\n{pre.log_tail()}"
     assert "wait_empty" not in pre.log_tail(200)
