@@ -1,14 +1,14 @@
 """A job's records written out from their encoded values, a window at a time: what `results`
-spends a record on (issue #41).
+spends a record on.
 
-Each record used to be decoded whole by fastavro into a dict, made an InferenceResult, and its
-outputs rounded and written one by one. Here a window of results whose outputs share one layout
+A record is not decoded whole into a dict and an InferenceResult with its outputs rounded and
+written one by one: a window of results whose outputs share one layout
 (every result of one model version) has each output's data joined into one matrix, converted
 and rounded in one numpy call, and each line is a small dict of a matrix row given to orjson; a
 Parquet or Arrow row group takes the row views as they are. The lines and columns are the same
 as jobs/results.to_json's and jobs/columnar.ResultColumns.add's (tested byte for byte); a record
 that does not fit the window's layout (labels, another model version's outputs, a scalar output,
-a generation's text, a dead letter, another writer schema) is decoded whole and written as before.
+a generation's text, a dead letter, another writer schema) is decoded whole and written that way.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def reprocess(
     log: Callable[[str], None] = print,
 ) -> int:
     config = load_model_config(repository, model, version)
-    # a live job's tensors are in the live lane's topic (#35)
+    # a live job's tensors are in the live lane's topic
     topic = topics.lane(topics.tensors(model), job_lane(find_job(settings, topics, job_id)))
     policy = BatchPolicy(config.max_batch_size)
     engine, producer = None, None
