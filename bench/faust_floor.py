@@ -13,9 +13,9 @@ settings and measures the CPU the worker process used from its first event to it
   channel or stream made: what faust's consumer and aiokafka alone cost, the floor under a
   hand-over of each fetch in bulk.
 --pack K writes records/K records of K times the size instead, as if K texts travelled in one
-Kafka record (not what nearline does: one record per input record on every topic), and prints
-the cost per text too, the worker's and the broker's while it served them: the figures behind
-the packed-records proposal (docs/benchmarks.md, "System cost").
+Kafka record (what nearline's packs do for text since; schemas/packs.py), and prints the cost
+per text too, the worker's and the broker's while it served them: the figures that made the case
+for packs (bench/HISTORY.md).
 Figures, never assertions: the machine is shared.
 """
 

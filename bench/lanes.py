@@ -1,4 +1,4 @@
-"""Benchmark: priority lanes (#35). How long does a live job wait behind a backfill?
+"""Benchmark: priority lanes. How long does a live job wait behind a backfill?
 
     .venv/bin/python -m bench.lanes [--backfill 4000] [--live 20] [--flood 4000] [--window 15]
 

@@ -35,8 +35,9 @@ from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repo
 
 
 def engine_alone(config: ModelConfig, texts: list[str], batch: int) -> tuple[float, float]:
-    """Seconds for every batch one after another on every core (#11's reference), then for the
-    same batches side by side, one core each (what the GPU worker's engine does on the CPU)."""
+    """Seconds for every batch one after another on every core (the reference the target was set
+    against), then for the same batches side by side, one core each (what the GPU worker's engine
+    does on the CPU)."""
     ids = tokenize(load_tokenizer(config.tokenizer_path, config.max_length), texts, config.max_length)
     ids.sort(key=len)
     batches = [make_batch(config, ids[start : start + batch]).inputs for start in range(0, len(ids), batch)]

@@ -175,7 +175,7 @@ def busy_seconds(path: Path) -> float:
 
 
 # A measured job that has not completed after this long (plus a second per STALL_RECORDS_PER_S
-# records) has stalled: the H200 run of 2026-12-04 waited silently for its whole time limit.
+# records) has stalled: without it, a stalled run on a device waits silently for its whole time limit.
 STALL_AFTER_S = 90.0
 STALL_RECORDS_PER_S = 500
 
