@@ -26,6 +26,10 @@ from kafka_io.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
+# Fatal errors that say another producer took the transactional id over: the worker must not take
+# it back (it exits; the group gives its partitions to whoever holds the id now).
+FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
 
 class TransactionAbortedError(RuntimeError):
     """The transaction was aborted and its records rewound: they will be consumed again."""
@@ -194,6 +198,18 @@ class OpenTransaction:
             self.windows = []
             raise TransactionWedgedError(str(exc), consumed) from exc
         except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal() and error.code() not in FENCED:
+                # The producer is unusable but still owns its transactional id (an idempotence
+                # sequence lost as a broker restarted with messages in flight): as with a wedged one,
+                # a new producer fences it, and the group's committed offsets say what was consumed.
+                log.warning(
+                    "a transaction of %d windows failed fatally (%s); its producer is replaced",
+                    len(self.windows),
+                    error.str(),
+                )
+                self.windows = []
+                raise TransactionWedgedError(error.str(), consumed) from exc
             self._abort(exc, timeout_s)
         self.windows = []
         return records_in(consumed)

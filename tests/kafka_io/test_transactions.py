@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import TopicPartition
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from gpu_consumer.windows import WindowLimits, windows
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
-from kafka_io.records import OutRecord
+from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
-from kafka_io.transactions import OpenTransaction, make_transactional_producer, rewind
+from kafka_io.transactions import OpenTransaction, TransactionWedgedError, make_transactional_producer, rewind
 
 
 def test_a_committed_batch_shows_its_outputs_and_moves_its_offsets_an_aborted_one_shows_nothing(
@@ -73,3 +74,48 @@ def test_one_transaction_spans_several_windows_and_shows_their_outputs_only_when
     (committed,) = check.committed([TopicPartition(source, 0)], timeout=10)
     check.close()
     assert committed.offset == 6
+
+
+class RefusingProducer:
+    """A transactional producer whose offsets call fails with `error` (the commit's first call)."""
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
+        self.aborted = False
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def send_offsets_to_transaction(self, offsets: object, group: object, timeout_s: float) -> None:
+        raise KafkaException(self.error)
+
+    def abort_transaction(self, timeout_s: float) -> None:
+        self.aborted = True
+
+
+class GroupOnly:
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+
+@pytest.mark.parametrize(
+    ("code", "replaced"),
+    [(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, True), (KafkaError._FENCED, False), (KafkaError.PRODUCER_FENCED, False)],
+)
+def test_a_fatal_commit_replaces_the_producer_unless_another_one_fenced_it(code: int, replaced: bool) -> None:
+    """A broker restarted with produce requests in flight can leave the idempotent producer out of
+    sequence, a fatal error: the worker replaces it (TransactionWedgedError: a new producer with the
+    same id fences it, and the committed offsets say where to resume) instead of exiting. Fenced,
+    another worker holds the id now: the error is raised as it is, and the worker exits."""
+    producer = RefusingProducer(KafkaError(code, "refused", fatal=True))
+    txn = OpenTransaction(producer, GroupOnly(), max_windows=2, max_age_s=60)  # type: ignore[arg-type]
+    window = [ConsumedRecord("ns.tensors.tiny", 0, n, b"x") for n in range(3)]
+    txn.add(window, [])
+    if replaced:
+        with pytest.raises(TransactionWedgedError) as wedged:
+            txn.commit(timeout_s=5)
+        assert wedged.value.consumed == window and txn.windows == []
+    else:
+        with pytest.raises(KafkaException):
+            txn.commit(timeout_s=5)
+    assert not producer.aborted  # a fatal producer cannot abort; the new one's fencing does
