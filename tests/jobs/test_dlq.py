@@ -26,6 +26,7 @@ from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.records import record_keys_in
 from tests.support.tiny_model import TinyModel, build_tiny_model
+from tests.support.waiting import wait_until
 
 
 def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(
@@ -62,27 +63,35 @@ def test_dead_letters_are_listed_shown_and_replayed_after_a_fix(
     assert replayed.returncode == 0, replayed.stderr
     assert f"replayed {len(rows)} dead letters" in replayed.stderr
     # a dead letter already counts as done for watch_job: wait for the results themselves
-    deadline = time.monotonic() + 120
-    after = read_outcome(pipeline.settings, pipeline.topics, "job-dlq")
-    while len(after.results) < len(rows) and time.monotonic() < deadline:
-        pipeline.check_workers()
-        time.sleep(0.5)
-        after = read_outcome(pipeline.settings, pipeline.topics, "job-dlq")
+    after = wait_until(
+        lambda: read_outcome(pipeline.settings, pipeline.topics, "job-dlq"),
+        120,
+        f"{len(rows)} results of job-dlq",
+        until=lambda outcome: len(outcome.results) >= len(rows),
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     assert sorted(after.results) == sorted(r["id"] for r in rows)
     assert not after.dead  # results supersede the dead letters in every reader
 
 
 def dead_letters_of(pipeline: RunningPipeline, job_id: str, n: int) -> list[DeadLetter]:
     """The job's dead letters once there are n of them (a replay's new ones come from a worker)."""
-    deadline = time.monotonic() + 120
-    while True:
+
+    def of_the_job() -> list[DeadLetter]:
         # jobs.dlq.letters: the topic also holds the marks of replays, which are no dead letters
-        found = [e.letter for e in letters(pipeline.settings, pipeline.topics) if e.letter.job_id == job_id]
-        if len(found) >= n or time.monotonic() > deadline:
-            assert len(found) == n, f"{len(found)} dead letters of {job_id}, not {n}"
-            return found
-        pipeline.check_workers()
-        time.sleep(0.5)
+        return [e.letter for e in letters(pipeline.settings, pipeline.topics) if e.letter.job_id == job_id]
+
+    found = wait_until(
+        of_the_job,
+        120,
+        f"{n} dead letters of {job_id}",
+        until=lambda seen: len(seen) >= n,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
+    assert len(found) == n, f"{len(found)} dead letters of {job_id}, not {n}"
+    return found
 
 
 def test_each_replay_takes_the_latest_dead_letter_of_each_record_without_a_result_once(
@@ -120,12 +129,14 @@ def test_each_replay_takes_the_latest_dead_letter_of_each_record_without_a_resul
     pipeline.start("gpu", "gpu", "--model", model)
     replayed = pipeline.cli("dlq", "replay", "--job", job)
     assert "replayed 3 dead letters" in replayed.stderr, replayed.stderr
-    deadline = time.monotonic() + 120
-    after = read_outcome(pipeline.settings, pipeline.topics, job)
-    while len(after.results) < len(rows) and time.monotonic() < deadline:
-        pipeline.check_workers()
-        time.sleep(0.5)
-        after = read_outcome(pipeline.settings, pipeline.topics, job)
+    after = wait_until(
+        lambda: read_outcome(pipeline.settings, pipeline.topics, job),
+        120,
+        f"{len(rows)} results of {job}",
+        until=lambda outcome: len(outcome.results) >= len(rows),
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     assert sorted(after.results) == sorted(r["id"] for r in rows)
     # every record has a result now: nothing is outstanding, and nothing is replayed again
     assert "replayed 0 dead letters" in pipeline.cli("dlq", "replay", "--job", job).stderr

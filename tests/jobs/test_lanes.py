@@ -4,7 +4,6 @@ live twins of the stage topics and are never held behind a backfill in the bulk 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, start_paced_gpu, submit
 from tests.support.records import raw_texts_in, record_keys_in, tensor_rows
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 def tensor_keys(pipeline: RunningPipeline, lane: Priority, job_id: str) -> set[str]:
@@ -37,11 +37,14 @@ def test_a_live_job_is_preprocessed_in_its_lane_while_the_batch_lane_is_held_by_
     live = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", example_lines(20)), "--priority", "live")
     assert find_job(pipeline.settings, pipeline.topics, live).priority == "live"
     assert find_job(pipeline.settings, pipeline.topics, backfill).priority == "bulk"
-    deadline = time.monotonic() + 120  # a bound on a hang, not a measured time
-    while len(tensor_keys(pipeline, "live", live)) < 20:
-        pipeline.check_workers()
-        assert time.monotonic() < deadline, "the live job's tensors never all arrived"
-        time.sleep(0.5)
+    wait_until(
+        lambda: len(tensor_keys(pipeline, "live", live)),
+        120,  # a bound on a hang, not a measured time
+        "the live job's 20 tensors in the live lane",
+        until=lambda n: n >= 20,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     assert not tensor_keys(pipeline, "bulk", live)  # nothing of the live job in the bulk lane
     assert not tensor_keys(pipeline, "live", backfill)
     held = tensor_keys(pipeline, "bulk", backfill)
@@ -104,11 +107,14 @@ def test_a_cancelled_live_job_is_skipped_in_its_lane(
     assert cancelled.returncode == 0, cancelled.stderr
     done = submit(pipeline, write_jsonl(tmp_path / "after.jsonl", example_lines(3)), "--priority", "live")
     pipeline.start("preprocess", "preprocess")
-    deadline = time.monotonic() + 120  # a bound on a hang: the later live job shows the lane was read
-    while len(tensor_keys(pipeline, "live", done)) < 3:
-        pipeline.check_workers()
-        assert time.monotonic() < deadline, "the live lane was never preprocessed"
-        time.sleep(0.5)
+    wait_until(
+        lambda: len(tensor_keys(pipeline, "live", done)),
+        120,  # a bound on a hang: the later live job shows the lane was read
+        "the later live job's 3 tensors in the live lane",
+        until=lambda n: n >= 3,
+        every_s=0.5,
+        meanwhile=pipeline.check_workers,
+    )
     assert not tensor_keys(pipeline, "live", job)  # skipped, never preprocessed
     status = job_status(pipeline.settings, ns, job)
     assert status.state.value == "cancelled" and status.counts()["cancelled"] == 8
@@ -123,14 +129,20 @@ def queue_both(pipeline: RunningPipeline, tmp_path: Path, backfill_n: int, live_
     backfill = submit(pipeline, write_jsonl(tmp_path / "backfill.jsonl", backfill_rows))
     live = submit(pipeline, write_jsonl(tmp_path / "live.jsonl", live_rows), "--priority", "live")
     pipeline.start("preprocess", "preprocess")
-    deadline = time.monotonic() + 300  # a bound on a hang, not a measured time
-    while not (
-        job_status(pipeline.settings, pipeline.topics, backfill).counts()["preprocessed"] == backfill_n
-        and job_status(pipeline.settings, pipeline.topics, live).counts()["preprocessed"] == live_n
-    ):
-        pipeline.check_workers()
-        assert time.monotonic() < deadline, "the preprocess worker never finished both jobs"
-        time.sleep(1.0)
+
+    def preprocessed() -> tuple[int, int]:
+        """(backfill's, live's) preprocessed counts."""
+        counts = [job_status(pipeline.settings, pipeline.topics, j).counts()["preprocessed"] for j in (backfill, live)]
+        return counts[0], counts[1]
+
+    wait_until(
+        preprocessed,
+        300,  # a bound on a hang, not a measured time
+        f"both jobs preprocessed: (backfill, live) at ({backfill_n}, {live_n})",
+        until=lambda counts: counts == (backfill_n, live_n),
+        every_s=1.0,
+        meanwhile=pipeline.check_workers,
+    )
     return backfill, live
 
 

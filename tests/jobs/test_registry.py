@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from jobs.registry import find_job
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.tiny_model import TinyModel
+from tests.support.waiting import wait_until
 
 
 def test_a_job_is_listed_watched_and_waited_for(pipeline: RunningPipeline, tiny: TinyModel, tmp_path: Path) -> None:
@@ -87,10 +87,13 @@ def test_cancelled_jobs_are_skipped_by_both_stages_and_counted_as_cancelled(
         return json.loads(pipeline.cli("status", job_id, "--json").stdout)
 
     def wait_for(job_id: str, key: str, value: int) -> None:
-        deadline = time.monotonic() + 120
-        while status(job_id)["counts"][key] != value:
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_until(
+            lambda: status(job_id)["counts"][key],
+            120,
+            f"{job_id}'s {key} count at {value}",
+            until=lambda count: count == value,
+            every_s=0.5,
+        )
 
     # cancelled after preprocessing, before inference: the GPU worker skips every record
     pre = pipeline.start("preprocess", "preprocess")
@@ -152,10 +155,13 @@ def test_a_cancelled_job_submitted_again_with_the_same_id_runs_and_counts_only_t
     # submitted again while the workers still see the cancellation: the new records run
     again = pipeline.cli("submit", source, "--model", "tiny", "--job-id", job_id)
     assert again.returncode == 0, again.stderr
-    deadline = time.monotonic() + 90
-    while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["state"] != "completed":
-        assert time.monotonic() < deadline, status
-        time.sleep(1)
+    status = wait_until(
+        lambda: json.loads(pipeline.cli("status", job_id, "--json").stdout),
+        90,
+        f"{job_id} completed",
+        until=lambda s: s["state"] == "completed",
+        every_s=1,
+    )
     assert status["counts"] == {
         "submitted": 1000,
         "preprocessed": 1000,
@@ -180,10 +186,13 @@ def test_jobs_list_and_status_agree_on_a_job_that_is_preprocessed_but_not_inferr
     done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", example_lines(40))), "--model", "tiny")
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
-    deadline = time.monotonic() + 60
-    while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["counts"]["preprocessed"] < 40:
-        assert time.monotonic() < deadline, status
-        time.sleep(0.5)
+    status = wait_until(
+        lambda: json.loads(pipeline.cli("status", job_id, "--json").stdout),
+        60,
+        f"{job_id}'s 40 records preprocessed",
+        until=lambda s: s["counts"]["preprocessed"] >= 40,
+        every_s=0.5,
+    )
     listed = json.loads(pipeline.cli("jobs", "list", "--json").stdout)
     assert status["state"] == "running"
     assert [j for j in listed if j["job_id"] == job_id] == [status]
@@ -223,10 +232,13 @@ def test_a_second_cancel_of_a_running_job_says_it_was_already_cancelled(
     done = pipeline.cli("submit", str(write_jsonl(tmp_path / "in.jsonl", example_lines(40))), "--model", "tiny")
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
-    deadline = time.monotonic() + 60
-    while (status := json.loads(pipeline.cli("status", job_id, "--json").stdout))["state"] != "running":
-        assert time.monotonic() < deadline, status
-        time.sleep(0.5)
+    wait_until(
+        lambda: json.loads(pipeline.cli("status", job_id, "--json").stdout),
+        60,
+        f"{job_id} running",
+        until=lambda s: s["state"] == "running",
+        every_s=0.5,
+    )
     first = pipeline.cli("cancel", job_id)
     assert first.returncode == 0 and first.stderr == f"cancelled {job_id}\n", first.stderr
     cancelled_at = find_job(pipeline.settings, pipeline.topics, job_id).cancelled_at

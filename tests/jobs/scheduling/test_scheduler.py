@@ -35,6 +35,7 @@ from schemas import ScheduleTick, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.records import raw_texts_in
 from tests.support.scheduling import T0, Clock, LoneScheduler, add, scheduled_jobs
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -189,10 +190,13 @@ def test_a_running_scheduler_recovers_from_a_broker_restart_that_lost_everything
 ) -> None:
     lone.broker.stop()
     lone.restart_broker()
-    deadline = time.monotonic() + 120
-    while not any("Kafka unavailable" in e for e in lone.events):
-        assert time.monotonic() < deadline, lone.events
-        time.sleep(0.5)
+    deadline = time.monotonic() + 120  # one bound for both waits: the outage seen, then the next tick's job
+    wait_until(
+        lambda: any("Kafka unavailable" in e for e in lone.events),
+        deadline - time.monotonic(),
+        lambda: f"'Kafka unavailable' among the scheduler's events: {lone.events}",
+        every_s=0.5,
+    )
     lone.submits_the_next_tick(text_input, clock, deadline)
 
 
