@@ -201,8 +201,8 @@ def serve(
     that change owner, not every member's (docs/brokers.md)."""
     model, metrics = worker.model, worker.metrics
     stop = _stop_on_signals()  # here, on the main thread: a generation worker's loop runs on another
-    if worker.engine_cpus is not None:
-        host_cpus(worker.engine_cpus)  # a wrong list is said before the broker is tried
+    # the CPUs left to the loop where the engine has its own: a wrong list is said before the broker is tried
+    loop_cpus = host_cpus(worker.engine_cpus) if worker.engine_cpus is not None else None
     if metrics is not None:
         start_endpoint(metrics)
     check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
@@ -214,7 +214,7 @@ def serve(
             "(--threads sizes an encoder's)"
         )
     if config.is_generator:
-        return _serve_generator(settings, topics, config, worker, stop, generator)
+        return _serve_generator(settings, topics, config, worker, stop, generator, loop_cpus)
     unknown = set(config.postprocess) - set(STEPS)
     if unknown:
         raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
@@ -323,12 +323,14 @@ def _serve_generator(
     worker: GpuWorkerSettings,
     stop: threading.Event,
     given: GenerationEngine | None = None,
+    loop_cpus: frozenset[int] | None = None,
 ) -> WorkerStats:
     """serve() for a causal LM: the engine decodes with continuous batching (gpu_consumer/generation/),
     and the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
     sequences decoded at once; exactly-once is not offered (a completion is produced as its
     sequence ends, outside any window's transaction). The main thread builds and steps the engine,
-    the loop runs on a thread of its own (generation/main_thread.py says why)."""
+    the loop runs on a thread of its own (generation/main_thread.py says why), on `loop_cpus` where
+    the engine has CPUs of its own (serve computes them from --engine-cpus)."""
     from gpu_consumer.generation.engines import make_generator
 
     if worker.exactly_once:
@@ -339,10 +341,8 @@ def _serve_generator(
     if worker.kv_cache_tokens is not None:
         limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
     build = partial(make_generator, config, worker.engine_kind, limits, driven=True)
-    loop_cpus = None
     if worker.engine_cpus is not None:
-        loop_cpus = host_cpus(worker.engine_cpus)  # raises before anything is built where they are wrong
-        engine_threads_on(worker.engine_cpus)
+        engine_threads_on(worker.engine_cpus)  # the loop's, `loop_cpus`, are the others
     engine = build()
 
     def loop(renew: Callable[[], GenerationEngine]) -> WorkerStats:
