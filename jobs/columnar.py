@@ -5,7 +5,8 @@ One row per record, in input order, the same records and values as the JSON Line
 `id`, `job_id`, `model`, the model's outputs as typed columns (an embedding is a fixed-size list
 of float32; a classifier's `labels` a list of {label, index, score}; a generation's `text`,
 `finish_reason` and its tokens, `prompt_tokens`, `completion_tokens`, `cached_prompt_tokens`, as
-int64), `model_version`, `error`
+int64), `model_version`, `reused` (true for a result written from the results cache, as JSON
+Lines' `"reused": true`), `error`
 ({stage, type, message} for a dead-lettered record, else null) and `attributes` (the input's
 attributes as a JSON object string of the values they were, else null: jobs mix attribute keys, so
 no struct fits all), then the kept input columns, each of its own type (jobs/kept.py).
@@ -25,7 +26,7 @@ from jobs.kept import KeptColumns
 from jobs.output import OutputFormat
 from jobs.usage import generation_usage
 from schemas import DeadLetter, InferenceResult
-from schemas.attributes import attribute_values
+from schemas.attributes import REUSED_STAMP, attribute_values
 from schemas.inference_result_bytes import ResultBody
 
 if TYPE_CHECKING:
@@ -85,7 +86,8 @@ class ResultColumns:
         if self.generation:
             fields += [(name, pa.string()) for name in GENERATION_STRINGS]
             fields += [(name, pa.int64()) for name in GENERATION_TOKENS]
-        fields += [("model_version", pa.string()), ("error", _error_type()), ("attributes", pa.string())]
+        fields += [("model_version", pa.string()), ("reused", pa.bool_())]
+        fields += [("error", _error_type()), ("attributes", pa.string())]
         if kept is not None:
             fields += kept.fields(name for name, _ in fields)
         self.schema = pa.schema(fields)
@@ -96,6 +98,7 @@ class ResultColumns:
         self.job_ids: list[str | None] = []
         self.models: list[str | None] = []
         self.versions: list[str | None] = []
+        self.reused: list[bool] = []
         self.errors: list[dict[str, str] | None] = []
         self.attributes: list[str | None] = []
         self.arrays: dict[str, list[np.ndarray | None]] = {name: [] for name, _, _ in self.tensors}
@@ -132,6 +135,7 @@ class ResultColumns:
         ):
             self._refuse(item)
         self._add_row(item.record_id, item.job_id, item.model, item.model_version, item.attributes)
+        self.reused[-1] = REUSED_STAMP in item.timestamps  # written from the results cache (docs/reuse.md)
         if self.classifier:
             self.labels.append((item.labels, arrays["top_index"], arrays["top_score"]))
             return
@@ -161,7 +165,8 @@ class ResultColumns:
         )
 
     def add_body(self, body: ResultBody, arrays: list[np.ndarray]) -> None:
-        """A result read from its bytes, whose outputs `fits` said fit, with its arrays in order."""
+        """A result read from its bytes, whose outputs `fits` said fit, with its arrays in order (never
+        a reused one: jobs/bulk_output.py decodes those whole)."""
         head = body.head
         self._add_row(head.record_id, head.job_id, head.model, head.model_version, body.attributes)
         for (name, _, _), array in zip(self.tensors, arrays, strict=True):
@@ -174,6 +179,7 @@ class ResultColumns:
         self.job_ids.append(job_id)
         self.models.append(model)
         self.versions.append(version)
+        self.reused.append(False)
         self.errors.append(None)
         attributes = attributes or {}
         if self.kept is not None:
@@ -207,6 +213,7 @@ class ResultColumns:
         for name, values in self.generated.items():
             columns.append(pa.array(values, pa.int64() if name in GENERATION_TOKENS else pa.string()))
         columns.append(pa.array(self.versions, pa.string()))
+        columns.append(pa.array(self.reused, pa.bool_()))
         columns.append(pa.array(self.errors, _error_type()))
         columns.append(pa.array(self.attributes, pa.string()))
         if self.kept is not None:

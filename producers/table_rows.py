@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # Names every result already has (jobs/results.py, jobs/columnar.py): a kept column of one of
 # these names would shadow it.
-RESERVED_NAMES = frozenset({"id", "job_id", "model", "model_version", "error", "attributes", "labels"})
+RESERVED_NAMES = frozenset({"id", "job_id", "model", "model_version", "reused", "error", "attributes", "labels"})
 
 
 @dataclass(frozen=True)

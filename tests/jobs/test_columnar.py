@@ -9,21 +9,25 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import jobs.columnar
+from jobs.bulk_output import write_rows
 from jobs.columnar import ColumnarShapeError
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.output import OutputFormat, OutputFormatError, output_format
+from jobs.spill import ResultSpill
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
-from kafka_io.records import job_record
+from kafka_io.records import ConsumedRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
 from kafka_io.topics import TopicSpec, ensure_topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
+from schemas.attributes import REUSED_STAMP
 from schemas.model_config import ModelConfig
 from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
 from tests.support.image_corpus import bad_and_odd_images, real_photos
@@ -185,3 +189,42 @@ def test_nearline_results_writes_parquet_and_arrow_equal_to_json_lines_for_a_tex
 
     refused = pipeline.cli("results", text, "--output-format", "parquet")  # binary output needs a file
     assert refused.returncode == 2 and "-o FILE" in refused.stderr and not refused.stdout
+
+
+@pytest.mark.parametrize("fmt", [OutputFormat.PARQUET, OutputFormat.ARROW])
+def test_a_reused_result_says_so_in_its_column_as_its_json_line_does(tmp_path: Path, fmt: OutputFormat) -> None:
+    """Results read from their bytes (jobs/bulk_output.py, the path `nearline results` takes): the
+    ones written from the results cache carry the `reused` stamp and are true in `reused`; computed
+    ones and dead letters are false."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    topics = Topics(namespace="columnar-reused")
+    reused_ids = {"r1", "r4", "r5"}
+    items: list[InferenceResult | DeadLetter] = [
+        replace(embedding(i), timestamps={REUSED_STAMP: 7} if f"r{i}" in reused_ids else {}) for i in range(8)
+    ]
+    items.insert(3, dead(99))
+    records = [
+        ConsumedRecord(topics.results, 0, n, encode(item), f"job/{item.record_id}".encode(), (("job_id", b"job"),))
+        for n, item in enumerate(items)
+        if isinstance(item, InferenceResult)
+    ]
+    dead_letter = job_record(topics.dead_letters, encode(items[3]), "job", "r99")
+    records.append(
+        ConsumedRecord(topics.dead_letters, 0, 0, dead_letter.value or b"", dead_letter.key, tuple(dead_letter.headers))
+    )
+    jsonl, table = tmp_path / "out.jsonl", tmp_path / f"out.{fmt.value}"
+    with ResultSpill("job") as spill:
+        spill.add(records, topics)
+        assert write_rows(spill.rows(), spill.example(), jsonl, io.StringIO()) == 9
+        assert write_rows(spill.rows(), spill.example(), table, io.StringIO(), fmt) == 9
+    parquet = fmt is OutputFormat.PARQUET
+    read = pq.read_table(table) if parquet else pa.ipc.open_file(pa.memory_map(str(table))).read_all()
+    assert read.schema.field("reused").type == pa.bool_()
+    assert dict(zip(read.column("id").to_pylist(), read.column("reused").to_pylist(), strict=True)) == {
+        **{f"r{i}": f"r{i}" in reused_ids for i in range(8)},
+        "r99": False,
+    }
+    assert {line["id"] for line in jsonl_lines(jsonl) if line.get("reused")} == reused_ids
+    assert_columnar_equals_jsonl(table, jsonl, ["embedding"])

@@ -153,6 +153,7 @@ def test_a_generation_is_typed_columns_of_its_text_and_tokens(fmt: OutputFormat,
         ("completion_tokens", "int64"),
         ("cached_prompt_tokens", "int64"),
         ("model_version", "string"),
+        ("reused", "bool"),
         ("error", "struct<stage: string, type: string, message: string>"),
         ("attributes", "string"),
     ]

@@ -272,10 +272,11 @@ def test_json_lines_take_other_keys_for_text_and_id(tmp_path: Path) -> None:
     assert str(got[1]) == f'{tmp_path}/in.jsonl:2: missing "body" (--text-field)'
 
 
-def test_a_kept_column_named_like_a_result_field_is_refused(tmp_path: Path) -> None:
-    pq.write_table(pa.table({"text": ["a"], "model": ["m"]}), tmp_path / "in.parquet")
-    with pytest.raises(UnusableInputError, match="--keep-columns: model would shadow the result's own field"):
-        JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=("model",)))
+@pytest.mark.parametrize("field", ["model", "reused"])
+def test_a_kept_column_named_like_a_result_field_is_refused(tmp_path: Path, field: str) -> None:
+    pq.write_table(pa.table({"text": ["a"], field: ["m"]}), tmp_path / "in.parquet")
+    with pytest.raises(UnusableInputError, match=f"--keep-columns: {field} would shadow the result's own field"):
+        JobInput.open(str(tmp_path / "in.parquet"), columns=Columns(keep=(field,)))
 
 
 def test_image_bytes_over_the_limit_or_null_are_named_by_row_and_hugging_face_images_are_read(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ def assert_row_matches_line(row: dict[str, Any], line: dict[str, Any], outputs: 
     for key in ("id", "job_id", "model"):
         assert row[key] == line[key], (key, row[key], line[key])
     assert row["model_version"] == line.get("model_version"), line["id"]
+    # JSON Lines says it only when true; pandas gives numpy's bool
+    assert row["reused"] is not None and bool(row["reused"]) is line.get("reused", False), line["id"]
     attributes = json.loads(row["attributes"]) if row["attributes"] is not None else None
     assert attributes == line.get("attributes"), line["id"]
     if "error" in line:
@@ -44,7 +46,7 @@ def assert_columnar_equals_jsonl(table_path: Path, jsonl_path: Path, outputs: li
     lines = jsonl_lines(jsonl_path)
     parquet = table_path.suffix == ".parquet"
     table = pq.read_table(table_path) if parquet else pa.ipc.open_file(pa.memory_map(str(table_path))).read_all()
-    assert table.column_names == ["id", "job_id", "model", *outputs, "model_version", "error", "attributes"]
+    assert table.column_names == ["id", "job_id", "model", *outputs, "model_version", "reused", "error", "attributes"]
     if "embedding" in outputs:
         embedding = table.schema.field("embedding").type
         assert pa.types.is_fixed_size_list(embedding) and embedding.value_type == pa.float32()
@@ -63,7 +65,7 @@ def assert_columnar_equals_jsonl(table_path: Path, jsonl_path: Path, outputs: li
         assert id_column is not None  # duckdb.sql returns None only for a statement without rows
         ids = [r[0] for r in id_column.fetchall()]
         assert ids == [line["id"] for line in lines]
-        columns = ", ".join(["id", "job_id", "model", *outputs, "model_version", "error", "attributes"])
+        columns = ", ".join(["id", "job_id", "model", *outputs, "model_version", "reused", "error", "attributes"])
         relation = duckdb.sql(f"SELECT {columns} FROM read_parquet('{table_path}')")
         assert relation is not None
         names = relation.columns
