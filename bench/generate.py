@@ -57,8 +57,8 @@ from gpu_consumer.generation.transformers_engine import batching_config
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.cpus import host_cpus, parse_cpu_list
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from runtime.cpus import host_cpus, parse_cpu_list
 from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
 
 NAMESPACE = "generate-bench"

@@ -43,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bench.procfs import cpu_seconds
-from kafka_io.children import die_with_parent
+from runtime.children import die_with_parent
 
 PREFIX = "nlh"
 NETWORK = "10.77"

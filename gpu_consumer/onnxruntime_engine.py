@@ -13,7 +13,7 @@ import numpy as np
 
 from gpu_consumer.batcher import edge_batches, warmup_batch
 from gpu_consumer.engine import Engine, EngineLoadError
-from kafka_io.cpus import usable_cpus
+from runtime.cpus import usable_cpus
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-from kafka_io.children import die_with_parent
 from kafka_io.clients import check_reachable
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import KafkaSettings
+from runtime.children import die_with_parent
 
 # Popen objects of brokers this process started: kept so the child is reaped by its owner (and
 # not reported as leaked when the object would otherwise be collected while the broker runs).

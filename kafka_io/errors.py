@@ -102,9 +102,3 @@ def refused_error(
 # What a caller outside kafka_io catches to mean "Kafka failed": our own errors, and the client's
 # own exception, which any client call (a commit, a metadata query, a fatal consumer event) raises.
 KAFKA_FAULTS: tuple[type[Exception], ...] = (KafkaIOError, KafkaException)
-
-
-class MetricsPortError(OSError):
-    """The --metrics-port cannot be bound (taken, or privileged), or its TLS files cannot be
-    loaded: a usage error, not a Kafka one, kept here so the CLI maps it without importing the
-    metrics."""

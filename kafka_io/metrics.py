@@ -26,9 +26,9 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from kafka_io.metrics_http import start_server
 from kafka_io.records import TP, OutRecord
-from kafka_io.settings import MetricsEndpoint
+from runtime.metrics_endpoint import MetricsEndpoint
+from runtime.metrics_http import start_server
 
 BUILD_INFO = Gauge(
     "nearline_build_info",

@@ -1,4 +1,4 @@
-"""Where the cluster is, how names are spelled and where metrics are served: one frozen dataclass each."""
+"""Where the cluster is and how names are spelled: one frozen dataclass each."""
 
 from __future__ import annotations
 
@@ -6,23 +6,13 @@ import os
 import ssl
 from dataclasses import dataclass, field, replace
 from functools import cache
-from pathlib import Path
 from typing import Any, Literal
-
-from kafka_io.errors import MetricsPortError
 
 ENV_BOOTSTRAP = "NEARLINE_BOOTSTRAP_SERVERS"
 ENV_NAMESPACE = "NEARLINE_NAMESPACE"
 # librdkafka properties for every client, e.g. NEARLINE_KAFKA_SECURITY_PROTOCOL=SASL_SSL
 # becomes security.protocol; this is how production adds TLS/SASL without code changes.
 ENV_KAFKA_PREFIX = "NEARLINE_KAFKA_"
-# The metrics port every worker reads (--metrics-port), which deployments set once per pod, and
-# the TLS files it serves them with (--metrics-tls-cert, --metrics-tls-key, --metrics-client-ca).
-ENV_METRICS_PORT = "NEARLINE_METRICS_PORT"
-ENV_METRICS_TLS_CERT = "NEARLINE_METRICS_TLS_CERT"
-ENV_METRICS_TLS_KEY = "NEARLINE_METRICS_TLS_KEY"
-ENV_METRICS_CLIENT_CA = "NEARLINE_METRICS_CLIENT_CA"
-ENV_METRICS = (ENV_METRICS_PORT, ENV_METRICS_TLS_CERT, ENV_METRICS_TLS_KEY, ENV_METRICS_CLIENT_CA)
 
 # A job's priority lane: live records are served before bulk ones at every stage. Each
 # stage topic has one topic per lane (Topics.lane), so Kafka keeps the lanes apart and a worker
@@ -175,22 +165,3 @@ class Topics:
 def _lane_of(namespace: str, topic: str) -> Priority:
     prefix = f"{namespace}." if namespace else ""
     return "live" if topic.startswith(prefix + LIVE_PREFIX) else "bulk"
-
-
-@dataclass(frozen=True)
-class MetricsEndpoint:
-    """Where and how a worker serves /metrics: plain HTTP, or TLS when `tls_cert` is set.
-
-    `tls_key` may be left out when the certificate file holds the key too. With `client_ca`,
-    only scrapers presenting a certificate that CA signed are answered (mutual TLS): the
-    endpoint names topics, models and hosts, which a shared network need not see."""
-
-    port: int
-    addr: str = "0.0.0.0"
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    client_ca: Path | None = None
-
-    def __post_init__(self) -> None:
-        if self.tls_cert is None and (self.tls_key is not None or self.client_ca is not None):
-            raise MetricsPortError("--metrics-tls-key and --metrics-client-ca need --metrics-tls-cert")

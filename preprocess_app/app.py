@@ -27,14 +27,12 @@ from faust.tables import TableManager
 
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import check_reachable, make_producer
-from kafka_io.cpus import usable_cpus
 from kafka_io.deliveries import Confirm, ServedProducer
 from kafka_io.faust_auth import faust_credentials, faust_refusal
-from kafka_io.heap import settle_heap
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
-from kafka_io.settings import PRIORITIES, KafkaSettings, MetricsEndpoint, Priority, Topics
+from kafka_io.settings import PRIORITIES, KafkaSettings, Priority, Topics
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of, try_ensure_topics
 from preprocess_app.acks import ConfirmedAcks
 from preprocess_app.image import preprocess_images
@@ -48,6 +46,9 @@ from preprocess_app.reuse import CacheTails, ReuseLookup
 from preprocess_app.sole import take_every_partition
 from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
+from runtime.cpus import usable_cpus
+from runtime.heap import settle_heap
+from runtime.metrics_endpoint import MetricsEndpoint
 from schemas.packs import records_held
 
 log = logging.getLogger(__name__)

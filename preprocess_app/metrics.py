@@ -17,7 +17,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from kafka_io.metrics import BATCH_SECONDS_BUCKETS, Traffic, serve_metrics
 from kafka_io.records import OutRecord, records_of
-from kafka_io.settings import MetricsEndpoint
+from runtime.metrics_endpoint import MetricsEndpoint
 
 log = logging.getLogger(__name__)
 

@@ -4,29 +4,41 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE_THE_EDGE = ["schemas", "producers", "preprocess_app", "gpu_consumer", "jobs", "reuse"]
+OUTSIDE_THE_EDGE = [
+    "schemas",
+    "runtime",
+    "producers",
+    "preprocess_app",
+    "gpu_consumer",
+    "model_repository",
+    "jobs",
+    "reuse",
+]
 # The client handles kafka_io's factories make: held and passed back to kafka_io, never called.
 OPAQUE_HANDLES = {("kafka_io.clients", name) for name in ("AdminClient", "Consumer", "Producer")}
 
 # Imports flow one way: jobs -> model_repository -> stages (producers, preprocess_app, gpu_consumer)
-# -> kafka_io -> schemas.
+# -> kafka_io -> schemas, with runtime (the process's own: metrics endpoint, children, CPUs, heap)
+# below all of them.
 # Each package may import only the packages of ours named here (its own modules aside); the
 # stages do not import each other. Exceptions would be listed here with their reason: none exist.
 STAGES = ["producers", "preprocess_app", "gpu_consumer"]
 MAY_IMPORT: dict[str, set[str]] = {
+    "runtime": set(),
     "schemas": set(),
-    "kafka_io": {"schemas"},
-    **{stage: {"kafka_io", "schemas"} for stage in STAGES},
+    "kafka_io": {"schemas", "runtime"},
+    **{stage: {"kafka_io", "schemas", "runtime"} for stage in STAGES},
     # the lookup of reusable results is the preprocess stage's, before it tokenizes or decodes
-    "preprocess_app": {"kafka_io", "schemas", "reuse"},
+    "preprocess_app": {"kafka_io", "schemas", "runtime", "reuse"},
     # models into the repository: the GPU stage's ONNX Runtime engine checks each export
-    "model_repository": {"gpu_consumer", "kafka_io", "schemas"},
+    "model_repository": {"gpu_consumer", "kafka_io", "schemas", "runtime"},
     # the reuse key, index and store: pure, beside the stages, so any of them can take it
     "reuse": {"schemas"},
-    "jobs": {*STAGES, "model_repository", "kafka_io", "schemas"},
+    "jobs": {*STAGES, "model_repository", "kafka_io", "schemas", "runtime"},
 }
 OURS = {*MAY_IMPORT, "bench", "tests"}
 
@@ -214,6 +226,40 @@ def test_the_check_sees_a_helper_outside_support_and_a_test_importing_a_test(tmp
     assert misplaced_test_modules(tmp_path) == [
         "jobs/pipeline.py: a helper outside tests/support/",
         "jobs/test_a.py: imports the test module tests.jobs.test_b",
+    ]
+
+
+def runtime_names_through_kafka_io(path: Path) -> list[str]:
+    """Every name a module takes from kafka_io that is the process runtime's (runtime/): one there
+    is taken from runtime/ itself, never through a kafka_io module that imports it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kafka_io":
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                origin = getattr(value, "__name__", "") if inspect.ismodule(value) else getattr(value, "__module__", "")
+                if (origin or "").split(".")[0] == "runtime":
+                    found.append(f"{node.module}.{alias.name} (from {origin})")
+    return found
+
+
+def test_nothing_takes_the_process_runtime_through_kafka_io() -> None:
+    packages = [*OUTSIDE_THE_EDGE, "kafka_io", "bench", "tests"]
+    offenders = {str(p.relative_to(ROOT)): n for p in modules(packages) if (n := runtime_names_through_kafka_io(p))}
+    assert offenders == {}
+
+
+def test_the_check_sees_the_runtime_taken_through_kafka_io(tmp_path: Path) -> None:
+    leaky = tmp_path / "leaky.py"
+    leaky.write_text(
+        "from kafka_io.metrics import start_server\n"
+        "from kafka_io.broker import die_with_parent, EmbeddedBroker\n"
+        "from runtime.cpus import usable_cpus\n"
+    )
+    assert runtime_names_through_kafka_io(leaky) == [
+        "kafka_io.metrics.start_server (from runtime.metrics_http)",
+        "kafka_io.broker.die_with_parent (from runtime.children)",
     ]
 
 

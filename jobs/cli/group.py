@@ -21,8 +21,8 @@ from kafka_io.errors import (
     KafkaAuthorizationError,
     KafkaRefusedError,
     KafkaTlsError,
-    MetricsPortError,
 )
+from runtime.metrics_endpoint import MetricsPortError
 from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
 
 # Kafka said no: each kind of refusal has its code, as no retry or wait will mend it.

@@ -13,7 +13,7 @@ import click
 
 from jobs.cli.group import NearlineGroup
 from jobs.job_input import pack_limits_from_env
-from kafka_io.heap import settle_heap, settle_heaps_here
+from runtime.heap import settle_heap, settle_heaps_here
 
 # The command modules define their commands standalone; the root group gathers them here, by name.
 COMMANDS = {
@@ -61,7 +61,7 @@ def cli(log_level: str) -> None:
     with contextlib.suppress(io.UnsupportedOperation):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     # the command's module is imported by now (click resolves a lazy command before this group's
-    # callback runs): what start-up made is never scanned again (kafka_io/heap.py)
+    # callback runs): what start-up made is never scanned again (runtime/heap.py)
     settle_heap()
     try:
         pack_limits_from_env()  # a bad $NEARLINE_PACK_* is said before any command reads input
@@ -70,5 +70,5 @@ def cli(log_level: str) -> None:
 
 
 def main() -> None:
-    settle_heaps_here()  # a process of its own: kafka_io/heap.py
+    settle_heaps_here()  # a process of its own: runtime/heap.py
     cli()

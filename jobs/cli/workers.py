@@ -21,14 +21,15 @@ from jobs.cli.options import (
 )
 from jobs.cli.validators import require_servers
 from kafka_io.clients import GROUP_PROTOCOLS
-from kafka_io.settings import ENV_BOOTSTRAP, MetricsEndpoint, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, Topics
+from runtime.metrics_endpoint import MetricsEndpoint
 from schemas.model_config import ModelConfig
 
 
 @click.group()
 def worker() -> None:
     """Long-running worker processes."""
-    from kafka_io.children import stop_with_parent
+    from runtime.children import stop_with_parent
 
     stop_with_parent()
 

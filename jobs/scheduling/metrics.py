@@ -8,7 +8,7 @@ from __future__ import annotations
 from prometheus_client import Counter
 
 from kafka_io.metrics import serve_metrics
-from kafka_io.settings import MetricsEndpoint
+from runtime.metrics_endpoint import MetricsEndpoint
 
 WORKER = "scheduler"
 

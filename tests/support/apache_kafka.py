@@ -22,10 +22,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_io.children import die_with_parent
 from kafka_io.clients import check_reachable
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import KafkaSettings
+from runtime.children import die_with_parent
 from tests.support.kafka_security import Security
 
 KAFKA_VERSION = "4.1.1"  # keep in step with .ci/kafka/pom.xml

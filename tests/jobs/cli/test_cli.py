@@ -291,7 +291,7 @@ def test_engine_cpus_not_of_this_host_or_leaving_it_none_are_a_usage_error_befor
     from click.testing import CliRunner
 
     from jobs.cli.main import cli
-    from kafka_io.cpus import host_cpu_ids
+    from runtime.cpus import host_cpu_ids
 
     if value == "every":
         value = ",".join(str(cpu) for cpu in sorted(host_cpu_ids()))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_io.cpus import cpu_quota, host_cpu_ids, host_cpus, parse_cpu_list, usable_cpus
+from runtime.cpus import cpu_quota, host_cpu_ids, host_cpus, parse_cpu_list, usable_cpus
 
 
 def cgroup_v2(tmp_path: Path, cpu_max: str) -> Path:
@@ -48,7 +48,7 @@ def test_a_fractional_limit_rounds_up_and_never_exceeds_the_affinity_mask(tmp_pa
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
 def test_a_process_pinned_to_one_cpu_sizes_its_pools_for_one() -> None:
     out = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-c", "from kafka_io.cpus import usable_cpus; print(usable_cpus())"],
+        ["taskset", "-c", "0", sys.executable, "-c", "from runtime.cpus import usable_cpus; print(usable_cpus())"],
         capture_output=True,
         text=True,
         check=True,

@@ -19,8 +19,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import REGISTRY, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from kafka_io.errors import MetricsPortError
-from kafka_io.settings import MetricsEndpoint
+from runtime.metrics_endpoint import MetricsEndpoint, MetricsPortError
 
 log = logging.getLogger(__name__)
 

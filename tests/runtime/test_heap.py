@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from kafka_io.heap import YOUNG_THRESHOLD
+from runtime.heap import YOUNG_THRESHOLD
 
 SCRIPT = """
 import gc, weakref
-from kafka_io.heap import YOUNG_THRESHOLD, settle_heap, settle_heaps_here
+from runtime.heap import YOUNG_THRESHOLD, settle_heap, settle_heaps_here
 
 class Node:
     pass
@@ -51,7 +51,7 @@ def test_every_nearline_command_settles_its_heap_before_its_work() -> None:
     code = """
 import gc, sys
 from unittest import mock
-import kafka_io.heap as heap
+import runtime.heap as heap
 
 calls = []
 real = heap.settle_heap
