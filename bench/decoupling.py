@@ -36,7 +36,8 @@ from jobs.launch.runner import WaitRules, ensure_model, watch_job
 from jobs.reports.profile import profile
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
 from schemas.model_config import ModelConfig, default_repository

@@ -46,7 +46,8 @@ from kafka_io.clients import make_consumer
 from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import assign_all
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from runtime.metrics_endpoint import MetricsEndpoint
 from schemas.model_config import default_repository, load_model_config
 

@@ -17,7 +17,8 @@ from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import assign_all
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import load_model_config
 
 

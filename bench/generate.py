@@ -57,7 +57,8 @@ from gpu_consumer.generation.transformers_engine import batching_config
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import ENV_NAMESPACE
 from runtime.cpus import host_cpus, parse_cpu_list
 from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
 
@@ -217,7 +218,8 @@ def gpu_worker_main(repository: Path, model: str) -> None:
     """A GPU worker whose generation engine costs nothing (bench/generation_engines.py), until SIGTERM."""
     from bench.generation_engines import ZeroCostGenerator
     from gpu_consumer.worker import GpuWorkerSettings, serve
-    from kafka_io.settings import KafkaSettings, Topics
+    from kafka_io.settings import KafkaSettings
+    from kafka_io.topology import Topics
     from schemas.model_config import load_model_config
 
     exit_on_sigterm()

@@ -351,7 +351,8 @@ def gpu_worker_main(repository: Path, busy_path: Path) -> None:
     from bench.decoupling import exit_on_sigterm
     from gpu_consumer.generation.engines import make_generator
     from gpu_consumer.worker import GpuWorkerSettings, serve
-    from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings, Topics
+    from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
+    from kafka_io.topology import Topics
     from schemas.model_config import load_model_config
 
     exit_on_sigterm()
@@ -408,7 +409,8 @@ def system_section(repository: Path, prompts_n: int, max_tokens: int, work: Path
     from bench.system_cost import timed_command
     from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
     from kafka_io.broker import EmbeddedBroker
-    from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+    from kafka_io.settings import ENV_BOOTSTRAP
+    from kafka_io.topology import ENV_NAMESPACE
     from schemas.model_config import ENV_MODEL_REPOSITORY
 
     where, precision = device_name()

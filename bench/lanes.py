@@ -35,7 +35,8 @@ from gpu_consumer.lanes import DEFAULT_BULK_SHARE
 from jobs.launch.runner import ensure_model
 from jobs.registry import job_status
 from kafka_io.broker import free_port
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import default_repository
 
 CLI = [sys.executable, "-m", "jobs.cli"]

@@ -23,7 +23,8 @@ from jobs.launch.local import start_pipeline_workers, stop_all
 from jobs.launch.runner import WaitRules, ensure_model, watch_job
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import default_repository
 
 

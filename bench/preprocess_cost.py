@@ -28,7 +28,8 @@ from bench.procfs import cpu_seconds
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 NAMESPACE = "preprocess-cost"

@@ -41,8 +41,9 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord, job_record
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import Job
 from schemas.result_encoding import ResultEncoder, RowTensor, encoded_ids, encoded_maps
 

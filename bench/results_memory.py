@@ -33,8 +33,9 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord, job_record
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import InferenceResult, Job, Tensor, encode
 
 STEP_US = 1_000  # synthetic stage times: 1 ms a stage, a record submitted every 10 µs

@@ -30,7 +30,8 @@ from bench.system_cost import WARM_UP_GRACE_S, timed_command
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 MODEL = "minilm"

@@ -48,8 +48,9 @@ from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets
 from kafka_io.produce import produce_all
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import RawText, encode, now_us

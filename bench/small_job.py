@@ -28,7 +28,8 @@ from bench.feed import short_texts
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import ENV_NAMESPACE
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 

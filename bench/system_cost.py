@@ -50,8 +50,9 @@ from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.offsets import group_lag
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, PRIORITIES, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
+from kafka_io.topology import ENV_NAMESPACE, PRIORITIES, Topics
 from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None
     from gpu_consumer.engine import Engine
     from gpu_consumer.engines import make_engine
     from gpu_consumer.worker import GpuWorkerSettings, serve
-    from kafka_io.settings import KafkaSettings, Topics
+    from kafka_io.settings import KafkaSettings
+    from kafka_io.topology import Topics
     from schemas.model_config import load_model_config
 
     exit_on_sigterm()

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from bench.decoupling import exit_on_sigterm, machine
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import ENV_NAMESPACE
 
 WORDS = [
     "alpha",

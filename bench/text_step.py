@@ -24,7 +24,7 @@ from bench.decoupling import machine
 from bench.system_cost import MODEL, texts_of
 from jobs.launch.runner import ensure_model
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas.model_config import default_repository

@@ -18,7 +18,7 @@ from kafka_io.clients import Producer
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.produce import send
 from kafka_io.records import OutRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from gpu_consumer.vocabulary import check_ids, vocabulary_size
 from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record, reuse_keys_of
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error, TensorFormatError
 from schemas.model_config import ModelConfig

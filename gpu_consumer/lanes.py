@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafka_io.settings import Priority
+from kafka_io.topology import Priority
 
 DEFAULT_BULK_SHARE = 0.1
 # Engine seconds after which past service counts half: long enough to average over many windows,

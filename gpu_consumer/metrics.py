@@ -27,7 +27,7 @@ from kafka_io.metrics import (
 )
 from kafka_io.polling import Assignment, consumer_lag
 from kafka_io.records import OutRecord
-from kafka_io.settings import PRIORITIES, Priority
+from kafka_io.topology import PRIORITIES, Priority
 from runtime.metrics_endpoint import MetricsEndpoint
 from schemas import now_us
 

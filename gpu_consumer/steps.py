@@ -39,7 +39,7 @@ from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Priority, Topics
+from kafka_io.topology import Priority, Topics
 from kafka_io.transactions import (
     OpenTransaction,
     TransactionAbortedError,

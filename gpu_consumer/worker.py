@@ -60,8 +60,9 @@ from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, assign_topics, records_in, subscribe
 from kafka_io.records import Headers
 from kafka_io.result_cache import cache_topic
-from kafka_io.settings import PRIORITIES, KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
+from kafka_io.topology import PRIORITIES, Topics
 from kafka_io.transactions import make_transactional_producer
 from runtime.cpus import host_cpus
 from runtime.heap import settle_heap

@@ -13,7 +13,8 @@ from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, SerdeError, decode
 
 OUTSTANDING = "outstanding"  # the latest dead letter of a record that has no result

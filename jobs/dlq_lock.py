@@ -37,8 +37,9 @@ from kafka_io.errors import BrokerUnavailableError
 from kafka_io.produce import produce_all, produce_located
 from kafka_io.reading import TopicFollower
 from kafka_io.records import OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 
 LEASE_S = 600.0  # a claim never released (its run was killed) stops counting after this
 LOCK_KEY = b"dlq-replay"  # every claim and release: one key, so one partition and one order

@@ -27,7 +27,7 @@ from jobs.input_problems import (
     unreadable_input,
 )
 from kafka_io.records import OutRecord, job_record, pack_record
-from kafka_io.settings import DEFAULT_PRIORITY, Priority, Topics
+from kafka_io.topology import DEFAULT_PRIORITY, Priority, Topics
 from producers import JSONL_SUFFIXES, InputError, InputFormat, InputRecord, is_openai_batch_file, read_text_input
 from producers.images import (
     MAX_IMAGE_BYTES,

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from jobs.job_input import JobInput
 from jobs.registry import job_lane
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from producers import InputError
 from schemas import DeadLetter, InferenceResult, Job, RawImage, SerdeError, decode
 from schemas.packs import kind_of, read_raw_text_pack

@@ -21,9 +21,10 @@ from jobs.results import JobFold, JobOutcome
 from jobs.usage import Usage
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
-from kafka_io.settings import KafkaSettings, Priority, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
+from kafka_io.topology import Priority, Topics
 from schemas import Job, SerdeError, decode, encode, now_us
 from schemas.packs import kind_of, read_tensor_pack
 

@@ -20,7 +20,8 @@ from kafka_io.polling import records_in
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import load_model_config
 
 

@@ -15,7 +15,8 @@ from jobs.reports.profile import Timings
 from jobs.usage import Usage, generation_usage
 from kafka_io.reading import read_topics
 from kafka_io.records import REUSED_HEADER, ConsumedRecord, header_of
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 from schemas.attributes import REUSED_STAMP, attribute_values
 from schemas.inference_result_bytes import read_result_head

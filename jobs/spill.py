@@ -30,7 +30,8 @@ from jobs.registry import JobNotFoundError, load_jobs
 from jobs.results import dead_seq, dead_submission, wins_over
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, header_of, submission_of
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Job, SerdeError, decode
 from schemas.inference_result_bulk import read_result_bodies
 from schemas.inference_result_bytes import ResultBody, read_result_body

@@ -18,8 +18,9 @@ from kafka_io.offsets import group_offsets
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_range
 from kafka_io.records import NO_REUSE_HEADER, OutRecord, records_of
-from kafka_io.settings import DEFAULT_PRIORITY, KafkaSettings, Priority, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
+from kafka_io.topology import DEFAULT_PRIORITY, Priority, Topics
 from producers import InputError
 from schemas import Job, now_us
 from schemas.model_config import check_model_name

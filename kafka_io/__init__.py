@@ -20,7 +20,8 @@ What does not: what a job is for or how it runs (jobs/), the record schemas them
 
 from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError, DeliveryError, KafkaIOError
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 
 __all__ = [
     "KAFKA_FAULTS",

@@ -8,8 +8,9 @@ import threading
 
 from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, Headers, job_of, submission_of
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics, jobs_topic
+from kafka_io.topology import Topics
 from schemas import Job, SerdeError, decode, now_us
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kafka_io.metrics import count_dead_letter
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, encode
 
 

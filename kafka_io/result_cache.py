@@ -32,8 +32,9 @@ from kafka_io.clients import make_consumer
 from kafka_io.events import consume_ready, take
 from kafka_io.reading import READER_GROUP_PREFIX
 from kafka_io.records import TP
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, partitions_of
+from kafka_io.topology import Topics
 
 log = logging.getLogger(__name__)
 

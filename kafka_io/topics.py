@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 from kafka_io.clients import as_refusal, make_admin, unanswered
 from kafka_io.errors import BrokerUnavailableError, TopicConfigError
 from kafka_io.limits import MAX_RECORD_BYTES
-from kafka_io.settings import PRIORITIES, KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import PRIORITIES, Topics
 
 log = logging.getLogger(__name__)
 

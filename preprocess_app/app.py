@@ -32,8 +32,9 @@ from kafka_io.faust_auth import faust_credentials, faust_refusal
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
-from kafka_io.settings import PRIORITIES, KafkaSettings, Priority, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of, try_ensure_topics
+from kafka_io.topology import PRIORITIES, Priority, Topics
 from preprocess_app.acks import ConfirmedAcks
 from preprocess_app.image import preprocess_images
 from preprocess_app.lanes import RecordsPerPack, held_lanes, model_of_tensors, topic_lane

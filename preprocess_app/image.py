@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image, ImageOps, TiffImagePlugin, UnidentifiedImageError
 
 from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of, with_reuse_keys
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result

@@ -1,6 +1,6 @@
 """Priority lanes in the preprocess worker: which lane a record is in, and which lanes may go on.
 
-A record's lane is the topic it came from (kafka_io.settings.Topics.lane): the live twin of a raw
+A record's lane is the topic it came from (kafka_io.topology.Topics.lane): the live twin of a raw
 topic is `live.<raw topic>`, and a record's tensors go to the same lane of its model's tensors
 topic, so the GPU worker serves them in that lane too. Each lane has its own agent, its own
 stream buffer and its own backpressure: a backfill that fills the bulk lane's buffer, or whose
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka_io.settings import LIVE_PREFIX, PRIORITIES, Priority, Topics
+from kafka_io.topology import LIVE_PREFIX, PRIORITIES, Priority, Topics
 
 
 def topic_lane(topics: Topics, topic: str) -> Priority:

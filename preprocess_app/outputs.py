@@ -5,7 +5,7 @@ from __future__ import annotations
 from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.lanes import topic_lane
 from schemas import RawImage, RawText, TensorRecord, encode
 from schemas.packs import RawTextPack

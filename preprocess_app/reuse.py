@@ -24,7 +24,8 @@ from typing import Protocol
 
 from kafka_io.records import REUSED_HEADER, OutRecord, job_record
 from kafka_io.result_cache import CacheTail
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from reuse.fingerprint import model_fingerprint
 from reuse.keys import RecordKeys
 from reuse.store import ResultStore

@@ -28,7 +28,7 @@ from kafka_io.records import (
     pack_record,
     with_reuse_keys,
 )
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import ModelConfig
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.tiny_model import TinyModel, build_tiny_model

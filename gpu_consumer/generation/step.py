@@ -51,7 +51,7 @@ from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, records_in, window_offsets
 from kafka_io.produce import discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
-from kafka_io.settings import Priority
+from kafka_io.topology import Priority
 from schemas import encode, now_us
 from schemas.errors import TensorFormatError
 from schemas.generation_request import INTERNAL_ATTRIBUTES, SAMPLING_ATTRIBUTE

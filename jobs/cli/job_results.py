@@ -12,7 +12,8 @@ import click
 from jobs.cli.options import cluster_options, errors_option, output_options
 from jobs.cli.validators import check_errors_path, checked_output, require_servers
 from jobs.exit_codes import ExitCode
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 
 if TYPE_CHECKING:
     from jobs.output import OutputFormat

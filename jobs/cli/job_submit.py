@@ -41,7 +41,7 @@ from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
 from jobs.output import leads_to_input
 from jobs.submit import JobOptions, SubmitReport, submit
-from kafka_io.settings import Priority, Topics
+from kafka_io.topology import Priority, Topics
 from producers.table_rows import Columns
 
 

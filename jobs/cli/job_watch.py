@@ -13,7 +13,7 @@ from jobs.cli.progress_display import ProgressDisplay
 from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
 from jobs.progress import Progress, format_eta
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 
 if TYPE_CHECKING:
     from jobs.registry import JobStatus

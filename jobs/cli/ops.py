@@ -14,7 +14,8 @@ from gpu_consumer import ENGINES
 from jobs.cli.options import cluster_options, repository_option
 from jobs.cli.validators import require_servers
 from jobs.exit_codes import ExitCode
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 
 
 @click.command(name="reprocess")

@@ -16,7 +16,8 @@ import click
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
 from jobs.output import OutputFormat, OutputPathError, check_output_path, names_stdout
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
-from kafka_io.settings import DEFAULT_PRIORITY, ENV_BOOTSTRAP, ENV_NAMESPACE, PRIORITIES
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import DEFAULT_PRIORITY, ENV_NAMESPACE, PRIORITIES
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from runtime.cpus import host_cpus, parse_cpu_list

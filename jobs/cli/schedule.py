@@ -25,7 +25,8 @@ from jobs.scheduling.schedules import (
     set_paused,
     unserved_model,
 )
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from producers.table_rows import Columns
 
 T = TypeVar("T")

@@ -21,7 +21,8 @@ from jobs.cli.options import (
 )
 from jobs.cli.validators import require_servers
 from kafka_io.clients import GROUP_PROTOCOLS
-from kafka_io.settings import ENV_BOOTSTRAP, Topics
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import Topics
 from runtime.metrics_endpoint import MetricsEndpoint
 from schemas.model_config import ModelConfig
 
@@ -604,8 +605,8 @@ def models_import(
     model_repository: Path,
 ) -> None:
     """Import a local model folder (sentence-transformers, transformers, ONNX) or GGUF file into the repository."""
-    from kafka_io.settings import Topics
     from kafka_io.topics import model_topics_problem
+    from kafka_io.topology import Topics
     from model_repository.importer import import_model
     from schemas.model_config import InvalidModelNameError, versions
 

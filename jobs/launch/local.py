@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import ENV_NAMESPACE
 from runtime.children import ENV_STOP_WITH_PARENT, die_with_parent
 from runtime.metrics_endpoint import ENV_METRICS
 from schemas.model_config import ENV_MODEL_REPOSITORY

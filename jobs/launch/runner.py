@@ -29,8 +29,9 @@ from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups, committed_total
 from kafka_io.offsets import group_lag
 from kafka_io.reading import TopicFollower
-from kafka_io.settings import DEFAULT_PRIORITY, PRIORITIES, KafkaSettings, Priority, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
+from kafka_io.topology import DEFAULT_PRIORITY, PRIORITIES, Priority, Topics
 from schemas.model_config import ModelConfig, ModelNotFoundError, load_model_config, move_hint
 
 ProgressCallback = Callable[[Progress], None]

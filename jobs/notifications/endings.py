@@ -18,8 +18,9 @@ from jobs.notifications.claims import submission_of
 from jobs.registry import JobStatus
 from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import partitions_of
+from kafka_io.topology import Topics
 from schemas import Job
 
 log = logging.getLogger(__name__)

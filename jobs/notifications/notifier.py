@@ -58,8 +58,9 @@ from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics, jobs_topic, notifications_topic
+from kafka_io.topology import Topics
 from schemas import Job, Notification, SerdeError, decode, encode, now_us
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,8 @@ from jobs.notifications.claims import NotificationLog, NotificationState, key_of
 from jobs.notifications.delivery import shown_url
 from jobs.printable import shown
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import Job, Notification, SerdeError, decode
 
 

@@ -33,8 +33,9 @@ from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError, KafkaRefusedEr
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics, schedule_ticks_topic, schedules_topic
+from kafka_io.topology import Topics
 from producers.table_rows import Columns
 from schemas import Job, Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 

@@ -19,9 +19,10 @@ from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, S
 from jobs.submit import JOB_ID
 from kafka_io.groups import group_names, live_groups
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
+from kafka_io.topology import Topics
 from producers import JSONL_SUFFIXES
 from producers.table_rows import DEFAULT_COLUMNS, Columns
 from producers.tables import table_format

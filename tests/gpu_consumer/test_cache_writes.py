@@ -27,8 +27,9 @@ from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import REUSE_KEYS_HEADER, OutRecord, reuse_keys_of
 from kafka_io.result_cache import cache_topic
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.causal_lm import lm_config

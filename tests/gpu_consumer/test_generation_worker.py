@@ -32,8 +32,9 @@ from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, decode, encode

@@ -11,7 +11,7 @@ from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from tests.support.records import value
 from tests.support.tiny_model import TinyModel

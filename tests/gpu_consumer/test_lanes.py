@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_consumer.lanes import EngineTime, LanePicker, check_bulk_share, next_lane
-from kafka_io.settings import Priority
+from kafka_io.topology import Priority
 
 
 def test_live_first_when_both_wait_and_nothing_served_yet() -> None:

@@ -15,7 +15,7 @@ from gpu_consumer.handler import handle_window
 from gpu_consumer.metrics import PrometheusGpuMetrics
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import Tensor, TensorRecord, encode, now_us
 from tests.support.promql import promtool
 from tests.support.tiny_model import TinyModel

@@ -9,7 +9,7 @@ from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.handler import handle_window
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.records import value

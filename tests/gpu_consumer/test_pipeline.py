@@ -18,7 +18,8 @@ from gpu_consumer.worker import LoopOptions, WorkerStats, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import InferenceResult, decode
 from tests.support.pipeline import feed_tensors
 from tests.support.tiny_model import TinyModel

@@ -14,8 +14,9 @@ from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import commit_offsets, records_in, subscribe, window_offsets
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord, pack_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from tests.support.waiting import wait_until
 
 

@@ -16,7 +16,8 @@ from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run
 from kafka_io.clients import make_consumer
 from kafka_io.polling import subscribe
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from tests.support.pipeline import feed_tensors, new_producers
 from tests.support.tiny_model import TinyModel
 

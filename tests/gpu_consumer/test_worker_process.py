@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import InferenceResult, decode
 from tests.support.pipeline import RunningPipeline, feed_tensors
 from tests.support.tiny_model import TinyModel

@@ -13,8 +13,9 @@ from jobs.submit import JobOptions, backlog, pipeline_topics, submit
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
+from kafka_io.topology import Topics
 from schemas.packs import MIN_RECORD_BYTES, raw_text_pack_bytes
 
 

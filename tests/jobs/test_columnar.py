@@ -24,8 +24,9 @@ from jobs.spill import ResultSpill
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import ConsumedRecord, job_record
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.attributes import REUSED_STAMP
 from schemas.model_config import ModelConfig

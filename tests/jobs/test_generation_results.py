@@ -17,7 +17,7 @@ from jobs.results import JobOutcome
 from jobs.spill import MEMORY_BYTES, ResultSpill
 from jobs.usage import Usage
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from tests.support.item_output import write_items
 

@@ -12,7 +12,7 @@ from jobs.job_input import ENV_PACK_RECORDS
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job, job_status
 from kafka_io.reading import read_topics
-from kafka_io.settings import Priority
+from kafka_io.topology import Priority
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, start_paced_gpu, submit
 from tests.support.records import raw_texts_in, record_keys_in, tensor_rows

@@ -16,7 +16,8 @@ from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import job_record, pack_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import Tensor, TensorRecord, encode
 from schemas.packs import PackHead, PackLimits, read_raw_text_pack, tensor_pack_bytes
 

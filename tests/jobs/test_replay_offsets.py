@@ -15,8 +15,8 @@ from kafka_io.polling import commit_offsets, subscribe, window_offsets
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
-from kafka_io.settings import Topics
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from schemas import RawText, encode
 from tests.support.pipeline import RunningPipeline
 from tests.support.records import key

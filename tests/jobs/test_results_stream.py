@@ -22,8 +22,9 @@ from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
 from tests.support.columnar_check import assert_columnar_equals_jsonl
 

@@ -8,7 +8,7 @@ import numpy as np
 from jobs.results import JobOutcome, to_json
 from jobs.usage import Usage
 from kafka_io.records import REUSED_HEADER, ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import InferenceResult, Tensor, encode
 from schemas.attributes import REUSED_STAMP
 

@@ -16,7 +16,7 @@ from jobs.output import OutputFormat
 from jobs.results import JobOutcome
 from jobs.spill import MEMORY_BYTES, ResultSpill
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from tests.support.item_output import write_items
 

@@ -17,8 +17,9 @@ from kafka_io.clients import make_producer
 from kafka_io.offsets import group_offsets, reset_group_offsets
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import RawText, encode
 
 BEFORE_1970 = (

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from kafka_io.cancellations import Cancellations
 from kafka_io.records import ConsumedRecord, job_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import Job, encode, now_us
 
 PAST, FUTURE = now_us() - 1_000_000, now_us() + 3_600_000_000

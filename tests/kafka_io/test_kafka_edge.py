@@ -20,8 +20,9 @@ from kafka_io.polling import assign_all, commit_offsets, subscribe, window_offse
 from kafka_io.produce import fatal_error, produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
+from kafka_io.topology import Topics
 from tests.support.waiting import wait_until
 
 

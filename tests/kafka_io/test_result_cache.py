@@ -18,8 +18,9 @@ from kafka_io.offsets import end_offsets
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
 from kafka_io.result_cache import CacheTail, cache_topic
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
+from kafka_io.topology import Topics
 from reuse.store import ResultStore
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.waiting import wait_until

@@ -12,8 +12,9 @@ from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import job_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, RawText, decode, encode
 from schemas.packs import read_tensor_pack
 from tests.support.pipeline import RunningPipeline

@@ -8,7 +8,7 @@ import uuid
 from prometheus_client import REGISTRY
 
 from kafka_io.records import OutRecord, pack_record
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.lanes import RecordsPerPack, batch_topic, held_lanes, model_of_tensors, topic_lane
 from preprocess_app.metrics import PrometheusPreprocessMetrics
 

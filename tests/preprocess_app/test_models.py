@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kafka_io.records import ConsumedRecord
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts

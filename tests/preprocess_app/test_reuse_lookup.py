@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kafka_io.records import NO_REUSE_HEADER, REUSED_HEADER, ConsumedRecord, OutRecord, header_of, reuse_keys_of
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.reuse import CachedResults, ReuseLookup

@@ -7,7 +7,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from kafka_io.records import ConsumedRecord, OutRecord, records_of, submission_of
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from preprocess_app.models import Models, load_tokenizer
 from preprocess_app.text import preprocess_texts, tokenize
 from schemas import DeadLetter, RawText, TensorRecord, decode, encode, now_us

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from jobs.launch.local import spawn_worker, stop_all
 from kafka_io.groups import live_groups
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from tests.support.tiny_model import TinyModel
 from tests.support.waiting import wait_until
 

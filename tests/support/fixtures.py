@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline
 from tests.support.scheduling import T0, Clock, LoneScheduler, lone_scheduler

@@ -16,7 +16,8 @@ from pathlib import Path
 from bench.hosts import Layout, Topology, broker_running
 from jobs.job_input import ENV_PACK_RECORDS
 from jobs.launch.local import ENV_MODEL_REPOSITORY, PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, Topics
+from kafka_io.settings import ENV_BOOTSTRAP
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from runtime.children import die_with_parent
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.waiting import wait_until

@@ -6,7 +6,8 @@ from typing import Any
 
 from jobs.notifications.status import notification_for
 from jobs.registry import load_jobs
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 
 
 def notification_of(settings: KafkaSettings, topics: Topics, job_id: str) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
 from jobs.notifications.notifier import Notifier, NotifierConfig
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 
 
 @contextmanager

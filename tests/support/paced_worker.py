@@ -20,7 +20,8 @@ import numpy as np
 from gpu_consumer.engine import Engine
 from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.worker import GpuWorkerSettings, serve
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import load_model_config
 
 

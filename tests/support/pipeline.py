@@ -19,8 +19,9 @@ from kafka_io.clients import Producer, make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
 from kafka_io.records import OutRecord
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from kafka_io.transactions import make_transactional_producer
 from schemas import Tensor, TensorRecord, encode
 from schemas.model_config import ENV_MODEL_REPOSITORY

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kafka_io.offsets import end_offsets
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from tests.support.waiting import wait_until
 
 

@@ -19,7 +19,8 @@ import time
 
 from kafka_io.errors import BrokerUnavailableError
 from kafka_io.reading import TopicFollower
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import InferenceResult, decode
 from tests.support.records import tensor_rows_of
 

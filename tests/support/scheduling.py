@@ -16,7 +16,8 @@ from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import Job
 from tests.support.waiting import wait_until
 

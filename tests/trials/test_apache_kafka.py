@@ -22,8 +22,9 @@ from kafka_io.offsets import group_lag
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import pack_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import Topics
 from producers.images import MAX_IMAGE_BYTES
 from schemas import InferenceResult, decode
 from schemas.model_config import ModelConfig

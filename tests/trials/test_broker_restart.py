@@ -17,7 +17,8 @@ from jobs.launch.runner import WaitRules, watch_job
 from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.offsets import end_offsets
-from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
+from kafka_io.topology import Topics
 from tests.support.pipeline import feed_tensors
 from tests.support.tiny_model import TinyModel
 from tests.support.waiting import wait_until

@@ -7,9 +7,10 @@ from __future__ import annotations
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import make_admin
 from kafka_io.records import job_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.tables import put_row
 from kafka_io.topics import jobs_topic
+from kafka_io.topology import Topics
 from schemas import Job, encode
 from tests.support.waiting import wait_until
 

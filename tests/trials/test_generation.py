@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from kafka_io.reading import read_topics
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import InferenceResult, decode
 from schemas.model_config import ModelConfig, load_model_config
 from tests.support.engine_process import vllm_python

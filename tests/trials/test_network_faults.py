@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bench.hosts import Layout, Topology
-from kafka_io.settings import Topics
+from kafka_io.topology import Topics
 from tests.support.inputs import example_lines
 from tests.support.multihost import Cluster, Event, Probe, assert_completed_exactly_once, cluster, submit
 from tests.support.tiny_model import TinyModel

@@ -22,7 +22,8 @@ from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.reading import read_topics
 from kafka_io.records import NO_REUSE_HEADER, header_of
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas.model_config import ModelConfig
 from tests.support.pipeline import RunningPipeline, finish_and_check, submit
 from tests.support.scheduling import T0, Clock

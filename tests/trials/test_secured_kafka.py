@@ -24,8 +24,9 @@ from confluent_kafka.admin import ResourceType
 from jobs.exit_codes import ExitCode
 from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
 from kafka_io.groups import live_groups
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_KAFKA_PREFIX, ENV_NAMESPACE, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, ENV_KAFKA_PREFIX
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.apache_kafka import ApacheKafka, server_port
 from tests.support.inputs import example_lines, write_jsonl

@@ -18,8 +18,9 @@ from kafka_io.clients import make_admin, make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
 from kafka_io.records import OutRecord, job_record, pack_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicRefusedError, TopicSpec, ensure_topics, lanes, try_ensure_topics
+from kafka_io.topology import Topics
 from schemas import DeadLetter, RawText, decode, encode
 from schemas.packs import raw_text_pack_bytes, read_tensor_pack
 from tests.support.apache_kafka import ApacheKafka

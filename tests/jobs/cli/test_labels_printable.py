@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from jobs.registry import register
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import Job
 
 HOSTILE = "team=ok\r\x1b]0;pwned\x07"

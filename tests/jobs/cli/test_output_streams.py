@@ -18,8 +18,9 @@ from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord, job_record
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel

@@ -28,8 +28,9 @@ from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord, job_record
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, notifications_topic
+from kafka_io.topology import Topics
 from schemas import InferenceResult, Job, Notification, decode, encode, now_us
 from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers

@@ -14,8 +14,9 @@ from jobs.notifications.delivery import DeliveryConfig, post, shown_url
 from jobs.notifications.signing import SigningKeys
 from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
-from kafka_io.settings import ENV_BOOTSTRAP, ENV_NAMESPACE, KafkaSettings, Topics
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
+from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import Job, now_us
 from schemas.model_config import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel

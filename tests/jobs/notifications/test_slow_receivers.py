@@ -21,7 +21,8 @@ from jobs.notifications.notifier import NotifierConfig
 from jobs.notifications.status import load_notifications
 from jobs.notifications.targets import TargetPolicy
 from jobs.registry import register
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
+from kafka_io.topology import Topics
 from schemas import Job, now_us
 from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers as running

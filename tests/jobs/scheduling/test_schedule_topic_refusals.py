@@ -9,8 +9,9 @@ from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
+from kafka_io.topology import Topics
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.scheduling import T0, Clock, scheduled_jobs
 

@@ -29,8 +29,9 @@ from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
-from kafka_io.settings import KafkaSettings, Topics
+from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics, schedule_ticks_topic
+from kafka_io.topology import Topics
 from schemas import ScheduleTick, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.records import raw_texts_in

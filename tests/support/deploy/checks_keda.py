@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from jobs.submit import pipeline_topics
-from kafka_io.settings import PRIORITIES, Topics
+from kafka_io.topology import PRIORITIES, Topics
 from tests.support.deploy.cli_commands import PROGRAM
 from tests.support.deploy.manifests import Doc, Manifests, label, secret_ref
 from tests.support.deploy.workers import Container, containers
