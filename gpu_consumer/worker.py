@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -67,6 +66,7 @@ from kafka_io.transactions import make_transactional_producer
 from runtime.cpus import host_cpus
 from runtime.heap import settle_heap
 from runtime.metrics_endpoint import MetricsEndpoint
+from runtime.service import stop_on_signals
 from schemas.model_config import ModelConfig, load_model_config
 
 log = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ def serve(
     start by a broker without it), where a member that joins or leaves moves only the partitions
     that change owner, not every member's (docs/brokers.md)."""
     model, metrics = worker.model, worker.metrics
-    stop = _stop_on_signals()  # here, on the main thread: a generation worker's loop runs on another
+    stop = stop_on_signals()  # here, on the main thread: a generation worker's loop runs on another
     # the CPUs left to the loop where the engine has its own: a wrong list is said before the broker is tried
     loop_cpus = host_cpus(worker.engine_cpus) if worker.engine_cpus is not None else None
     if metrics is not None:
@@ -239,14 +239,6 @@ def serve(
     if policy.cost is None:
         policy = replace(policy, cost=measure_cost(engine, config))
     return _consume(settings, topics, config, worker, engine, policy, stop)
-
-
-def _stop_on_signals() -> threading.Event:
-    """Set by SIGTERM or SIGINT: the loop stops after its current poll and commits what it took."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
-    return stop
 
 
 def _consume(
