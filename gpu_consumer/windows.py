@@ -113,119 +113,160 @@ def windows(
     is taken in the live lane's own place. Rebalances are served once there is room (within a
     window's time). Without `lane_of` every record is in one lane, nothing is paused, and `pick`
     must name it."""
-    drain, should_stop, idle_poll_s, tick, idle = (
-        rules.drain,
-        rules.should_stop,
-        rules.idle_poll_s,
-        rules.tick,
-        rules.idle,
-    )
-    hurry, hold, lane_of, pick = rules.hurry, rules.hold, rules.lane_of, rules.pick
-    linger_s = limits.max_linger_ms / 1000.0
-    held: dict[str, list[ConsumedRecord]] = {}
-    counts: dict[str, int] = {}  # the records (not Kafka records) held per lane
-    per_message = 1  # records in the last Kafka record consumed: how many Kafka records to ask for
-    first_at: dict[str, float] = {}
-    lanes = _Lanes(consumer, assignment, lane_of) if lane_of is not None else None
-    waiting: set[str] = set()  # lanes with records at the broker not consumed yet, as of the last poll
-    revocations = assignment.revocations
-
-    def hurried() -> bool:
-        return assignment.caught_up() and hurry()
-
-    def ready() -> set[str]:
-        return {lane for lane, records in held.items() if records} | waiting
-
-    def blocked() -> bool:
-        """Some lane has records, but `pick` names none: the caller has no room for a window."""
-        lanes_ready = ready()
-        return bool(lanes_ready) and pick(sorted(lanes_ready)) is None
-
-    def gathering() -> str | None:
-        """The lane a window is gathered from now (None: no record is held in the lane picked)."""
-        lanes_ready = ready()
-        chosen = pick(sorted(lanes_ready)) if lanes_ready else None
-        return chosen if chosen is not None and held.get(chosen) else None
-
+    gather = _Gathering(consumer, assignment, limits, rules)
+    held, revocations = gather.held, assignment.revocations
     while True:
-        lane = gathering()
-        pending = held[lane] if lane is not None else []
-        consuming = True
-        if lane is not None:  # lingering: wait for more until the window is full or its linger is over
-            wanted = -(-(limits.max_records - counts[lane]) // per_message)  # ceil: whole packs
-            # With nothing fetched, wait for the next record or partition end a few ms at a time,
-            # so that an engine turning idle is noticed (a consume of n would wait for all n); past
-            # the linger (held), a few ms at a time too (no wait would spin). In a hurry: no wait.
-            timeout = first_at[lane] + linger_s - time.monotonic()
-            wait = 0.0 if hurried() else (min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
-            polled = consume_records(consumer, assignment.at_eof, wanted, wait)
-        elif not blocked():
-            # what is fetched at once, else the first record within idle_poll_s: a small job's first
-            # records are not held for the whole wait
-            polled = consume_records(consumer, assignment.at_eof, limits.max_records // per_message, idle_poll_s)
-        else:
-            # Records wait, but the caller has no room for their lane: wait for its windows to
-            # finish (tick commits them) without consuming, which keeps what librdkafka has
-            # prefetched. Pausing instead dropped it, and with one window of one record in flight
-            # every window waited for a fresh fetch: 10 records/s.
-            consuming = False
-            time.sleep(HURRY_CHECK_S)
-            polled = []
+        polled, consuming = gather.poll(gather.lane())
+        held.add(polled, gather.lanes)
+        if gather.lanes is not None:
+            gather.waiting = gather.lanes.waiting(timed=consuming)
+        rules.tick()
+        if assignment.revocations != revocations:
+            revocations = assignment.revocations
+            gather.revoked()
+        lane = gather.lane()
+        stopping = rules.should_stop()
+        if lane is not None and gather.closes(lane, stopping):
+            yield held.take(lane, limits.max_records)
+        elif lane is None and held.empty() and (stopping or (rules.drain and assignment.caught_up())):
+            return
+        elif lane is None:
+            rules.idle()
+        gather.pause_others()
+
+
+class _Held:
+    """The records held per lane (a window is gathered in one lane), what they count as records,
+    and when each lane's window began."""
+
+    def __init__(self, lane_of: Callable[[str], str] | None) -> None:
+        self._lane_of = lane_of
+        self.records: dict[str, list[ConsumedRecord]] = {}
+        self.counts: dict[str, int] = {}  # the records (not Kafka records) held per lane
+        self.first_at: dict[str, float] = {}
+        self.per_message = 1  # records in the last Kafka record consumed: how many Kafka records to ask for
+
+    def add(self, polled: list[ConsumedRecord], lanes: _Lanes | None) -> None:
+        lane_of, held, counts = self._lane_of, self.records, self.counts
         for record in polled:
             lane = lane_of(record.topic) if lane_of is not None else ""
             records = held.setdefault(lane, [])
             if not records:
-                first_at[lane] = time.monotonic()
+                self.first_at[lane] = time.monotonic()
                 counts[lane] = 0
             records.append(record)
-            per_message = record.records
-            counts[lane] += per_message
+            self.per_message = record.records
+            counts[lane] += record.records
             if lanes is not None:
                 lanes.consumed(record)
-        if lanes is not None:
-            waiting = lanes.waiting(timed=consuming)
-        tick()
-        if assignment.revocations != revocations:
-            # Records of a partition given away will be redelivered to its new owner; processing
-            # them here too would only make duplicates and commit offsets we no longer own: drop
-            # every held record. A partition given back within this poll (revoke, then assign)
-            # may have brought records of the new assignment in the same poll, read past its
-            # committed offset: dropped too, they would never come again and the next window's
-            # commit would skip them (a broker restart on Apache Kafka lost 80 of 1,200 records
-            # so). Such a partition is read again from its committed offset.
-            revocations = assignment.revocations
-            dropped = {(r.topic, r.partition) for records in held.values() for r in records}
-            held, counts = {}, {}
-            rewind_to_committed(consumer, dropped & assignment.assigned, should_stop)
-            if lanes is not None:
-                lanes.reassigned()
-                waiting = set()
-                lanes.pause(set())
-        lane = gathering()
-        pending = held[lane] if lane is not None else []
-        stopping = should_stop()
-        if lane is not None and (
+
+    def lanes(self) -> set[str]:
+        return {lane for lane, records in self.records.items() if records}
+
+    def empty(self) -> bool:
+        return not any(self.records.values())
+
+    def take(self, lane: str, max_records: int) -> list[ConsumedRecord]:
+        """The lane's window: whole packs up to max_records records; what is left begins the next."""
+        pending = self.records[lane]
+        cut, taken = _cut(pending, max_records)
+        window, self.records[lane] = pending[:cut], pending[cut:]
+        self.counts[lane] -= taken
+        if self.records[lane]:
+            self.first_at[lane] = time.monotonic()
+        return window
+
+    def drop(self) -> set[TP]:
+        """Forget every held record; the partitions they came from."""
+        dropped = {(r.topic, r.partition) for records in self.records.values() for r in records}
+        self.records, self.counts = {}, {}
+        return dropped
+
+
+class _Gathering:
+    """windows()' state between polls and the questions it asks of it (windows()' docstring has
+    the rules): which lane a window is gathered from, how long to poll, whether the window closes."""
+
+    def __init__(self, consumer: Consumer, assignment: Assignment, limits: WindowLimits, rules: WindowRules) -> None:
+        self._consumer, self._assignment, self._limits, self._rules = consumer, assignment, limits, rules
+        self._linger_s = limits.max_linger_ms / 1000.0
+        self.held = _Held(rules.lane_of)
+        self.lanes = _Lanes(consumer, assignment, rules.lane_of) if rules.lane_of is not None else None
+        self.waiting: set[str] = set()  # lanes with records at the broker not consumed yet, as of the last poll
+
+    def _hurried(self) -> bool:
+        return self._assignment.caught_up() and self._rules.hurry()
+
+    def _ready(self) -> set[str]:
+        return self.held.lanes() | self.waiting
+
+    def _picked(self) -> tuple[set[str], str | None]:
+        ready = self._ready()
+        return ready, self._rules.pick(sorted(ready)) if ready else None
+
+    def lane(self) -> str | None:
+        """The lane a window is gathered from now (None: no record is held in the lane picked)."""
+        _, chosen = self._picked()
+        return chosen if chosen is not None and self.held.records.get(chosen) else None
+
+    def poll(self, lane: str | None) -> tuple[list[ConsumedRecord], bool]:
+        """The records of one poll, and whether it consumed at all."""
+        consumer, at_eof, held, limits = self._consumer, self._assignment.at_eof, self.held, self._limits
+        if lane is not None:  # lingering: wait for more until the window is full or its linger is over
+            wanted = -(-(limits.max_records - held.counts[lane]) // held.per_message)  # ceil: whole packs
+            # With nothing fetched, wait for the next record or partition end a few ms at a time,
+            # so that an engine turning idle is noticed (a consume of n would wait for all n); past
+            # the linger (held), a few ms at a time too (no wait would spin). In a hurry: no wait.
+            timeout = held.first_at[lane] + self._linger_s - time.monotonic()
+            wait = 0.0 if self._hurried() else (min(timeout, HURRY_CHECK_S) if timeout > 0 else HURRY_CHECK_S)
+            return consume_records(consumer, at_eof, wanted, wait), True
+        ready, chosen = self._picked()
+        if not ready or chosen is not None:
+            # what is fetched at once, else the first record within idle_poll_s: a small job's first
+            # records are not held for the whole wait
+            wanted = limits.max_records // held.per_message
+            return consume_records(consumer, at_eof, wanted, self._rules.idle_poll_s), True
+        # Records wait, but the caller has no room for their lane: wait for its windows to finish
+        # (tick commits them) without consuming, which keeps what librdkafka has prefetched.
+        # Pausing instead dropped it, and with one window of one record in flight every window
+        # waited for a fresh fetch: 10 records/s.
+        time.sleep(HURRY_CHECK_S)
+        return [], False
+
+    def closes(self, lane: str, stopping: bool) -> bool:
+        """Whether the lane's window closes now."""
+        held, rules = self.held, self._rules
+        return (
             stopping
-            or counts[lane] >= limits.max_records
-            or (time.monotonic() >= first_at[lane] + linger_s and not hold(lane))
-            or (drain and assignment.caught_up())
-            or hurried()
-        ):
-            cut, taken = _cut(pending, limits.max_records)
-            window, held[lane] = pending[:cut], pending[cut:]
-            counts[lane] -= taken
-            if held[lane]:
-                first_at[lane] = time.monotonic()
-            yield window
-        elif lane is None and not any(held.values()) and (stopping or (drain and assignment.caught_up())):
+            or held.counts[lane] >= self._limits.max_records
+            or (time.monotonic() >= held.first_at[lane] + self._linger_s and not rules.hold(lane))
+            or (rules.drain and self._assignment.caught_up())
+            or self._hurried()
+        )
+
+    def revoked(self) -> None:
+        """Records of a partition given away will be redelivered to its new owner; processing them
+        here too would only make duplicates and commit offsets we no longer own: drop every held
+        record. A partition given back within this poll (revoke, then assign) may have brought
+        records of the new assignment in the same poll, read past its committed offset: dropped
+        too, they would never come again and the next window's commit would skip them (a broker
+        restart on Apache Kafka lost 80 of 1,200 records so). Such a partition is read again from
+        its committed offset."""
+        dropped = self.held.drop()
+        rewind_to_committed(self._consumer, dropped & self._assignment.assigned, self._rules.should_stop)
+        if self.lanes is not None:
+            self.lanes.reassigned()
+            self.waiting = set()
+            self.lanes.pause(set())
+
+    def pause_others(self) -> None:
+        """Every lane with records but the one picked waits, paused; while the caller has no room
+        (no lane picked), paused and fetched stay as they are."""
+        if self.lanes is None:
             return
-        elif lane is None:
-            idle()
-        if lanes is not None:  # every lane with records but the one picked waits, paused
-            lanes_ready = ready()
-            chosen = pick(sorted(lanes_ready)) if lanes_ready else None
-            if chosen is not None or not lanes_ready:  # blocked: paused and fetched stay as they are
-                lanes.pause(lanes_ready - {chosen})
+        ready, chosen = self._picked()
+        if chosen is not None or not ready:
+            self.lanes.pause(ready - {chosen})
 
 
 def _cut(pending: list[ConsumedRecord], max_records: int) -> tuple[int, int]:
