@@ -29,9 +29,8 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from urllib.parse import urlsplit
 
 from jobs.notifications.claims import (
     ATTEMPT,
@@ -49,6 +48,7 @@ from jobs.notifications.claims import (
 from jobs.notifications.delivery import Answer, DeliveryConfig, RetryPolicy, post, redacted
 from jobs.notifications.endings import Endings
 from jobs.notifications.metrics import NotifierMetrics
+from jobs.notifications.posts import Attempt, InFlight, receiver_of
 from jobs.notifications.signing import SigningKeys
 from jobs.notifications.targets import TargetPolicy
 from jobs.outages import OutageLog, step_until_stopped
@@ -92,41 +92,6 @@ class NotifierConfig:
     def __post_init__(self) -> None:
         if self.lease_s <= 0 or self.timeout_s <= 0 or self.poll_s <= 0 or self.concurrency < 1:
             raise ValueError("the lease, the timeout and the poll interval must be over 0 s, the concurrency 1 or more")
-
-
-@dataclass(frozen=True)
-class InFlight:
-    """A POST handed to the pool."""
-
-    job: Job
-    claim_id: str
-    receiver: str  # scheme://host:port: one POST in flight each
-    future: Future[Attempt]
-
-
-def receiver_of(url: str) -> str:
-    """Where a POST goes, as one slow receiver: scheme, host and port, the port a scheme's default
-    when not written (http://h and http://h:80 are one receiver, holding one slot between them)."""
-    try:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        port = parts.port or (443 if scheme == "https" else 80)
-        host = (parts.hostname or "").rstrip(".")  # h. is h: the resolver's root dot
-        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
-    except ValueError:
-        return url
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What a POST (run on the pool) came to. answer None: none was made, for `reason`."""
-
-    job: Job
-    claim_id: str
-    job_state: str | None
-    answer: Answer | None
-    reason: str | None = None
-    final: bool = False  # with no answer: the notification can never be sent
 
 
 class Notifier:

@@ -3,7 +3,7 @@ of the notifier's POST slots, not one per spelling of its URL."""
 
 from __future__ import annotations
 
-from jobs.notifications.notifier import receiver_of
+from jobs.notifications.posts import receiver_of
 
 
 def test_one_receiver_is_one_slot_however_its_url_is_written() -> None:
