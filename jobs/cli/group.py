@@ -63,89 +63,68 @@ class NearlineGroup(click.Group):
         return command
 
     def invoke(self, ctx: click.Context) -> Any:
-        from gpu_consumer.engine import EngineLoadError
-        from gpu_consumer.isolation import EngineFault
-        from jobs.columnar import ColumnarShapeError
-        from jobs.registry import JobNotFoundError
-        from jobs.replay import ReplaySpecError
-        from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
-        from kafka_io.clients import as_refusal
-        from kafka_io.errors import KAFKA_FAULTS, GroupProtocolError, SecuritySettingsError, TopicConfigError
-        from model_repository.export import ExportUnavailableError
-        from model_repository.import_source import ImportRefusedError
-
         try:
             return super().invoke(ctx)
-        except UnusableInputError as exc:  # no --skip-invalid advice: it would not help
-            for error in exc.errors[:50]:
-                click.echo(f"error: {error}", err=True)
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.INVALID_INPUT)
-        except InvalidInputError as exc:
-            for error in exc.errors[:50]:
-                click.echo(f"error: {error}", err=True)
-            if len(exc.errors) > 50:
-                click.echo(f"... and {len(exc.errors) - 50} more", err=True)
-            click.echo(
-                f"nothing was submitted: {len(exc.errors)} invalid record(s); fix them or pass --skip-invalid",
-                err=True,
-            )
-            ctx.exit(ExitCode.INVALID_INPUT)
-        except ImportRefusedError as exc:  # `models import`: a model folder that cannot work, said why
-            click.echo(f"error: {exc}", err=True)
-            click.echo("nothing was imported", err=True)
-            ctx.exit(ExitCode.INVALID_INPUT)
-        except (
-            InvalidModelNameError,
-            SecuritySettingsError,
-            GroupProtocolError,
-            TopicConfigError,
-            ScheduleSpecError,
-            ScheduleExistsError,
-            ReplaySpecError,
-            MetricsPortError,
-        ) as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.USAGE)
-        except (
-            BrokerUnavailableError,
-            ModelNotFoundError,
-            ModelUnavailableError,
-            ExportUnavailableError,
-            EngineLoadError,
-        ) as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.UNAVAILABLE)
-        except KafkaRefusedError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(REFUSAL_CODES.get(type(exc), ExitCode.NOT_AUTHORIZED))
-        except KAFKA_FAULTS as exc:  # a client call's own exception: a refusal is said as one
-            refused = as_refusal(exc)
-            if refused is None:
+        except Exception as exc:
+            said = _said(exc)
+            if said is None:  # a bug, or click's own exits: its traceback or click's handling
                 raise
-            click.echo(f"error: {refused}", err=True)
-            ctx.exit(REFUSAL_CODES.get(type(refused), ExitCode.NOT_AUTHORIZED))
-        except BacklogRefusedError as exc:
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.REFUSED)
-        except EngineFault as exc:
-            click.echo(f"error: the engine failed on everything it was given, so no record was blamed: {exc}", err=True)
-            ctx.exit(ExitCode.FAILED)
-        except (JobNotFoundError, ScheduleNotFoundError) as exc:
-            click.echo(f"error: {exc.args[0]}", err=True)
-            ctx.exit(ExitCode.FAILED)
-        except ColumnarShapeError as exc:  # `results`: the job's results are still on the broker
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(ExitCode.FAILED)
-        except sqlite3.Error as exc:  # the results spill (jobs/spill.py), under $TMPDIR
-            click.echo(
-                f"error: the results spill under {tempfile.gettempdir()} failed: {exc} "
-                "(a full disk? $TMPDIR names another folder)",
-                err=True,
-            )
-            ctx.exit(ExitCode.FAILED)
-        except OSError as exc:
-            if exc.errno not in STORAGE_ERRNOS:
-                raise
-            click.echo(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}", err=True)
-            ctx.exit(ExitCode.FAILED)
+            lines, code = said
+            for line in lines:
+                click.echo(line, err=True)
+            ctx.exit(code)
+
+
+def _said(exc: Exception) -> tuple[list[str], ExitCode] | None:
+    """The lines and the exit code of an error users can cause or fix (checked in this order, the
+    narrower kinds first); None for any other."""
+    from gpu_consumer.engine import EngineLoadError
+    from gpu_consumer.isolation import EngineFault
+    from jobs.columnar import ColumnarShapeError
+    from jobs.registry import JobNotFoundError
+    from jobs.replay import ReplaySpecError
+    from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
+    from kafka_io.clients import as_refusal
+    from kafka_io.errors import KAFKA_FAULTS, GroupProtocolError, SecuritySettingsError, TopicConfigError
+    from model_repository.export import ExportUnavailableError
+    from model_repository.import_source import ImportRefusedError
+
+    if isinstance(exc, InvalidInputError | UnusableInputError):
+        return _input_lines(exc), ExitCode.INVALID_INPUT
+    if isinstance(exc, ImportRefusedError):  # `models import`: a model folder that cannot work, said why
+        return [f"error: {exc}", "nothing was imported"], ExitCode.INVALID_INPUT
+    usage: tuple[type[Exception], ...] = (InvalidModelNameError, SecuritySettingsError, GroupProtocolError)
+    usage += (TopicConfigError, ScheduleSpecError, ScheduleExistsError, ReplaySpecError, MetricsPortError)
+    unavailable = (BrokerUnavailableError, ModelNotFoundError, ModelUnavailableError, ExportUnavailableError)
+    for kinds, code in ((usage, ExitCode.USAGE), ((*unavailable, EngineLoadError), ExitCode.UNAVAILABLE)):
+        if isinstance(exc, kinds):
+            return [f"error: {exc}"], code
+    refused = exc if isinstance(exc, KafkaRefusedError) else as_refusal(exc) if isinstance(exc, KAFKA_FAULTS) else None
+    if refused is not None:  # a client call's own exception is said as the refusal it is
+        return [f"error: {refused}"], REFUSAL_CODES.get(type(refused), ExitCode.NOT_AUTHORIZED)
+    if isinstance(exc, KAFKA_FAULTS):
+        return None
+    if isinstance(exc, BacklogRefusedError):
+        return [f"error: {exc}"], ExitCode.REFUSED
+    if isinstance(exc, EngineFault):
+        return [f"error: the engine failed on everything it was given, so no record was blamed: {exc}"], ExitCode.FAILED
+    if isinstance(exc, JobNotFoundError | ScheduleNotFoundError):
+        return [f"error: {exc.args[0]}"], ExitCode.FAILED
+    if isinstance(exc, ColumnarShapeError):  # `results`: the job's results are still on the broker
+        return [f"error: {exc}"], ExitCode.FAILED
+    if isinstance(exc, sqlite3.Error):  # the results spill (jobs/spill.py), under $TMPDIR
+        why = f"{exc} (a full disk? $TMPDIR names another folder)"
+        return [f"error: the results spill under {tempfile.gettempdir()} failed: {why}"], ExitCode.FAILED
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        return [f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}"], ExitCode.FAILED
+    return None
+
+
+def _input_lines(exc: InvalidInputError | UnusableInputError) -> list[str]:
+    """The first 50 problems of an input, then what became of the command."""
+    lines = [f"error: {error}" for error in exc.errors[:50]]
+    if isinstance(exc, UnusableInputError):  # no --skip-invalid advice: it would not help
+        return [*lines, f"error: {exc}"]
+    if len(exc.errors) > 50:
+        lines.append(f"... and {len(exc.errors) - 50} more")
+    return [*lines, f"nothing was submitted: {len(exc.errors)} invalid record(s); fix them or pass --skip-invalid"]
