@@ -257,6 +257,14 @@ class TransactionalStep:
         self._engine_time = EngineTime()
         metrics.follow(lambda: len(self._txn.windows))
 
+    def _replace(self, exc: TransactionWedgedError) -> None:
+        """A new producer for a wedged or fatally failed one (it fences the old: the same
+        transactional id), and every window of the transaction read again from the group's
+        committed offsets, which say whether it committed."""
+        self._txn = self._open(self._new_producer())
+        resume_from_committed(self._consumer, exc.consumed)
+        self._assignment.at_eof.clear()
+
     def _open(self, producer: Producer) -> OpenTransaction:
         return OpenTransaction(producer, self._consumer, max_windows=self._max_windows, max_age_s=TRANSACTION_AGE_S)
 
@@ -283,6 +291,9 @@ class TransactionalStep:
             self._engine_time = self._engine_time.served(lane, time.perf_counter() - started)
         try:
             self._txn.add(window, out)
+        except TransactionWedgedError as exc:  # a fatal producer, not fenced: replaced
+            self._replace(exc)
+            return
         except TransactionAbortedError:
             self._assignment.at_eof.clear()
             return
@@ -334,9 +345,7 @@ class TransactionalStep:
             self.stats.records += self._txn.commit()
             return True
         except TransactionWedgedError as exc:
-            self._txn = self._open(self._new_producer())  # fences the wedged one (same transactional id)
-            resume_from_committed(self._consumer, exc.consumed)
-            self._assignment.at_eof.clear()
+            self._replace(exc)
             return False
         except TransactionAbortedError:
             # rewound: its windows come back in later polls, so nothing is caught up until then

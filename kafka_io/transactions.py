@@ -161,15 +161,20 @@ class OpenTransaction:
         self._opened_at = 0.0
 
     def add(self, window: list[ConsumedRecord], records: list[OutRecord]) -> None:
-        """Produce a window's outputs in the transaction (opened on the first window)."""
-        if not self.windows:
-            self.producer.begin_transaction()
-            self._opened_at = time.monotonic()
+        """Produce a window's outputs in the transaction (opened on the first window).
+
+        TransactionAbortedError after an abortable failure (every window rewound);
+        TransactionWedgedError when the producer failed fatally but was not fenced (replace it)."""
+        opening = not self.windows
         self.windows.append(window)
         try:
+            if opening:
+                self.producer.begin_transaction()
+                self._opened_at = time.monotonic()
             for record in records:
                 produce_one(self.producer, record)
         except KafkaException as exc:
+            self._replace_if_fatal(exc)
             self._abort(exc)
 
     def due(self) -> bool:
@@ -198,21 +203,26 @@ class OpenTransaction:
             self.windows = []
             raise TransactionWedgedError(str(exc), consumed) from exc
         except KafkaException as exc:
-            error = exc.args[0]
-            if error.fatal() and error.code() not in FENCED:
-                # The producer is unusable but still owns its transactional id (an idempotence
-                # sequence lost as a broker restarted with messages in flight): as with a wedged one,
-                # a new producer fences it, and the group's committed offsets say what was consumed.
-                log.warning(
-                    "a transaction of %d windows failed fatally (%s); its producer is replaced",
-                    len(self.windows),
-                    error.str(),
-                )
-                self.windows = []
-                raise TransactionWedgedError(error.str(), consumed) from exc
+            self._replace_if_fatal(exc)
             self._abort(exc, timeout_s)
         self.windows = []
         return records_in(consumed)
+
+    def _replace_if_fatal(self, exc: KafkaException) -> None:
+        """TransactionWedgedError for a fatal error that is not a fence. The producer is unusable
+        but still owns its transactional id (an idempotence sequence lost as a broker restarted
+        with messages in flight, while producing or committing): as with a wedged one, a new
+        producer fences it, and the group's committed offsets say what was consumed. A fence is
+        left to _abort: the id is another worker's now."""
+        error = exc.args[0]
+        if not (error.fatal() and error.code() not in FENCED):
+            return
+        consumed = [r for window in self.windows for r in window]
+        log.warning(
+            "a transaction of %d windows failed fatally (%s); its producer is replaced", len(self.windows), error.str()
+        )
+        self.windows = []
+        raise TransactionWedgedError(error.str(), consumed) from exc
 
     def _abort(self, exc: KafkaException, timeout_s: float = 60.0) -> None:
         error = exc.args[0]

@@ -120,3 +120,35 @@ def test_a_fatal_commit_replaces_the_producer_unless_another_one_fenced_it(code:
         with pytest.raises(KafkaException):
             txn.commit(timeout_s=5)
     assert not producer.aborted  # a fatal producer cannot abort; the new one's fencing does
+
+
+class FailingProducer(RefusingProducer):
+    """A transactional producer whose produce fails with `error` (librdkafka raises a producer's
+    fatal error from every call once it has one)."""
+
+    def produce(self, *args: object, **kwargs: object) -> None:
+        raise KafkaException(self.error)
+
+
+@pytest.mark.parametrize(
+    ("code", "replaced"),
+    [(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, True), (KafkaError._FENCED, False), (KafkaError.PRODUCER_FENCED, False)],
+)
+def test_a_fatal_produce_replaces_the_producer_unless_another_one_fenced_it(code: int, replaced: bool) -> None:
+    """The same rule while producing a window's outputs into the transaction: a fatal producer that
+    was not fenced is replaced, and every window of the transaction (the one being added too) is
+    handed back to be read again from the committed offsets; a fenced one is raised as it is."""
+    producer = FailingProducer(KafkaError(code, "refused", fatal=True))
+    txn = OpenTransaction(producer, GroupOnly(), max_windows=3, max_age_s=60)  # type: ignore[arg-type]
+    first = [ConsumedRecord("ns.tensors.tiny", 0, n, b"x") for n in range(3)]
+    second = [ConsumedRecord("ns.tensors.tiny", 0, n, b"x") for n in range(3, 5)]
+    txn.add(first, [])
+    out = [OutRecord("ns.results", b"r")]
+    if replaced:
+        with pytest.raises(TransactionWedgedError) as wedged:
+            txn.add(second, out)
+        assert wedged.value.consumed == first + second and txn.windows == []
+    else:
+        with pytest.raises(KafkaException):
+            txn.add(second, out)
+    assert not producer.aborted
