@@ -6,9 +6,9 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from producers import InputError
+from producers.formats import FORMATS, JSON_LINES, described, format_named, suffix_format
 from producers.images import file_kind
-from producers.inputs import compression
+from producers.inputs import InputError, compression
 from producers.table_rows import DEFAULT_COLUMNS, RESERVED_NAMES, Columns
 
 
@@ -47,40 +47,43 @@ def kept_columns_problem(columns: Columns) -> str | None:
     return None
 
 
-# What each reading option applies to, for options_problem.
-TABLE_OPTIONS = {"text": "--text-column", "image": "--image-column", "id": "--id-column", "keep": "--keep-columns"}
-JSONL_OPTIONS = {"text_field": "--text-field", "id_field": "--id-field"}
-TABLE_FORMATS = ("parquet", "arrow", "csv", "tsv")
+# Which reading option each Columns field is, for options_problem.
+OPTION_FLAGS = {
+    "text": "--text-column",
+    "image": "--image-column",
+    "id": "--id-column",
+    "keep": "--keep-columns",
+    "text_field": "--text-field",
+    "id_field": "--id-field",
+}
 
 
 def options_problem(columns: Columns, reads: str, name: str) -> str | None:
     """Why column options given for input `name` would be ignored: they are refused instead. reads
     is "table", "jsonl" (texts as JSON Lines) or what else the input is read as ("texts, one per
-    line", "images"). An option at its default was not given, or changes nothing."""
-    options = TABLE_OPTIONS | JSONL_OPTIONS
-    given = [flag for key, flag in options.items() if getattr(columns, key) != getattr(DEFAULT_COLUMNS, key)]
-    if reads == "table":
-        wrong = [f for f in given if f in JSONL_OPTIONS.values()]
-        where = "to JSON Lines input"
-        why = "a table (--text-column and --id-column name its columns)"
-    elif reads == "jsonl":
-        wrong = [f for f in given if f in TABLE_OPTIONS.values()]
-        where = "to table inputs (Parquet, Arrow, CSV, TSV)"
-        why = 'JSON Lines (--text-field and --id-field name its keys; its lines\' "attributes" come back in results)'
-    else:
-        wrong, why = given, reads
-        tables, jsonl = set(wrong) <= set(TABLE_OPTIONS.values()), set(wrong) <= set(JSONL_OPTIONS.values())
-        where = "to table inputs (Parquet, Arrow, CSV, TSV)" if tables else "to JSON Lines input" if jsonl else ""
-        where = where or "to the table inputs (Parquet, Arrow, CSV, TSV) or JSON Lines input they name"
+    line", "images"); the options each format takes are its registry entry's (producers/formats.py).
+    An option at its default was not given, or changes nothing."""
+    given = [flag for key, flag in OPTION_FLAGS.items() if getattr(columns, key) != getattr(DEFAULT_COLUMNS, key)]
+    read_as = [f for f in FORMATS if reads in (f.name, f.kind)]
+    wrong = [flag for flag in given if not any(flag in f.options for f in read_as)]
     if not wrong:
         return None
+    if reads == "table":
+        why = "a table (--text-column and --id-column name its columns)"
+    elif reads == JSON_LINES.name:
+        why = 'JSON Lines (--text-field and --id-field name its keys; its lines\' "attributes" come back in results)'
+    else:
+        why = reads
+    takers = [f for f in FORMATS if set(wrong) <= set(f.options)]
+    where = f"to {described(takers)}" if takers else f"to the {described(f for f in FORMATS if f.options)} they name"
     applies = " and ".join(wrong) + (" applies" if len(wrong) == 1 else " apply")
     return f"{applies} only {where}: {name} is read as {why}"
 
 
 def stdin_format_problem(fmt: str) -> str | None:
     """Why stdin cannot be read in format fmt: a table is a file (its schema, its row groups)."""
-    if fmt not in TABLE_FORMATS:
+    named = format_named(fmt)
+    if named is None or named.table is None:
         return None
     return (
         f"--format {fmt}: stdin is read as texts, one per line, or JSON Lines (--format jsonl); "
@@ -118,7 +121,7 @@ def fifo_advice(fifo: Path) -> str:
     jsonl says otherwise: "pipe it with -" alone made a JSON Lines stream a job of raw JSON texts."""
     why = "a job reads its input twice, to validate it and then to send it"
     suffix = fifo.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
+    if suffix_format(fifo) is JSON_LINES:
         return f"{why}; to send a stream of JSON Lines texts, pipe it to stdin: - as INPUT, with --format jsonl"
     if suffix in (".txt", ""):
         return f"{why}; to send a stream of texts, one per line, pipe it to stdin: - as INPUT"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import io
 import itertools
-import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,9 +25,9 @@ from jobs.input_problems import (
     stdin_format_problem,
     unreadable_input,
 )
-from kafka_io.records import OutRecord, job_record, pack_record
+from kafka_io.records import OutRecord, job_record
 from kafka_io.topology import DEFAULT_PRIORITY, Priority, Topics
-from producers import JSONL_SUFFIXES, InputError, InputFormat, InputRecord, is_openai_batch_file, read_text_input
+from producers.formats import AUTO, JSON_LINES, LINES, OPENAI_BATCH, suffix_format, table_titles
 from producers.images import (
     MAX_IMAGE_BYTES,
     ImageFileError,
@@ -39,12 +38,14 @@ from producers.images import (
     read_image_folder,
     read_image_jsonl,
 )
+from producers.inputs import InputError, InputRecord
 from producers.openai_batch import batch_model
+from producers.packing import TextPacker
+from producers.sniffing import detect_kind, is_openai_batch_file, read_text_input, table_parts
 from producers.table_rows import DEFAULT_COLUMNS, Columns, kept_schema, read_tables, table_kind
-from producers.tables import TableFormat, table_files, table_format
 from schemas import RawImage, encode, now_us
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestDefaults, RequestError
-from schemas.packs import PackLimits, raw_text_pack_bytes
+from schemas.packs import PackLimits
 
 InputKind = Literal["auto", "text", "image"]
 Record = InputRecord | ImageRecord
@@ -78,33 +79,6 @@ def pack_limits_from_env(environ: Mapping[str, str] = os.environ) -> PackLimits:
     return replace(DEFAULT_PACK_LIMITS, **limits) if limits else DEFAULT_PACK_LIMITS
 
 
-def table_parts(path: Path, fmt: InputFormat = "auto") -> tuple[Path, ...]:
-    """The table files `path` names: itself (a .parquet, .csv, ... or any file with a table
-    --format), or a folder's table files when it holds no image; else ()."""
-    if fmt in ("jsonl", "openai-batch", "lines"):
-        return ()
-    if path.is_dir():
-        files = table_files(path)
-        return tuple(files) if files and not any(is_image_path(p) for p in path.rglob("*")) else ()
-    return (path,) if fmt != "auto" or table_format(path) is not None else ()
-
-
-def detect_kind(path: Path) -> Literal["text", "image"]:
-    """A folder or an image file is images; a JSONL whose first object has "image" is images; else text."""
-    if path.is_dir() or is_image_path(path):
-        return "image"
-    if path.suffix.lower() in (".jsonl", ".ndjson") and path.is_file():
-        with path.open("rb") as f:
-            for raw in f:
-                if raw.strip():
-                    try:
-                        first = json.loads(raw)
-                    except ValueError:
-                        return "text"  # the text reader reports the line
-                    return "image" if isinstance(first, dict) and "image" in first else "text"
-    return "text"
-
-
 def check_input(source: JobInput, validated: tuple[int, list[InputError]], skip_invalid: bool) -> None:
     """UnusableInputError when the input as a whole cannot be a job, InvalidInputError when some
     record is invalid and skip_invalid is off; a job is only submitted past both."""
@@ -131,7 +105,7 @@ class JobInput:
 
     path: Path
     kind: Literal["text", "image"]
-    fmt: InputFormat = "auto"
+    fmt: str = AUTO
     max_image_bytes: int = MAX_IMAGE_BYTES
     _stdin: bytes | None = None
     # The files or folders a glob matched, read as one job (a scheduled input's): each record id
@@ -140,15 +114,15 @@ class JobInput:
     parts: tuple[Path, ...] = ()
     follow_symlinks: bool = False  # folder inputs: read symlinks that lead out of the folder
     columns: Columns = DEFAULT_COLUMNS
-    # The input's table files (Parquet, CSV, Arrow) read as one table: row numbers and ids run
-    # across them, so a folder or glob of tables needs no file prefix on its ids.
+    # The input's table files read as one table: row numbers and ids run across them, so a folder
+    # or glob of tables needs no file prefix on its ids.
     tables: tuple[Path, ...] = ()
 
     @classmethod
     def open(
         cls,
         name: str,
-        fmt: InputFormat = "auto",
+        fmt: str = AUTO,
         kind: InputKind = "auto",
         max_image_bytes: int = MAX_IMAGE_BYTES,
         follow_symlinks: bool = False,
@@ -158,7 +132,7 @@ class JobInput:
             problem = stdin_format_problem(fmt)
             if problem:
                 raise UnusableInputError(problem)
-            stdin = cls(STDIN, "text", "lines" if fmt == "auto" else fmt, max_image_bytes, columns=columns)
+            stdin = cls(STDIN, "text", LINES.name if fmt == AUTO else fmt, max_image_bytes, columns=columns)
             return replace(stdin.checked(), _stdin=sys.stdin.buffer.read())
         problem = kept_columns_problem(columns)
         if problem:
@@ -169,7 +143,7 @@ class JobInput:
         # a FIFO or device named .parquet is refused by name later, never opened: reading its schema hung
         tables = table_parts(path, fmt) if unreadable_input(path, folder_ok=True) is None else ()
         if tables:
-            kind = table_kind(tables, columns, _table_fmt(fmt)) if kind == "auto" else kind
+            kind = table_kind(tables, columns, fmt) if kind == "auto" else kind
             return cls(path, kind, fmt, max_image_bytes, columns=columns, tables=tables).checked()
         kind = detect_kind(path) if kind == "auto" else kind
         return cls(path, kind, fmt, max_image_bytes, follow_symlinks=follow_symlinks, columns=columns).checked()
@@ -178,7 +152,7 @@ class JobInput:
     def matching(
         cls,
         pattern: str,
-        fmt: InputFormat = "auto",
+        fmt: str = AUTO,
         kind: InputKind = "auto",
         max_image_bytes: int = MAX_IMAGE_BYTES,
         columns: Columns = DEFAULT_COLUMNS,
@@ -196,11 +170,11 @@ class JobInput:
             return cls.open(str(paths[0]), fmt, kind, max_image_bytes, columns=columns)
         if all(tables):
             files = tuple(f for part in tables for f in part)
-            kind = table_kind(files, columns, _table_fmt(fmt)) if kind == "auto" else kind
+            kind = table_kind(files, columns, fmt) if kind == "auto" else kind
             return cls(Path(pattern), kind, fmt, max_image_bytes, columns=columns, tables=files).checked()
         if any(tables):
             raise UnusableInputError(
-                f"{pattern}: matches both table files (Parquet, CSV, Arrow) and others; one job reads one kind"
+                f"{pattern}: matches both table files ({table_titles()}) and others; one job reads one kind"
             )
         kinds = {detect_kind(p) for p in paths}
         if len(kinds) > 1:
@@ -223,8 +197,8 @@ class JobInput:
             return "images"
         paths = self.parts or (self.path,)
         if self.openai_batch:
-            return "openai-batch"
-        if self.fmt == "jsonl" or (self.fmt == "auto" and any(p.suffix.lower() in JSONL_SUFFIXES for p in paths)):
+            return OPENAI_BATCH.name
+        if self.fmt == JSON_LINES.name or (self.fmt == AUTO and any(suffix_format(p) is JSON_LINES for p in paths)):
             return "jsonl"
         return "texts, one per line"
 
@@ -232,10 +206,10 @@ class JobInput:
     def openai_batch(self) -> bool:
         """Whether the input is OpenAI batch requests: --format openai-batch, or JSON Lines whose
         first object is a request (each file of a glob is told apart by itself when read)."""
-        if self.fmt == "openai-batch":
+        if self.fmt == OPENAI_BATCH.name:
             return True
         paths = self.parts or (self.path,)
-        return self.fmt == "auto" and self.kind == "text" and is_openai_batch_file(paths[0])
+        return self.fmt == AUTO and self.kind == "text" and is_openai_batch_file(paths[0])
 
     def openai_model(self) -> str | None:
         """The model an OpenAI batch input's first request names (body.model), else None."""
@@ -269,19 +243,19 @@ class JobInput:
                 return read_image_folder(self.path, self.max_image_bytes, follow_symlinks=self.follow_symlinks)
             return read_image_jsonl(self.path, self.max_image_bytes)
         stream = io.BytesIO(self._stdin) if self._stdin is not None else None
-        return read_text_input(self.path, self.fmt, stream, self.columns.text_field, self.columns.id_field)
+        return read_text_input(self.path, self.fmt, stream, self.columns)
 
     def _read_tables(self) -> Iterator[InputRecord | ImageRecord | InputError]:
         for part in self.tables:
             problem = unreadable_input(part, folder_ok=False)
             if problem:
                 return iter([InputError(str(part), 0, problem)])
-        return read_tables(self.tables, self.columns, self.kind, self.max_image_bytes, _table_fmt(self.fmt))
+        return read_tables(self.tables, self.columns, self.kind, self.max_image_bytes, self.fmt)
 
     def kept_schema(self) -> bytes | None:
         """The kept columns' Arrow schema (IPC bytes) for the job's registry row, from which its
         outputs learn each kept column's type; None when no column is kept."""
-        schema = kept_schema(self.tables, self.columns, _table_fmt(self.fmt)) if self.tables else None
+        schema = kept_schema(self.tables, self.columns, self.fmt) if self.tables else None
         return None if schema is None else schema.serialize().to_pybytes()
 
     def _read_parts(self) -> Iterator[InputRecord | ImageRecord | InputError]:
@@ -341,7 +315,7 @@ class JobInput:
         on, so a cancellation skips only the submission it names."""
         submitted_at = submitted_at if submitted_at is not None else now_us()
         seq = 0
-        texts = _TextPacker(job_id, model, topic, submitted_at, limits or pack_limits_from_env())
+        texts = TextPacker(job_id, model, topic, submitted_at, limits or pack_limits_from_env())
         items: Iterable[Record | InputError] = self.read() if records is None else records
         for item in items:
             if isinstance(item, InputError):
@@ -376,63 +350,6 @@ class JobInput:
         yield from texts.flush()
 
 
-class _TextPacker:
-    """Consecutive texts of one submission gathered into packs: a pack is closed before the text
-    that would take it past limits.max_records records or limits.max_bytes bytes (as
-    schemas.packs.pack_spans cuts), so at most one pack's texts are held at a time.
-
-    A text's size is an upper bound on what it adds to the pack's Avro body (its id, text and
-    attributes, each length a varint of at most 5 bytes, its 8-byte sequence number), and the
-    budget is max_bytes less an upper bound on the envelope (header, job id, model, time, array
-    framing): every pack's Kafka value is at most max_bytes, unless one text alone is larger,
-    which is then a pack of its own."""
-
-    def __init__(self, job_id: str, model: str, topic: str, submitted_at: int, limits: PackLimits) -> None:
-        self._job_id, self._model, self._topic, self._submitted_at = job_id, model, topic, submitted_at
-        self._limits = limits
-        self._budget = limits.max_bytes - (_PACK_ENVELOPE + len(job_id.encode()) + len(model.encode()))
-        self._ids: list[str] = []
-        self._seqs: list[int] = []
-        self._texts: list[str] = []
-        self._attributes: list[dict[str, str]] = []
-        self._held = 0
-
-    def add(self, record: InputRecord, seq: int) -> Iterator[OutRecord]:
-        size = _packed_bytes(record)
-        if self._ids and (len(self._ids) >= self._limits.max_records or self._held + size > self._budget):
-            yield from self.flush()
-        self._ids.append(record.record_id)
-        self._seqs.append(seq)
-        self._texts.append(record.text)
-        self._attributes.append(record.attributes)
-        self._held += size
-
-    def flush(self) -> Iterator[OutRecord]:
-        if not self._ids:
-            return
-        value = raw_text_pack_bytes(
-            self._job_id, self._model, self._submitted_at, self._ids, self._seqs, self._texts, self._attributes
-        )
-        yield pack_record(self._topic, value, self._job_id, self._ids[0], len(self._ids), self._submitted_at)
-        self._ids, self._seqs, self._texts, self._attributes, self._held = [], [], [], [], 0
-
-
-# Upper bounds, in bytes, of what a RawTextPack's envelope takes besides its job id and model (the
-# single-object header 10, two string lengths 10, submitted_at 10, four arrays' block counts and
-# ends 24, the seqs buffer's length 5), and of what each record adds besides its strings (three
-# string lengths 15, seq 8, its attribute map's count and end 6); each attribute adds 10 more.
-_PACK_ENVELOPE = 64
-_PACK_RECORD = 32
-_PACK_ATTRIBUTE = 10
-
-
-def _packed_bytes(record: InputRecord) -> int:
-    size = _PACK_RECORD + len(record.record_id.encode()) + len(record.text.encode())
-    if record.attributes:
-        size += sum(_PACK_ATTRIBUTE + len(k.encode()) + len(v.encode()) for k, v in record.attributes.items())
-    return size
-
-
 def glob_base(pattern: str) -> Path:
     """The folder a glob's matches are named from in their record ids: its leading components
     without a wildcard ("/data/in" of "/data/in/*.jsonl", "/data" of "/data/*/x.jsonl"). Fixed
@@ -448,10 +365,6 @@ def _held_bytes(record: Record) -> int:
     if record.attributes:
         held += sum(len(k) + len(v) for k, v in record.attributes.items())
     return held
-
-
-def _table_fmt(fmt: InputFormat) -> TableFormat | None:
-    return None if fmt in ("auto", "jsonl", "openai-batch", "lines") else fmt  # type: ignore[return-value]
 
 
 def as_requests(

@@ -16,9 +16,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from producers.formats import open_table
 from producers.images import MAX_IMAGE_BYTES, ImageRecord, checked_image
 from producers.inputs import MAX_ATTRIBUTES_BYTES, InputError, InputRecord, check_text, lone_surrogate
-from producers.tables import BATCH_ROWS, IMAGE_BATCH_ROWS, Chunk, Table, TableError, TableFormat, table_format
+from producers.table_reader import BATCH_ROWS, IMAGE_BATCH_ROWS, Chunk, TableError
 from schemas.generation_request import RequestDefaults
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def read_tables(
     columns: Columns,
     kind: Literal["text", "image"] = "text",
     max_image_bytes: int = MAX_IMAGE_BYTES,
-    fmt: TableFormat | None = None,
+    fmt: str | None = None,
 ) -> Iterator[InputRecord | ImageRecord | InputError]:
     """Every row of every file, in order, as a record or a problem pinned to file and row (line,
     for CSV). Each file's format is fmt, else what its suffix says."""
@@ -77,7 +78,7 @@ def read_tables(
     number = 0
     for path in files:
         try:
-            table = Table(path, fmt or table_format(path) or "parquet")
+            table = open_table(path, fmt)
             problem = column_problem(table.schema, columns, kind, kept_types)
         except TableError as exc:
             problem = str(exc)
@@ -291,17 +292,17 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} values are not kept")
 
 
-def table_kind(files: Sequence[Path], columns: Columns, fmt: TableFormat | None = None) -> Literal["text", "image"]:
+def table_kind(files: Sequence[Path], columns: Columns, fmt: str | None = None) -> Literal["text", "image"]:
     """image when the first file has the image column and not the text column; else text (whose
     reader names what is missing)."""
     try:
-        names = Table(files[0], fmt or table_format(files[0]) or "parquet").schema.names
+        names = open_table(files[0], fmt).schema.names
     except TableError:
         return "text"
     return "image" if columns.image in names and columns.text not in names else "text"
 
 
-def kept_schema(files: Sequence[Path], columns: Columns, fmt: TableFormat | None = None) -> pa.Schema | None:
+def kept_schema(files: Sequence[Path], columns: Columns, fmt: str | None = None) -> pa.Schema | None:
     """The kept columns' names and Arrow types, from the first file that has them all (the reader
     refuses a file whose types differ), else None."""
     import pyarrow as pa
@@ -310,7 +311,7 @@ def kept_schema(files: Sequence[Path], columns: Columns, fmt: TableFormat | None
         return None
     for path in files:
         try:
-            schema = Table(path, fmt or table_format(path) or "parquet").schema
+            schema = open_table(path, fmt).schema
         except TableError:
             continue
         if all(schema.get_field_index(name) >= 0 for name in columns.keep):  # -1: absent, or named twice

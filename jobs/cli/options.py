@@ -18,6 +18,7 @@ from jobs.output import OutputFormat, OutputPathError, check_output_path, names_
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import DEFAULT_PRIORITY, ENV_NAMESPACE, PRIORITIES
+from producers.formats import AUTO, FORMAT_NAMES, auto_help
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
 from runtime.cpus import host_cpus, parse_cpu_list
@@ -193,13 +194,11 @@ def format_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(["auto", "jsonl", "openai-batch", "lines", "parquet", "csv", "tsv", "arrow"]),
-        default="auto",
+        type=click.Choice(FORMAT_NAMES),
+        default=AUTO,
         show_default=True,
         show_envvar=True,
-        help="auto: JSON Lines for .jsonl/.ndjson (OpenAI batch requests when the first line is one), "
-        "a table for .parquet/.pq, .csv, .tsv, .arrow/.feather/.ipc "
-        "(and a folder or glob of them), else one text per line.",
+        help=auto_help(),
     )(f)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.job_input import JobInput, detect_kind
+from jobs.job_input import JobInput
 from producers import InputError
 from producers.images import (
     ImageFileError,
@@ -19,6 +19,7 @@ from producers.images import (
     read_image_folder,
     read_image_jsonl,
 )
+from producers.sniffing import detect_kind
 
 
 def test_a_folder_is_read_recursively_by_extension_with_relative_ids(tmp_path: Path) -> None:
