@@ -167,6 +167,53 @@ def computed(records: Iterable[OutRecord]) -> Iterator[OutRecord]:
         yield record
 
 
+def check_backlog(
+    settings: KafkaSettings,
+    topics: Topics,
+    model: str,
+    topic: str,
+    valid: int,
+    max_backlog: int,
+    *,
+    packed: bool,
+    options: JobOptions,
+) -> None:
+    """BacklogRefusedError when a job of `valid` records would take the pipeline's backlog in its
+    lane (backlog) past max_backlog, or is itself larger, which no wait and no worker would let in."""
+    if valid > max_backlog:
+        raise BacklogRefusedError(
+            f"refused: this job alone has {valid} records, over the maximum backlog of {max_backlog}: "
+            "split it into jobs of at most that many records, or raise --max-backlog"
+        )
+    current = backlog(settings, topics, model, topic, options.priority, packed=packed, pack_limits=options.pack_limits)
+    if sum(current.values()) + valid > max_backlog:
+        waiting = ", ".join(f"{t}: {n}" for t, n in current.items())
+        raise BacklogRefusedError(
+            f"refused: the backlog is {sum(current.values())} records ({waiting}); this job adds {valid}, "
+            f"over the maximum of {max_backlog}. Retry later or add workers."
+        )
+
+
+def job_row(job_id: str, model: str, source: JobInput, count: int, submitted_at: int, options: JobOptions) -> Job:
+    """The registry row of a submission of `count` records, made at submitted_at."""
+    return Job(
+        job_id,
+        model,
+        str(source.path),
+        source.kind,
+        count,
+        submitted_at,
+        schedule=options.schedule,
+        attributes=dict(options.attributes or {}),
+        submission=submitted_at,
+        columns=source.kept_schema(),
+        priority=options.priority,
+        labels=dict(options.terms.labels),
+        deadline_at=options.terms.deadline_at(submitted_at),
+        notify=options.terms.notify,
+    )
+
+
 def submit(
     settings: KafkaSettings,
     topics: Topics,
@@ -192,21 +239,8 @@ def submit(
     job_id = job_id or new_job_id()
     topic = topic or source.raw_topic(topics, priority)
     ensure_topics(settings, [*pipeline_topics(topics, model), TopicSpec(topic)])
-    if max_backlog is not None and valid > max_backlog:  # no wait and no worker would ever let it in
-        raise BacklogRefusedError(
-            f"refused: this job alone has {valid} records, over the maximum backlog of {max_backlog}: "
-            "split it into jobs of at most that many records, or raise --max-backlog"
-        )
     if max_backlog is not None:
-        current = backlog(
-            settings, topics, model, topic, priority, packed=source.kind == "text", pack_limits=pack_limits
-        )
-        if sum(current.values()) + valid > max_backlog:
-            waiting = ", ".join(f"{t}: {n}" for t, n in current.items())
-            raise BacklogRefusedError(
-                f"refused: the backlog is {sum(current.values())} records ({waiting}); this job adds {valid}, "
-                f"over the maximum of {max_backlog}. Retry later or add workers."
-            )
+        check_backlog(settings, topics, model, topic, valid, max_backlog, packed=source.kind == "text", options=options)
     # Not idempotent: a fresh idempotent producer holds every record for 0.5-1 s while it gets a
     # producer id, the whole latency of a small job. A retry's duplicate is dropped downstream like
     # any at-least-once redelivery (results are keyed by job and sequence).
@@ -226,26 +260,7 @@ def submit(
             f"them. Submit it again once Kafka is back; with --job-id {job_id}, only the new submission counts."
         ) from None
     # Registered once every record is stored, so a registered job's total is what was submitted.
-    register(
-        settings,
-        topics,
-        Job(
-            job_id,
-            model,
-            str(source.path),
-            source.kind,
-            count,
-            submitted_at,
-            schedule=options.schedule,
-            attributes=dict(options.attributes or {}),
-            submission=submitted_at,
-            columns=source.kept_schema(),
-            priority=priority,
-            labels=dict(options.terms.labels),
-            deadline_at=options.terms.deadline_at(submitted_at),
-            notify=options.terms.notify,
-        ),
-    )
+    register(settings, topics, job_row(job_id, model, source, count, submitted_at, options))
     known = set(errors)
     changed = [replace(e, reason=f"changed since validation: {e.reason}") for e in late if e not in known]
     return SubmitReport(job_id, model, count, errors + changed, submitted_at)

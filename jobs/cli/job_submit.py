@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -39,10 +39,13 @@ from jobs.cli.validators import (
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
-from jobs.output import leads_to_input
+from jobs.output import OutputFormat, leads_to_input
 from jobs.submit import JobOptions, SubmitReport, submit
 from kafka_io.topology import Priority, Topics
 from producers.table_rows import Columns
+
+if TYPE_CHECKING:
+    from jobs.launch.runner import RunResult
 
 
 @click.command()
@@ -101,20 +104,10 @@ def run(
       nearline run producers/examples/python-docs-paragraphs.jsonl --model minilm -o results.jsonl
       nearline run reviews.parquet --text-column body --keep-columns stars,date -m minilm -o out.parquet
     """
-    from jobs.cli.run_output import write_run_files
     from jobs.launch.runner import RunSettings, run_job
     from jobs.launch.signals import Terminated, terminate_like_interrupt
 
-    out_format = checked_output(output, output_format)
-    if leads_to_input(output, input_path):
-        raise click.BadParameter(f"{output} is the input: the results would replace it", param_hint="'--output' / '-o'")
-    check_errors_path(errors, ("-o", output), ("the input", input_path))
-    if terms.notify and not bootstrap_servers:  # its broker and workers are gone when it returns
-        raise click.BadParameter(
-            "nearline run on its own broker ends with the job, and no notifier could tell the URL: "
-            "name a cluster (--bootstrap-servers) where `nearline worker notifier` runs",
-            param_hint="'--notify'",
-        )
+    out_format = _checked_run_options(input_path, output, output_format, errors, terms, bootstrap_servers)
     worker_args = batch_args(
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
@@ -148,11 +141,49 @@ def run(
         click.echo("stopped by SIGINT; the broker and workers it started were stopped", err=True)
         raise SystemExit(128 + signal.SIGINT) from None
     display.close()
+    _finish_run(result, source, output, out_format, errors, cluster=bool(bootstrap_servers))
+
+
+def _checked_run_options(
+    input_path: str,
+    output: Path | None,
+    output_format: str | None,
+    errors: Path | None,
+    terms: JobTerms,
+    bootstrap_servers: str,
+) -> OutputFormat:
+    """-o's format, once -o and --errors are known not to replace the input or each other, and
+    --notify to have a notifier to tell the URL."""
+    out_format = checked_output(output, output_format)
+    if leads_to_input(output, input_path):
+        raise click.BadParameter(f"{output} is the input: the results would replace it", param_hint="'--output' / '-o'")
+    check_errors_path(errors, ("-o", output), ("the input", input_path))
+    if terms.notify and not bootstrap_servers:  # its broker and workers are gone when it returns
+        raise click.BadParameter(
+            "nearline run on its own broker ends with the job, and no notifier could tell the URL: "
+            "name a cluster (--bootstrap-servers) where `nearline worker notifier` runs",
+            param_hint="'--notify'",
+        )
+    return out_format
+
+
+def _finish_run(
+    result: RunResult,
+    source: JobInput,
+    output: Path | None,
+    out_format: OutputFormat,
+    errors: Path | None,
+    *,
+    cluster: bool,
+) -> None:
+    """Write a finished run's results and errors, say what it did, and exit as it ended."""
+    from jobs.cli.run_output import write_run_files
+
     for error in result.report.skipped:
         click.echo(f"skipped: {error}", err=True)
     with result.results as spill:
         written = write_run_files(
-            spill, source, output, out_format, errors, result.failure, bool(bootstrap_servers), result.report.skipped
+            spill, source, output, out_format, errors, result.failure, cluster, result.report.skipped
         )
     click.echo(result.summary.line(), err=True)
     if written.path is not None:
