@@ -40,7 +40,8 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig, default_repository
+from schemas.model_config import ModelConfig
+from schemas.model_folders import default_repository
 
 EXAMPLE = Path(__file__).parents[1] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
 

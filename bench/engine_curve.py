@@ -27,7 +27,8 @@ from bench.feed import short_texts
 from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches
 from gpu_consumer.engine import Engine, infer_all
 from gpu_consumer.engines import make_engine
-from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository, load_model_config
+from schemas.model_config import ModelConfig
+from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository, load_model_config
 
 
 def token_ids(config: ModelConfig, texts: list[str]) -> list[np.ndarray]:

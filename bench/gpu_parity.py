@@ -29,7 +29,8 @@ from gpu_consumer.engines import make_engine
 from gpu_consumer.postprocess import postprocess
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig, load_model_config
+from schemas.model_config import ModelConfig
+from schemas.model_folders import load_model_config
 
 ROOT = Path(__file__).parents[1]
 BYO_CLASSIFIER = "byo-classifier"  # what bench/gpu_carry.py imports it as

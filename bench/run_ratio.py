@@ -31,7 +31,8 @@ from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from jobs.launch.runner import ensure_model
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ENV_MODEL_REPOSITORY, ModelConfig, default_repository
+from schemas.model_config import ModelConfig
+from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
 
 
 def engine_alone(config: ModelConfig, texts: list[str], batch: int) -> tuple[float, float]:

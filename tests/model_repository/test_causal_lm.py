@@ -16,7 +16,8 @@ from jobs.cli.main import cli
 from model_repository import causal_lm
 from model_repository.import_source import ImportRefusedError, read_source
 from model_repository.importer import import_model
-from schemas.model_config import GENERATOR_FOLDER, ModelConfig, load_model_config
+from schemas.model_config import GENERATOR_FOLDER, ModelConfig
+from schemas.model_folders import load_model_config
 from tests.support.causal_lm import chat_ids, chat_text, load_smollm2_gguf_model
 
 

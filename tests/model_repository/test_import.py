@@ -16,7 +16,8 @@ import pytest
 from gpu_consumer.batcher import make_batch
 from model_repository.import_source import ImportRefusedError
 from model_repository.importer import import_model
-from schemas.model_config import ModelConfig, read_labels
+from schemas.model_config import ModelConfig
+from schemas.model_folders import read_labels
 from tests.support.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
 
 

@@ -16,13 +16,8 @@ import pytest
 
 from model_repository.import_source import ImportRefusedError
 from model_repository.importer import import_model
-from schemas.model_config import (
-    InvalidModelNameError,
-    ModelUnavailableError,
-    load_model_config,
-    read_labels,
-    versions,
-)
+from schemas.model_config import InvalidModelNameError, ModelUnavailableError
+from schemas.model_folders import load_model_config, read_labels, versions
 from tests.support.byo_models import save_classifier, save_encoder
 
 

@@ -15,13 +15,8 @@ import pytest
 from jobs.results import wins_over
 from model_repository.import_source import ImportRefusedError
 from model_repository.install import refuse_existing
-from schemas.model_config import (
-    CONFIG_FILE,
-    InvalidModelVersionError,
-    ModelNotFoundError,
-    load_model_config,
-    versions,
-)
+from schemas.model_config import CONFIG_FILE, InvalidModelVersionError, ModelNotFoundError
+from schemas.model_folders import load_model_config, versions
 from schemas.model_versions import default_version, ordered_versions
 from tests.support.tiny_model import TinyModel
 

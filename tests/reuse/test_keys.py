@@ -17,13 +17,8 @@ from schemas.generation_request import (
     parse_request,
     prompt_request,
 )
-from schemas.model_config import (
-    ImageSpec,
-    ModelConfig,
-    TensorSpec,
-    TokenizerSpec,
-    write_labels,
-)
+from schemas.model_config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
+from schemas.model_folders import write_labels
 from schemas.records import RawImage, RawText
 
 

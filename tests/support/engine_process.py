@@ -127,7 +127,7 @@ class RemoteEngine:
 
 def _serve(repository: str, model: str, kind: str, limits: str, fd: str) -> None:
     from gpu_consumer.generation.engines import make_generator
-    from schemas.model_config import load_model_config
+    from schemas.model_folders import load_model_config
 
     out = os.fdopen(int(fd), "w", buffering=1)
     lock = threading.Lock()

@@ -24,7 +24,7 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
 from kafka_io.transactions import make_transactional_producer
 from schemas import Tensor, TensorRecord, encode
-from schemas.model_config import ENV_MODEL_REPOSITORY
+from schemas.model_folders import ENV_MODEL_REPOSITORY
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.waiting import wait_until
 

@@ -23,7 +23,8 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from schemas import InferenceResult, decode
-from schemas.model_config import ModelConfig, load_model_config
+from schemas.model_config import ModelConfig
+from schemas.model_folders import load_model_config
 from tests.support.engine_process import vllm_python
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit

@@ -22,7 +22,7 @@ from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
-from schemas.model_config import ENV_MODEL_REPOSITORY
+from schemas.model_folders import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
 
 JOB = "job-streams"
