@@ -318,3 +318,38 @@ def test_the_check_counts_parameters_and_lets_a_cli_command_take_one_per_option(
         f"@click.command()\ndef cmd({nine}) -> None: ...\ndef helper(*, {nine}) -> None: ...\n"
     )
     assert long_signatures(tmp_path, ["jobs"]) == ["jobs/cli/cmd.py:3 helper (9)", "jobs/run.py:1 wide (9)"]
+
+
+# A module a reader takes in at one sitting, a function that reads on one screen: past these, a
+# module holds two things and a function does two steps (house-style: small modules).
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 79
+
+
+def oversized(root: Path, packages: list[str]) -> list[str]:
+    """Modules over MAX_MODULE_LINES lines and functions over MAX_FUNCTION_LINES, counted from their
+    `def` (a click command's options, in its decorators, are not its body)."""
+    found = []
+    for path in sorted(p for package in packages for p in (root / package).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(root)
+        if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
+            found.append(f"{where}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if (length := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES:
+                found.append(f"{where}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_product_module_or_function_is_oversized() -> None:
+    assert oversized(ROOT, list(MAY_IMPORT)) == [], "split it by what it holds, or into steps"
+
+
+def test_the_size_check_sees_a_long_module_and_a_long_function(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(79))
+    (tmp_path / "jobs" / "long.py").write_text(f"def fits() -> None:\n{body[: -len('    x78 = 78') - 1]}\n")
+    (tmp_path / "jobs" / "longer.py").write_text(f"def steps() -> None:\n{body}" + "\n" * 330)
+    assert oversized(tmp_path, ["jobs"]) == ["jobs/longer.py: 410 lines", "jobs/longer.py:1 steps: 80 lines"]
