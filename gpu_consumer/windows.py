@@ -147,21 +147,21 @@ class _Held:
         self.per_message = 1  # records in the last Kafka record consumed: how many Kafka records to ask for
 
     def add(self, polled: list[ConsumedRecord], lanes: _Lanes | None) -> None:
-        lane_of, held, counts = self._lane_of, self.records, self.counts
-        for record in polled:
+        if not polled:
+            return
+        lane_of, held, counts, per_message = self._lane_of, self.records, self.counts, self.per_message
+        for record in polled:  # per record: locals only (the loop's ceiling is this loop)
             lane = lane_of(record.topic) if lane_of is not None else ""
             records = held.setdefault(lane, [])
             if not records:
                 self.first_at[lane] = time.monotonic()
                 counts[lane] = 0
             records.append(record)
-            self.per_message = record.records
-            counts[lane] += record.records
+            per_message = record.records
+            counts[lane] += per_message
             if lanes is not None:
                 lanes.consumed(record)
-
-    def lanes(self) -> set[str]:
-        return {lane for lane, records in self.records.items() if records}
+        self.per_message = per_message
 
     def empty(self) -> bool:
         return not any(self.records.values())
@@ -197,11 +197,9 @@ class _Gathering:
     def _hurried(self) -> bool:
         return self._assignment.caught_up() and self._rules.hurry()
 
-    def _ready(self) -> set[str]:
-        return self.held.lanes() | self.waiting
-
     def _picked(self) -> tuple[set[str], str | None]:
-        ready = self._ready()
+        """The lanes with records (held here, or waiting at the broker) and the one `pick` names."""
+        ready = {lane for lane, records in self.held.records.items() if records} | self.waiting
         return ready, self._rules.pick(sorted(ready)) if ready else None
 
     def lane(self) -> str | None:
