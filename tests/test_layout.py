@@ -20,6 +20,7 @@ OUTSIDE_THE_EDGE = [
 ]
 # The client handles kafka_io's factories make: held and passed back to kafka_io, never called.
 OPAQUE_HANDLES = {("kafka_io.clients", name) for name in ("AdminClient", "Consumer", "Producer")}
+CONFLUENT_MODULES = ("confluent_kafka", "cimpl")  # cimpl: where its C types say they are defined
 
 # Imports flow one way: jobs -> model_repository -> stages (producers, preprocess_app, gpu_consumer)
 # -> kafka_io -> schemas, with runtime (the process's own: metrics endpoint, children, CPUs, heap)
@@ -47,6 +48,18 @@ def modules(packages: list[str]) -> list[Path]:
     return sorted(p for package in packages for p in (ROOT / package).rglob("*.py"))
 
 
+def taken_through_kafka_io(node: ast.ImportFrom) -> list[tuple[str, str]]:
+    """(name, the module it is defined in) for each name a `from kafka_io... import` takes: a
+    module imported by name counts as defined in itself."""
+    module = importlib.import_module(node.module or "")
+    found = []
+    for alias in node.names:
+        value = getattr(module, alias.name, None)
+        origin = value.__name__ if inspect.ismodule(value) else getattr(value, "__module__", None)
+        found.append((alias.name, origin or ""))
+    return found
+
+
 def confluent_names_imported(path: Path) -> list[str]:
     """Every name a module takes from confluent_kafka, directly or through a kafka_io module."""
     found = []
@@ -57,13 +70,11 @@ def confluent_names_imported(path: Path) -> list[str]:
             if node.module.split(".")[0] == "confluent_kafka":
                 found += [f"{node.module}.{a.name}" for a in node.names]
             elif node.module.split(".")[0] == "kafka_io":
-                module = importlib.import_module(node.module)
-                for alias in node.names:
-                    origin = getattr(getattr(module, alias.name, None), "__module__", None) or ""
-                    if origin.split(".")[0] in ("confluent_kafka", "cimpl") and (
-                        (node.module, alias.name) not in OPAQUE_HANDLES
-                    ):
-                        found.append(f"{node.module}.{alias.name} (from {origin})")
+                found += [
+                    f"{node.module}.{name} (from {origin})"
+                    for name, origin in taken_through_kafka_io(node)
+                    if origin.split(".")[0] in CONFLUENT_MODULES and (node.module, name) not in OPAQUE_HANDLES
+                ]
     return found
 
 
@@ -235,12 +246,11 @@ def runtime_names_through_kafka_io(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kafka_io":
-            module = importlib.import_module(node.module)
-            for alias in node.names:
-                value = getattr(module, alias.name, None)
-                origin = getattr(value, "__name__", "") if inspect.ismodule(value) else getattr(value, "__module__", "")
-                if (origin or "").split(".")[0] == "runtime":
-                    found.append(f"{node.module}.{alias.name} (from {origin})")
+            found += [
+                f"{node.module}.{name} (from {origin})"
+                for name, origin in taken_through_kafka_io(node)
+                if origin.split(".")[0] == "runtime"
+            ]
     return found
 
 
