@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy, default_window, make_batch, pad_batch, plan_batches
-from gpu_consumer.engine import Engine
-from gpu_consumer.engines import make_engine
+from gpu_consumer.engines.factory import make_engine
+from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.postprocess import postprocess
 from jobs.job_input import JobInput
 from jobs.launch.local import start_pipeline_workers, stop_all

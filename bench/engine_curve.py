@@ -8,7 +8,7 @@ tokenizer and cut into executed batches as the GPU worker cuts them (`plan_batch
 length, padded to the engine's buckets where it pads to buckets) at each row limit in --sizes,
 then run through one engine (`infer_many`, pipelined as the worker runs it) after its warm-up.
 Prints records/s and the mean rows and padded width per batch at each size: the curve the
-torch engine's CUDA defaults (gpu_consumer/engines.py: CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS) are to be
+torch engine's CUDA defaults (gpu_consumer/engines/factory.py: CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS) are to be
 chosen from. On a CPU it runs the same, slower (the GPU dry run's check that it runs). Figures,
 never assertions.
 """
@@ -25,8 +25,8 @@ import numpy as np
 
 from bench.feed import short_texts
 from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches
-from gpu_consumer.engine import Engine, infer_all
-from gpu_consumer.engines import make_engine
+from gpu_consumer.engines.factory import make_engine
+from gpu_consumer.engines.protocol import Engine, infer_all
 from schemas.model_config import ModelConfig
 from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository, load_model_config
 

@@ -35,7 +35,7 @@ from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.feed_engines import SimulatedAccelerator, TimedEngine, stand_ins
 from bench.feed_processes import drain_processes, worker_process
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engines import measure_cost
+from gpu_consumer.engines.factory import measure_cost
 from gpu_consumer.worker import GpuWorkerSettings, serve
 from jobs.job_input import JobInput
 from jobs.launch.local import PREPROCESS_ENV, spawn_worker, stop_all

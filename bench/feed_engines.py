@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpu_consumer.device_postprocess import device_steps
-from gpu_consumer.engine import Engine, infer_all
-from gpu_consumer.engines import make_engine
+from gpu_consumer.engines.factory import make_engine
+from gpu_consumer.engines.protocol import Engine, infer_all
 from schemas.model_config import ModelConfig
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.engines import measure_cost
+from gpu_consumer.engines.factory import measure_cost
 from gpu_consumer.steps import Inference
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run

@@ -115,7 +115,7 @@ def carry_wheels(extra: list[str] | None = None) -> None:
 
 def text_part(repository: Path, texts: int, fp32: bool) -> None:
     from gpu_consumer.batcher import make_batch
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
     from jobs.launch.runner import ensure_model
     from kafka_io.broker import tansu_binary
@@ -148,7 +148,7 @@ def carry_classifier(texts: int, fp32: bool) -> None:
 
     from bench.gpu_parity import BYO_CLASSIFIER, token_ids
     from gpu_consumer.batcher import make_batch
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
     from model_repository.importer import import_model
     from tests.support.byo_models import save_classifier
 
@@ -166,7 +166,7 @@ def carry_classifier(texts: int, fp32: bool) -> None:
 
 def image_part(repository: Path, fp32: bool) -> None:
     from gpu_consumer.batcher import make_batch
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
     from jobs.launch.runner import ensure_model
     from preprocess_app.image import decode_image
     from tests.support.image_corpus import real_photos

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from gpu_consumer.batcher import make_batch
-from gpu_consumer.engine import Engine, EngineLoadError
-from gpu_consumer.engines import make_engine
+from gpu_consumer.engines.factory import make_engine
+from gpu_consumer.engines.protocol import Engine, EngineLoadError
 from gpu_consumer.postprocess import postprocess
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
@@ -42,7 +42,7 @@ def engine_under_test(config: ModelConfig, kind: str, precision: str | None) -> 
     is given: FP16 on CUDA, on the CPU FP32 where the carry holds it (the dry run). Warmed up,
     except for FP16 asked for on the CPU, whose warm-up (the largest batch) alone takes minutes."""
     if kind == "torch":
-        from gpu_consumer.torch_engine import TorchEngine
+        from gpu_consumer.engines.torch_engine import TorchEngine
 
         torch_engine = TorchEngine(config, precision=precision)
         engine: Engine = torch_engine

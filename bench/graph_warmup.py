@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from gpu_consumer.batcher import shaped_batch, warmup_batch
-from gpu_consumer.torch_engine import TorchEngine, graph_shapes
+from gpu_consumer.engines.torch_engine import TorchEngine, graph_shapes
 from schemas.model_folders import load_model_config
 
 

@@ -27,7 +27,7 @@ from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
 from bench.procfs import status_field
 from gpu_consumer.batcher import make_batch
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from jobs.launch.runner import ensure_model
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize

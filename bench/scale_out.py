@@ -41,7 +41,7 @@ from bench.feed import short_texts
 from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from bench.hosts import Layout, Topology, broker_running
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engines import measure_cost
+from gpu_consumer.engines.factory import measure_cost
 from gpu_consumer.worker import GpuWorkerSettings, serve
 from jobs.launch.runner import ensure_model
 from kafka_io.clients import make_consumer, make_producer

@@ -141,8 +141,8 @@ def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None
     the real one (`torch`), timed, its busy seconds so far written to busy_path every 0.2 s."""
     from bench.feed import SimulatedAccelerator
     from bench.feed_engines import TimedEngine
-    from gpu_consumer.engine import Engine
-    from gpu_consumer.engines import make_engine
+    from gpu_consumer.engines.factory import make_engine
+    from gpu_consumer.engines.protocol import Engine
     from gpu_consumer.worker import GpuWorkerSettings, serve
     from kafka_io.settings import KafkaSettings
     from kafka_io.topology import Topics

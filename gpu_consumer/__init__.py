@@ -6,9 +6,9 @@ The GPU loop, step by step, and where each step lives:
                                                     came within --max-linger-ms
     prepare        handler.py: prepare()            decode, check, sort by length, cut into
                                                     padded executed batches (batcher.py)
-    execute        handler.py: execute(), run on pipeline.py's engine thread (engine.py: the one
-                   protocol; engines.py picks a backend: onnxruntime_engine.py, torch_engine.py,
-                   tensorrt_engine.py)
+    execute        handler.py: execute(), run on pipeline.py's engine thread (engines/: protocol.py,
+                   the one protocol; factory.py picks a backend: onnxruntime_engine.py,
+                   torch_engine.py, tensorrt_engine.py)
     emit           handler.py: Emitter, run on pipeline.py's emit thread: postprocess, encode,
                    produce; the broker's delivery reports confirm each window's outputs
     commit         steps.py: the commit step the loop hands each window to owns the commit.
@@ -27,8 +27,9 @@ What does not belong here: Kafka clients (kafka_io/), record schemas (schemas/),
 models into the repository (model_repository/: export, import, parity checks).
 """
 
-# The engines --engine names; here, not in engines.py, so the CLI lists them without importing numpy.
-# Encoders run on the first four (engines.py), causal LMs on auto or the last two (generation/engines.py).
+# The engines --engine names; here, not in engines/, so the CLI lists them without importing numpy.
+# Encoders run on the first four (engines/factory.py), causal LMs on auto or the last two
+# (generation/engines.py).
 ENCODER_ENGINES = ("tensorrt", "torch", "onnxruntime")
 GENERATION_ENGINES = ("vllm", "transformers")
 ENGINES = ("auto", *ENCODER_ENGINES, *GENERATION_ENGINES)

@@ -27,7 +27,7 @@ from gpu_consumer.batcher import (
     plan_batches,
 )
 from gpu_consumer.cache_writes import CacheWrites
-from gpu_consumer.engine import Engine, infer_all
+from gpu_consumer.engines.protocol import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
 from gpu_consumer.vocabulary import check_ids, vocabulary_size

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from gpu_consumer.engine import Engine
+from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Entry, Ledger

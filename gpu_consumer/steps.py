@@ -28,7 +28,7 @@ from functools import partial
 from typing import Protocol
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.engine import Engine
+from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Ledger

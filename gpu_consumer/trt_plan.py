@@ -1,7 +1,7 @@
 """TensorRT planning as pure functions: optimisation profiles, the engine-cache key, buffer sizes.
 
 Everything here is decided from the model config and plain facts about the GPU, so it is tested
-on machines without TensorRT; gpu_consumer/tensorrt_engine.py only carries the plan out.
+on machines without TensorRT; gpu_consumer/engines/tensorrt_engine.py only carries the plan out.
 """
 
 from __future__ import annotations

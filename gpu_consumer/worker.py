@@ -33,8 +33,8 @@ from functools import partial
 from pathlib import Path
 
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.engine import Engine
-from gpu_consumer.engines import batch_limits, make_engine, measure_cost, resolved_kind
+from gpu_consumer.engines.factory import batch_limits, make_engine, measure_cost, resolved_kind
+from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
 from gpu_consumer.generation.main_thread import drive_on_main, engine_threads_on
 from gpu_consumer.generation.step import Engines, GenerationStep
@@ -163,7 +163,7 @@ class GpuWorkerSettings:
     """What `nearline worker gpu` is told (jobs/cli/workers.py builds it once): serve()'s knobs."""
 
     model: str
-    engine_kind: str = "auto"  # gpu_consumer.ENGINES (gpu_consumer/engines.py, generation/engines.py)
+    engine_kind: str = "auto"  # gpu_consumer.ENGINES (gpu_consumer/engines/factory.py, generation/engines.py)
     threads: int = 0  # the engine's; 0 = one per core
     max_batch_size: int | None = None  # rows of an executed batch; None: the engine's default
     max_batch_tokens: int | None = None  # tokens of an executed batch (padded); None: the default

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpu_consumer.batcher import BatchPolicy, default_window
-from gpu_consumer.engines import make_engine
+from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.handler import handle_window
 from jobs.registry import JobNotFoundError, find_job, job_lane
 from kafka_io.clients import make_producer

@@ -170,7 +170,7 @@ def _check_parity(
 ) -> None:
     """Refuse an export whose ONNX output drifts from the framework's on the same batch."""
     from gpu_consumer.batcher import make_batch
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 
     batch = make_batch(config, sample)
     got = OnnxRuntimeEngine(config, threads=1).infer(batch.inputs)[config.outputs[0].name]

@@ -363,3 +363,29 @@ def test_the_size_check_sees_a_long_module_and_a_long_function(tmp_path: Path) -
     (tmp_path / "jobs" / "long.py").write_text(f"def fits() -> None:\n{body[: -len('    x78 = 78') - 1]}\n")
     (tmp_path / "jobs" / "longer.py").write_text(f"def steps() -> None:\n{body}" + "\n" * 330)
     assert oversized(tmp_path, ["jobs"]) == ["jobs/longer.py: 410 lines", "jobs/longer.py:1 steps: 80 lines"]
+
+
+def unlisted_packages(root: Path, listed: set[str], packages: list[str]) -> list[str]:
+    """The packages (folders with an __init__.py) under `packages` that setuptools is not told of:
+    an install from the wheel would lack them."""
+    found = {
+        ".".join(init.parent.relative_to(root).parts)
+        for package in packages
+        for init in (root / package).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    return sorted(found - listed)
+
+
+def test_every_product_package_is_in_the_wheel() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    assert unlisted_packages(ROOT, listed, list(MAY_IMPORT)) == [], "add it to [tool.setuptools] packages"
+
+
+def test_the_check_sees_a_package_left_out_of_the_wheel(tmp_path: Path) -> None:
+    (tmp_path / "jobs" / "new").mkdir(parents=True)
+    (tmp_path / "jobs" / "__init__.py").write_text("")
+    (tmp_path / "jobs" / "new" / "__init__.py").write_text("")
+    assert unlisted_packages(tmp_path, {"jobs"}, ["jobs"]) == ["jobs.new"]

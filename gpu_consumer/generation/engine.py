@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.engines.protocol import EngineLoadError
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from schemas.model_config import GenerationSpec, ModelConfig
 

@@ -1,12 +1,12 @@
 """Which generation engine a worker runs: vLLM where it is installed, else transformers' continuous
-batching (each imported only when picked, as gpu_consumer/engines.py does for the encoders)."""
+batching (each imported only when picked, as gpu_consumer/engines/factory.py does for the encoders)."""
 
 from __future__ import annotations
 
 import importlib.util
 
 from gpu_consumer import ENCODER_ENGINES, GENERATION_ENGINES
-from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.engines.protocol import EngineLoadError
 from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
 from schemas.model_config import ModelConfig
 

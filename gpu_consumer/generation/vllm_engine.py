@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_consumer.engine import EngineLoadError
+from gpu_consumer.engines.protocol import EngineLoadError
 from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, kv_blocks, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.stops import StopWatch, finished

@@ -78,7 +78,7 @@ class NearlineGroup(click.Group):
 def _said(exc: Exception) -> tuple[list[str], ExitCode] | None:
     """The lines and the exit code of an error users can cause or fix (checked in this order, the
     narrower kinds first); None for any other."""
-    from gpu_consumer.engine import EngineLoadError
+    from gpu_consumer.engines.protocol import EngineLoadError
     from gpu_consumer.isolation import EngineFault
     from jobs.columnar import ColumnarShapeError
     from jobs.registry import JobNotFoundError

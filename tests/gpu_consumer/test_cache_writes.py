@@ -15,9 +15,9 @@ import pytest
 
 from gpu_consumer.batcher import BatchPolicy
 from gpu_consumer.cache_writes import CacheWrites
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.steps import Inference
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches, shaped_batch
-from gpu_consumer.engine import EngineLoadError
-from gpu_consumer.engines import CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS, batch_limits
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
-from gpu_consumer.torch_engine import (
+from gpu_consumer.engines.factory import CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS, batch_limits
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.protocol import EngineLoadError
+from gpu_consumer.engines.torch_engine import (
     TORCHSCRIPT_FILE,
     TORCHSCRIPT_FP16_FILE,
     TorchEngine,
@@ -237,14 +237,14 @@ def test_the_tensorrt_engine_says_what_to_install_when_tensorrt_is_missing(minil
         pytest.skip("TensorRT is installed here")
     except ImportError:
         pass
-    from gpu_consumer.tensorrt_engine import TensorRTEngine
+    from gpu_consumer.engines.tensorrt_engine import TensorRTEngine
 
     with pytest.raises(EngineLoadError, match="NVIDIA TensorRT 10 for Python"):
         TensorRTEngine(minilm)
 
 
 def test_the_tensorrt_engine_refuses_a_model_folder_without_its_onnx_file(minilm: ModelConfig, tmp_path: Path) -> None:
-    from gpu_consumer.tensorrt_engine import TensorRTEngine
+    from gpu_consumer.engines.tensorrt_engine import TensorRTEngine
 
     folder = tmp_path / "minilm" / "1"
     folder.mkdir(parents=True)

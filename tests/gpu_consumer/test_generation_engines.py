@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_consumer.engine import EngineLoadError
-from gpu_consumer.engines import make_engine
+from gpu_consumer.engines.factory import make_engine
+from gpu_consumer.engines.protocol import EngineLoadError
 from gpu_consumer.generation.engine import GenerationLimits
 from gpu_consumer.generation.engines import generator_kind
 from gpu_consumer.generation.requests import SamplingParams

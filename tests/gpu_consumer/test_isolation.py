@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchPolicy, pad_batch
-from gpu_consumer.engine import Engine
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.metrics import PrometheusGpuMetrics
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import Tensor, TensorRecord, encode, now_us

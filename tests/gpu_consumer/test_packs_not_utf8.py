@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode

@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 
 from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.pipeline import PipelineConfig
 from gpu_consumer.steps import Inference
 from gpu_consumer.windows import WindowLimits

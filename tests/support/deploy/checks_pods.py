@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 from unittest import mock
 
-from gpu_consumer.tensorrt_engine import default_cache_dir
+from gpu_consumer.engines.tensorrt_engine import default_cache_dir
 from tests.support.deploy.cli_commands import PROGRAM, environment
 from tests.support.deploy.manifests import ROOT, Doc, Manifests, label
 from tests.support.deploy.workers import Container, containers, running
@@ -125,7 +125,7 @@ def dockerfile_runtime(path: Path = ROOT / "Dockerfile") -> tuple[str, dict[str,
 
 def check_image_user(m: Manifests) -> list[str]:
     """Pods run as the Dockerfile's user, and the GPU worker's TensorRT engine cache (under the
-    image's $HOME: gpu_consumer/tensorrt_engine.py) lands on a writable emptyDir."""
+    image's $HOME: gpu_consumer/engines/tensorrt_engine.py) lands on a writable emptyDir."""
     user, image_env = dockerfile_runtime()
     uid, _, gid = user.partition(":")
     problems = []

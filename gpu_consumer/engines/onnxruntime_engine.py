@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from gpu_consumer.batcher import edge_batches, warmup_batch
-from gpu_consumer.engine import Engine, EngineLoadError
+from gpu_consumer.engines.protocol import Engine, EngineLoadError
 from runtime.cpus import usable_cpus
 from schemas.model_config import ModelConfig
 

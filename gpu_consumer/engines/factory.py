@@ -10,8 +10,8 @@ import numpy as np
 from gpu_consumer import ENCODER_ENGINES, GENERATION_ENGINES
 from gpu_consumer.batcher import pad_batch
 from gpu_consumer.cost_model import CostModel, measure
-from gpu_consumer.engine import Engine, EngineLoadError
-from gpu_consumer.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+from gpu_consumer.engines.protocol import Engine, EngineLoadError
 from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def make_engine(
         encoders = ", ".join(ENCODER_ENGINES)
         raise EngineLoadError(f"--engine {kind} runs causal LMs; {config.name} runs on auto, {encoders}")
     if kind == "tensorrt" or (kind == "auto" and _tensorrt_usable()):
-        from gpu_consumer.tensorrt_engine import TensorRTEngine
+        from gpu_consumer.engines.tensorrt_engine import TensorRTEngine
 
         return TensorRTEngine(config)
     torchscript = _has_torchscript(config)
@@ -43,7 +43,7 @@ def make_engine(
             "transformers folder it was exported from"
         )
     if kind == "torch" or (kind == "auto" and torchscript and _cuda_torch_usable()):
-        from gpu_consumer.torch_engine import TorchEngine
+        from gpu_consumer.engines.torch_engine import TorchEngine
 
         return TorchEngine(config, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
     if kind in ("auto", "onnxruntime"):

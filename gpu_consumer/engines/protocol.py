@@ -1,5 +1,5 @@
 """The engine seam: the one narrow protocol every backend implements (onnxruntime_engine.py,
-torch_engine.py, tensorrt_engine.py); engines.py picks one."""
+torch_engine.py, tensorrt_engine.py); factory.py picks one."""
 
 from __future__ import annotations
 
