@@ -6,9 +6,10 @@ Fills a topic of the embedded broker with --records records the size of a short 
 (key, job headers, 200 bytes), then for each agent runs a faust worker with the preprocess app's
 settings and measures the CPU the worker process used from its first event to its last:
 - bare: `async for event in stream`, faust's own acks: faust's consumer, conductor and stream;
-- take: the preprocess worker's grouping (preprocess_app/take.py) and an ack per event, with
+- take: the preprocess worker's grouping (preprocess_app/faust_patches.py: tick_take) and an ack per event, with
   nothing done to the events: the preprocess worker without its step and its producer;
-- eager: take, with faust's message loop starting each callback at once (preprocess_app/lean.py);
+- eager: take, with faust's message loop starting each callback at once
+  (preprocess_app/faust_patches.py: drain_eagerly);
 - consumer: eager, with each message acked as its conductor callback gets it, and no event,
   channel or stream made: what faust's consumer and aiokafka alone cost, the floor under a
   hand-over of each fetch in bulk.
@@ -48,8 +49,7 @@ def worker_main(bootstrap: str, agent: str, records: int, out: Path, broker_pid:
     import faust
 
     from preprocess_app.app import TablelessManager, prompt_fetches
-    from preprocess_app.lean import drain_eagerly
-    from preprocess_app.take import tick_take
+    from preprocess_app.faust_patches import drain_eagerly, tick_take
 
     exit_on_sigterm()
     prompt_fetches()

@@ -36,16 +36,13 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of, try_ensure_topics
 from kafka_io.topology import PRIORITIES, Priority, Topics
 from preprocess_app.acks import ConfirmedAcks
+from preprocess_app.faust_patches import drain_eagerly, ride_out_outages, take_every_partition, tick_take
 from preprocess_app.image import preprocess_images
 from preprocess_app.lanes import RecordsPerPack, held_lanes, model_of_tensors, topic_lane
-from preprocess_app.lean import drain_eagerly
 from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
 from preprocess_app.models import Models, ServedModels
-from preprocess_app.outage import ride_out_outages
-from preprocess_app.quiet import BrokerWait, OncePerCause, quiet_root_handlers
+from preprocess_app.outage_log import BrokerWait, OncePerCause, quiet_root_handlers
 from preprocess_app.reuse import CacheTails, ReuseLookup
-from preprocess_app.sole import take_every_partition
-from preprocess_app.take import tick_take
 from preprocess_app.text import preprocess_texts
 from runtime.cpus import usable_cpus
 from runtime.heap import settle_heap
@@ -103,15 +100,15 @@ class PreprocessSettings:
 
     text_batch: int = 64  # records a tokenizer call takes (packs are never split)
     image_batch: int = 16
-    # What has come is handed over at the next tick of this many seconds (preprocess_app/take.py,
-    # not a timer from the first record): a record waits up to it. 50 ms was a fifth of a small
-    # job's time end to end.
+    # What has come is handed over at the next tick of this many seconds (faust_patches.py:
+    # tick_take, not a timer from the first record): a record waits up to it. 50 ms was a fifth of
+    # a small job's time end to end.
     max_linger_s: float = 0.02
     threads: int | None = None  # image decode threads; None: one per usable core
     max_tensor_lag: int | None = None  # backpressure: a GPU group this many records behind holds a lane
     session_timeout_s: float = 6.0
     metrics: MetricsEndpoint | None = None
-    sole_consumer: bool = False  # every partition without a group join (preprocess_app/sole.py)
+    sole_consumer: bool = False  # every partition without a group join (faust_patches.py: take_every_partition)
 
 
 def create_app(
@@ -120,7 +117,7 @@ def create_app(
     repository: Path,
     datadir: Path,
     worker: PreprocessSettings,
-    broker_wait: BrokerWait | None = None,  # what the worker's log says in an outage (preprocess_app/quiet.py)
+    broker_wait: BrokerWait | None = None,  # what the worker's log says in an outage (preprocess_app/outage_log.py)
     metrics: PreprocessMetrics | None = None,  # preprocess_metrics(worker.metrics), bound by run_worker
 ) -> faust.App:
     """The faust app: one agent per kind of input and lane, each running Batches.run."""
@@ -330,8 +327,8 @@ def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]
 def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, worker: PreprocessSettings) -> None:
     """Run the preprocess worker until SIGTERM/SIGINT; with `worker.metrics`, serve Prometheus
     metrics there. `worker.sole_consumer` takes every partition without a group join
-    (preprocess_app/sole.py): only for a worker known to be its group's one member, the embedded
-    `nearline run`'s."""
+    (faust_patches.py: take_every_partition): only for a worker known to be its group's one
+    member, the embedded `nearline run`'s."""
     faust_credentials(settings.extra)  # settings faust cannot apply: refused before anything starts
     metrics = preprocess_metrics(worker.metrics)
     check_reachable(settings)
@@ -360,7 +357,7 @@ def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, worker
 
 
 class QuietWorker(faust.Worker):
-    """faust's worker, whose log holds one line per cause a minute in a broker outage (preprocess_app/quiet.py)."""
+    """faust's worker, whose log holds one line per cause a minute in a broker outage (preprocess_app/outage_log.py)."""
 
     log_filter: OncePerCause | None = None
 

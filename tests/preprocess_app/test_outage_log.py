@@ -1,4 +1,4 @@
-"""The preprocess worker's log filter (preprocess_app/quiet.py) on real log records; the worker's
+"""The preprocess worker's log filter (preprocess_app/outage_log.py) on real log records; the worker's
 log in a real outage is tests/trials/test_outages.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from kafka_io.settings import KafkaSettings
-from preprocess_app.quiet import BrokerWait, OncePerCause
+from preprocess_app.outage_log import BrokerWait, OncePerCause
 
 
 def record(name: str, msg: str, created: float, *args: object) -> logging.LogRecord:
