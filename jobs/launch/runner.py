@@ -24,7 +24,7 @@ from jobs.results import JobFold, JobOutcome
 from jobs.spill import ResultSpill
 from jobs.submit import JobOptions, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
-from kafka_io.clients import AdminClient, check_not_refused, make_admin
+from kafka_io.clients import check_not_refused
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups, committed_total
 from kafka_io.offsets import group_lag
@@ -190,17 +190,16 @@ def worker_liveness(
     stalls = {stage: _Stall(settings, group, grace_s, started) for stage, group in stages.items()}
     stalled: set[str] = set()  # the stages last seen "live" by state but committing nothing
     last_asked = float("-inf")
-    admin = make_admin(settings)  # one for the whole watch (kafka_io.groups.answered_live_groups)
 
     def check(outcome: JobFold) -> None:
         nonlocal last_asked
         now = time.monotonic()
         if now - last_asked >= every_s:
             last_asked = now
-            live = answered_live_groups(settings, list(stages.values()), admin=admin)
+            live = answered_live_groups(settings, list(stages.values()))
             stalled.clear()
             for stage, group in stages.items():
-                if live is not None and group in live and not stalls[stage].moved(now, admin):
+                if live is not None and group in live and not stalls[stage].moved(now):
                     live.discard(group)
                     stalled.add(stage)
                 liveness[stage].observe(now, live is None or group in live, outcome.done)
@@ -251,8 +250,8 @@ class _Stall:
         self._total: int | None = None
         self._moved_at = now
 
-    def moved(self, now: float, admin: AdminClient) -> bool:
-        total = committed_total(self._settings, self._group, admin=admin)
+    def moved(self, now: float) -> bool:
+        total = committed_total(self._settings, self._group)
         if total is None:  # no answer says nothing about the worker
             return True
         if total != self._total:
