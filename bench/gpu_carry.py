@@ -57,7 +57,7 @@ WHEELS = [
     "colorlog==6.12.0",
     "async-timeout==5.0.1",
     "prometheus-client==0.26.0",  # kafka_io.metrics: every worker imports it
-    "orjson==3.13.0",  # jobs.results: JSON Lines results
+    "orjson==3.13.0",  # results.outcome: JSON Lines results
 ]
 GENERATE_WHEELS = ["gguf==0.19.0"]  # transformers reads GGUF files with it (its needs are in the image)
 TOOL_LIMIT = 64 * 2**20

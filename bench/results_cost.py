@@ -143,13 +143,16 @@ def main() -> None:
             produce_all(make_producer(settings), results(topics.results, args.records, args.dim), timeout_s=600)
             print(f"produced {args.records:,} results (dim {args.dim})")
             if args.profile is not None:
-                from jobs.output import output_format
-                from jobs.spill import write_results
+                from jobs.registry import load_jobs
+                from results.output import output_format
+                from results.spill import write_results
 
                 out = work / f"profiled.{args.formats[0]}"
                 profiler = cProfile.Profile()
                 profiler.enable()
-                write_results(settings, topics, JOB, out, sys.stdout, output_format(out))
+                write_results(
+                    settings, topics, JOB, load_jobs(settings, topics).get(JOB), out, sys.stdout, output_format(out)
+                )
                 profiler.disable()
                 profiler.dump_stats(args.profile)
                 print(f"profile of results -o {out.name} in {args.profile}")

@@ -8,13 +8,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from jobs.results import dead_submission
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from results.outcome import dead_submission
 from schemas import DeadLetter, InferenceResult, SerdeError, decode
 
 OUTSTANDING = "outstanding"  # the latest dead letter of a record that has no result
@@ -98,7 +98,7 @@ def entries(settings: KafkaSettings, topics: Topics, *, job_id: str | None = Non
 
     A replayed record that fails again gets a new dead letter: only the latest of each record is
     outstanding. A record with a result (of the same submission) is resolved, whichever came
-    first, as every results reader has it (jobs.results.JobOutcome)."""
+    first, as every results reader has it (results.outcome.JobOutcome)."""
     replayed: set[str] = set()
     found = [e for e in letters(settings, topics, replayed) if job_id is None or e.letter.job_id == job_id]
     latest: dict[tuple[str, str, str], Entry] = {}
@@ -168,7 +168,7 @@ def select(
 
 def replay(settings: KafkaSettings, topics: Topics, chosen: list[Entry]) -> int:
     """Produce each payload, unchanged, to the topic it failed on: after a fix, the stage takes it
-    again. Results supersede a record's dead letter in every reader (jobs.results.JobOutcome).
+    again. Results supersede a record's dead letter in every reader (results.outcome.JobOutcome).
     Each letter is marked replayed (REPLAYED_HEADER) in the same call."""
     marks = [
         OutRecord(

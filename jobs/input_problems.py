@@ -29,7 +29,7 @@ class InvalidInputError(ValueError):
 
 def kept_columns_problem(columns: Columns) -> str | None:
     """Why --keep-columns cannot be kept as asked, before any file is read. A kept column named
-    like a model output comes back as "input.<name>" (jobs/kept.py), so one already named so
+    like a model output comes back as "input.<name>" (results/kept_columns.py), so one already named so
     would be a second column of that name; the model's outputs are not known here, so the pair is
     refused whatever the model."""
     clash = sorted(set(columns.keep) & RESERVED_NAMES)

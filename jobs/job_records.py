@@ -1,12 +1,11 @@
-"""Which records a job submission holds, by id: what the error file lists when a record has no
-result, and how an OpenAI batch job's records group into its requests. Read from the job's raw
-topic (every stage after it may have skipped a record, or not reached it yet), or, for `nearline
-run`, whose broker is gone at the end, from its input again."""
+"""Which records a job submission holds, by id (results/submitted.py): what the error file lists
+when a record has no result, and how an OpenAI batch job's records group into its requests. Read
+from the job's raw topic (every stage after it may have skipped a record, or not reached it yet),
+or, for `nearline run`, whose broker is gone at the end, from its input again."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 
 from jobs.job_input import JobInput
 from jobs.registry import job_lane
@@ -14,15 +13,9 @@ from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from producers import InputError
-from schemas import DeadLetter, InferenceResult, Job, RawImage, SerdeError, decode
+from results.submitted import Submitted
+from schemas import Job, RawImage, SerdeError, decode
 from schemas.packs import kind_of, read_raw_text_pack
-
-
-@dataclass(frozen=True)
-class Submitted:
-    record_id: str
-    seq: int
-    attributes: dict[str, str] = field(default_factory=dict)
 
 
 def submitted_from_topic(settings: KafkaSettings, topics: Topics, job: Job) -> list[Submitted]:
@@ -50,19 +43,6 @@ def _records_in(value: bytes) -> Iterable[Submitted]:
         return [Submitted(image.record_id, image.seq, dict(image.attributes))]
     except SerdeError:
         return []  # not a record of ours: the preprocess worker dead-letters it, under no id
-
-
-def submitted_from_outcomes(items: Iterable[InferenceResult | DeadLetter]) -> list[Submitted]:
-    """The records that have an outcome, in input order: the job's records as far as its results
-    and dead letters tell, where its raw topic no longer holds them (retention) or the job was
-    never registered. Records with neither cannot be known so."""
-    found: list[Submitted] = []
-    for item in items:
-        if isinstance(item, InferenceResult):
-            found.append(Submitted(item.record_id, item.seq, dict(item.attributes)))
-        elif item.record_id is not None:
-            found.append(Submitted(item.record_id, len(found)))
-    return found
 
 
 def submitted_from_input(source: JobInput) -> Iterator[Submitted]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jobs.exit_codes import ExitCode
-from jobs.results import JobFold
+from results.outcome import JobFold
 
 
 class JobWaitError(Exception):

@@ -17,14 +17,14 @@ from typing import Any
 from jobs.liveness import JobCancelledError, JobExpiredError
 from jobs.printable import shown
 from jobs.progress import Progress, format_eta
-from jobs.results import JobFold, JobOutcome
-from jobs.usage import Usage
 from kafka_io.reading import TopicFollower, read_topics
 from kafka_io.records import ConsumedRecord, Headers, submission_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
 from kafka_io.topology import Priority, Topics
+from results.outcome import JobFold, JobOutcome
+from results.usage import Usage
 from schemas import Job, SerdeError, decode, encode, now_us
 from schemas.packs import kind_of, read_tensor_pack
 
@@ -118,7 +118,7 @@ class JobStatus:
             return JobState.FAILED
         if self.job.cancelled_at is not None and self.done < self.job.total:
             return JobState.CANCELLED
-        if self.done < self.job.total and past_deadline(self.job):
+        if self.done < self.job.total and self.job.past_deadline():
             return JobState.EXPIRED
         if self.done >= self.job.total:
             return JobState.COMPLETED_WITH_ERRORS if self.outcome.dead else JobState.COMPLETED
@@ -229,11 +229,6 @@ def _iso(us: int | None) -> str | None:
 def job_tensors_topic(topics: Topics, job: Job) -> str:
     """The tensors topic of the job's lane: its records are preprocessed into that lane only."""
     return topics.lane(topics.tensors(job.model), job_lane(job))
-
-
-def past_deadline(job: Job) -> bool:
-    """Whether the job's --complete-within window has passed (its records not yet run are skipped)."""
-    return job.deadline_at is not None and now_us() > job.deadline_at
 
 
 def has_labels(job: Job, labels: Mapping[str, str]) -> bool:

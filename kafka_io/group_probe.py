@@ -33,7 +33,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka.admin import AdminClient
+
 from kafka_io import errors
+from kafka_io.clients import as_refusal, make_admin
 from kafka_io.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,8 @@ log = logging.getLogger(__name__)
 # How long a child may take to start (an interpreter and confluent_kafka) before its first answer
 # counts as missing, on a machine loaded by the workers it watches.
 _START_S = 15.0
+# past a request's timeout, by which librdkafka fails the request itself
+RESOLVE_MARGIN_S = 5.0
 # Past the child's own timeouts, by which it answers even when the cluster does not.
 _ANSWER_MARGIN_S = 5.0
 # How long a child whose stdout closed may take to exit on its own, so its exit code says why.
@@ -191,10 +197,7 @@ def _write(stream: IO[bytes] | None, line: bytes) -> bool:
 
 
 def serve() -> None:
-    """The child: answers questions (kafka_io.groups.answer) until its stdin closes."""
-    from kafka_io.clients import make_admin
-    from kafka_io.groups import answer
-
+    """The child: answers questions until its stdin closes."""
     # A Ctrl-C in a terminal reaches the whole process group: the parent decides when this ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The client's own log lines say nothing to the parent that an unanswered question does not,
@@ -209,3 +212,36 @@ def serve() -> None:
             reply = {"refused": [type(refused).__name__, str(refused)]}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
+
+
+def answer(admin: AdminClient, question: dict[str, Any]) -> dict[str, Any]:
+    """A question's answer, in JSON's types: the child's side."""
+    timeout_s = float(question["timeout_s"])
+    if "states" in question:
+        states = _states(admin, question["states"], timeout_s)
+        return {"states": states, "answered": bool(states)}
+    total = _committed(admin, question["committed"], timeout_s)
+    return {"total": total, "answered": total is not None}
+
+
+def _states(admin: AdminClient, groups: list[str], timeout_s: float) -> dict[str, str]:
+    """Each answered group's state by name; a group the cluster did not answer for is left out."""
+    states = {}
+    for group, future in admin.describe_consumer_groups(groups, request_timeout=timeout_s).items():
+        try:
+            states[group] = future.result(timeout=timeout_s + RESOLVE_MARGIN_S).state.name
+        except KafkaException as exc:
+            if (refused := as_refusal(exc, "Describe", group)) is not None:
+                raise refused from None  # not "no members": the principal may not see the group
+        except TimeoutError:
+            pass
+    return states
+
+
+def _committed(admin: AdminClient, group: str, timeout_s: float) -> int | None:
+    try:
+        futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s)
+        listing = futures[group].result(timeout=timeout_s + RESOLVE_MARGIN_S)
+    except (KafkaException, TimeoutError):
+        return None
+    return sum(max(tp.offset, 0) for tp in listing.topic_partitions or [])

@@ -13,7 +13,7 @@ completion request is one record, `custom_id`, whose text is the generation requ
 (schemas/generation_request.py). Each record carries its request in its attributes
 (openai.custom_id, openai.index: its place in the input, openai.inputs: the request's input
 count, openai.url), so that results can be written back in OpenAI's output shape
-(jobs/openai_output.py) without the input file. Body fields nearline does not run (tools,
+(results/openai_batch.py) without the input file. Body fields nearline does not run (tools,
 response_format, logprobs, n > 1, ...) are refused by line, naming the field.
 """
 

@@ -25,7 +25,7 @@ from schemas.generation_request import RequestDefaults
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# Names every result already has (jobs/results.py, jobs/columnar.py): a kept column of one of
+# Names every result already has (results/outcome.py, results/columnar.py): a kept column of one of
 # these names would shadow it.
 RESERVED_NAMES = frozenset({"id", "job_id", "model", "model_version", "reused", "error", "attributes", "labels"})
 

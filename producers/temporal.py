@@ -4,7 +4,7 @@ pyarrow's to_pylist turns a nanosecond timestamp, time or duration into a pandas
 pandas is installed, and raises ("Install pandas") when it is not and a value has sub-microsecond
 digits. Their exact text is made here instead, from the integer nanoseconds: a timestamp as ISO
 8601 with 9 digits (and its offset, as a microsecond timestamp has), a time of day likewise, a
-duration as its exact seconds in a string (jobs/kept.py turns each back into its Arrow type).
+duration as its exact seconds in a string (results/kept_columns.py turns each back into its Arrow type).
 """
 
 from __future__ import annotations

@@ -289,11 +289,15 @@ class Job(AvroFields):
     error: str | None = None
     attributes: dict[str, str] = field(default_factory=dict)
     submission: int | None = None
-    columns: bytes | None = None  # kept input columns: an Arrow IPC schema (jobs/kept.py)
-    priority: str = "bulk"  # its lane, kafka_io.settings.Priority (schemas sit below kafka_io)
+    columns: bytes | None = None  # kept input columns: an Arrow IPC schema (results/kept_columns.py)
+    priority: str = "bulk"  # its lane, kafka_io.topology.Priority (schemas sit below kafka_io)
     labels: dict[str, str] = field(default_factory=dict)
     deadline_at: int | None = None  # microseconds since the epoch; past it the job expires
     notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
+
+    def past_deadline(self) -> bool:
+        """Whether its --complete-within window has passed (its records not yet run are skipped)."""
+        return self.deadline_at is not None and now_us() > self.deadline_at
 
 
 @dataclass(frozen=True)

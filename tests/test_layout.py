@@ -17,14 +17,15 @@ OUTSIDE_THE_EDGE = [
     "model_repository",
     "jobs",
     "reuse",
+    "results",
 ]
 # The client handles kafka_io's factories make: held and passed back to kafka_io, never called.
 OPAQUE_HANDLES = {("kafka_io.clients", name) for name in ("AdminClient", "Consumer", "Producer")}
 CONFLUENT_MODULES = ("confluent_kafka", "cimpl")  # cimpl: where its C types say they are defined
 
-# Imports flow one way: jobs -> model_repository -> stages (producers, preprocess_app, gpu_consumer)
-# -> kafka_io -> schemas, with runtime (the process's own: metrics endpoint, children, CPUs, heap)
-# below all of them.
+# Imports flow one way: jobs (the control plane) -> model_repository, results (the sink) -> stages
+# (producers, preprocess_app, gpu_consumer) -> kafka_io -> schemas, with runtime (the process's own:
+# metrics endpoint, children, CPUs, heap) below all of them.
 # Each package may import only the packages of ours named here (its own modules aside); the
 # stages do not import each other. Exceptions would be listed here with their reason: none exist.
 STAGES = ["producers", "preprocess_app", "gpu_consumer"]
@@ -39,7 +40,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "model_repository": {"gpu_consumer", "kafka_io", "schemas", "runtime"},
     # the reuse key, index and store: pure, beside the stages, so any of them can take it
     "reuse": {"schemas"},
-    "jobs": {*STAGES, "model_repository", "kafka_io", "schemas", "runtime"},
+    # a job's results read, ordered, spilled and written: never the control plane (the job is handed in)
+    "results": {"producers", "kafka_io", "schemas", "runtime"},
+    "jobs": {*STAGES, "model_repository", "results", "kafka_io", "schemas", "runtime"},
 }
 OURS = {*MAY_IMPORT, "bench", "tests"}
 
@@ -117,6 +120,8 @@ def test_the_check_sees_a_stage_importing_the_control_plane_or_another_stage(tmp
     assert upward_imports("gpu_consumer", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
     assert upward_imports("jobs", [upward]) == {}
     assert upward_imports("kafka_io", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
+    assert upward_imports("results", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
+    assert upward_imports("producers", [upward]) == {"upward.py": ["jobs", "preprocess_app"]}
 
 
 def module_name(root: Path, path: Path) -> str:

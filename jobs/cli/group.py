@@ -80,7 +80,6 @@ def _said(exc: Exception) -> tuple[list[str], ExitCode] | None:
     narrower kinds first); None for any other."""
     from gpu_consumer.engines.protocol import EngineLoadError
     from gpu_consumer.isolation import EngineFault
-    from jobs.columnar import ColumnarShapeError
     from jobs.registry import JobNotFoundError
     from jobs.replay import ReplaySpecError
     from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
@@ -88,6 +87,8 @@ def _said(exc: Exception) -> tuple[list[str], ExitCode] | None:
     from kafka_io.errors import KAFKA_FAULTS, GroupProtocolError, SecuritySettingsError, TopicConfigError
     from model_repository.export import ExportUnavailableError
     from model_repository.import_source import ImportRefusedError
+    from results.columnar import ColumnarShapeError
+    from results.spill import NoRecordsError
 
     if isinstance(exc, InvalidInputError | UnusableInputError):
         return _input_lines(exc), ExitCode.INVALID_INPUT
@@ -108,11 +109,11 @@ def _said(exc: Exception) -> tuple[list[str], ExitCode] | None:
         return [f"error: {exc}"], ExitCode.REFUSED
     if isinstance(exc, EngineFault):
         return [f"error: the engine failed on everything it was given, so no record was blamed: {exc}"], ExitCode.FAILED
-    if isinstance(exc, JobNotFoundError | ScheduleNotFoundError):
+    if isinstance(exc, JobNotFoundError | NoRecordsError | ScheduleNotFoundError):
         return [f"error: {exc.args[0]}"], ExitCode.FAILED
     if isinstance(exc, ColumnarShapeError):  # `results`: the job's results are still on the broker
         return [f"error: {exc}"], ExitCode.FAILED
-    if isinstance(exc, sqlite3.Error):  # the results spill (jobs/spill.py), under $TMPDIR
+    if isinstance(exc, sqlite3.Error):  # the results spill (results/spill.py), under $TMPDIR
         why = f"{exc} (a full disk? $TMPDIR names another folder)"
         return [f"error: the results spill under {tempfile.gettempdir()} failed: {why}"], ExitCode.FAILED
     if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:

@@ -16,8 +16,8 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 
 if TYPE_CHECKING:
-    from jobs.output import OutputFormat
-    from jobs.spill import ResultSpill
+    from results.output import OutputFormat
+    from results.spill import ResultSpill
     from schemas import Job
 
 
@@ -41,18 +41,19 @@ def results(
 
     Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory;
     -o is written to a temporary file renamed into place."""
-    from jobs.output import OutputFormat
-    from jobs.registry import past_deadline
-    from jobs.spill import write_results
+    from jobs.registry import load_jobs
+    from results.output import OutputFormat
+    from results.spill import write_results
 
     out_format = checked_output(output, output_format)
     check_errors_path(errors, ("-o", output))
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
+    job = load_jobs(settings, topics).get(job_id)
     if errors is not None or out_format is OutputFormat.OPENAI_BATCH:
-        spill, job = _write_job_files(settings, topics, job_id, output, out_format, errors, model_version)
+        spill = _write_job_files(settings, topics, job_id, job, output, out_format, errors, model_version)
     else:
-        spill, job = write_results(
-            settings, topics, job_id, output, sys.stdout, out_format, model_version=model_version
+        spill = write_results(
+            settings, topics, job_id, job, output, sys.stdout, out_format, model_version=model_version
         )
     click.echo(
         f"{spill.results} results, {spill.dead} dead letters"
@@ -63,7 +64,7 @@ def results(
         counts = f"{spill.done} of its {job.total} records have a result or a dead letter (nearline status {job_id})"
         if job.cancelled_at is not None:
             click.echo(f"job {job_id} was cancelled: {counts}", err=True)
-        elif past_deadline(job):
+        elif job.past_deadline():
             click.echo(f"job {job_id} expired (--complete-within): {counts}", err=True)
         elif job.error:
             click.echo(f"error: job {job_id} failed: {counts}", err=True)
@@ -78,20 +79,22 @@ def _write_job_files(
     settings: KafkaSettings,
     topics: Topics,
     job_id: str,
+    job: Job | None,
     output: Path | None,
     out_format: OutputFormat,
     errors: Path | None,
     model_version: str | None,
-) -> tuple[ResultSpill, Job | None]:
+) -> ResultSpill:
     """results with --errors or --output-format openai-batch: both read the job's submitted records."""
-    from jobs.bulk_output import write_rows
-    from jobs.error_file import missing_reason
-    from jobs.job_files import write_errors, write_openai
-    from jobs.job_records import submitted_from_outcomes, submitted_from_topic
-    from jobs.output import OutputFormat
-    from jobs.spill import read_results
+    from jobs.job_records import submitted_from_topic
+    from results.error_file import missing_reason
+    from results.output import OutputFormat
+    from results.rows import write_rows
+    from results.side_files import write_errors, write_openai
+    from results.spill import read_results
+    from results.submitted import submitted_from_outcomes
 
-    spill, job = read_results(settings, topics, job_id, model_version=model_version)
+    spill = read_results(settings, topics, job_id, job, model_version=model_version)
     with spill:
         submitted = submitted_from_topic(settings, topics, job) if job is not None else []
         if not submitted:
@@ -111,7 +114,7 @@ def _write_job_files(
             openai_shape = out_format is OutputFormat.OPENAI_BATCH
             count = write_errors(spill, submitted, errors, missing_reason(job), openai_shape, job_id)
             click.echo(f"wrote {count} error lines to {errors}", err=True)
-    return spill, job
+    return spill
 
 
 @click.command(name="profile")
@@ -124,7 +127,7 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
 
     from jobs.registry import JobNotFoundError, find_job
     from jobs.reports.profile import profile
-    from jobs.results import read_outcome
+    from results.outcome import read_outcome
 
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     try:
@@ -157,9 +160,9 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
 @cluster_options
 def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
     """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
-    from jobs.output import OutputPathError, check_output_path, names_stdout, write_file
     from jobs.registry import job_status
     from jobs.reports.report import render
+    from results.output import OutputPathError, check_output_path, names_stdout, write_file
 
     path = output or Path(f"{job_id}.html")
     try:

@@ -39,10 +39,10 @@ from jobs.cli.validators import (
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
-from jobs.output import OutputFormat, leads_to_input
 from jobs.submit import JobOptions, SubmitReport, submit
 from kafka_io.topology import Priority, Topics
 from producers.table_rows import Columns
+from results.output import OutputFormat, leads_to_input
 
 if TYPE_CHECKING:
     from jobs.launch.runner import RunResult

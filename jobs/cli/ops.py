@@ -88,8 +88,8 @@ def replay_cmd(
     """
     import json
 
-    from jobs.output import names_stdout
     from jobs.replay import message_json, namespace_hint, replay_messages
+    from results.output import names_stdout
 
     output = None if names_stdout(output) else output  # - and /dev/stdout: standard output, not a file
     if output is not None and output.suffix.lower() not in REPLAY_SUFFIXES:

@@ -14,13 +14,13 @@ from typing import Any
 import click
 
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
-from jobs.output import OutputFormat, OutputPathError, check_output_path, names_stdout
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import DEFAULT_PRIORITY, ENV_NAMESPACE, PRIORITIES
 from producers.formats import AUTO, FORMAT_NAMES, auto_help
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
+from results.output import OutputFormat, OutputPathError, check_output_path, names_stdout, output_format_help
 from runtime.cpus import host_cpus, parse_cpu_list
 from runtime.metrics_endpoint import (
     ENV_METRICS_CLIENT_CA,
@@ -209,8 +209,7 @@ def output_options(f: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Choice([f.value for f in OutputFormat]),
         default=None,
         show_envvar=True,
-        help="jsonl: a JSON object per line; parquet: typed columns (embedding = fixed-size float32 list); "
-        "arrow: Arrow IPC file. [default: from -o's suffix (.parquet/.pq, .arrow/.feather/.ipc), else jsonl]",
+        help=output_format_help(),
     )(f)
     return click.option(
         "--output",

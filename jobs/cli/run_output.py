@@ -13,17 +13,17 @@ from pathlib import Path
 
 import click
 
-from jobs.bulk_output import write_rows
 from jobs.cli.group import STORAGE_ERRNOS
-from jobs.columnar import ColumnarShapeError
-from jobs.error_file import Missing
-from jobs.job_files import write_errors, write_openai
 from jobs.job_input import JobInput
 from jobs.job_records import submitted_from_input
 from jobs.liveness import JobCancelledError, JobExpiredError, JobWaitError
-from jobs.output import OutputFormat, OutputPathError, check_output_path, partial_path, written_as_stream
-from jobs.spill import ResultSpill, keep_elsewhere
 from producers import InputError
+from results.columnar import ColumnarShapeError
+from results.error_file import Missing
+from results.output import OutputFormat, OutputPathError, check_output_path, partial_path, written_as_stream
+from results.rows import write_rows
+from results.side_files import write_errors, write_openai
+from results.spill import ResultSpill, keep_elsewhere
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ import click
 
 from jobs.input_problems import unreadable_input
 from jobs.job_input import STDIN, JobInput
-from jobs.output import (
+from jobs.submit import job_id_problem
+from kafka_io.clients import check_not_refused
+from kafka_io.errors import BrokerUnavailableError
+from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
+from producers.images import IMAGE_SUFFIXES, printable
+from producers.table_rows import DEFAULT_COLUMNS, Columns
+from results.output import (
     OutputFormat,
     OutputPathError,
     check_output_path,
@@ -20,12 +26,6 @@ from jobs.output import (
     opened_on,
     output_format,
 )
-from jobs.submit import job_id_problem
-from kafka_io.clients import check_not_refused
-from kafka_io.errors import BrokerUnavailableError
-from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
-from producers.images import IMAGE_SUFFIXES, printable
-from producers.table_rows import DEFAULT_COLUMNS, Columns
 
 
 def checked_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -15,13 +15,10 @@ from pathlib import Path
 
 from jobs.job_input import JobInput, check_input
 from jobs.job_terms import JobTerms
-from jobs.kept import KeptColumns
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
 from jobs.registry import CancelWatch
-from jobs.results import JobFold, JobOutcome
-from jobs.spill import ResultSpill
 from jobs.submit import JobOptions, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_not_refused
@@ -32,6 +29,9 @@ from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
 from kafka_io.topology import DEFAULT_PRIORITY, PRIORITIES, Priority, Topics
+from results.kept_columns import KeptColumns
+from results.outcome import JobFold, JobOutcome
+from results.spill import ResultSpill
 from schemas.model_config import ModelConfig, ModelNotFoundError
 from schemas.model_folders import load_model_config, move_hint
 

@@ -14,7 +14,8 @@ import numpy as np
 from jobs.progress import format_eta
 from jobs.registry import JobStatus, format_labels
 from jobs.reports.plots import Bar, ChartStyle, Line, bar_chart, histogram_bars, nice_step
-from jobs.reports.profile import MISSING, Profile, Timings, as_timings, profile, stage_samples_us
+from jobs.reports.profile import Profile, as_timings, profile, stage_samples_us
+from results.timings import MISSING, Timings
 from schemas import InferenceResult
 
 INFERRED_COLOR = "#4c78a8"

@@ -16,11 +16,11 @@ from pathlib import Path
 from jobs.dlq import letters
 from jobs.dlq_lock import LEASE_S, LOCK_KEY, replay_turn
 from jobs.launch.runner import WaitRules, watch_job
-from jobs.results import read_outcome
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
 from kafka_io.records import OutRecord
+from results.outcome import read_outcome
 from schemas import DeadLetter, RawText, decode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline

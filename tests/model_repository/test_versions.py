@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs.results import wins_over
 from model_repository.import_source import ImportRefusedError
 from model_repository.install import refuse_existing
+from results.outcome import wins_over
 from schemas.model_config import CONFIG_FILE, InvalidModelVersionError, ModelNotFoundError
 from schemas.model_folders import load_model_config, versions
 from schemas.model_versions import default_version, ordered_versions

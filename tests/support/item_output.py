@@ -1,6 +1,6 @@
-"""The per-item writers that jobs/bulk_output.py (what `results` and `run` write with, from the
+"""The per-item writers that results/rows.py (what `results` and `run` write with, from the
 records' bytes) is checked against: each result or dead letter decoded whole, then written on its
-own, by the same line and column code (jobs.results.json_line, jobs.columnar.ResultColumns.add)."""
+own, by the same line and column code (results.outcome.json_line, results.columnar.ResultColumns.add)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
 
-from jobs.columnar import ResultColumns, RowGroups
-from jobs.kept import KeptColumns
-from jobs.output import OutputFormat, write_output
-from jobs.results import json_line
+from results.columnar import ResultColumns, RowGroups
+from results.kept_columns import KeptColumns
+from results.outcome import json_line
+from results.output import OutputFormat, write_output
 from schemas import DeadLetter, InferenceResult
 
 
@@ -33,7 +33,7 @@ def write_columnar(
     fmt: OutputFormat,
     kept: KeptColumns | None = None,
 ) -> int:
-    """Every item to out as Parquet or an Arrow IPC file, in row groups (jobs.columnar.RowGroups);
+    """Every item to out as Parquet or an Arrow IPC file, in row groups (results.columnar.RowGroups);
     example (any result of the job, None if it has none) sets the columns, and kept adds the
     input's kept columns. Returns the rows written."""
     with RowGroups(ResultColumns(example, kept), out, fmt) as groups:
@@ -51,8 +51,8 @@ def write_items(
     fmt: OutputFormat = OutputFormat.JSONL,
     kept: KeptColumns | None = None,
 ) -> int:
-    """Every item, in the order given, to path or, as JSON Lines only, to out (jobs.output.write_output),
-    as jobs.bulk_output.write_rows writes rows. Returns the records written."""
+    """Every item, in the order given, to path or, as JSON Lines only, to out (results.output.write_output),
+    as results.rows.write_rows writes rows. Returns the records written."""
     return write_output(
         path,
         out,

@@ -14,7 +14,6 @@ import numpy as np
 from jobs.launch.local import WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job
-from jobs.results import JobOutcome
 from kafka_io.clients import Producer, make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import TopicFollower
@@ -23,6 +22,7 @@ from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
 from kafka_io.transactions import make_transactional_producer
+from results.outcome import JobOutcome
 from schemas import Tensor, TensorRecord, encode
 from schemas.model_folders import ENV_MODEL_REPOSITORY
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact

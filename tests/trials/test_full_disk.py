@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.output import write_atomically
+from results.output import write_atomically
 from tests.support.inputs import many_lines
 from tests.support.pipeline import run_embedded
 from tests.support.tiny_model import TinyModel

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from jobs.registry import register
-from jobs.spill import ENV_MEMORY_BYTES
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -24,6 +23,7 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic
 from kafka_io.topology import ENV_NAMESPACE, Topics
+from results.spill import ENV_MEMORY_BYTES
 from schemas import InferenceResult, Job, Tensor, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact

@@ -23,8 +23,8 @@ import pytest
 
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import job_status
-from jobs.results import read_outcome
 from kafka_io.broker import EmbeddedBroker
+from results.outcome import read_outcome
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl

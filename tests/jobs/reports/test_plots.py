@@ -10,7 +10,7 @@ import pytest
 from jobs.registry import JobStatus
 from jobs.reports.plots import Bar, ChartStyle, bar_chart, histogram_bars, log_ticks, nice_step, ticks
 from jobs.reports.report import render, stage_latencies_ms, throughput
-from jobs.usage import Usage
+from results.usage import Usage
 from schemas import DeadLetter, Job, now_us
 from tests.support.inputs import result
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.reports.profile import Timings, busy_time_us, profile
+from jobs.reports.profile import busy_time_us, profile
+from results.timings import Timings
 from schemas import InferenceResult
 from tests.support.inputs import example_lines, result, write_jsonl
 from tests.support.pipeline import RunningPipeline

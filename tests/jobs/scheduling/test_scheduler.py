@@ -263,8 +263,8 @@ def test_a_glob_of_parquet_files_is_one_job_per_tick_read_with_the_schedules_col
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.kept import KeptColumns
     from producers.table_rows import Columns
+    from results.kept_columns import KeptColumns
 
     a, _ = schedulers
     (tmp_path / "drop").mkdir()

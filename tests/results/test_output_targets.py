@@ -14,7 +14,7 @@ from typing import IO
 import pyarrow.parquet as pq
 import pytest
 
-from jobs.output import OutputFormat, OutputPathError, check_output_path, names_stdout, write_output
+from results.output import OutputFormat, OutputPathError, check_output_path, names_stdout, write_output
 
 
 def lines(n: int) -> Callable[[Callable[[bytes], object]], int]:

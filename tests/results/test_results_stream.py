@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from jobs.registry import JobStatus, register
-from jobs.spill import ENV_MEMORY_BYTES
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -25,6 +24,7 @@ from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, partitions_of
 from kafka_io.topology import ENV_NAMESPACE, Topics
+from results.spill import ENV_MEMORY_BYTES
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
 from tests.support.columnar_check import assert_columnar_equals_jsonl
 
@@ -161,7 +161,7 @@ def test_nearline_runs_wait_folds_the_job_into_the_disk_spill_once_per_record(
     """`nearline run` follows its job into a ResultSpill, not memory: the same counts, batches and
     input order as the in-memory outcome, with redelivered copies dropped."""
     from jobs.launch.runner import WaitRules, follow_job, summarize
-    from jobs.spill import ResultSpill
+    from results.spill import ResultSpill
 
     ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
     n = 200

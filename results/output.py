@@ -14,32 +14,52 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
 
 class OutputFormat(StrEnum):
-    JSONL = "jsonl"  # one JSON object per record, floats as text
-    PARQUET = "parquet"  # columnar, typed: what pandas, Polars, DuckDB and Spark read natively
-    ARROW = "arrow"  # Arrow IPC file (Feather v2): the same columns, uncompressed, memory-mappable
-    OPENAI_BATCH = "openai-batch"  # OpenAI's batch output: JSON Lines, one line per request (jobs/openai_output.py)
+    JSONL = "jsonl"
+    PARQUET = "parquet"
+    ARROW = "arrow"
+    OPENAI_BATCH = "openai-batch"
 
     @property
     def binary(self) -> bool:
-        return self in (OutputFormat.PARQUET, OutputFormat.ARROW)
+        return OUTPUTS[self].binary
 
 
-_SUFFIXES = {
-    ".jsonl": OutputFormat.JSONL,
-    ".ndjson": OutputFormat.JSONL,
-    ".jsonlines": OutputFormat.JSONL,
-    ".parquet": OutputFormat.PARQUET,
-    ".pq": OutputFormat.PARQUET,
-    ".arrow": OutputFormat.ARROW,
-    ".feather": OutputFormat.ARROW,
-    ".ipc": OutputFormat.ARROW,
+@dataclass(frozen=True)
+class Output:
+    """One output format: what --output-format's help says of it, the suffixes that choose it
+    for -o, and whether it is a binary file (rows, not lines; never written to a terminal)."""
+
+    says: str
+    suffixes: tuple[str, ...]
+    binary: bool = False
+
+
+# The one list of output formats: --output-format's choices and help, -o's suffixes and the
+# binary check read it. How each is written: results/rows.py (JSON Lines), results/columnar.py
+# (Parquet, Arrow), results/openai_batch.py (a line per request).
+OUTPUTS: dict[OutputFormat, Output] = {
+    OutputFormat.JSONL: Output("a JSON object per line", (".jsonl", ".ndjson", ".jsonlines")),
+    OutputFormat.PARQUET: Output("typed columns (embedding = fixed-size float32 list)", (".parquet", ".pq"), True),
+    OutputFormat.ARROW: Output("Arrow IPC file (Feather v2), the same columns", (".arrow", ".feather", ".ipc"), True),
+    OutputFormat.OPENAI_BATCH: Output("OpenAI's batch output, a line per request", ()),
 }
+_SUFFIXES = {suffix: fmt for fmt, output in OUTPUTS.items() for suffix in output.suffixes}
+
+
+def output_format_help() -> str:
+    """--output-format's help, from OUTPUTS."""
+    each = "; ".join(f"{fmt.value}: {output.says}" for fmt, output in OUTPUTS.items())
+    chosen = ", ".join("/".join(o.suffixes) for o in OUTPUTS.values() if o.suffixes)
+    return f"{each}. [default: from -o's suffix ({chosen}), else jsonl]"
+
+
 # Names that promise a format nearline does not write: JSON Lines under them would be read wrong
 # (a .csv opened as a table, a .json as one document, a .gz decompressed), so they are refused.
 _FOREIGN = {

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-from jobs import error_file, openai_output
-from jobs.job_records import Submitted
-from jobs.output import OutputFormat, write_file, write_output
-from jobs.results import dumps_line
-from jobs.spill import ResultSpill
 from producers import InputError
+from results import error_file, openai_batch
+from results.outcome import dumps_line
+from results.output import OutputFormat, write_file, write_output
+from results.spill import ResultSpill
+from results.submitted import Submitted
 from schemas import InferenceResult
 
 
@@ -31,9 +31,9 @@ def _lines(lines: Iterable[dict[str, Any]]) -> Callable[[Callable[[bytes], objec
 
 def write_openai(spill: ResultSpill, submitted: list[Submitted], path: Path | None, out: IO[str], job_id: str) -> int:
     """The job's answered requests in OpenAI's batch output shape to path (or out); the lines written."""
-    requests = openai_output.requests_of(submitted)
+    requests = openai_batch.requests_of(submitted)
     results = (item for item in spill.ordered() if isinstance(item, InferenceResult))
-    lines = openai_output.output_lines(requests, results, job_id)
+    lines = openai_batch.output_lines(requests, results, job_id)
     return write_output(path, out, OutputFormat.JSONL, _lines(lines), lambda f: 0)
 
 
@@ -50,9 +50,9 @@ def write_errors(
     left out) and per record (openai_shape: per request) without a result; the lines written."""
     outcomes = spill.outcomes()
     if openai_shape:
-        requests = openai_output.requests_of(submitted)
-        rejected = (openai_output.invalid_line(error) for error in invalid)
-        lines = itertools.chain(rejected, openai_output.error_lines(requests, outcomes, missing, job_id))
+        requests = openai_batch.requests_of(submitted)
+        rejected = (openai_batch.invalid_line(error) for error in invalid)
+        lines = itertools.chain(rejected, openai_batch.error_lines(requests, outcomes, missing, job_id))
     else:
         rejected = (error_file.invalid_line(error) for error in invalid)
         lines = itertools.chain(rejected, error_file.error_lines(submitted, outcomes, missing))

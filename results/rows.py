@@ -20,9 +20,9 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from jobs.kept import KeptColumns
-from jobs.output import OutputFormat, write_output
-from jobs.results import dumps_line, finish_line, json_line, rounded
+from results.kept_columns import KeptColumns
+from results.outcome import dumps_line, finish_line, json_line, rounded
+from results.output import OutputFormat, write_output
 from schemas import DeadLetter, InferenceResult, decode
 from schemas.attributes import REUSED_STAMP
 from schemas.errors import TensorFormatError
@@ -184,10 +184,10 @@ def write_columnar_rows(
     kept: KeptColumns | None,
 ) -> int:
     """The rows to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time
-    (jobs/columnar.py): results of the example's layout as row views of one matrix a window,
+    (results/columnar.py): results of the example's layout as row views of one matrix a window,
     others decoded whole; example (any result of the job, None if it has none) sets the columns,
     and kept adds the input's kept columns. Returns the rows written."""
-    from jobs.columnar import ResultColumns, RowGroups
+    from results.columnar import ResultColumns, RowGroups
 
     columns = ResultColumns(example, kept)
     with RowGroups(columns, out, fmt) as groups:
@@ -216,7 +216,7 @@ def write_rows(
     kept: KeptColumns | None = None,
 ) -> int:
     """Every row, in the order given, to path or, as JSON Lines only, to out
-    (jobs.output.write_output); example is any result of the job (it sets columnar output's
+    (results.output.write_output); example is any result of the job (it sets columnar output's
     columns), kept the input columns the job keeps. Returns the records written."""
     return write_output(
         path,

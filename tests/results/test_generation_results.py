@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.bulk_output import write_rows
-from jobs.columnar import ColumnarShapeError
-from jobs.output import OutputFormat
-from jobs.results import JobOutcome
-from jobs.spill import MEMORY_BYTES, ResultSpill
-from jobs.usage import Usage
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
+from results.columnar import ColumnarShapeError
+from results.outcome import JobOutcome
+from results.output import OutputFormat
+from results.rows import write_rows
+from results.spill import MEMORY_BYTES, ResultSpill
+from results.usage import Usage
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from tests.support.item_output import write_items
 
@@ -285,8 +285,8 @@ def test_results_written_under_v1_are_counted_with_their_usage() -> None:
 def test_a_kept_input_column_named_like_a_generation_field_comes_back_as_input_name() -> None:
     import pyarrow as pa
 
-    from jobs.kept import KeptColumns
-    from jobs.results import to_json
+    from results.kept_columns import KeptColumns
+    from results.outcome import to_json
 
     kept = KeptColumns(pa.schema([("text", pa.string()), ("usage", pa.int64())]))
     result = generation(0, "an answer", "stop", {"text": '"the prompt"', "usage": "3"})

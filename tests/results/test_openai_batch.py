@@ -8,8 +8,6 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs import error_file, openai_output
-from jobs.job_records import Submitted
 from producers import InputRecord
 from producers.openai_batch import (
     CHAT_COMPLETIONS_URL,
@@ -20,6 +18,8 @@ from producers.openai_batch import (
     URL,
     read_openai_batch,
 )
+from results import error_file, openai_batch
+from results.submitted import Submitted
 from schemas import DeadLetter, InferenceResult, Tensor
 from schemas.generation_request import INTERNAL_ATTRIBUTES
 
@@ -45,29 +45,29 @@ RECORDS = [*submitted("a", 1, 0), *submitted("b", 3, 1), *submitted("c", 2, 4), 
 
 
 def test_requests_are_the_consecutive_records_of_one_custom_id() -> None:
-    assert openai_output.requests_of(RECORDS) == [
-        openai_output.Request("a", ("a",)),
-        openai_output.Request("b", ("b[0]", "b[1]", "b[2]")),
-        openai_output.Request("c", ("c[0]", "c[1]")),
-        openai_output.Request("d", ("d",)),
+    assert openai_batch.requests_of(RECORDS) == [
+        openai_batch.Request("a", ("a",)),
+        openai_batch.Request("b", ("b[0]", "b[1]", "b[2]")),
+        openai_batch.Request("c", ("c[0]", "c[1]")),
+        openai_batch.Request("d", ("d",)),
     ]
     plain = [Submitted("x", 0), Submitted("y", 1)]  # not from a batch file: a request per record
-    assert [r.custom_id for r in openai_output.requests_of(plain)] == ["x", "y"]
+    assert [r.custom_id for r in openai_batch.requests_of(plain)] == ["x", "y"]
     # a glob of two files, each with a request "x": two requests, not one of three inputs
     two_files = [*submitted("x", 2, 0), *submitted("x", 1, 2)]
-    assert [r.record_ids for r in openai_output.requests_of(two_files)] == [("x[0]", "x[1]"), ("x",)]
+    assert [r.record_ids for r in openai_batch.requests_of(two_files)] == [("x[0]", "x[1]"), ("x",)]
     # a JSON Lines input's own attributes named like ours are its own
     own = [Submitted("r1", 0, {"custom_id": '"c"', "index": '"first"'}), Submitted("r2", 1, {"custom_id": '"c"'})]
-    assert [r.custom_id for r in openai_output.requests_of(own)] == ["r1", "r2"]
+    assert [r.custom_id for r in openai_batch.requests_of(own)] == ["r1", "r2"]
     assert [line["id"] for line in error_file.error_lines(own, {}, "expired")] == ["r1", "r2"]
 
 
 def test_a_request_is_answered_once_every_input_has_a_result_in_index_order() -> None:
-    requests = openai_output.requests_of(RECORDS)
+    requests = openai_batch.requests_of(RECORDS)
     # c[1] dead-lettered, d expired: only a and b are answered; b's results come out of order
     results = [result("a", 0, 0.5, 3), result("b[2]", 3, 3.0, 2), result("b[0]", 1, 1.0, 4), result("b[1]", 2, 2.0, 5)]
     results.append(result("c[0]", 4, 9.0, 1))
-    lines = list(openai_output.output_lines(requests, results, "job"))
+    lines = list(openai_batch.output_lines(requests, results, "job"))
     assert [line["custom_id"] for line in lines] == ["a", "b"]
     body = lines[1]["response"]["body"]
     assert [d["index"] for d in body["data"]] == [0, 1, 2]
@@ -77,16 +77,16 @@ def test_a_request_is_answered_once_every_input_has_a_result_in_index_order() ->
 
 
 def test_a_failed_request_is_one_openai_error_line_and_a_record_never_run_is_batch_expired() -> None:
-    requests = openai_output.requests_of(RECORDS)
+    requests = openai_batch.requests_of(RECORDS)
     outcomes = {"a": None, "b[0]": None, "b[1]": None, "b[2]": None, "c[0]": None, "c[1]": letter("c[1]")}
-    lines = list(openai_output.error_lines(requests, outcomes, "expired", "job"))
+    lines = list(openai_batch.error_lines(requests, outcomes, "expired", "job"))
     assert [line["custom_id"] for line in lines] == ["c", "d"]
     invalid = lines[0]["response"]
     assert invalid["status_code"] == 400 and lines[0]["error"] is None
     assert invalid["body"]["error"]["param"] == "input[1]"
     assert invalid["body"]["error"]["message"] == "preprocess: cannot tokenize"
     assert lines[1]["response"] is None and lines[1]["error"]["code"] == "batch_expired"
-    cancelled = list(openai_output.error_lines(requests, {}, "cancelled", "job"))
+    cancelled = list(openai_batch.error_lines(requests, {}, "cancelled", "job"))
     assert {line["error"]["code"] for line in cancelled} == {"batch_cancelled"} and len(cancelled) == 4
 
 
@@ -107,12 +107,12 @@ def test_the_error_file_lists_each_record_without_a_result_with_why() -> None:
 
 
 def test_a_fault_that_is_not_the_inputs_is_a_500_and_a_one_item_list_names_its_item() -> None:
-    requests = openai_output.requests_of(
+    requests = openai_batch.requests_of(
         [*submitted("solo", 1, 0), Submitted("one[0]", 1, {CUSTOM_ID: '"one"', INDEX: "0"})]
     )
     missing_model = DeadLetter("preprocess", "ModelNotFoundError", "no model minilm", "raw.text", 0, 1, b"", 1)
     outcomes = {"solo": missing_model, "one[0]": letter("one[0]")}
-    lines = list(openai_output.error_lines(requests, outcomes, "not_done", "job"))
+    lines = list(openai_batch.error_lines(requests, outcomes, "not_done", "job"))
     server, client = lines[0]["response"], lines[1]["response"]
     assert (server["status_code"], server["body"]["error"]["type"], server["body"]["error"]["param"]) == (
         500,
@@ -147,7 +147,7 @@ def generated(record_id: str, seq: int, text: str, finish_reason: str, url: str 
 
 def test_a_chat_request_is_answered_with_a_chat_completion() -> None:
     result = generated("q", 0, "Paris.", "stop", CHAT_COMPLETIONS_URL)
-    assert openai_output.chat_completion_body("job-0", [result]) == {
+    assert openai_batch.chat_completion_body("job-0", [result]) == {
         "id": "chatcmpl-job-0",
         "object": "chat.completion",
         "created": 1_764_822_600,
@@ -160,8 +160,8 @@ def test_a_chat_request_is_answered_with_a_chat_completion() -> None:
             "prompt_tokens_details": {"cached_tokens": 6},
         },
     }
-    [line] = openai_output.output_lines(openai_output.requests_of(submitted("q", 1, 0)), [result], "job")
-    assert line["response"]["body"] == openai_output.chat_completion_body("job-0", [result])
+    [line] = openai_batch.output_lines(openai_batch.requests_of(submitted("q", 1, 0)), [result], "job")
+    assert line["response"]["body"] == openai_batch.chat_completion_body("job-0", [result])
     assert (line["id"], line["custom_id"], line["response"]["status_code"], line["error"]) == ("job-0", "q", 200, None)
 
 
@@ -170,7 +170,7 @@ def test_a_completions_request_is_answered_with_a_text_completion_a_choice_per_p
         generated("t[0]", 0, " the end", "stop", COMPLETIONS_URL),
         generated("t[1]", 1, " and then", "length", COMPLETIONS_URL),
     ]
-    [line] = openai_output.output_lines(openai_output.requests_of(submitted("t", 2, 0)), results, "job")
+    [line] = openai_batch.output_lines(openai_batch.requests_of(submitted("t", 2, 0)), results, "job")
     assert line["response"]["body"] == {
         "id": "cmpl-job-0",
         "object": "text_completion",
@@ -191,11 +191,11 @@ def test_a_completions_request_is_answered_with_a_text_completion_a_choice_per_p
 
 def test_a_generation_without_a_request_url_is_a_text_completion_and_embeddings_stay_a_list() -> None:
     plain = generated("x", 0, "text", "stop", None)
-    [line] = openai_output.output_lines([openai_output.Request("x", ("x",))], [plain], "job")
+    [line] = openai_batch.output_lines([openai_batch.Request("x", ("x",))], [plain], "job")
     assert line["response"]["body"]["object"] == "text_completion"
     assert line["response"]["body"]["choices"] == [{"index": 0, "text": "text", "finish_reason": "stop"}]
-    [embedded] = openai_output.output_lines(
-        openai_output.requests_of(submitted("a", 1, 0)), [result("a", 0, 1, 3)], "job"
+    [embedded] = openai_batch.output_lines(
+        openai_batch.requests_of(submitted("a", 1, 0)), [result("a", 0, 1, 3)], "job"
     )
     assert embedded["response"]["body"]["object"] == "list"
 
@@ -230,7 +230,7 @@ def test_a_batch_files_chat_and_completion_requests_are_answered_in_their_own_sh
         )
         for seq, r in enumerate(records)
     ]
-    chat, completion = openai_output.output_lines(openai_output.requests_of(submitted), results, "job")
+    chat, completion = openai_batch.output_lines(openai_batch.requests_of(submitted), results, "job")
     assert (chat["custom_id"], chat["response"]["body"]["object"]) == ("c1", "chat.completion")
     assert chat["response"]["body"]["choices"][0]["message"] == {"role": "assistant", "content": "Hello!"}
     assert (completion["custom_id"], completion["response"]["body"]["object"]) == ("p1", "text_completion")

@@ -2,7 +2,7 @@
 them out: held in memory as their encoded values while they fit (MEMORY_BYTES), else in a
 temporary sqlite file, one row per record id, read back in input order through an index, so
 memory stays bounded for jobs larger than RAM. Results are kept as the bytes they came as and
-written out from them in windows (jobs/bulk_output.py), never decoded into dicts one by one.
+written out from them in windows (results/rows.py), never decoded into dicts one by one.
 
 The rules are JobOutcome's (the first copy wins, the newest model version wins unless one is asked
 for, a result replaces a dead letter, only the given submission counts); what differs is where
@@ -23,15 +23,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from jobs.bulk_output import OutputRow, writable_result, write_rows
-from jobs.kept import KeptColumns
-from jobs.output import OutputFormat
-from jobs.registry import JobNotFoundError, load_jobs
-from jobs.results import dead_seq, dead_submission, wins_over
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, header_of, submission_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from results.kept_columns import KeptColumns
+from results.outcome import dead_seq, dead_submission, wins_over
+from results.output import OutputFormat
+from results.rows import OutputRow, writable_result, write_rows
 from schemas import DeadLetter, InferenceResult, Job, SerdeError, decode
 from schemas.inference_result_bulk import read_result_bodies
 from schemas.inference_result_bytes import ResultBody, read_result_body
@@ -173,7 +172,7 @@ class ResultSpill:
 
     def _add_result(self, value: bytes, submitted: int | None, body: ResultBody | None, read: bool) -> None:
         # The encoded value is kept as it came: the output is written from its bytes in windows
-        # (jobs/bulk_output.py). Its leading fields and layout are read by hand (`body` when its
+        # (results/rows.py). Its leading fields and layout are read by hand (`body` when its
         # chunk's reading did, else here when `read`); the submission from the header the GPU
         # worker writes (the result's own `submitted` stamp: a header naming another submission
         # was skipped unread, whatever the value says). Another writer schema, or no (or a
@@ -342,38 +341,43 @@ def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple
         raise
 
 
+class NoRecordsError(LookupError):
+    """A job id the registry does not know, with no result or dead letter either (exit 1)."""
+
+
 def write_results(
     settings: KafkaSettings,
     topics: Topics,
     job_id: str,
+    job: Job | None,
     path: Path | None,
     out: IO[str],
     fmt: OutputFormat = OutputFormat.JSONL,
     *,
     model_version: str | None = None,
-    directory: Path | None = None,
-) -> tuple[ResultSpill, Job | None]:
-    """Read the job's results and dead letters through a spill, then write them in input order to
-    path, or to out (see bulk_output.write_rows); returns the (closed) spill for its counts, and the job. A job
-    id submitted again writes its latest submission's records; an unregistered job id, every record
-    of that id, and JobNotFoundError (nothing written) when there is none."""
-    spill, job = read_results(settings, topics, job_id, model_version=model_version, directory=directory)
+) -> ResultSpill:
+    """Read the job's results and dead letters through a spill (under $TMPDIR), then write them in input order to
+    path, or to out (see rows.write_rows); returns the (closed) spill for its counts. `job`: the
+    registry's, looked up by the caller (this room reads no registry). A job id submitted again
+    writes its latest submission's records; an unregistered job id (None), every record of that
+    id, and NoRecordsError (nothing written) when there is none."""
+    spill = read_results(settings, topics, job_id, job, model_version=model_version)
     with spill:
         write_rows(spill.rows(), spill.example(), path, out, fmt, spill.kept)
-    return spill, job
+    return spill
 
 
 def read_results(
     settings: KafkaSettings,
     topics: Topics,
     job_id: str,
+    job: Job | None,
     *,
     model_version: str | None = None,
     directory: Path | None = None,
-) -> tuple[ResultSpill, Job | None]:
-    """The job's results and dead letters in a spill (the caller closes it), and the job; see
-    write_results for which records count."""
-    job = load_jobs(settings, topics).get(job_id)
+) -> ResultSpill:
+    """The job's results and dead letters in a spill (the caller closes it); see write_results for
+    which records count."""
     submission = job.submission if job is not None else None
     kept = KeptColumns.of(job.columns) if job is not None else None
     memory_bytes = int(os.environ.get(ENV_MEMORY_BYTES, MEMORY_BYTES))
@@ -381,8 +385,8 @@ def read_results(
     try:
         spill.add(read_topics(settings, [topics.results, topics.dead_letters]), topics)
         if job is None and not spill.done:
-            raise JobNotFoundError(f"no job {job_id} in {topics.jobs}, and no result or dead letter of it")
+            raise NoRecordsError(f"no job {job_id} in {topics.jobs}, and no result or dead letter of it")
     except BaseException:
         spill.close()
         raise
-    return spill, job
+    return spill

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.error_file import Missing
-from jobs.job_records import Submitted
-from jobs.results import rounded
 from producers import InputError
 from producers.openai_batch import CHAT_COMPLETIONS_URL, CUSTOM_ID, INDEX, URL
+from results.error_file import Missing
+from results.outcome import rounded
+from results.submitted import Submitted
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
 

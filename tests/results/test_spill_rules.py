@@ -1,5 +1,5 @@
 """ResultSpill (on disk) and JobOutcome (in memory) keep the same result of each record: one rule,
-jobs.results.wins_over, for redelivered copies, newer model versions and retried dead letters."""
+results.outcome.wins_over, for redelivered copies, newer model versions and retried dead letters."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.bulk_output import write_rows
-from jobs.output import OutputFormat
-from jobs.results import JobOutcome
-from jobs.spill import MEMORY_BYTES, ResultSpill
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.topology import Topics
+from results.outcome import JobOutcome
+from results.output import OutputFormat
+from results.rows import write_rows
+from results.spill import MEMORY_BYTES, ResultSpill
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from tests.support.item_output import write_items
 
@@ -108,7 +108,7 @@ def test_a_spilled_result_comes_back_equal_to_the_one_read_field_for_field(memor
 def test_results_written_from_their_bytes_are_the_files_decoded_results_give(
     memory_bytes: int, fmt: OutputFormat, tmp_path: Path
 ) -> None:
-    """The window writer (jobs/bulk_output.py) against the per-record one (tests/support/item_output.py),
+    """The window writer (results/rows.py) against the per-record one (tests/support/item_output.py),
     byte for byte: embeddings with and without attributes, a result of another layout, a dead letter."""
     topics = Topics(namespace="spill-bulk")
     rng = np.random.default_rng(9)

@@ -8,10 +8,9 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal
 
-from jobs.job_records import Submitted
-from jobs.registry import past_deadline
 from producers import InputError
 from producers.openai_batch import CUSTOM_ID, INDEX
+from results.submitted import Submitted
 from schemas import DeadLetter, Job
 
 # Why a record with neither a result nor a dead letter has none
@@ -23,7 +22,7 @@ def missing_reason(job: Job | None) -> Missing:
     or (still running, or its workers gone) it is not done."""
     if job is not None and job.cancelled_at is not None:
         return "cancelled"
-    if job is not None and past_deadline(job):
+    if job is not None and job.past_deadline():
         return "expired"
     return "not_done"
 

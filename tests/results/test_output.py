@@ -8,7 +8,7 @@ from typing import IO
 
 import pytest
 
-from jobs.output import OutputPathError, check_output_path, write_atomically
+from results.output import OutputPathError, check_output_path, write_atomically
 
 
 @pytest.mark.parametrize(
@@ -94,11 +94,11 @@ def test_json_lines_hold_each_output_to_8_decimals_and_odd_strings_still_make_a_
 
 
 def test_the_rounding_of_every_json_output_is_numpys_to_the_bit() -> None:
-    """jobs.results.rounded (np.round's steps in place) against np.round itself, over magnitudes
+    """results.outcome.rounded (np.round's steps in place) against np.round itself, over magnitudes
     from 1e-12 to 1e30, both signs, zeros, the float32 extremes, infinities and NaN."""
     import numpy as np
 
-    from jobs.results import rounded
+    from results.outcome import rounded
 
     rng = np.random.default_rng(11)
     scales = [10.0**e for e in range(-12, 31, 3)]

@@ -10,13 +10,13 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 
-from jobs.kept import KeptColumns
-from jobs.reports.profile import Timings
-from jobs.usage import Usage, generation_usage
 from kafka_io.reading import read_topics
 from kafka_io.records import REUSED_HEADER, ConsumedRecord, header_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from results.kept_columns import KeptColumns
+from results.timings import Timings
+from results.usage import Usage, generation_usage
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 from schemas.attributes import REUSED_STAMP, attribute_values
 from schemas.inference_result_bytes import read_result_head
@@ -26,7 +26,7 @@ from schemas.serde import decode_fields
 
 class JobFold(Protocol):
     """What a wait folds a job's results and dead letters into, each record once: JobOutcome in
-    memory, or jobs.spill.ResultSpill on disk for outputs as large as the job."""
+    memory, or results.spill.ResultSpill on disk for outputs as large as the job."""
 
     job_id: str
 
@@ -236,7 +236,7 @@ def read_outcome(
 def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None) -> dict[str, Any]:
     """One output line: {"id", "job_id", "model", "<output>": [...]}, a generation's {"id",
     "job_id", "model", "text", "finish_reason", "usage": {...}}, or an "error" object; then the
-    kept input columns, each under its own key (jobs/kept.py)."""
+    kept input columns, each under its own key (results/kept_columns.py)."""
     if isinstance(item, DeadLetter):
         dead: dict[str, Any] = {
             "id": item.record_id,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from jobs.results import JobOutcome, to_json
-from jobs.usage import Usage
 from kafka_io.records import REUSED_HEADER, ConsumedRecord
 from kafka_io.topology import Topics
+from results.outcome import JobOutcome, to_json
+from results.usage import Usage
 from schemas import InferenceResult, Tensor, encode
 from schemas.attributes import REUSED_STAMP
 

@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jobs.columnar
-from jobs.bulk_output import write_rows
-from jobs.columnar import ColumnarShapeError
+import results.columnar
 from jobs.launch.runner import WaitRules, watch_job
-from jobs.output import OutputFormat, OutputFormatError, output_format
-from jobs.spill import ResultSpill
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import ConsumedRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
+from results.columnar import ColumnarShapeError
+from results.output import OutputFormat, OutputFormatError, output_format
+from results.rows import write_rows
+from results.spill import ResultSpill
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.attributes import REUSED_STAMP
 from schemas.model_config import ModelConfig
@@ -70,7 +70,7 @@ def write_both(items: list[InferenceResult | DeadLetter], tmp_path: Path, fmt: O
 def test_embeddings_dead_letters_and_attributes_read_back_equal_to_json_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: OutputFormat
 ) -> None:
-    monkeypatch.setattr(jobs.columnar, "ROW_GROUP_ROWS", 4)  # several row groups, a short last one
+    monkeypatch.setattr(results.columnar, "ROW_GROUP_ROWS", 4)  # several row groups, a short last one
     items: list[InferenceResult | DeadLetter] = [dead(0)]  # a job may start with a dead letter
     items += [embedding(i, {"source": f"doc {i}", "é": "ü"} if i % 3 else None) for i in range(1, 10)]
     items.insert(5, dead(99))
@@ -194,7 +194,7 @@ def test_nearline_results_writes_parquet_and_arrow_equal_to_json_lines_for_a_tex
 
 @pytest.mark.parametrize("fmt", [OutputFormat.PARQUET, OutputFormat.ARROW])
 def test_a_reused_result_says_so_in_its_column_as_its_json_line_does(tmp_path: Path, fmt: OutputFormat) -> None:
-    """Results read from their bytes (jobs/bulk_output.py, the path `nearline results` takes): the
+    """Results read from their bytes (results/rows.py, the path `nearline results` takes): the
     ones written from the results cache carry the `reused` stamp and are true in `reused`; computed
     ones and dead letters are false."""
     import pyarrow as pa

@@ -9,7 +9,7 @@ int64), `model_version`, `reused` (true for a result written from the results ca
 Lines' `"reused": true`), `error`
 ({stage, type, message} for a dead-lettered record, else null) and `attributes` (the input's
 attributes as a JSON object string of the values they were, else null: jobs mix attribute keys, so
-no struct fits all), then the kept input columns, each of its own type (jobs/kept.py).
+no struct fits all), then the kept input columns, each of its own type (results/kept_columns.py).
 The output columns come from the job's first result; a result of another shape (a model version
 with other outputs) is refused with ColumnarShapeError, as no typed column can hold both.
 """
@@ -22,9 +22,9 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from jobs.kept import KeptColumns
-from jobs.output import OutputFormat
-from jobs.usage import generation_usage
+from results.kept_columns import KeptColumns
+from results.output import OutputFormat
+from results.usage import generation_usage
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import REUSED_STAMP, attribute_values
 from schemas.inference_result_bytes import ResultBody
@@ -151,7 +151,7 @@ class ResultColumns:
 
     def fits(self, outputs: tuple[tuple[str, str, tuple[int, ...]], ...]) -> bool:
         """Whether a result of these outputs ((name, dtype, shape) each) fills the tensor columns
-        exactly, in their dtypes (jobs/bulk_output.py adds those by add_body)."""
+        exactly, in their dtypes (results/rows.py adds those by add_body)."""
         return (
             not self.classifier
             and not self.generation
@@ -166,7 +166,7 @@ class ResultColumns:
 
     def add_body(self, body: ResultBody, arrays: list[np.ndarray]) -> None:
         """A result read from its bytes, whose outputs `fits` said fit, with its arrays in order (never
-        a reused one: jobs/bulk_output.py decodes those whole)."""
+        a reused one: results/rows.py decodes those whole)."""
         head = body.head
         self._add_row(head.record_id, head.job_id, head.model, head.model_version, body.attributes)
         for (name, _, _), array in zip(self.tensors, arrays, strict=True):

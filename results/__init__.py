@@ -1,0 +1,14 @@
+"""The sink: a job's results as readers see them, from the topics to a file.
+
+outcome.py (one entry per record, however often the topics repeat it; JSON of a result),
+spill.py (the job's results and dead letters between reading and writing, in memory or on
+disk, in input order), rows.py (JSON Lines written a window at a time), columnar.py (Parquet
+and Arrow IPC), output.py (where `-o` goes and in which format), kept_columns.py (a table's
+kept input columns), usage.py (what a job used), timings.py (the stage timestamps `profile` and
+`report` read), submitted.py (a submission's records by id), error_file.py and openai_batch.py
+(the error file and OpenAI's batch output shape), side_files.py (both written beside a job's
+output).
+
+It never imports the control plane (jobs/): the registry's job is handed in by the caller
+(tests/test_layout.py).
+"""
