@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_consumer.batcher import BatchPolicy, default_window, make_batch, pad_batch, plan_batches
+from gpu_consumer.batcher import BatchSettings, default_window, make_batch, pad_batch, plan_batches
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.postprocess import postprocess
@@ -114,7 +114,7 @@ def batched(
     config: ModelConfig,
     engine: Engine,
     texts: list[str],
-    policy: BatchPolicy,
+    policy: BatchSettings,
     window: int,
     pretokenized: list[np.ndarray] | None = None,
 ) -> Figures:
@@ -212,7 +212,7 @@ def main() -> None:
     texts = [r["text"] for r in rows]
     engine = make_engine(config, args.engine)
     engine.warmup()
-    policy = BatchPolicy(args.batch_size)
+    policy = BatchSettings(args.batch_size)
     window = default_window(args.batch_size)  # what the GPU worker polls by default
     tokenizer = load_tokenizer(config.tokenizer_path, config.max_length)
     ids = tokenize(tokenizer, texts, config.max_length)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.feed import short_texts
-from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches
+from gpu_consumer.batcher import BatchSettings, bucket_of, make_batch, plan_batches
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.engines.protocol import Engine, infer_all
 from schemas.model_config import ModelConfig
@@ -43,7 +43,7 @@ def curve_point(
     engine: Engine, config: ModelConfig, ids: list[np.ndarray], rows: int, tokens: int | None
 ) -> dict[str, float]:
     lengths = [len(a) for a in ids]
-    plans = plan_batches(lengths, BatchPolicy(rows, tokens), config.buckets, engine.pad_to_bucket)
+    plans = plan_batches(lengths, BatchSettings(rows, tokens), config.buckets, engine.pad_to_bucket)
     batches = []
     for plan in plans:
         width = max(lengths[i] for i in plan)

@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.feed_engines import SimulatedAccelerator, TimedEngine, stand_ins
 from bench.feed_processes import drain_processes, worker_process
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.factory import measure_cost
 from gpu_consumer.worker import GpuWorkerSettings, serve
 from jobs.job_input import JobInput
@@ -100,7 +100,7 @@ def drain(
     tensors = topics.tensors("minilm")
     reset_group_offsets(settings, topics.gpu_group("minilm"), {(tensors, p): 0 for p in end_offsets(settings, tensors)})
     # the worker's own cost probes, taken here on the bare engine so they are not timed as work
-    policy = BatchPolicy(
+    policy = BatchSettings(
         engine.max_batch_size, cost=measure_cost(engine.inner, load_model_config(repository, "minilm"))
     )
     if isinstance(engine.inner, SimulatedAccelerator):

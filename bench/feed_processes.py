@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from bench.feed_engines import SimulatedAccelerator, TimedEngine
-from gpu_consumer.batcher import BatchPolicy, default_window
+from gpu_consumer.batcher import BatchSettings, default_window
 from gpu_consumer.engines.factory import measure_cost
 from gpu_consumer.steps import Inference
-from gpu_consumer.windows import WindowLimits
-from gpu_consumer.worker import LoopOptions, run
+from gpu_consumer.windows import WindowSettings
+from gpu_consumer.worker import LoopSettings, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import assign_all
@@ -77,16 +77,16 @@ def worker_process(spec: dict[str, object]) -> None:
     config = load_model_config(repository, "minilm")
     accelerator = SimulatedAccelerator(config, float(spec["rate"]), float(spec["per_call_s"]))  # type: ignore[arg-type]
     engine = TimedEngine(accelerator, "simulated")
-    policy = BatchPolicy(engine.max_batch_size, cost=measure_cost(accelerator, config))
+    policy = BatchSettings(engine.max_batch_size, cost=measure_cost(accelerator, config))
     accelerator.device_s = 0.0
     consumer = make_consumer(settings, topics.gpu_group("minilm"))
     assignment = assign_all(consumer, topics.tensors("minilm"), list(spec["partitions"]))  # type: ignore[call-overload]
-    limits = WindowLimits(default_window(policy.max_batch_size), 20.0)
+    limits = WindowSettings(default_window(policy.max_batch_size), 20.0)
     print("ready", flush=True)
     sys.stdin.readline()
     try:
         inference = Inference(engine, config, topics, policy, f"feed-{spec['partitions']}")
-        stats = run(consumer, assignment, lambda: make_producer(settings), inference, limits, LoopOptions(drain=True))
+        stats = run(consumer, assignment, lambda: make_producer(settings), inference, limits, LoopSettings(drain=True))
     finally:
         consumer.close()
     calls = sum(engine.sizes.values())

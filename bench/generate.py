@@ -49,7 +49,7 @@ from typing import Any
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.procfs import cpu_seconds
 from bench.system_cost import timed_command
-from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
+from gpu_consumer.generation.engine import GenerationEngine, GenerationSettings
 from gpu_consumer.generation.engines import make_generator
 from gpu_consumer.generation.main_thread import engine_threads_on
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
@@ -98,7 +98,7 @@ def run_engine(engine: GenerationEngine, prompts: list[list[int]], max_tokens: l
 
 
 def transformers_alone(
-    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationSettings
 ) -> tuple[float, list[list[int]]]:
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
@@ -117,7 +117,7 @@ def transformers_alone(
 
 
 def vllm_alone(
-    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationSettings
 ) -> tuple[float, list[list[int]]]:
     """vLLM's offline engine (`LLM.generate`) on the same token ids, with the EngineArgs ours runs
     with, as vLLM runs by default (its engine core in a process of its own) and in this process
@@ -134,7 +134,7 @@ def vllm_alone(
 
 
 def vllm_generate(
-    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationSettings
 ) -> tuple[float, list[list[int]]]:
     from vllm import LLM
     from vllm import SamplingParams as VllmSamplingParams
@@ -154,7 +154,7 @@ def vllm_generate(
 
 
 def engine_section(
-    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits, kind: str
+    config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationSettings, kind: str
 ) -> float:
     alone_s, alone = (vllm_alone if kind == "vllm" else transformers_alone)(config, prompts, max_tokens, limits)
     tokens = sum(len(t) for t in alone)
@@ -175,7 +175,7 @@ def alone_once(
     config: ModelConfig,
     prompts: list[list[int]],
     max_tokens: int,
-    limits: GenerationLimits,
+    limits: GenerationSettings,
     kind: str,
     engine_cpus: frozenset[int] | None,
 ) -> None:
@@ -320,7 +320,7 @@ def system_section(
     return rate
 
 
-def static_section(config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationLimits) -> None:
+def static_section(config: ModelConfig, prompts: list[list[int]], max_tokens: int, limits: GenerationSettings) -> None:
     import random
 
     import torch
@@ -366,7 +366,7 @@ def static_section(config: ModelConfig, prompts: list[list[int]], max_tokens: in
     )
 
 
-def prefix_section(config: ModelConfig, limits: GenerationLimits) -> None:
+def prefix_section(config: ModelConfig, limits: GenerationSettings) -> None:
     system = " ".join(questions(40))[:1500]  # about 300 tokens of real text
     prompts = chat_ids(config, [f"Question {i}: what is item {i}?" for i in range(200)], system)
     shared_tokens = sum(len(p) for p in prompts)
@@ -405,7 +405,7 @@ def main() -> None:
         os.execv(VLLM_PYTHON, [str(VLLM_PYTHON), "-m", "bench.generate", *sys.argv[1:]])
     repository = args.model_repository or default_repository()
     config = ensure_model(repository, args.model, lambda line: print(line, file=sys.stderr))
-    limits = GenerationLimits(max_sequences=args.sequences)
+    limits = GenerationSettings(max_sequences=args.sequences)
     texts = questions(args.prompts)
     prompts = chat_ids(config, texts)
     sections = args.sections.split(",")

@@ -204,9 +204,9 @@ def model_section(carry: Path, second: Path, repository: Path) -> None:
 
 def limits_of(config: Any) -> Any:
     """The limits `nearline worker gpu` gives the engine by default (gpu_consumer/worker.py)."""
-    from gpu_consumer.generation.engine import GenerationLimits
+    from gpu_consumer.generation.engine import GenerationSettings
 
-    return GenerationLimits(max_sequences=config.max_batch_size)
+    return GenerationSettings(max_sequences=config.max_batch_size)
 
 
 def first_divergence(got: list[int], want: list[int]) -> int | None:

@@ -40,7 +40,7 @@ from bench.decoupling import exit_on_sigterm, machine
 from bench.feed import short_texts
 from bench.feed_engines import SimulatedAccelerator, TimedEngine
 from bench.hosts import Layout, Topology, broker_running
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.factory import measure_cost
 from gpu_consumer.worker import GpuWorkerSettings, serve
 from jobs.launch.runner import ensure_model
@@ -147,7 +147,7 @@ def worker(spec: Spec) -> None:
     config = load_model_config(repository, MODEL)
     accelerator = SimulatedAccelerator(config, spec.rate, spec.per_call_s)
     engine = CpuTimedEngine(accelerator, "simulated")
-    policy = BatchPolicy(engine.max_batch_size, cost=measure_cost(accelerator, config))  # not timed as work
+    policy = BatchSettings(engine.max_batch_size, cost=measure_cost(accelerator, config))  # not timed as work
     accelerator.device_s = 0.0
     print("ready", flush=True)
     sys.stdin.readline()

@@ -52,7 +52,7 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.offsets import group_lag
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
-from kafka_io.topology import ENV_NAMESPACE, PRIORITIES, Topics
+from kafka_io.topology import ENV_NAMESPACE, LANES, Topics
 from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
 
 if TYPE_CHECKING:
@@ -192,8 +192,8 @@ def stall_report(workers: list[WorkerProcess], submit_pid: int | None, settings:
     time.sleep(2)
     topics = Topics(NAMESPACE)
     for group, topic in [
-        *((topics.preprocess_app_id, topics.lane(topics.raw_text, lane)) for lane in PRIORITIES),
-        *((topics.gpu_group(MODEL), topics.lane(topics.tensors(MODEL), lane)) for lane in PRIORITIES),
+        *((topics.preprocess_app_id, topics.lane(topics.raw_text, lane)) for lane in LANES),
+        *((topics.gpu_group(MODEL), topics.lane(topics.tensors(MODEL), lane)) for lane in LANES),
     ]:
         try:
             print(f"  lag of {group} on {topic}: {group_lag(settings, group, topic)}", file=sys.stderr)

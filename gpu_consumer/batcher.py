@@ -17,7 +17,7 @@ from schemas.model_config import InputRole, ModelConfig, TensorSpec
 
 
 @dataclass(frozen=True)
-class BatchPolicy:
+class BatchSettings:
     """How the records of one poll window are cut into executed batches."""
 
     max_batch_size: int
@@ -49,7 +49,7 @@ def bucket_of(length: int, buckets: Sequence[int]) -> int:
 
 
 def plan_batches(
-    lengths: Sequence[int], policy: BatchPolicy, buckets: Sequence[int] = (), pad_to_bucket: bool = False
+    lengths: Sequence[int], policy: BatchSettings, buckets: Sequence[int] = (), pad_to_bucket: bool = False
 ) -> list[list[int]]:
     """Indices of the window's records per executed batch (TEI's approach).
 

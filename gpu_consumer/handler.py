@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_consumer.batcher import (
-    BatchPolicy,
+    BatchSettings,
     PaddedBatch,
     bucket_of,
     carried_input,
@@ -111,7 +111,7 @@ def prepare(
     config: ModelConfig,
     topics: Topics,
     window_id: str,
-    policy: BatchPolicy | None = None,
+    policy: BatchSettings | None = None,
 ) -> Window:
     """Decode and check every record, sort by length and cut into padded batches (plan_batches).
 
@@ -119,7 +119,7 @@ def prepare(
     (image models, foreign producers, dlq replays). A record that cannot be decoded or fed to this
     model is dead-lettered here; a record of a pack alone, its neighbours run."""
     formed = now_us()
-    policy = policy or BatchPolicy(engine.max_batch_size)
+    policy = policy or BatchSettings(engine.max_batch_size)
     valid, dead = decode_sources(sources, config, topics)
     text = config.tokenizer is not None
     lengths = [len(item.array) if text else 0 for item in valid]
@@ -358,7 +358,7 @@ def handle_window(
     config: ModelConfig,
     topics: Topics,
     window_id: str,
-    policy: BatchPolicy | None = None,
+    policy: BatchSettings | None = None,
     on_executed: Callable[[Executed], None] = lambda run: None,
 ) -> list[OutRecord]:
     """prepare, execute and emit one window, one step after the other: results and dead letters.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafka_io.topology import Priority
+from kafka_io.topology import Lane
 
 DEFAULT_BULK_SHARE = 0.1
 # Engine seconds after which past service counts half: long enough to average over many windows,
@@ -34,7 +34,7 @@ class EngineTime:
     live_s: float = 0.0
     bulk_s: float = 0.0
 
-    def served(self, lane: Priority, seconds: float, half_life_s: float = HALF_LIFE_S) -> EngineTime:
+    def served(self, lane: Lane, seconds: float, half_life_s: float = HALF_LIFE_S) -> EngineTime:
         """This record of service after `lane` had the engine for `seconds` more."""
         if seconds < 0:
             raise ValueError(f"engine seconds must be >= 0, got {seconds}")
@@ -51,7 +51,7 @@ class EngineTime:
         return None if total <= 0 else self.bulk_s / total
 
 
-def next_lane(live_pending: bool, bulk_pending: bool, recent: EngineTime, bulk_share: float) -> Priority | None:
+def next_lane(live_pending: bool, bulk_pending: bool, recent: EngineTime, bulk_share: float) -> Lane | None:
     """The lane the next window comes from, or None when neither has a record waiting."""
     if not (live_pending and bulk_pending):
         return "live" if live_pending else "bulk" if bulk_pending else None

@@ -27,7 +27,7 @@ from kafka_io.metrics import (
 )
 from kafka_io.polling import Assignment, consumer_lag
 from kafka_io.records import OutRecord
-from kafka_io.topology import PRIORITIES, Priority
+from kafka_io.topology import LANES, Lane
 from runtime.metrics_endpoint import MetricsEndpoint
 from schemas import now_us
 
@@ -111,13 +111,13 @@ class GpuMetrics:
     def tick(self, consumer: Consumer, assignment: Assignment) -> None:
         """After every poll: the consumer lag, refreshed every LAG_EVERY_S."""
 
-    def executed(self, run: Executed, lane: Priority = "bulk") -> None:
+    def executed(self, run: Executed, lane: Lane = "bulk") -> None:
         """An executed batch of `lane` whose results were just produced (emit thread)."""
 
     def produced(self, records: Sequence[OutRecord]) -> None:
         """Records handed to the producer."""
 
-    def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Priority) -> None:
+    def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Lane) -> None:
         """A causal LM's completion of `tokens` tokens whose result was just produced (emit thread)."""
 
     def engine_busy(self, seconds: float) -> None:
@@ -132,8 +132,8 @@ class PrometheusGpuMetrics(GpuMetrics):
         self._padded = BATCH_PADDED_TOKENS.labels(model)
         self._real_tokens, self._padded_tokens = REAL_TOKENS.labels(model), PADDED_TOKENS.labels(model)
         self._busy, self._inference = ENGINE_BUSY.labels(model), INFERENCE.labels(model)
-        self._lane_engine = {lane: LANE_ENGINE.labels(model, lane) for lane in PRIORITIES}
-        self._end_to_end = {lane: END_TO_END.labels(model, lane) for lane in PRIORITIES}
+        self._lane_engine = {lane: LANE_ENGINE.labels(model, lane) for lane in LANES}
+        self._end_to_end = {lane: END_TO_END.labels(model, lane) for lane in LANES}
         self._windows = WINDOWS_IN_FLIGHT.labels(model)
         self._generated = GENERATED_TOKENS.labels(model)
         # both series there at 0 before any completion, as the dashboard's rates expect
@@ -152,7 +152,7 @@ class PrometheusGpuMetrics(GpuMetrics):
         if self._lag_due.due():
             self.traffic.lag(consumer_lag(consumer, assignment.assigned))
 
-    def executed(self, run: Executed, lane: Priority = "bulk") -> None:
+    def executed(self, run: Executed, lane: Lane = "bulk") -> None:
         batch = run.batch
         seconds = (run.finished_us - run.started_us) / 1e6
         self._size.observe(batch.size)
@@ -173,7 +173,7 @@ class PrometheusGpuMetrics(GpuMetrics):
     def produced(self, records: Sequence[OutRecord]) -> None:
         self.traffic.produced_records(records)
 
-    def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Priority) -> None:
+    def completed(self, tokens: int, finish_reason: str, submitted_us: int | None, lane: Lane) -> None:
         self._generated.inc(tokens)
         self._completions[finish_reason].inc()
         if submitted_us:

@@ -31,7 +31,7 @@ from kafka_io.clients import Producer
 from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import TP, OutRecord
-from kafka_io.topology import Priority, Topics
+from kafka_io.topology import Lane, Topics
 from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ PROBE_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
-class PipelineConfig:
+class PipelineSettings:
     max_in_flight: int = 4  # windows between poll and commit
     delivery_timeout_s: float = 30.0  # a window's deliveries unconfirmed this long: the broker is gone
 
@@ -72,11 +72,11 @@ class Pipeline:
         config: ModelConfig,
         topics: Topics,
         new_producer: Callable[[], Producer],
-        settings: PipelineConfig | None = None,
+        settings: PipelineSettings | None = None,
         metrics: GpuMetrics | None = None,
         skip_job: Callable[[str, int | None], bool] = lambda job_id, submission: False,
     ) -> None:
-        self.settings = settings or PipelineConfig()
+        self.settings = settings or PipelineSettings()
         self._skip_job = skip_job
         self.ledger = Ledger()
         self._metrics = metrics or GpuMetrics()
@@ -93,15 +93,15 @@ class Pipeline:
         # it would never run under continuous live traffic. Within a lane the order is the poll
         # order, and the ledger still commits over the confirmed prefix, so no partition's
         # offsets reorder.
-        self._to_engine: queue.PriorityQueue[tuple[int, int, tuple[Entry, Window, Priority, bool] | None]] = (
+        self._to_engine: queue.PriorityQueue[tuple[int, int, tuple[Entry, Window, Lane, bool] | None]] = (
             queue.PriorityQueue()
         )
         self._submitted = 0  # the tie-break that keeps each lane first in, first out
-        self._queued: dict[tuple[Priority, int], int] = {}  # windows not started yet, per lane and rank
+        self._queued: dict[tuple[Lane, int], int] = {}  # windows not started yet, per lane and rank
         self._queued_lock = threading.Lock()
         # the engine's recent seconds per lane, for the bulk-share guard (set by the engine thread)
         self.engine_time = EngineTime()
-        self._to_emit: queue.Queue[tuple[Entry, Window, Priority, Executed | Poisoned | Marker] | None] = queue.Queue()
+        self._to_emit: queue.Queue[tuple[Entry, Window, Lane, Executed | Poisoned | Marker] | None] = queue.Queue()
         self._error: BaseException | None = None
         self._threads = [
             threading.Thread(target=self._guard(self._engine_loop), name="nearline-engine", daemon=True),
@@ -117,7 +117,7 @@ class Pipeline:
         window: Window,
         offsets: dict[TP, int],
         records: int,
-        lane: Priority = "bulk",
+        lane: Lane = "bulk",
         contended: bool = False,
         generation: int = 0,
     ) -> None:

@@ -27,19 +27,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Ledger
 from gpu_consumer.metrics import GpuMetrics
-from gpu_consumer.pipeline import Pipeline, PipelineConfig
+from gpu_consumer.pipeline import Pipeline, PipelineSettings
 from kafka_io.clients import Consumer, Producer
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, commit_offsets, records_in, window_offsets
 from kafka_io.records import ConsumedRecord
-from kafka_io.topology import Priority, Topics
+from kafka_io.topology import Lane, Topics
 from kafka_io.transactions import (
     OpenTransaction,
     TransactionAbortedError,
@@ -68,7 +68,7 @@ class Inference:
     engine: Engine | None  # None for a causal LM, whose engine runs through GenerationStep
     config: ModelConfig
     topics: Topics
-    policy: BatchPolicy
+    policy: BatchSettings
     worker_id: str  # windows are named <worker_id>-<n>, n counting this worker's windows
     # (job id, submission) of records not to run (cancelled, or past their deadline), asked again
     # as a queued window reaches the engine: kafka_io.cancellations.Cancellations.skips_submission
@@ -78,33 +78,15 @@ class Inference:
         return f"{self.worker_id}-{n}"
 
 
-class CommitStep(Protocol):
-    """Takes the loop's windows and owns their commit. `stats.windows` counts the windows taken,
-    `stats.records` the records committed."""
-
-    stats: WorkerStats
+class EngineFlow(Protocol):
+    """What the window loop asks of the work ahead of the engine: the lane picker
+    (gpu_consumer/lanes.py) which lane has room, windows() whether to close a window early or
+    hold it open."""
 
     @property
     def engine_time(self) -> EngineTime:
         """The lanes' recent engine seconds, of windows picked while both lanes waited (lanes.py)."""
         ...
-
-    def submit(
-        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
-    ) -> None:
-        """Run `sources` (the window less cancelled jobs' records); commit `window`'s offsets once
-        their outputs are stored."""
-        ...
-
-    def tick(self) -> None:
-        """After every poll, also while no record comes."""
-        ...
-
-    def idle(self) -> None:
-        """After a poll that left no record waiting."""
-        ...
-
-    def before_revoke(self) -> None: ...
 
     def has_room(self, lane: str) -> bool:
         """Whether a window of `lane` may be taken now."""
@@ -121,6 +103,54 @@ class CommitStep(Protocol):
     def window_waiting(self, lane: str) -> bool:
         """A window of `lane` closed now would not run any sooner: windows() holds it open."""
         ...
+
+
+class SerialFlow:
+    """The flow of a step that runs each window before the loop polls the next: room always,
+    nothing queued, no reason to hurry or hold a window."""
+
+    def __init__(self) -> None:
+        self.engine_time = EngineTime()  # set by the step as it runs each window
+
+    def has_room(self, lane: str) -> bool:
+        return True
+
+    def queued(self, lane: str) -> int:
+        return 0
+
+    def engine_idle(self) -> bool:
+        return False
+
+    def window_waiting(self, lane: str) -> bool:
+        return False
+
+
+class CommitStep(Protocol):
+    """Takes the loop's windows and owns their commit. `stats.windows` counts the windows taken,
+    `stats.records` the records committed; `flow` answers the loop's questions about the work in
+    flight."""
+
+    stats: WorkerStats
+
+    @property
+    def flow(self) -> EngineFlow: ...
+
+    def submit(
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Lane, contended: bool
+    ) -> None:
+        """Run `sources` (the window less cancelled jobs' records); commit `window`'s offsets once
+        their outputs are stored."""
+        ...
+
+    def tick(self) -> None:
+        """After every poll, also while no record comes."""
+        ...
+
+    def idle(self) -> None:
+        """After a poll that left no record waiting."""
+        ...
+
+    def before_revoke(self) -> None: ...
 
     def finish(self) -> bool:
         """At the end of the windows: commit what was taken. False: the commit was undone, and
@@ -140,23 +170,22 @@ class PipelinedStep:
         incarnation: BrokerIncarnation,
         inference: Inference,
         new_producer: Callable[[], Producer],
-        settings: PipelineConfig,
+        settings: PipelineSettings,
         metrics: GpuMetrics,
     ) -> None:
         self.stats = WorkerStats()
         self._consumer, self._inference = consumer, inference
         self._assignment, self._incarnation = assignment, incarnation
         assert inference.engine is not None
-        self._flow = Pipeline(
+        # its engine_time is set by the engine thread; an idle engine starts on what has come
+        # instead of waiting out the linger for more, and a window queued behind a busy engine
+        # lets the next one gather until it starts
+        self.flow = self._flow = Pipeline(
             inference.engine, inference.config, inference.topics, new_producer, settings, metrics, inference.skip_job
         )
 
-    @property
-    def engine_time(self) -> EngineTime:
-        return self._flow.engine_time  # set by the engine thread
-
     def submit(
-        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Lane, contended: bool
     ) -> None:
         work = self._inference
         assert work.engine is not None
@@ -188,20 +217,6 @@ class PipelinedStep:
             return
         if not self._flow.finish(partial(self._commit, ask=False)):
             log.warning("windows still unconfirmed at revoke; their records will be consumed again")
-
-    def has_room(self, lane: str) -> bool:
-        return self._flow.has_room(lane)
-
-    def queued(self, lane: str) -> int:
-        return self._flow.queued(lane)
-
-    def engine_idle(self) -> bool:
-        # An idle engine starts on what has come instead of waiting out the linger for more.
-        return self._flow.engine_idle()
-
-    def window_waiting(self, lane: str) -> bool:
-        # A window queued behind a busy engine lets the next one gather until it starts.
-        return self._flow.window_waiting(lane)
 
     def finish(self) -> bool:
         self._flow.finish(self._commit)
@@ -246,7 +261,7 @@ class TransactionalStep:
         incarnation: BrokerIncarnation,
         inference: Inference,
         new_producer: Callable[[], Producer],
-        settings: PipelineConfig,
+        settings: PipelineSettings,
         metrics: GpuMetrics,
     ) -> None:
         self.stats = WorkerStats()
@@ -254,7 +269,7 @@ class TransactionalStep:
         self._assignment, self._inference, self._metrics = assignment, inference, metrics
         self._max_windows = settings.max_in_flight
         self._txn = self._open(new_producer())
-        self._engine_time = EngineTime()
+        self.flow = SerialFlow()  # the loop runs each window before it polls the next
         metrics.follow(lambda: len(self._txn.windows))
 
     def _replace(self, exc: TransactionWedgedError) -> None:
@@ -268,12 +283,8 @@ class TransactionalStep:
     def _open(self, producer: Producer) -> OpenTransaction:
         return OpenTransaction(producer, self._consumer, max_windows=self._max_windows, max_age_s=TRANSACTION_AGE_S)
 
-    @property
-    def engine_time(self) -> EngineTime:
-        return self._engine_time
-
     def submit(
-        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Lane, contended: bool
     ) -> None:
         work = self._inference
         assert work.engine is not None
@@ -288,7 +299,7 @@ class TransactionalStep:
             partial(self._metrics.executed, lane=lane),
         )
         if contended:  # the share is of the time both lanes wanted the engine
-            self._engine_time = self._engine_time.served(lane, time.perf_counter() - started)
+            self.flow.engine_time = self.flow.engine_time.served(lane, time.perf_counter() - started)
         try:
             self._txn.add(window, out)
         except TransactionWedgedError as exc:  # a fatal producer, not fenced: replaced
@@ -310,18 +321,6 @@ class TransactionalStep:
 
     def before_revoke(self) -> None:
         self._commit()
-
-    def has_room(self, lane: str) -> bool:
-        return True  # the loop runs each window before it polls the next
-
-    def queued(self, lane: str) -> int:
-        return 0
-
-    def engine_idle(self) -> bool:
-        return False
-
-    def window_waiting(self, lane: str) -> bool:
-        return False
 
     def finish(self) -> bool:
         return self._commit()

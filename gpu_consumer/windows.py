@@ -35,7 +35,7 @@ HURRY_CHECK_S = 0.005
 
 
 @dataclass(frozen=True)
-class WindowLimits:
+class WindowSettings:
     """max_records counts records, not Kafka records: a pack (schemas/packs.py) counts as the
     records its `records` header names, and is never split across windows."""
 
@@ -80,7 +80,7 @@ class WindowRules:
 
 
 def windows(
-    consumer: Consumer, assignment: Assignment, limits: WindowLimits, rules: WindowRules = WindowRules()
+    consumer: Consumer, assignment: Assignment, limits: WindowSettings, rules: WindowRules = WindowRules()
 ) -> Iterator[list[ConsumedRecord]]:
     """Yield poll windows of records under the caller's `rules` (WindowRules). `tick` runs after
     every poll, also while no record comes (the pipelined worker commits finished windows there);
@@ -187,7 +187,7 @@ class _Gathering:
     """windows()' state between polls and the questions it asks of it (windows()' docstring has
     the rules): which lane a window is gathered from, how long to poll, whether the window closes."""
 
-    def __init__(self, consumer: Consumer, assignment: Assignment, limits: WindowLimits, rules: WindowRules) -> None:
+    def __init__(self, consumer: Consumer, assignment: Assignment, limits: WindowSettings, rules: WindowRules) -> None:
         self._consumer, self._assignment, self._limits, self._rules = consumer, assignment, limits, rules
         self._linger_s = limits.max_linger_ms / 1000.0
         self.held = _Held(rules.lane_of)

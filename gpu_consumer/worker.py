@@ -32,19 +32,19 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from gpu_consumer.batcher import BatchPolicy, default_window
+from gpu_consumer.batcher import BatchSettings, default_window
 from gpu_consumer.engines.factory import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.engines.protocol import Engine
-from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
+from gpu_consumer.generation.engine import GenerationEngine, GenerationSettings
 from gpu_consumer.generation.main_thread import drive_on_main, engine_threads_on
 from gpu_consumer.generation.step import Engines, GenerationStep
 from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
 from gpu_consumer.metrics import GpuMetrics, model_metrics, start_endpoint
-from gpu_consumer.pipeline import PipelineConfig
+from gpu_consumer.pipeline import PipelineSettings
 from gpu_consumer.postprocess import STEPS
 from gpu_consumer.steps import CommitStep, Inference, PipelinedStep, TransactionalStep, WorkerStats
 from gpu_consumer.vocabulary import vocabulary_size
-from gpu_consumer.windows import WindowLimits, WindowRules, windows
+from gpu_consumer.windows import WindowRules, WindowSettings, windows
 from kafka_io.cancellations import Cancellations
 from kafka_io.clients import (
     Consumer,
@@ -61,7 +61,7 @@ from kafka_io.records import Headers
 from kafka_io.result_cache import cache_topic
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
-from kafka_io.topology import PRIORITIES, Topics
+from kafka_io.topology import LANES, Topics
 from kafka_io.transactions import make_transactional_producer
 from runtime.cpus import host_cpus
 from runtime.heap import settle_heap
@@ -78,14 +78,14 @@ def _run_everything(headers: Headers) -> bool:
 
 
 @dataclass(frozen=True)
-class LoopOptions:
-    """How run() loops, besides what it consumes and runs (Inference) and how it polls (WindowLimits)."""
+class LoopSettings:
+    """How run() loops, besides what it consumes and runs (Inference) and how it polls (WindowSettings)."""
 
     drain: bool = False  # return once every assigned partition is caught up
     should_stop: Callable[[], bool] = lambda: False  # asked after every poll (SIGTERM)
     transactional: bool = False  # exactly-once: TransactionalStep, else PipelinedStep
     skip: Callable[[Headers], bool] = _run_everything  # a cancelled job's records: consumed, not run
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     metrics: GpuMetrics | None = None
     bulk_share: float = DEFAULT_BULK_SHARE  # the bulk lane's share of engine time (LanePicker)
     incarnation: BrokerIncarnation | None = None  # a broker that restarts without its state
@@ -99,12 +99,12 @@ def run(
     assignment: Assignment,
     new_producer: Callable[[], Producer],
     inference: Inference,
-    limits: WindowLimits,
-    options: LoopOptions | None = None,
+    limits: WindowSettings,
+    options: LoopSettings | None = None,
 ) -> WorkerStats:
     """Consume-infer-produce-commit until told to stop. Windows come from one lane at a time, the
     live lane first while the bulk lane keeps `bulk_share` of the engine time (gpu_consumer/lanes.py)."""
-    options = options or LoopOptions()
+    options = options or LoopSettings()
     metrics = options.metrics or GpuMetrics()
     settings, should_stop, skip, topics = options.pipeline, options.should_stop, options.skip, inference.topics
     broker = options.incarnation or BrokerIncarnation()
@@ -130,14 +130,15 @@ def run(
         metrics.tick(consumer, assignment)
 
     assignment.before_revoke = step.before_revoke
-    picker = LanePicker(options.bulk_share, lambda: step.engine_time, step.has_room, step.queued)
+    flow = step.flow
+    picker = LanePicker(options.bulk_share, lambda: flow.engine_time, flow.has_room, flow.queued)
     rules = WindowRules(
         drain=options.drain,
         should_stop=should_stop,
         tick=tick,
         idle=step.idle,
-        hurry=step.engine_idle,
-        hold=step.window_waiting,
+        hurry=flow.engine_idle,
+        hold=flow.window_waiting,
         lane_of=topics.lane_of,
         pick=picker,
     )
@@ -172,13 +173,13 @@ class GpuWorkerSettings:
     drain: bool = False
     exactly_once: bool = False
     instance_id: str | None = None  # the transactional id's suffix; None: the host name
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
     sole_consumer: bool = False
     metrics: MetricsEndpoint | None = None
     bulk_share: float = DEFAULT_BULK_SHARE
     group_protocol: str = "classic"
     kv_cache_tokens: int | None = None  # causal LMs: the KV cache's size in tokens; None: the engine's default
-    eager: bool = False  # causal LMs: no graph compilation (GenerationLimits.eager)
+    eager: bool = False  # causal LMs: no graph compilation (GenerationSettings.eager)
     engine_cpus: frozenset[int] | None = None  # causal LMs on the CPU: the engine's own CPUs (main_thread.py)
 
 
@@ -187,7 +188,7 @@ def serve(
     topics: Topics,
     repository: Path,
     worker: GpuWorkerSettings,
-    policy: BatchPolicy | None = None,
+    policy: BatchSettings | None = None,
     engine: Engine | None = None,
     generator: GenerationEngine | None = None,
 ) -> WorkerStats:
@@ -224,7 +225,7 @@ def serve(
     kind = resolved_kind(config, worker.engine_kind) if engine is None else engine.name
     if policy is None:
         rows, tokens = batch_limits(config, kind, worker.max_batch_size, worker.max_batch_tokens)
-        policy = BatchPolicy(rows, tokens)
+        policy = BatchSettings(rows, tokens)
     if policy.max_batch_size > config.max_batch_size and not (
         kind == "cuda-torch" and policy.max_batch_tokens is not None
     ):
@@ -248,7 +249,7 @@ def _consume(
     config: ModelConfig,
     worker: GpuWorkerSettings,
     engine: Engine | None,
-    policy: BatchPolicy,
+    policy: BatchSettings,
     stop: threading.Event,
     generation: Engines | None = None,
 ) -> WorkerStats:
@@ -257,9 +258,9 @@ def _consume(
     running = generation.first if generation is not None else engine
     engine_name = running.name if running is not None else "none"
     reports = model_metrics(config.name, config.version, engine_name) if metrics is not None else GpuMetrics()
-    limits = WindowLimits(worker.max_window or default_window(policy.max_batch_size), worker.max_linger_ms)
+    limits = WindowSettings(worker.max_window or default_window(policy.max_batch_size), worker.max_linger_ms)
     tensors = topics.tensors(model)
-    lane_topics = [topics.lane(tensors, p) for p in PRIORITIES]  # both lanes, in one group
+    lane_topics = [topics.lane(tensors, p) for p in LANES]  # both lanes, in one group
     ensure_topics(
         settings,
         [
@@ -293,7 +294,7 @@ def _consume(
     log.info("gpu worker %s serving %s:%s with %s", worker_id, config.name, config.version, engine_name)
     settle_heap()  # the engine, its libraries and the clients: never scanned by the collector again
     try:
-        options = LoopOptions(
+        options = LoopSettings(
             drain=worker.drain,
             should_stop=stop.is_set,
             transactional=worker.exactly_once,
@@ -331,8 +332,8 @@ def _serve_generator(
     if worker.exactly_once:
         raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
     if given is not None:
-        return _consume(settings, topics, config, worker, None, BatchPolicy(1), stop, Engines(given))
-    limits = GenerationLimits(max_sequences=worker.max_batch_size or config.max_batch_size, eager=worker.eager)
+        return _consume(settings, topics, config, worker, None, BatchSettings(1), stop, Engines(given))
+    limits = GenerationSettings(max_sequences=worker.max_batch_size or config.max_batch_size, eager=worker.eager)
     if worker.kv_cache_tokens is not None:
         limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
     build = partial(make_generator, config, worker.engine_kind, limits, driven=True)
@@ -343,7 +344,7 @@ def _serve_generator(
     def loop(renew: Callable[[], GenerationEngine]) -> WorkerStats:
         engine.warmup()  # before subscribing: a broken model must not hold partitions
         # after an engine failure, another (built on the main thread, warmed by the step)
-        return _consume(settings, topics, config, worker, None, BatchPolicy(1), stop, Engines(engine, renew))
+        return _consume(settings, topics, config, worker, None, BatchSettings(1), stop, Engines(engine, renew))
 
     try:
         return drive_on_main(engine, build, loop, loop_cpus)

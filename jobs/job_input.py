@@ -26,7 +26,7 @@ from jobs.input_problems import (
     unreadable_input,
 )
 from kafka_io.records import OutRecord, job_record
-from kafka_io.topology import DEFAULT_PRIORITY, Priority, Topics
+from kafka_io.topology import DEFAULT_LANE, Lane, Topics
 from producers.formats import AUTO, JSON_LINES, LINES, OPENAI_BATCH, suffix_format, table_titles
 from producers.images import (
     MAX_IMAGE_BYTES,
@@ -45,7 +45,7 @@ from producers.sniffing import detect_kind, is_openai_batch_file, read_text_inpu
 from producers.table_rows import DEFAULT_COLUMNS, Columns, kept_schema, read_tables, table_kind
 from schemas import RawImage, encode, now_us
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestDefaults, RequestError
-from schemas.packs import PackLimits
+from schemas.packs import PackSettings
 
 InputKind = Literal["auto", "text", "image"]
 Record = InputRecord | ImageRecord
@@ -60,12 +60,12 @@ STDIN = Path("<stdin>")
 # Where a submission's texts are cut into packs in raw.text (schemas/packs.py: 128 texts or 512 KiB,
 # far under Kafka's default 1 MB message.max.bytes). $NEARLINE_PACK_RECORDS and
 # $NEARLINE_PACK_BYTES set others for every command that writes raw.text (pack_limits_from_env),
-# e.g. for a broker whose message.max.bytes is lower; JobOptions(pack_limits=...) in code (jobs/submit.py).
-DEFAULT_PACK_LIMITS = PackLimits()
+# e.g. for a broker whose message.max.bytes is lower; JobSettings(pack_limits=...) in code (jobs/submit.py).
+DEFAULT_PACK_LIMITS = PackSettings()
 ENV_PACK_RECORDS, ENV_PACK_BYTES = "NEARLINE_PACK_RECORDS", "NEARLINE_PACK_BYTES"
 
 
-def pack_limits_from_env(environ: Mapping[str, str] = os.environ) -> PackLimits:
+def pack_limits_from_env(environ: Mapping[str, str] = os.environ) -> PackSettings:
     """DEFAULT_PACK_LIMITS, with what $NEARLINE_PACK_RECORDS and $NEARLINE_PACK_BYTES set; a
     ValueError names a value that is not a whole number of at least 1."""
     limits = {}
@@ -292,7 +292,7 @@ class JobInput:
                     kept.append(item)
         return valid, errors, kept
 
-    def raw_topic(self, topics: Topics, priority: Priority = DEFAULT_PRIORITY) -> str:
+    def raw_topic(self, topics: Topics, priority: Lane = DEFAULT_LANE) -> str:
         return topics.lane(topics.raw_image if self.kind == "image" else topics.raw_text, priority)
 
     def out_records(
@@ -303,7 +303,7 @@ class JobInput:
         late: list[InputError] | None = None,
         submitted_at: int | None = None,
         records: list[Record] | None = None,
-        limits: PackLimits | None = None,
+        limits: PackSettings | None = None,
     ) -> Iterator[OutRecord]:
         """The valid records, encoded: `records` when validate_keeping kept them, else the input
         read again. Texts go out in packs (schemas/packs.py) cut by `limits`, each a Kafka record

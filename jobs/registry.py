@@ -22,7 +22,7 @@ from kafka_io.records import ConsumedRecord, Headers, submission_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import jobs_topic
-from kafka_io.topology import Priority, Topics
+from kafka_io.topology import Lane, Topics
 from results.outcome import JobFold, JobOutcome
 from results.usage import Usage
 from schemas import Job, SerdeError, decode, encode, now_us
@@ -235,7 +235,7 @@ def has_labels(job: Job, labels: Mapping[str, str]) -> bool:
     return all(job.labels.get(key) == value for key, value in labels.items())
 
 
-def job_lane(job: Job) -> Priority:
+def job_lane(job: Job) -> Lane:
     return "live" if job.priority == "live" else "bulk"
 
 

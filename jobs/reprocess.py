@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from gpu_consumer.batcher import BatchPolicy, default_window
+from gpu_consumer.batcher import BatchSettings, default_window
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.handler import handle_window
 from jobs.registry import JobNotFoundError, find_job, job_lane
@@ -59,7 +59,7 @@ def reprocess(
     config = load_model_config(repository, model, version)
     # a live job's tensors are in the live lane's topic
     topic = topics.lane(topics.tensors(model), job_lane(find_job(settings, topics, job_id)))
-    policy = BatchPolicy(config.max_batch_size)
+    policy = BatchSettings(config.max_batch_size)
     engine, producer = None, None
     done = read = 0
     for window in in_windows(job_tensors(settings, topic, job_id), default_window(config.max_batch_size)):

@@ -20,11 +20,11 @@ from kafka_io.reading import read_range
 from kafka_io.records import NO_REUSE_HEADER, OutRecord, records_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
-from kafka_io.topology import DEFAULT_PRIORITY, Priority, Topics
+from kafka_io.topology import DEFAULT_LANE, Lane, Topics
 from producers import InputError
 from schemas import Job, now_us
 from schemas.model_config import check_model_name
-from schemas.packs import PackLimits
+from schemas.packs import PackSettings
 
 
 class SubmitInterruptedError(BrokerUnavailableError):
@@ -68,10 +68,10 @@ def backlog(
     topics: Topics,
     model: str,
     raw_topic: str,
-    priority: Priority = DEFAULT_PRIORITY,
+    priority: Lane = DEFAULT_LANE,
     *,
     packed: bool = True,
-    pack_limits: PackLimits | None = None,
+    pack_limits: PackSettings | None = None,
 ) -> dict[str, int]:
     """Records submitted but not yet consumed, in the job's lane: by the preprocess app, and by the
     model's GPU group (a live job is not refused for a batch backfill it will overtake). `packed`:
@@ -141,7 +141,7 @@ def pipeline_topics(topics: Topics, model: str) -> list[TopicSpec]:
 
 
 @dataclass(frozen=True)
-class JobOptions:
+class JobSettings:
     """How a job is submitted, besides its input and its model."""
 
     job_id: str | None = None  # None: a new one (new_job_id)
@@ -150,8 +150,8 @@ class JobOptions:
     max_backlog: int | None = None  # refuse the job while the pipeline holds more records than this
     schedule: str | None = None  # the schedule that submitted it (jobs/scheduling/)
     attributes: Mapping[str, str] | None = None  # the job's own attributes (a schedule's tick)
-    priority: Priority = DEFAULT_PRIORITY
-    pack_limits: PackLimits | None = None  # None: pack_limits_from_env
+    priority: Lane = DEFAULT_LANE
+    pack_limits: PackSettings | None = None  # None: pack_limits_from_env
     terms: JobTerms = field(default_factory=JobTerms)  # labels, completion window, webhook
 
 
@@ -176,7 +176,7 @@ def check_backlog(
     max_backlog: int,
     *,
     packed: bool,
-    options: JobOptions,
+    options: JobSettings,
 ) -> None:
     """BacklogRefusedError when a job of `valid` records would take the pipeline's backlog in its
     lane (backlog) past max_backlog, or is itself larger, which no wait and no worker would let in."""
@@ -194,7 +194,7 @@ def check_backlog(
         )
 
 
-def job_row(job_id: str, model: str, source: JobInput, count: int, submitted_at: int, options: JobOptions) -> Job:
+def job_row(job_id: str, model: str, source: JobInput, count: int, submitted_at: int, options: JobSettings) -> Job:
     """The registry row of a submission of `count` records, made at submitted_at."""
     return Job(
         job_id,
@@ -219,7 +219,7 @@ def submit(
     topics: Topics,
     source: JobInput,
     model: str,
-    options: JobOptions | None = None,
+    options: JobSettings | None = None,
     validated: Validated | None = None,
 ) -> SubmitReport:
     """Produce every valid record of `source` to raw.text or raw.image as one job: texts in packs
@@ -230,7 +230,7 @@ def submit(
     caller ran it (JobInput.validate_keeping); else it is run here, keeping the records, so the
     input is read and parsed once.
     """
-    options = options or JobOptions()
+    options = options or JobSettings()
     job_id, skip_invalid, topic, max_backlog = options.job_id, options.skip_invalid, options.topic, options.max_backlog
     priority, pack_limits = options.priority, options.pack_limits
     check_model_name(model)

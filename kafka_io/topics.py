@@ -21,7 +21,7 @@ from kafka_io.clients import as_refusal, make_admin, unanswered
 from kafka_io.errors import BrokerUnavailableError, TopicConfigError
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.settings import KafkaSettings
-from kafka_io.topology import PRIORITIES, Topics
+from kafka_io.topology import LANES, Topics
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +75,13 @@ class TopicSpec:
 def lanes(topics: Topics, spec: TopicSpec) -> list[TopicSpec]:
     """A stage topic (raw text/image, a model's tensors) in every lane: the live twin is born with
     the batch topic's partitions and config, so the group reading both scales the same on each."""
-    return [
-        TopicSpec(topics.lane(spec.name, p), spec.partitions, spec.replication_factor, spec.config) for p in PRIORITIES
-    ]
+    return [TopicSpec(topics.lane(spec.name, p), spec.partitions, spec.replication_factor, spec.config) for p in LANES]
 
 
 def model_topics_problem(topics: Topics, model: str) -> str | None:
     """Why Kafka could not hold the tensors topics of a model named `model` in `topics`' namespace
     (name_problem: too long, an illegal character), or None."""
-    for name in (topics.lane(topics.tensors(model), p) for p in PRIORITIES):
+    for name in (topics.lane(topics.tensors(model), p) for p in LANES):
         problem = name_problem(name)
         if problem is not None:
             return f"its topic {name} cannot be created: {problem}"

@@ -13,9 +13,9 @@ ENV_NAMESPACE = "NEARLINE_NAMESPACE"
 # A job's priority lane: live records are served before bulk ones at every stage. Each
 # stage topic has one topic per lane (Topics.lane), so Kafka keeps the lanes apart and a worker
 # can pause one lane's partitions without touching the other's.
-Priority = Literal["live", "bulk"]
-PRIORITIES: tuple[Priority, ...] = ("live", "bulk")  # serving order
-DEFAULT_PRIORITY: Priority = "bulk"
+Lane = Literal["live", "bulk"]
+LANES: tuple[Lane, ...] = ("live", "bulk")  # serving order
+DEFAULT_LANE: Lane = "bulk"
 LIVE_PREFIX = "live."
 
 
@@ -81,7 +81,7 @@ class Topics:
         the result as a GPU worker wrote it to results (docs/reuse.md)."""
         return self.name(f"cache.{model}")
 
-    def lane(self, topic: str, priority: Priority) -> str:
+    def lane(self, topic: str, priority: Lane) -> str:
         """The `priority` lane of a stage topic (raw_text, raw_image, tensors(model)): the bulk lane
         is the topic itself, the live lane its twin named `live.<topic>` inside the namespace (a
         prefix, not a suffix: a model may be named `x.live`, no stage topic starts with `live.`)."""
@@ -91,7 +91,7 @@ class Topics:
         assert topic.startswith(prefix), f"{topic!r} is not a topic of namespace {self.namespace!r}"
         return self.name(LIVE_PREFIX + topic[len(prefix) :])
 
-    def lane_of(self, topic: str) -> Priority:
+    def lane_of(self, topic: str) -> Lane:
         """The lane of a stage topic of this namespace, told by its name alone."""
         return _lane_of(self.namespace, topic)
 
@@ -104,6 +104,6 @@ class Topics:
 
 
 @cache  # asked twice for every record a GPU worker polls, of a handful of topics: ~1 us a call unmade
-def _lane_of(namespace: str, topic: str) -> Priority:
+def _lane_of(namespace: str, topic: str) -> Lane:
     prefix = f"{namespace}." if namespace else ""
     return "live" if topic.startswith(prefix + LIVE_PREFIX) else "bulk"

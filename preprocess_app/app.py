@@ -34,7 +34,7 @@ from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of, try_ensure_topics
-from kafka_io.topology import PRIORITIES, Priority, Topics
+from kafka_io.topology import LANES, Lane, Topics
 from preprocess_app.acks import ConfirmedAcks
 from preprocess_app.faust_patches import drain_eagerly, ride_out_outages, take_every_partition, tick_take
 from preprocess_app.image import preprocess_images
@@ -125,7 +125,7 @@ def create_app(
     ride_out_outages()
     app = _faust_app(settings, topics, datadir, worker.session_timeout_s)
     if worker.sole_consumer:
-        raws = [topics.lane(t, lane) for t in (topics.raw_text, topics.raw_image) for lane in PRIORITIES]
+        raws = [topics.lane(t, lane) for t in (topics.raw_text, topics.raw_image) for lane in LANES]
         take_every_partition(app, {t: partitions_of(settings, t) for t in raws})
     drain_eagerly(app)
     batches = Batches(app, settings, topics, worker, metrics or PreprocessMetrics())
@@ -157,7 +157,7 @@ def create_app(
     # One agent per kind and lane, live first: each has its own stream buffer (faust stops
     # fetching a partition whose buffer fills, that partition only) and its own backpressure, so
     # live records never queue behind a backfill. The same group reads every lane's topic.
-    for lane in PRIORITIES:
+    for lane in LANES:
         for raw, step, size in (
             (topics.raw_text, texts, worker.text_batch),
             (topics.raw_image, images, worker.image_batch),
@@ -230,7 +230,7 @@ class Batches:
     async def refresh_lag_metrics(self) -> None:
         await self.metrics.refresh_lag(self.app.consumer)
 
-    async def wait_for_gpus(self, lane: Priority) -> None:
+    async def wait_for_gpus(self, lane: Lane) -> None:
         """Backpressure per lane: a backfill whose GPU group lags holds the bulk lane only."""
         if lane not in held_lanes(self.lag, self.topics, self.max_tensor_lag):
             return

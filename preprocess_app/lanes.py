@@ -1,4 +1,4 @@
-"""Priority lanes in the preprocess worker: which lane a record is in, and which lanes may go on.
+"""Lane lanes in the preprocess worker: which lane a record is in, and which lanes may go on.
 
 A record's lane is the topic it came from (kafka_io.topology.Topics.lane): the live twin of a raw
 topic is `live.<raw topic>`, and a record's tensors go to the same lane of its model's tensors
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka_io.topology import LIVE_PREFIX, PRIORITIES, Priority, Topics
+from kafka_io.topology import LANES, LIVE_PREFIX, Lane, Topics
 
 
-def topic_lane(topics: Topics, topic: str) -> Priority:
+def topic_lane(topics: Topics, topic: str) -> Lane:
     """The lane of a stage topic of `topics`' namespace, told by its name alone."""
     return topics.lane_of(topic)
 
@@ -32,12 +32,12 @@ def model_of_tensors(topics: Topics, topic: str) -> str:
     return batch_topic(topics, topic)[len(topics.tensors("")) :]
 
 
-def held_lanes(lags: Mapping[str, int], topics: Topics, max_lag: int | None) -> frozenset[Priority]:
+def held_lanes(lags: Mapping[str, int], topics: Topics, max_lag: int | None) -> frozenset[Lane]:
     """The lanes whose preprocessing waits: those with a tensors topic whose GPU group lags more
     than `max_lag` records behind it. Per lane, so a batch backlog never pauses live records."""
     if max_lag is None:
         return frozenset()
-    return frozenset(p for p in PRIORITIES if any(n > max_lag for t, n in lags.items() if topic_lane(topics, t) == p))
+    return frozenset(p for p in LANES if any(n > max_lag for t, n in lags.items() if topic_lane(topics, t) == p))
 
 
 class RecordsPerPack:

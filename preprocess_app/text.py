@@ -38,7 +38,15 @@ from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
 from schemas.model_config import ModelConfig, ModelError, ModelNotFoundError
-from schemas.packs import PackHead, PackLimits, RawTextPack, kind_of, pack_spans, read_raw_text_pack, tensor_pack_bytes
+from schemas.packs import (
+    PackHead,
+    PackSettings,
+    RawTextPack,
+    kind_of,
+    pack_spans,
+    read_raw_text_pack,
+    tensor_pack_bytes,
+)
 from schemas.raw_text_bytes import RawTextParts, read_raw_text
 
 # Tokenizers read the whole text before truncating, so a 10 MB text costs seconds for 256 tokens.
@@ -155,7 +163,7 @@ def preprocess_texts(
     sources: Sequence[ConsumedRecord],
     models: ModelLookup,
     topics: Topics,
-    limits: PackLimits | None = None,
+    limits: PackSettings | None = None,
     max_value_bytes: int = MAX_VALUE_BYTES,
     reuse: ReuseLookup | None = None,
 ) -> list[OutRecord]:
@@ -167,7 +175,7 @@ def preprocess_texts(
     `max_value_bytes` (the broker's record limit): it is cut smaller, and a record too large alone
     is dead-lettered."""
     started = now_us()
-    limits = limits or PackLimits()
+    limits = limits or PackSettings()
     out: list[OutRecord] = []
     for name, groups in _read(sources, topics, out).items():
         try:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from kafka_io.records import OutRecord, pack_record
 from producers.inputs import InputRecord
-from schemas.packs import PackLimits, raw_text_pack_bytes
+from schemas.packs import PackSettings, raw_text_pack_bytes
 
 
 class TextPacker:
@@ -20,7 +20,7 @@ class TextPacker:
     framing): every pack's Kafka value is at most max_bytes, unless one text alone is larger,
     which is then a pack of its own."""
 
-    def __init__(self, job_id: str, model: str, topic: str, submitted_at: int, limits: PackLimits) -> None:
+    def __init__(self, job_id: str, model: str, topic: str, submitted_at: int, limits: PackSettings) -> None:
         self._job_id, self._model, self._topic, self._submitted_at = job_id, model, topic, submitted_at
         self._limits = limits
         self._budget = limits.max_bytes - (_PACK_ENVELOPE + len(job_id.encode()) + len(model.encode()))

@@ -2,7 +2,7 @@
 
 outcome.py (one entry per record, however often the topics repeat it; JSON of a result),
 spill.py (the job's results and dead letters between reading and writing, in memory or on
-disk, in input order), rows.py (JSON Lines written a window at a time), columnar.py (Parquet
+disk, in input order), rows.py (JSON Lines written a chunk of rows at a time), columnar.py (Parquet
 and Arrow IPC), output.py (where `-o` goes and in which format), kept_columns.py (a table's
 kept input columns), usage.py (what a job used), timings.py (the stage timestamps `profile` and
 `report` read), submitted.py (a submission's records by id), error_file.py and openai_batch.py

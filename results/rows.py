@@ -1,13 +1,13 @@
-"""A job's records written out from their encoded values, a window at a time: what `results`
+"""A job's records written out from their encoded values, a chunk at a time: what `results`
 spends a record on.
 
 A record is not decoded whole into a dict and an InferenceResult with its outputs rounded and
-written one by one: a window of results whose outputs share one layout
+written one by one: a chunk of results whose outputs share one layout
 (every result of one model version) has each output's data joined into one matrix, converted
 and rounded in one numpy call, and each line is a small dict of a matrix row given to orjson; a
 Parquet or Arrow row group takes the row views as they are. The lines and columns are the same
 as jobs/results.to_json's and jobs/columnar.ResultColumns.add's (tested byte for byte); a record
-that does not fit the window's layout (labels, another model version's outputs, a scalar output,
+that does not fit the chunk's layout (labels, another model version's outputs, a scalar output,
 a generation's text, a dead letter, another writer schema) is decoded whole and written that way.
 """
 
@@ -31,8 +31,8 @@ from schemas.records import now_us, tensor_array
 
 log = logging.getLogger(__name__)
 
-# Records a window: a matrix of 1,024 MiniLM embeddings is 1.5 MiB in float32 (3 MiB rounded).
-WINDOW = 1024
+# Records a chunk: a matrix of 1,024 MiniLM embeddings is 1.5 MiB in float32 (3 MiB rounded).
+CHUNK = 1024
 # Lines joined before a write: ~70 KiB of MiniLM lines a write(), not one write a 4.4 KiB line.
 # Under malloc's mmap threshold (128 KiB by default) on purpose: 1 MiB joins came from fresh mmapped pages
 # and page faults ate the gain. Writing 20,000 lines on the 2-core EPYC: text file, a write a
@@ -96,15 +96,15 @@ def unwritable(value: bytes, error: ValueError) -> DeadLetter:
     )
 
 
-def _windows(rows: Iterable[OutputRow]) -> Iterator[list[OutputRow]]:
-    window: list[OutputRow] = []
+def _chunks(rows: Iterable[OutputRow]) -> Iterator[list[OutputRow]]:
+    chunk: list[OutputRow] = []
     for row in rows:
-        window.append(row)
-        if len(window) >= WINDOW:
-            yield window
-            window = []
-    if window:
-        yield window
+        chunk.append(row)
+        if len(chunk) >= CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 # A reused result's `reused` stamp as Avro writes a map key (its length, zigzag, then the bytes):
@@ -125,9 +125,9 @@ def _body(row: OutputRow) -> ResultBody | None:
 
 
 def _matrices(
-    window: list[OutputRow], bodies: list[ResultBody | None], for_json: bool
+    chunk: list[OutputRow], bodies: list[ResultBody | None], for_json: bool
 ) -> tuple[list[int], list[np.ndarray]]:
-    """The window's rows whose outputs share the first such row's layout, and each output as one
+    """The chunk's rows whose outputs share the first such row's layout, and each output as one
     matrix of theirs ([rows, *shape]): float64 rounded to 8 decimals for JSON (as JSON Lines
     writes them), else in their own dtype."""
     first = next((b for b in bodies if b is not None), None)
@@ -137,7 +137,7 @@ def _matrices(
     members = [i for i, b in enumerate(bodies) if b is not None and b.outputs == layout]
     matrices = []
     for k, (name, dtype, shape) in enumerate(layout):
-        joined = b"".join([memoryview(window[i].value)[slice(*bodies[i].spans[k])] for i in members])  # type: ignore[union-attr]
+        joined = b"".join([memoryview(chunk[i].value)[slice(*bodies[i].spans[k])] for i in members])  # type: ignore[union-attr]
         count = int(np.prod(shape, dtype=np.int64)) * len(members)
         try:
             matrix = tensor_array(name, dtype, (count,), joined).reshape((len(members), *shape))
@@ -147,11 +147,11 @@ def _matrices(
     return members, matrices
 
 
-def jsonl_lines(window: list[OutputRow], kept: KeptColumns | None) -> list[bytes]:
-    """The window's lines, in its order."""
-    bodies = [_body(row) for row in window]
-    members, matrices = _matrices(window, bodies, for_json=True)
-    lines: list[bytes | None] = [None] * len(window)
+def jsonl_lines(chunk: list[OutputRow], kept: KeptColumns | None) -> list[bytes]:
+    """The chunk's lines, in its order."""
+    bodies = [_body(row) for row in chunk]
+    members, matrices = _matrices(chunk, bodies, for_json=True)
+    lines: list[bytes | None] = [None] * len(chunk)
     if members:
         names = [name for name, _, _ in bodies[members[0]].outputs]  # type: ignore[union-attr]
         for j, i in enumerate(members):
@@ -162,14 +162,14 @@ def jsonl_lines(window: list[OutputRow], kept: KeptColumns | None) -> list[bytes
             for name, matrix in zip(names, matrices, strict=True):
                 line[name] = matrix[j]
             lines[i] = dumps_line(finish_line(line, head.model_version, body.attributes, kept))
-    return [line if line is not None else json_line(row.item(), kept) for line, row in zip(lines, window, strict=True)]
+    return [line if line is not None else json_line(row.item(), kept) for line, row in zip(lines, chunk, strict=True)]
 
 
 def write_jsonl_rows(rows: Iterable[OutputRow], write: Any, kept: KeptColumns | None) -> int:
     """Every row as a JSON line, through write(bytes); returns the lines."""
     n = 0
-    for window in _windows(rows):
-        lines = jsonl_lines(window, kept)
+    for chunk in _chunks(rows):
+        lines = jsonl_lines(chunk, kept)
         for start in range(0, len(lines), _LINES_PER_WRITE):
             write(b"".join(lines[start : start + _LINES_PER_WRITE]))
         n += len(lines)
@@ -184,19 +184,19 @@ def write_columnar_rows(
     kept: KeptColumns | None,
 ) -> int:
     """The rows to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time
-    (results/columnar.py): results of the example's layout as row views of one matrix a window,
+    (results/columnar.py): results of the example's layout as row views of one matrix a chunk,
     others decoded whole; example (any result of the job, None if it has none) sets the columns,
     and kept adds the input's kept columns. Returns the rows written."""
     from results.columnar import ResultColumns, RowGroups
 
     columns = ResultColumns(example, kept)
     with RowGroups(columns, out, fmt) as groups:
-        for window in _windows(rows):
-            bodies = [_body(row) for row in window]
-            members, matrices = _matrices(window, bodies, for_json=False) if columns.tensors else ([], [])
+        for chunk in _chunks(rows):
+            bodies = [_body(row) for row in chunk]
+            members, matrices = _matrices(chunk, bodies, for_json=False) if columns.tensors else ([], [])
             fits = bool(members) and columns.fits(bodies[members[0]].outputs)  # type: ignore[union-attr]
             fast = dict(zip(members, range(len(members)), strict=True)) if fits else {}
-            for i, row in enumerate(window):
+            for i, row in enumerate(chunk):
                 j = fast.get(i)
                 body = bodies[i]
                 if j is not None and body is not None:

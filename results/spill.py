@@ -2,7 +2,7 @@
 them out: held in memory as their encoded values while they fit (MEMORY_BYTES), else in a
 temporary sqlite file, one row per record id, read back in input order through an index, so
 memory stays bounded for jobs larger than RAM. Results are kept as the bytes they came as and
-written out from them in windows (results/rows.py), never decoded into dicts one by one.
+written out from them in chunks (results/rows.py), never decoded into dicts one by one.
 
 The rules are JobOutcome's (the first copy wins, the newest model version wins unless one is asked
 for, a result replaces a dead letter, only the given submission counts); what differs is where
@@ -171,7 +171,7 @@ class ResultSpill:
         return None if found is None else (found[0], found[1])
 
     def _add_result(self, value: bytes, submitted: int | None, body: ResultBody | None, read: bool) -> None:
-        # The encoded value is kept as it came: the output is written from its bytes in windows
+        # The encoded value is kept as it came: the output is written from its bytes in chunks
         # (results/rows.py). Its leading fields and layout are read by hand (`body` when its
         # chunk's reading did, else here when `read`); the submission from the header the GPU
         # worker writes (the result's own `submitted` stamp: a header naming another submission

@@ -3,7 +3,7 @@
 
 Every Kafka record costs the broker, the client and each poll loop about the same whatever it
 holds: a short text's record cost faust's consumer alone about what tokenizing it costs
-(docs/benchmarks.md). A pack pays that once for up to PackLimits.max_records texts. The envelope
+(docs/benchmarks.md). A pack pays that once for up to PackSettings.max_records texts. The envelope
 goes through fastavro once a pack; inside it the columns are arrays (texts as Avro strings,
 sequence numbers, token ids and their offsets as little-endian buffers read as numpy views), so no
 record needs a Python object of its own until a stage wants one.
@@ -67,7 +67,7 @@ def records_held(claimed: int, value: bytes | None) -> int:
 
 
 @dataclass(frozen=True)
-class PackLimits:
+class PackSettings:
     """Where packs are cut: at max_records records or once max_bytes of payload are in."""
 
     max_records: int = PACK_RECORDS
@@ -80,7 +80,7 @@ class PackLimits:
             raise ValueError(f"max_bytes must be >= 1, got {self.max_bytes}")
 
 
-def pack_spans(sizes: Sequence[int], limits: PackLimits) -> list[tuple[int, int]]:
+def pack_spans(sizes: Sequence[int], limits: PackSettings) -> list[tuple[int, int]]:
     """Contiguous [start, end) spans of records, each a pack: cut at max_records, and before the
     record that would take a pack past max_bytes (a record larger than that is a pack alone)."""
     spans: list[tuple[int, int]] = []

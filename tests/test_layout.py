@@ -290,7 +290,7 @@ def test_the_check_sees_a_confluent_type_taken_through_kafka_io(tmp_path: Path) 
 
 
 # A function that takes more than this many parameters takes a frozen settings object instead
-# (GpuWorkerSettings, JobOptions, WaitRules...). A CLI command's function takes one parameter per
+# (GpuWorkerSettings, JobSettings, WaitRules...). A CLI command's function takes one parameter per
 # option, as click passes them; so does the wrapper that gathers a command's shared options.
 MAX_PARAMETERS = 8
 

@@ -46,7 +46,7 @@ class GenerationEngine(Protocol):
 
 
 @dataclass(frozen=True)
-class GenerationLimits:
+class GenerationSettings:
     """How much the engine holds at once: sequences decoded together, the KV cache's tokens (its
     blocks: `page_size` tokens each), and the tokens one forward step computes (prompt chunks and
     one token per decoding sequence). `eager`: no graph capture or compilation (vLLM's
@@ -60,7 +60,7 @@ class GenerationLimits:
     eager: bool = False
 
 
-def kv_blocks(limits: GenerationLimits) -> int:
+def kv_blocks(limits: GenerationSettings) -> int:
     """The KV cache's blocks: kv_cache_tokens rounded up to whole pages (at least 2)."""
     return max(2, -(-limits.kv_cache_tokens // limits.page_size))
 

@@ -7,7 +7,7 @@ import importlib.util
 
 from gpu_consumer import ENCODER_ENGINES, GENERATION_ENGINES
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationEngine, GenerationLimits
+from gpu_consumer.generation.engine import GenerationEngine, GenerationSettings
 from schemas.model_config import ModelConfig
 
 
@@ -24,7 +24,7 @@ def generator_kind(kind: str = "auto") -> str:
 
 
 def make_generator(
-    config: ModelConfig, kind: str = "auto", limits: GenerationLimits | None = None, driven: bool = False
+    config: ModelConfig, kind: str = "auto", limits: GenerationSettings | None = None, driven: bool = False
 ) -> GenerationEngine:
     """`driven`: an engine that can be stepped by the caller's thread (a DrivenEngine) starts no
     thread of its own for it; the caller drives it (main_thread.py)."""

@@ -15,7 +15,7 @@ from gpu_consumer.generation.requests import GenerationRequest
 from gpu_consumer.handler import Item
 from gpu_consumer.ledger import Entry
 from kafka_io.records import OutRecord
-from kafka_io.topology import Priority
+from kafka_io.topology import Lane
 
 
 @dataclass(eq=False)
@@ -26,7 +26,7 @@ class Window:
     formed_us: int
     window_id: str
     waiting: int  # records submitted and not finished
-    lane: Priority
+    lane: Lane
 
 
 @dataclass(eq=False)

@@ -43,7 +43,7 @@ from kafka_io.clients import Consumer, Producer
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, records_in, window_offsets
 from kafka_io.records import ConsumedRecord
-from kafka_io.topology import Priority
+from kafka_io.topology import Lane
 from schemas import now_us
 from schemas.errors import TensorFormatError
 from schemas.generation_request import SAMPLING_ATTRIBUTE
@@ -94,6 +94,33 @@ class Engines:
     renew: Callable[[], GenerationEngine] | None = None
 
 
+class PromptFlow:
+    """What the window loop asks of the prompts in flight (the EngineFlow of gpu_consumer/steps.py)."""
+
+    def __init__(self, flight: InFlight) -> None:
+        self._flight = flight
+        self.engine_time = EngineTime()  # every lane's prompts share the running batch: no lane waits for another's
+
+    def has_room(self, lane: str) -> bool:
+        """Bulk prompts are taken while the engine has at most an eighth of its sequences waiting
+        beside those it decodes, so a live prompt (taken up to twice that) waits for few of them
+        in the engine's first-come queue: it joins the running batch within a few steps."""
+        flight = self._flight
+        with flight.lock:
+            return not flight.isolating and len(flight.running) < room(flight.engine.max_sequences, lane)
+
+    def queued(self, lane: str) -> int:
+        return 0  # prompts go to the engine as they are polled
+
+    def engine_idle(self) -> bool:
+        flight = self._flight
+        with flight.lock:  # fewer sequences than the engine decodes at once: a prompt waiting would join now
+            return len(flight.running) < flight.engine.max_sequences
+
+    def window_waiting(self, lane: str) -> bool:
+        return False
+
+
 class GenerationStep:
     """At-least-once for causal LMs (the CommitStep protocol of gpu_consumer/steps.py)."""
 
@@ -118,6 +145,7 @@ class GenerationStep:
         self._context = config.generation.context_length
         self._metrics, self._skip_job = metrics, inference.skip_job
         self._flight = InFlight(engines.first)
+        self.flow = PromptFlow(self._flight)
         self._emitter = Emitter(config, topics)
         self._delivery_timeout_s = delivery_timeout_s
         self.ledger = Ledger()
@@ -126,14 +154,10 @@ class GenerationStep:
         self._keys = 0
         self._emit_thread = EmitThread(self._flight, self._sender, self.ledger, self._emitter, metrics, engines.renew)
 
-    @property
-    def engine_time(self) -> EngineTime:
-        return EngineTime()  # every lane's prompts share the running batch: no lane waits for another's
-
     # --- main thread ---
 
     def submit(
-        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Priority, contended: bool
+        self, window: list[ConsumedRecord], sources: Sequence[ConsumedRecord], lane: Lane, contended: bool
     ) -> None:
         self.check()
         window_id = f"{self._worker_id}-{self.stats.windows}"
@@ -202,25 +226,6 @@ class GenerationStep:
             return
         if not self._finish(lambda: self._commit(ask=False)):
             log.warning("prompts still unfinished at revoke; they will be consumed and generated again")
-
-    def has_room(self, lane: str) -> bool:
-        """Bulk prompts are taken while the engine has at most an eighth of its sequences waiting
-        beside those it decodes, so a live prompt (taken up to twice that) waits for few of them
-        in the engine's first-come queue: it joins the running batch within a few steps."""
-        flight = self._flight
-        with flight.lock:
-            return not flight.isolating and len(flight.running) < room(flight.engine.max_sequences, lane)
-
-    def queued(self, lane: str) -> int:
-        return 0  # prompts go to the engine as they are polled
-
-    def engine_idle(self) -> bool:
-        flight = self._flight
-        with flight.lock:  # fewer sequences than the engine decodes at once: a prompt waiting would join now
-            return len(flight.running) < flight.engine.max_sequences
-
-    def window_waiting(self, lane: str) -> bool:
-        return False
 
     def finish(self) -> bool:
         self._finish(self._commit)

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, kv_blocks, warm_up
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationSettings, generation_of, kv_blocks, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.sampling import seeded_sampler
 from gpu_consumer.generation.stops import StopWatch, finished
@@ -36,7 +36,7 @@ from schemas.model_config import ModelConfig
 log = logging.getLogger(__name__)
 
 
-def batching_config(limits: GenerationLimits) -> Any:
+def batching_config(limits: GenerationSettings) -> Any:
     """transformers' ContinuousBatchingConfig for our limits (the benchmarks' engine alone runs with
     it too): its block size is `page_size` from transformers 5.18, `block_size` before (5.17, the
     GPU image's)."""
@@ -60,9 +60,11 @@ class TransformersEngine:
 
     name = "transformers"
 
-    def __init__(self, config: ModelConfig, limits: GenerationLimits | None = None, device: str | None = None) -> None:
+    def __init__(
+        self, config: ModelConfig, limits: GenerationSettings | None = None, device: str | None = None
+    ) -> None:
         spec = generation_of(config)
-        limits = limits or GenerationLimits()
+        limits = limits or GenerationSettings()
         self.max_sequences = limits.max_sequences
         self.kv_tokens = kv_blocks(limits) * limits.page_size
         self._eos = frozenset(spec.eos_token_ids)

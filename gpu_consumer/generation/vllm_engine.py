@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, generation_of, kv_blocks, warm_up
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationSettings, generation_of, kv_blocks, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.stops import StopWatch, finished
 from schemas.model_config import ModelConfig
@@ -74,7 +74,7 @@ def kv_bytes_per_token(folder: Path, dtype_bytes: int) -> int:
         raise EngineLoadError(f"{folder / 'config.json'}: cannot size the KV cache: {exc!r}") from None
 
 
-def engine_args(config: ModelConfig, limits: GenerationLimits, device: str) -> dict[str, Any]:
+def engine_args(config: ModelConfig, limits: GenerationSettings, device: str) -> dict[str, Any]:
     """vLLM's EngineArgs for a model of the repository under our limits (the benchmark's vLLM alone
     runs with the same): token ids in and out, float32 on the CPU, the KV cache sized in bytes."""
     assert config.generation is not None
@@ -117,13 +117,13 @@ class VllmEngine:
     def __init__(
         self,
         config: ModelConfig,
-        limits: GenerationLimits | None = None,
+        limits: GenerationSettings | None = None,
         device: str | None = None,
         driven: bool = False,
     ) -> None:
         """`driven`: no driver thread is started; the caller's thread steps the engine in drive()."""
         generation = generation_of(config)
-        limits = limits or GenerationLimits()
+        limits = limits or GenerationSettings()
         self.max_sequences = limits.max_sequences
         self.kv_tokens = kv_blocks(limits) * limits.page_size
         self._eos = frozenset(generation.eos_token_ids)

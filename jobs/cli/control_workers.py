@@ -51,12 +51,12 @@ def worker_scheduler(
 
     from jobs.control_worker import serve
     from jobs.scheduling.metrics import scheduler_metrics
-    from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+    from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
     from runtime.service import say_stamped
 
     settings = require_servers(bootstrap_servers, probe=False)  # probed once its metrics port is bound
     reports = scheduler_metrics(metrics)
-    config = SchedulerConfig(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
+    config = SchedulerSettings(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
     serve(
         settings,
         lambda: Scheduler(settings, Topics(namespace), config, on_event=say_stamped, metrics=reports),
@@ -177,19 +177,19 @@ def worker_notifier(
     import socket
 
     from jobs.control_worker import serve
-    from jobs.notifications.delivery import RetryPolicy
+    from jobs.notifications.delivery import RetrySettings
     from jobs.notifications.metrics import notifier_metrics
-    from jobs.notifications.notifier import Notifier, NotifierConfig
+    from jobs.notifications.notifier import Notifier, NotifierSettings
     from jobs.notifications.signing import SecretError, SigningKeys, read_secret_file
-    from jobs.notifications.targets import TargetPolicy
+    from jobs.notifications.targets import TargetSettings
     from runtime.service import say_stamped
 
     try:
-        retry = RetryPolicy(first_retry_s, max_retry_s, max_attempts, give_up_after_s)
+        retry = RetrySettings(first_retry_s, max_retry_s, max_attempts, give_up_after_s)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        targets = TargetPolicy.of(allow_private_targets, allow_targets)
+        targets = TargetSettings.of(allow_private_targets, allow_targets)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--allow-target'") from None
     try:
@@ -205,7 +205,7 @@ def worker_notifier(
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise click.BadParameter(f"cannot read {signing_secret_file}: {why}", param_hint=hint) from None
     signing = SigningKeys(given.keys + from_file.keys)
-    config = NotifierConfig(
+    config = NotifierSettings(
         instance_id or socket.gethostname(),
         retry,
         timeout_s=timeout_s,

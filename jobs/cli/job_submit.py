@@ -39,8 +39,8 @@ from jobs.cli.validators import (
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
 from jobs.job_terms import JobTerms
-from jobs.submit import JobOptions, SubmitReport, submit
-from kafka_io.topology import Priority, Topics
+from jobs.submit import JobSettings, SubmitReport, submit
+from kafka_io.topology import Lane, Topics
 from producers.table_rows import Columns
 from results.output import OutputFormat, leads_to_input
 
@@ -88,7 +88,7 @@ def run(
     max_batch_tokens: int | None,
     max_window: int | None,
     max_linger_ms: float,
-    priority: Priority,
+    priority: Lane,
     terms: JobTerms,
     bootstrap_servers: str,
     namespace: str,
@@ -207,7 +207,7 @@ class Submission:
     model: str
     job_id: str | None
     skip_invalid: bool
-    priority: Priority
+    priority: Lane
     bootstrap_servers: str
     namespace: str
     terms: JobTerms = field(default_factory=JobTerms)
@@ -230,7 +230,7 @@ def as_submission(f: Callable[..., Any]) -> Callable[..., Any]:
         model: str | None,
         job_id: str | None,
         skip_invalid: bool,
-        priority: Priority,
+        priority: Lane,
         bootstrap_servers: str,
         namespace: str,
         terms: JobTerms | None = None,
@@ -271,7 +271,7 @@ def _submit(job: Submission, *, topic: str | None = None, max_backlog: int | Non
         topics,
         source,
         job.model,
-        JobOptions(job.job_id, job.skip_invalid, topic, max_backlog, priority=priority, terms=job.terms),
+        JobSettings(job.job_id, job.skip_invalid, topic, max_backlog, priority=priority, terms=job.terms),
     )
     for error in report.skipped:
         click.echo(f"skipped: {error}", err=True)

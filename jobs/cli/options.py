@@ -16,7 +16,7 @@ import click
 from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP
-from kafka_io.topology import DEFAULT_PRIORITY, ENV_NAMESPACE, PRIORITIES
+from kafka_io.topology import DEFAULT_LANE, ENV_NAMESPACE, LANES
 from producers.formats import AUTO, FORMAT_NAMES, auto_help
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
@@ -233,8 +233,8 @@ def priority_option(f: Callable[..., Any]) -> Callable[..., Any]:
     at every stage; bulk keeps a minimum share of the engine (`nearline worker gpu --bulk-share`)."""
     return click.option(
         "--priority",
-        type=click.Choice(PRIORITIES),
-        default=DEFAULT_PRIORITY,
+        type=click.Choice(LANES),
+        default=DEFAULT_LANE,
         show_envvar=True,
         help="Lane: live jobs overtake bulk ones (a backfill) at every stage.",
     )(f)

@@ -208,7 +208,7 @@ def worker_gpu(
     model_repository: Path,
 ) -> None:
     """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
-    from gpu_consumer.pipeline import PipelineConfig
+    from gpu_consumer.pipeline import PipelineSettings
     from gpu_consumer.worker import GpuWorkerSettings, serve
 
     worker = GpuWorkerSettings(
@@ -222,7 +222,7 @@ def worker_gpu(
         drain=drain,
         exactly_once=exactly_once,
         instance_id=instance_id,
-        pipeline=PipelineConfig(max_in_flight=max_windows_in_flight),
+        pipeline=PipelineSettings(max_in_flight=max_windows_in_flight),
         sole_consumer=sole_consumer,
         metrics=metrics,
         bulk_share=bulk_share,

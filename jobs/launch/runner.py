@@ -19,7 +19,7 @@ from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
 from jobs.registry import CancelWatch
-from jobs.submit import JobOptions, SubmitReport, pipeline_topics, submit
+from jobs.submit import JobSettings, SubmitReport, pipeline_topics, submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_not_refused
 from kafka_io.errors import KAFKA_FAULTS
@@ -28,7 +28,7 @@ from kafka_io.offsets import group_lag
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
-from kafka_io.topology import DEFAULT_PRIORITY, PRIORITIES, Priority, Topics
+from kafka_io.topology import DEFAULT_LANE, LANES, Lane, Topics
 from results.kept_columns import KeptColumns
 from results.outcome import JobFold, JobOutcome
 from results.spill import ResultSpill
@@ -266,7 +266,7 @@ def _gpu_backlog(settings: KafkaSettings, topics: Topics, model: str) -> int | N
     (schemas/packs.py), and whether any wait is all the watchdog asks; the message says which."""
     tensors, group = topics.tensors(model), topics.gpu_group(model)
     try:
-        return sum(group_lag(settings, group, topics.lane(tensors, lane)) for lane in PRIORITIES)
+        return sum(group_lag(settings, group, topics.lane(tensors, lane)) for lane in LANES)
     except KAFKA_FAULTS:
         return None
 
@@ -315,7 +315,7 @@ class RunSettings:
     worker_args: tuple[str, ...] = ()  # more arguments of the embedded GPU worker
     timeout_s: float | None = None
     worker_grace_s: float = 30.0  # on a cluster: how long the job may wait for a GPU worker to join
-    priority: Priority = DEFAULT_PRIORITY
+    priority: Lane = DEFAULT_LANE
     terms: JobTerms = field(default_factory=JobTerms)  # labels, completion window, webhook
 
 
@@ -368,7 +368,7 @@ def run_job(
             topics,
             source,
             model,
-            JobOptions(run.job_id, run.skip_invalid, priority=run.priority, terms=run.terms),
+            JobSettings(run.job_id, run.skip_invalid, priority=run.priority, terms=run.terms),
             (valid, errors, records),
         )
         log(f"submitted {report.submitted} record{'' if report.submitted == 1 else 's'} as job {report.job_id}")

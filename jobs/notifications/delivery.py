@@ -30,7 +30,7 @@ from jobs.job_terms import webhook_problem
 from jobs.notifications.claims import NotificationState
 from jobs.notifications.exchange import NotResolved, Refused, Reply, Request, Unanswered, exchange
 from jobs.notifications.signing import SigningKeys
-from jobs.notifications.targets import ALLOW_HINT, TargetPolicy
+from jobs.notifications.targets import ALLOW_HINT, TargetSettings
 from jobs.printable import shown
 
 # The most of a refusing receiver's answer kept in the reason: enough to read, never a page.
@@ -38,7 +38,7 @@ ANSWER_EXCERPT_CHARS = 200
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RetrySettings:
     """When a failed notification is tried again, and when it is given up."""
 
     first_retry_s: float = 1.0
@@ -91,12 +91,12 @@ class Answer:
 
 
 @dataclass(frozen=True)
-class DeliveryConfig:
+class DeliverySettings:
     """How the notifier POSTs: the deadline of one exchange, the addresses it may reach, the keys
     it signs with."""
 
     timeout_s: float = 10.0
-    targets: TargetPolicy = field(default_factory=TargetPolicy)
+    targets: TargetSettings = field(default_factory=TargetSettings)
     signing: SigningKeys = field(default_factory=SigningKeys)
 
 
@@ -109,7 +109,7 @@ def user_agent() -> str:
     return f"nearline/{version}"
 
 
-def post(url: str, body: bytes, idempotency_key: str, config: DeliveryConfig) -> Answer:
+def post(url: str, body: bytes, idempotency_key: str, config: DeliverySettings) -> Answer:
     """POST `body` to `url` once, within config.timeout_s all told; never raises for what the URL
     or the receiver does."""
     problem = webhook_problem(url, f"'{shown_url(url)}'")  # status shows it to whoever reads the registry

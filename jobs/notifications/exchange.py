@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from jobs.notifications.targets import Address, TargetPolicy, ip_of
+from jobs.notifications.targets import Address, TargetSettings, ip_of
 
 Resolved = tuple[int, tuple[object, ...]]  # (address family, socket address), as getaddrinfo gives them
 
@@ -137,7 +137,7 @@ def resolve(host: str, port: int, deadline: Deadline) -> list[Resolved]:
     return found
 
 
-def permitted(addresses: list[Resolved], policy: TargetPolicy) -> list[Resolved]:
+def permitted(addresses: list[Resolved], policy: TargetSettings) -> list[Resolved]:
     """The addresses the policy lets a POST reach, in the resolver's order; Refused if none."""
     allowed: list[Resolved] = []
     first_refused: tuple[Address, str] | None = None
@@ -196,7 +196,7 @@ def _connect(sockaddr: Resolved, deadline: Deadline) -> socket.socket:
     return sock
 
 
-def exchange(request: Request, policy: TargetPolicy, timeout_s: float) -> Reply:
+def exchange(request: Request, policy: TargetSettings, timeout_s: float) -> Reply:
     """POST once within `timeout_s`, all told. Raises NotResolved, Refused (nothing was sent) or
     Unanswered (no complete answer head came in time)."""
     deadline = Deadline(timeout_s)

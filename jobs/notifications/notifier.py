@@ -45,12 +45,12 @@ from jobs.notifications.claims import (
     notification_key,
     submission_of,
 )
-from jobs.notifications.delivery import Answer, DeliveryConfig, RetryPolicy, post, redacted
+from jobs.notifications.delivery import Answer, DeliverySettings, RetrySettings, post, redacted
 from jobs.notifications.endings import Endings
 from jobs.notifications.metrics import NotifierMetrics
 from jobs.notifications.posts import Attempt, InFlight, receiver_of
 from jobs.notifications.signing import SigningKeys
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.targets import TargetSettings
 from jobs.outages import OutageLog, step_until_stopped
 from jobs.registry import EXPIRY_DRAIN_S, JobNotFoundError, JobState, job_status
 from kafka_io.clients import Producer, make_producer
@@ -72,9 +72,9 @@ READ_TO_END_S = 15.0  # a step that cannot read the jobs and notifications to th
 
 
 @dataclass(frozen=True)
-class NotifierConfig:
+class NotifierSettings:
     instance_id: str
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetrySettings = field(default_factory=RetrySettings)
     timeout_s: float = 10.0  # for one POST, all told: resolving, connecting, sending, the answer's head
     lease_s: float = 60.0  # silent this long, an owner's notifications may be taken over
     # A cancelled or expired job is told of this long after its cancel or deadline: its records
@@ -82,12 +82,12 @@ class NotifierConfig:
     settle_s: float = EXPIRY_DRAIN_S
     poll_s: float = 0.5
     concurrency: int = 4  # POSTs at once, one per receiver: a receiver that hangs holds up one of them only
-    targets: TargetPolicy = field(default_factory=TargetPolicy)  # by default: public addresses only
+    targets: TargetSettings = field(default_factory=TargetSettings)  # by default: public addresses only
     signing: SigningKeys = field(default_factory=SigningKeys)
 
     @property
-    def delivery(self) -> DeliveryConfig:
-        return DeliveryConfig(self.timeout_s, self.targets, self.signing)
+    def delivery(self) -> DeliverySettings:
+        return DeliverySettings(self.timeout_s, self.targets, self.signing)
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0 or self.timeout_s <= 0 or self.poll_s <= 0 or self.concurrency < 1:
@@ -99,7 +99,7 @@ class Notifier:
         self,
         settings: KafkaSettings,
         topics: Topics,
-        config: NotifierConfig,
+        config: NotifierSettings,
         on_event: Callable[[str], None] = log.info,
         metrics: NotifierMetrics | None = None,
     ) -> None:

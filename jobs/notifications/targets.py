@@ -70,7 +70,7 @@ def restricted_kind(address: Address) -> str | None:
 
 
 @dataclass(frozen=True)
-class TargetPolicy:
+class TargetSettings:
     """Which addresses the notifier may POST to: public ones always; the others only if the
     operator allows them all (allow_private) or their network (allowed)."""
 
@@ -78,7 +78,7 @@ class TargetPolicy:
     allowed: tuple[Network, ...] = ()
 
     @classmethod
-    def of(cls, allow_private: bool, networks: Iterable[str] = ()) -> TargetPolicy:
+    def of(cls, allow_private: bool, networks: Iterable[str] = ()) -> TargetSettings:
         """From the notifier's options; ValueError names a value that is not a network."""
         return cls(allow_private, tuple(parse_network(n) for n in networks))
 

@@ -27,7 +27,7 @@ from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
 from jobs.scheduling.metrics import SchedulerMetrics
 from jobs.scheduling.schedules import TickClaims
-from jobs.submit import JobOptions, submit
+from jobs.submit import JobSettings, submit
 from kafka_io.clients import Producer, make_producer
 from kafka_io.errors import KAFKA_FAULTS, BrokerUnavailableError, KafkaRefusedError
 from kafka_io.produce import produce_all
@@ -51,7 +51,7 @@ def utc_now() -> datetime:
 
 
 @dataclass(frozen=True)
-class SchedulerConfig:
+class SchedulerSettings:
     instance_id: str
     grace: timedelta = timedelta(seconds=30)  # a tick this late is still on time, not missed
     max_catch_up: int = 100
@@ -70,7 +70,7 @@ class Scheduler:
         self,
         settings: KafkaSettings,
         topics: Topics,
-        config: SchedulerConfig,
+        config: SchedulerSettings,
         clock: Clock = utc_now,
         on_event: Callable[[str], None] = log.info,
         metrics: SchedulerMetrics | None = None,
@@ -213,7 +213,7 @@ class Scheduler:
                 self.topics,
                 source,
                 schedule.model,
-                JobOptions(
+                JobSettings(
                     job_id=job_id,
                     schedule=schedule.name,
                     attributes={"tick": tick.isoformat()},

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import (
-    BatchPolicy,
+    BatchSettings,
     check_record_input,
     edge_batches,
     pad_batch,
@@ -78,29 +78,29 @@ def test_records_the_model_cannot_take_are_refused(tiny: TinyModel, ids: np.ndar
 def test_static_shape_engines_get_batches_within_one_bucket_cut_at_size_and_token_budget() -> None:
     lengths = [40, 3, 17, 5, 30, 16, 60, 4]
     buckets = (16, 32, 64)
-    plans = plan_batches(lengths, BatchPolicy(max_batch_size=2), buckets, pad_to_bucket=True)
+    plans = plan_batches(lengths, BatchSettings(max_batch_size=2), buckets, pad_to_bucket=True)
     assert [[lengths[i] for i in p] for p in plans] == [[3, 4], [5, 16], [17, 30], [40, 60]]
-    plans = plan_batches(lengths, BatchPolicy(max_batch_size=8), buckets, pad_to_bucket=True)
+    plans = plan_batches(lengths, BatchSettings(max_batch_size=8), buckets, pad_to_bucket=True)
     assert [[lengths[i] for i in p] for p in plans] == [[3, 4, 5, 16], [17, 30], [40, 60]]
     # padded to the bucket, 2 rows of bucket 32 already fill a 64-token budget
-    plans = plan_batches([20, 25, 30], BatchPolicy(8, 64), buckets, pad_to_bucket=True)
+    plans = plan_batches([20, 25, 30], BatchSettings(8, 64), buckets, pad_to_bucket=True)
     assert [len(p) for p in plans] == [2, 1]
 
 
 def test_dynamic_engines_get_sorted_batches_cut_where_padding_would_pass_the_bound() -> None:
     lengths = [100, 20, 21, 22, 50, 52, 23]
-    plans = plan_batches(lengths, BatchPolicy(max_batch_size=8, max_padding_waste=0.10))
+    plans = plan_batches(lengths, BatchSettings(max_batch_size=8, max_padding_waste=0.10))
     # 20..23 pad 6.5% of their tokens; adding 50 would make it 66%
     assert [[lengths[i] for i in p] for p in plans] == [[20, 21, 22, 23], [50, 52], [100]]
     # the token budget counts rows x the longest record
-    plans = plan_batches([30, 20, 25], BatchPolicy(8, max_batch_tokens=64, max_padding_waste=None))
+    plans = plan_batches([30, 20, 25], BatchSettings(8, max_batch_tokens=64, max_padding_waste=None))
     assert [[[30, 20, 25][i] for i in p] for p in plans] == [[20, 25], [30]]
-    unbounded = plan_batches(lengths, BatchPolicy(max_batch_size=8, max_padding_waste=None))
+    unbounded = plan_batches(lengths, BatchSettings(max_batch_size=8, max_padding_waste=None))
     assert [len(p) for p in unbounded] == [7]
 
 
 def test_images_are_chunked_in_arrival_order() -> None:
-    assert plan_batches([0] * 5, BatchPolicy(max_batch_size=2)) == [[0, 1], [2, 3], [4]]
+    assert plan_batches([0] * 5, BatchSettings(max_batch_size=2)) == [[0, 1], [2, 3], [4]]
 
 
 def test_default_length_buckets_are_powers_of_two_up_to_the_max_length(tiny: TinyModel) -> None:

@@ -13,14 +13,14 @@ import uuid
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.cache_writes import CacheWrites
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
 from gpu_consumer.steps import Inference
-from gpu_consumer.windows import WindowLimits
-from gpu_consumer.worker import LoopOptions, run
+from gpu_consumer.windows import WindowSettings
+from gpu_consumer.worker import LoopSettings, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
@@ -96,9 +96,9 @@ def drain(settings: KafkaSettings, topics: Topics, tiny: TinyModel, transactiona
             consumer,
             subscribe(consumer, [topics.tensors("tiny")]),
             new_producer,
-            Inference(OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, BatchPolicy(4), name),
-            WindowLimits(8, 20.0),
-            LoopOptions(drain=True, transactional=transactional),
+            Inference(OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, BatchSettings(4), name),
+            WindowSettings(8, 20.0),
+            LoopSettings(drain=True, transactional=transactional),
         )
     finally:
         consumer.close()
@@ -188,9 +188,9 @@ def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a
             consumer,
             subscribe(consumer, [tensors]),
             lambda: make_producer(settings),
-            Inference(None, config, topics, BatchPolicy(1), "g"),
-            WindowLimits(4, 20.0),
-            LoopOptions(drain=True, generation=Engines(EchoEngine())),
+            Inference(None, config, topics, BatchSettings(1), "g"),
+            WindowSettings(4, 20.0),
+            LoopSettings(drain=True, generation=Engines(EchoEngine())),
         )
     finally:
         consumer.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import BatchPolicy, bucket_of, make_batch, plan_batches, shaped_batch
+from gpu_consumer.batcher import BatchSettings, bucket_of, make_batch, plan_batches, shaped_batch
 from gpu_consumer.engines.factory import CUDA_BATCH_ROWS, CUDA_BATCH_TOKENS, batch_limits
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.engines.protocol import EngineLoadError
@@ -125,7 +125,7 @@ def test_under_a_token_budget_the_cuda_warmup_covers_the_batches_the_planner_for
     assert (512, 32) in shapes and (64, 256) in shapes and (128, 256) not in shapes
     assert min(rows for rows, length in shapes if length == 256) == 1  # one record alone is always a batch
     # every executed batch the planner cuts under that budget, padded to its buckets, is a captured shape
-    policy = BatchPolicy(512, 16384)
+    policy = BatchSettings(512, 16384)
     for width in (5, 20, 33, 64, 100, 200, 256):
         lengths = [width] * 700
         for rows in plan_batches(lengths, policy, minilm.buckets, pad_to_bucket=True):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpu_consumer.generation.engine import GenerationLimits
+from gpu_consumer.generation.engine import GenerationSettings
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.transformers_engine import TransformersEngine
 from schemas.model_config import ModelConfig
@@ -37,7 +37,7 @@ Engine = TransformersEngine | RemoteEngine
 def engine(
     request: pytest.FixtureRequest, tiny_generator: ModelConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engine]:
-    limits = GenerationLimits(max_sequences=8, kv_cache_tokens=8192, page_size=32, eager=True)
+    limits = GenerationSettings(max_sequences=8, kv_cache_tokens=8192, page_size=32, eager=True)
     engine: Engine = open_engine(request.param, tiny_generator, limits, tmp_path_factory.mktemp("vllm") / "log")
     yield engine
     engine.close()
@@ -143,7 +143,7 @@ def small_cache_engine(
     request: pytest.FixtureRequest, tiny_generator: ModelConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Engine]:
     """An engine whose KV cache holds 256 tokens: two of the test's requests at a time."""
-    limits = GenerationLimits(max_sequences=8, kv_cache_tokens=256, page_size=32, eager=True)
+    limits = GenerationSettings(max_sequences=8, kv_cache_tokens=256, page_size=32, eager=True)
     engine: Engine = open_engine(request.param, tiny_generator, limits, tmp_path_factory.mktemp("vllm") / "log")
     yield engine
     engine.close()

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationLimits
+from gpu_consumer.generation.engine import GenerationSettings
 from gpu_consumer.generation.engines import generator_kind
 from gpu_consumer.generation.requests import SamplingParams
 from gpu_consumer.generation.vllm_engine import engine_args, kv_bytes_per_token, vllm_sampling
@@ -60,7 +60,7 @@ def test_vllm_is_held_to_our_limits(tmp_path: Path) -> None:
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text(json.dumps(SMOLLM2))
     config = replace(CONFIG, directory=tmp_path)
-    limits = GenerationLimits(max_sequences=32, kv_cache_tokens=1000, page_size=64, step_tokens=512, eager=True)
+    limits = GenerationSettings(max_sequences=32, kv_cache_tokens=1000, page_size=64, step_tokens=512, eager=True)
     args = engine_args(config, limits, "cpu")
     # 1,000 tokens in blocks of 64, rounded up, and the block vLLM keeps back
     assert args["num_gpu_blocks_override"] == 17

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from gpu_consumer.batcher import BatchPolicy
-from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError, GenerationLimits
+from gpu_consumer.batcher import BatchSettings
+from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError, GenerationSettings
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
 from gpu_consumer.generation.transformers_engine import TransformersEngine
 from gpu_consumer.metrics import GpuMetrics, PrometheusGpuMetrics
 from gpu_consumer.steps import Inference, WorkerStats
-from gpu_consumer.windows import WindowLimits
-from gpu_consumer.worker import LoopOptions, run
+from gpu_consumer.windows import WindowSettings
+from gpu_consumer.worker import LoopSettings, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
@@ -84,9 +84,9 @@ def drain(
             consumer,
             subscribe(consumer, [topics.tensors(MODEL)]),
             lambda: make_producer(settings),
-            Inference(None, config, topics, BatchPolicy(1), "g", skip),
-            WindowLimits(window, 20.0),
-            LoopOptions(drain=True, generation=Engines(engine, new_engine), metrics=metrics),
+            Inference(None, config, topics, BatchSettings(1), "g", skip),
+            WindowSettings(window, 20.0),
+            LoopSettings(drain=True, generation=Engines(engine, new_engine), metrics=metrics),
         )
     finally:
         consumer.close()
@@ -150,7 +150,7 @@ def test_requests_become_completions_identical_to_generate(
     producer = make_producer(settings)
     produce_all(producer, [OutRecord(o.topic, o.value, o.key, o.headers) for o in out if o.topic == tensors])
 
-    limits = GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32, eager=True)
+    limits = GenerationSettings(max_sequences=4, kv_cache_tokens=4096, page_size=32, eager=True)
     engine: GenerationEngine = open_engine(kind, config, limits, tmp_path / "vllm.log")
     series = f"{MODEL}-{uuid.uuid4().hex[:8]}"  # its own series in the process-wide registry
     metrics = PrometheusGpuMetrics(series)
@@ -196,7 +196,7 @@ def test_short_requests_finish_and_are_stored_while_a_long_one_still_decodes(
         {"prompt": f"Short answer number {i}.", "params": {"max_tokens": 16}} for i in range(200)
     ]
     config = feed_without_eos(settings, topics, generator_repository, "job-c", requests)
-    engine = TransformersEngine(config, GenerationLimits(max_sequences=64, kv_cache_tokens=32768, page_size=32))
+    engine = TransformersEngine(config, GenerationSettings(max_sequences=64, kv_cache_tokens=32768, page_size=32))
     engine.warmup()
     drain(settings, topics, config, engine, 256)
     produced = {
@@ -218,7 +218,7 @@ def test_a_cancelled_job_s_sequences_stop_at_the_next_step_and_its_records_are_c
     is committed."""
     requests = [{"prompt": "Go on.", "params": {"max_tokens": 4 if i < 2 else 800}} for i in range(40)]
     config = feed_without_eos(settings, topics, generator_repository, "job-x", requests)
-    engine = TransformersEngine(config, GenerationLimits(max_sequences=8, kv_cache_tokens=65536, page_size=64))
+    engine = TransformersEngine(config, GenerationSettings(max_sequences=8, kv_cache_tokens=65536, page_size=64))
     engine.warmup()
     finished: list[str] = []
     completions = engine.completions
@@ -295,7 +295,7 @@ def test_a_prompt_that_breaks_the_engine_is_a_dead_letter_and_its_neighbours_get
     models = Models(generator_repository)
     config: ModelConfig = models(MODEL).config
     feed_without_eos(settings, topics, generator_repository, "job-p", requests)  # packed in order
-    limits = GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32)
+    limits = GenerationSettings(max_sequences=4, kv_cache_tokens=4096, page_size=32)
     made: list[FragileEngine] = []
 
     def new_engine() -> FragileEngine:
@@ -331,7 +331,7 @@ def test_a_token_id_outside_the_vocabulary_is_a_dead_letter_before_the_engine_se
     record is decoded (gpu_consumer/vocabulary.py), as for the encoders."""
     requests = [{"prompt": f"Prompt {i}", "params": {"max_tokens": 3}} for i in range(3)]
     config = feed_without_eos(settings, topics, generator_repository, "job-v", requests)
-    engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=4096, page_size=32))
+    engine = TransformersEngine(config, GenerationSettings(max_sequences=4, kv_cache_tokens=4096, page_size=32))
     engine.warmup()
     outside = 49_152 + 7  # SmolLM2's tokenizer: 49,152 ids
     ids = np.asarray([1, 504, outside, 282], dtype=np.int64)
@@ -361,7 +361,7 @@ def test_a_request_the_kv_cache_cannot_hold_is_a_dead_letter_not_a_stuck_job(
         {"prompt": "Long one.", "params": {"max_tokens": 300}},
     ]
     config = feed_without_eos(settings, topics, generator_repository, "job-k", requests)
-    engine = TransformersEngine(config, GenerationLimits(max_sequences=4, kv_cache_tokens=256, page_size=32))
+    engine = TransformersEngine(config, GenerationSettings(max_sequences=4, kv_cache_tokens=256, page_size=32))
     engine.warmup()
     stats = drain(settings, topics, config, engine, 8)
     assert stats.records == 2

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.handler import handle_window
@@ -47,7 +47,7 @@ def test_a_batch_gives_one_result_per_good_record_and_dead_letters_the_rest(tiny
         ConsumedRecord("ns.tensors.tiny", 1, 3, b"\xc3\x01" + b"\x00" * 8),
     ]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    policy = BatchPolicy(16, max_padding_waste=None)  # one batch, padded to its longest record
+    policy = BatchSettings(16, max_padding_waste=None)  # one batch, padded to its longest record
     out = handle_window(sources, engine, tiny.config, topics, "w-0", policy)
 
     results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
@@ -166,7 +166,7 @@ def test_a_window_of_a_pack_and_a_single_record_gives_one_result_per_record(tiny
         ConsumedRecord("ns.tensors.tiny", 1, 8, tensor_record(9, single)),  # a foreign producer's record
     ]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    out = handle_window(sources, engine, tiny.config, topics, "w-0", BatchPolicy(16, max_padding_waste=None))
+    out = handle_window(sources, engine, tiny.config, topics, "w-0", BatchSettings(16, max_padding_waste=None))
 
     assert all(o.topic == "ns.results" for o in out)
     results = {r.record_id: r for r in (decode(value(o), InferenceResult) for o in out)}
@@ -224,7 +224,7 @@ def test_a_record_of_a_pack_that_breaks_the_engine_is_dead_lettered_alone(
     arrays[4] = np.array([101, 99999, 102])  # outside the vocabulary: Gather fails on its whole batch
     src = ConsumedRecord("ns.tensors.tiny", 0, 5, pack_of(0, arrays), headers=(("records", b"6"),))
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    out = handle_window([src], engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
+    out = handle_window([src], engine, tiny.config, Topics("ns"), "w-0", BatchSettings(16, max_padding_waste=None))
     results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
     assert sorted(r.record_id for r in results) == ["r0", "r1", "r2", "r3", "r5"]
     (letter,) = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]

@@ -5,7 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from gpu_consumer.batcher import BatchPolicy, pad_batch
+from gpu_consumer.batcher import BatchSettings, pad_batch
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.handler import handle_window
@@ -60,7 +60,7 @@ def test_a_record_that_breaks_the_engine_is_dead_lettered_and_its_batch_still_co
     # token id 99999 is outside the vocabulary: ONNX Runtime's Gather fails on the whole batch
     sources = [record(i, [101, 2000 + i, 102]) for i in range(7)] + [record(7, [101, 99999, 102])]
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    out = handle_window(sources, engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
+    out = handle_window(sources, engine, tiny.config, Topics("ns"), "w-0", BatchSettings(16, max_padding_waste=None))
     results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
     dead = [decode(value(o), DeadLetter) for o in out if o.topic == "ns.dead.letters"]
     assert sorted(r.record_id for r in results) == [f"r{i}" for i in range(7)]
@@ -79,7 +79,7 @@ def test_batches_run_side_by_side_on_the_cpu_give_the_results_of_one_at_a_time(t
     batches, as one lane; a batch that fails in a lane is bisected like any other."""
     sources = [record(i, [101, *range(2000, 2000 + i % 5), 102]) for i in range(11)]
     sources.insert(6, record(11, [101, 99999, 102]))  # outside the vocabulary: fails its batch
-    policy = BatchPolicy(2, max_padding_waste=None)  # six executed batches of two
+    policy = BatchSettings(2, max_padding_waste=None)  # six executed batches of two
     lanes = OnnxRuntimeEngine(tiny.config, threads=2)
     assert lanes.lanes == 2
     outputs = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_consumer.lanes import EngineTime, LanePicker, check_bulk_share, next_lane
-from kafka_io.topology import Priority
+from kafka_io.topology import Lane
 
 
 def test_live_first_when_both_wait_and_nothing_served_yet() -> None:
@@ -19,7 +19,7 @@ def test_empty_lanes() -> None:
     assert next_lane(True, False, EngineTime(bulk_s=100.0), 1.0) == "live"
 
 
-def simulate(bulk_share: float, windows: int, live_s: float, bulk_s: float) -> tuple[list[Priority], EngineTime]:
+def simulate(bulk_share: float, windows: int, live_s: float, bulk_s: float) -> tuple[list[Lane], EngineTime]:
     """Both lanes always have records (continuous live traffic, a batch backlog)."""
     recent, order = EngineTime(), []
     for _ in range(windows):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from confluent_kafka import TopicPartition
 
 from gpu_consumer.lanes import EngineTime, LanePicker
-from gpu_consumer.windows import WindowLimits, WindowRules, windows
+from gpu_consumer.windows import WindowRules, WindowSettings, windows
 from kafka_io.polling import Assignment
 from kafka_io.records import ConsumedRecord
 from tests.support.memory_consumer import MemoryConsumer
@@ -42,7 +42,7 @@ def test_a_window_closes_at_max_records_of_whole_packs_and_a_drain_ends_at_the_e
     consumer = consumer_of((BATCH, 0))
     for i in range(5):
         consumer.append(BATCH, 0, f"pack {i}".encode().ljust(64, b"."), records=8)  # 8 bytes a record at least
-    got = list(windows(consumer, assignment_of(consumer), WindowLimits(20, 10_000), WindowRules(drain=True)))  # type: ignore[arg-type]
+    got = list(windows(consumer, assignment_of(consumer), WindowSettings(20, 10_000), WindowRules(drain=True)))  # type: ignore[arg-type]
     # 8 + 8 fit in 20, a third pack would not: packs are never split, and the last one closes at the end
     assert [[r.records for r in w] for w in got] == [[8, 8], [8, 8], [8]]
     assert [r.offset for w in got for r in w] == [0, 1, 2, 3, 4]
@@ -53,14 +53,14 @@ def test_a_window_waits_out_its_linger_unless_hurried_once_every_partition_is_at
     for i in range(3):
         consumer.append(BATCH, 0, b"r%d" % i)
     started = time.monotonic()
-    window = next(windows(consumer, assignment_of(consumer), WindowLimits(100, 100)))  # type: ignore[arg-type]
+    window = next(windows(consumer, assignment_of(consumer), WindowSettings(100, 100)))  # type: ignore[arg-type]
     assert len(window) == 3 and time.monotonic() - started >= 0.1
 
     consumer = consumer_of((BATCH, 0))
     consumer.append(BATCH, 0, b"r")
     started = time.monotonic()
     rules = WindowRules(hurry=lambda: True)  # the engine is idle: lingering would only keep it waiting
-    window = next(windows(consumer, assignment_of(consumer), WindowLimits(100, 60_000), rules))  # type: ignore[arg-type]
+    window = next(windows(consumer, assignment_of(consumer), WindowSettings(100, 60_000), rules))  # type: ignore[arg-type]
     assert len(window) == 1 and time.monotonic() - started < 30
 
 
@@ -76,7 +76,7 @@ def test_a_held_window_outlasts_its_linger_and_gathers_what_comes_until_released
             consumer.append(BATCH, 0, b"more")
 
     rules = WindowRules(tick=tick, hold=lambda lane: ticks < 6)
-    window = next(windows(consumer, assignment_of(consumer), WindowLimits(100, 0), rules))  # type: ignore[arg-type]
+    window = next(windows(consumer, assignment_of(consumer), WindowSettings(100, 0), rules))  # type: ignore[arg-type]
     assert [r.value for r in window] == [b"first", b"more", b"more", b"more"]
 
 
@@ -92,7 +92,7 @@ def test_the_live_lane_is_served_first_and_the_batch_lane_waits_paused() -> None
         consumer.append(LIVE, 0, b"l%d" % i)
     paused_at_ticks: list[set[tuple[str, int]]] = []
     rules = WindowRules(lane_of=lane_of, pick=picker(), tick=lambda: paused_at_ticks.append(set(consumer.paused)))
-    it = windows(consumer, assignment_of(consumer), WindowLimits(100, 50), rules)  # type: ignore[arg-type]
+    it = windows(consumer, assignment_of(consumer), WindowSettings(100, 50), rules)  # type: ignore[arg-type]
     first = next(it)
     assert offsets(first) == [(LIVE, 0), (LIVE, 1)]
     # while the live window lingered, the bulk lane's partitions were paused (librdkafka then drops
@@ -120,7 +120,7 @@ def test_with_no_room_for_a_window_nothing_more_is_consumed_and_finished_windows
         room = ticks >= 5
 
     rules = WindowRules(lane_of=lane_of, pick=picker(lambda lane: room), tick=tick, hurry=lambda: True)
-    it = windows(consumer, assignment_of(consumer), WindowLimits(100, 10_000), rules)  # type: ignore[arg-type]
+    it = windows(consumer, assignment_of(consumer), WindowSettings(100, 10_000), rules)  # type: ignore[arg-type]
     window = next(it)
     assert consumed_while_full == [3, 3, 3, 3, 3]  # what the first poll brought, then nothing while full
     # with room, the idle engine gets what is here at once; what waited at the broker comes next
@@ -146,6 +146,6 @@ def test_records_held_at_a_revocation_are_dropped_and_read_again_from_the_commit
             assignment.on_revoke(consumer, gone)  # type: ignore[arg-type]
             assignment.on_assign(consumer, gone)  # type: ignore[arg-type]
 
-    window = next(windows(consumer, assignment, WindowLimits(8, 10_000), WindowRules(tick=tick)))  # type: ignore[arg-type]
+    window = next(windows(consumer, assignment, WindowSettings(8, 10_000), WindowRules(tick=tick)))  # type: ignore[arg-type]
     assert revoked and [r.offset for r in window] == list(range(2, 10))
     assert [m.offset() for m in consumer.consumed] == [*range(2, 10), *range(2, 10)]  # read twice, handed on once

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from gpu_consumer.metrics import PrometheusGpuMetrics
@@ -39,7 +39,7 @@ def test_one_window_is_measured_per_executed_batch(tiny: TinyModel) -> None:
     sources.append(ConsumedRecord(tensors, 0, 9, record(9, np.array([1.5], np.float32), two_s_ago)))
     sources.append(ConsumedRecord(tensors, 0, 10, record(10, np.arange(101, 104), 0)))  # no submission
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    policy = BatchPolicy(3, max_padding_waste=None)  # batches [2, 3, 4] and [5, 7]: padded to 4 and 7
+    policy = BatchSettings(3, max_padding_waste=None)  # batches [2, 3, 4] and [5, 7]: padded to 4 and 7
     metrics.polled(tensors, len(sources))
     out = handle_window(sources, engine, tiny.config, topics, "w-0", policy, metrics.executed)
     metrics.produced(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.handler import handle_window
 from kafka_io.records import ConsumedRecord
@@ -28,7 +28,7 @@ def test_a_tensor_pack_record_that_is_not_utf8_is_dead_lettered_alone_and_its_ne
     data = data.replace(b"QZ", b"\xff\xfe").replace(b"XY", b"\xc3\x28")
     src = ConsumedRecord("ns.tensors.tiny", 1, 7, data, b"job-p/r0", (("records", b"4"),))
     engine = OnnxRuntimeEngine(tiny.config, threads=1)
-    out = handle_window([src], engine, tiny.config, Topics("ns"), "w-0", BatchPolicy(16, max_padding_waste=None))
+    out = handle_window([src], engine, tiny.config, Topics("ns"), "w-0", BatchSettings(16, max_padding_waste=None))
 
     results = [decode(value(o), InferenceResult) for o in out if o.topic == "ns.results"]
     assert [r.record_id for r in results] == ["r0", "r2"]

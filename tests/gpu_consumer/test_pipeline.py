@@ -9,12 +9,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
-from gpu_consumer.pipeline import PipelineConfig
+from gpu_consumer.pipeline import PipelineSettings
 from gpu_consumer.steps import Inference
-from gpu_consumer.windows import WindowLimits
-from gpu_consumer.worker import LoopOptions, WorkerStats, run
+from gpu_consumer.windows import WindowSettings
+from gpu_consumer.worker import LoopSettings, WorkerStats, run
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.reading import read_topics
@@ -59,11 +59,11 @@ def test_windows_in_flight_at_a_rebalance_are_finished_and_committed_before_the_
                 consumer,
                 assignment,
                 lambda: make_producer(settings),
-                Inference(engines[name], tiny.config, topics, BatchPolicy(8), name),
-                WindowLimits(32, 20.0),
+                Inference(engines[name], tiny.config, topics, BatchSettings(8), name),
+                WindowSettings(32, 20.0),
                 # not drain: a worker that leaves while the other joins can wedge a Tansu group
                 # (docs/brokers.md); both stop once every record has its result
-                LoopOptions(should_stop=done.is_set, pipeline=PipelineConfig(max_in_flight=8)),
+                LoopSettings(should_stop=done.is_set, pipeline=PipelineSettings(max_in_flight=8)),
             )
         finally:
             consumer.close()

@@ -9,7 +9,7 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from gpu_consumer.windows import WindowLimits, WindowRules, windows
+from gpu_consumer.windows import WindowRules, WindowSettings, windows
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import commit_offsets, records_in, subscribe, window_offsets
 from kafka_io.produce import produce_all
@@ -31,7 +31,7 @@ def test_batches_close_at_size_then_drain_stops_at_the_end(settings: KafkaSettin
     assignment = subscribe(consumer, [topics.raw_text])
     sizes = []
     for batch in windows(
-        consumer, assignment, WindowLimits(max_records=10, max_linger_ms=2000), WindowRules(drain=True)
+        consumer, assignment, WindowSettings(max_records=10, max_linger_ms=2000), WindowRules(drain=True)
     ):
         sizes.append(len(batch))
         commit_offsets(consumer, window_offsets(batch))
@@ -57,7 +57,7 @@ def test_a_window_holds_whole_packs_and_closes_by_their_records(settings: KafkaS
     assignment = subscribe(consumer, [topics.raw_text])
     got = []
     for window in windows(
-        consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000), WindowRules(drain=True)
+        consumer, assignment, WindowSettings(max_records=8, max_linger_ms=5000), WindowRules(drain=True)
     ):
         got.append([r.records for r in window])
         assert records_in(window) == sum(got[-1])
@@ -71,7 +71,7 @@ def test_a_partial_batch_closes_after_the_linger(settings: KafkaSettings, topics
     fill(settings, topics.raw_text, 3, partitions=1)
     consumer = make_consumer(settings, topics.gpu_group("x"))
     assignment = subscribe(consumer, [topics.raw_text])
-    it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=300))
+    it = windows(consumer, assignment, WindowSettings(max_records=100, max_linger_ms=300))
     first = next(it)
     consumer.close()
     assert len(first) == 3
@@ -88,7 +88,9 @@ def test_records_that_arrive_while_idle_are_handed_over_after_the_linger_not_the
     got: list[int] = []
 
     def first_window() -> None:
-        it = windows(consumer, assignment, WindowLimits(max_records=100, max_linger_ms=50), WindowRules(idle_poll_s=60))
+        it = windows(
+            consumer, assignment, WindowSettings(max_records=100, max_linger_ms=50), WindowRules(idle_poll_s=60)
+        )
         got.append(len(next(it)))
 
     worker = threading.Thread(target=first_window, daemon=True)
@@ -115,7 +117,7 @@ def test_a_window_waits_out_its_linger_while_the_engine_is_busy_and_closes_once_
     got: list[bytes] = []
 
     def first_window() -> None:
-        limits = WindowLimits(max_records=100, max_linger_ms=600_000)
+        limits = WindowSettings(max_records=100, max_linger_ms=600_000)
         got.extend(r.value for r in next(windows(consumer, assignment, limits, WindowRules(hurry=engine_idle.is_set))))
 
     worker = threading.Thread(target=first_window, daemon=True)
@@ -151,7 +153,7 @@ def test_a_held_window_outlasts_its_linger_and_gathers_what_comes_until_released
         return consumer.position([TopicPartition(topics.raw_text, 0)])[0].offset < 7
 
     def first_window() -> None:
-        limits = WindowLimits(max_records=100, max_linger_ms=50)
+        limits = WindowSettings(max_records=100, max_linger_ms=50)
         got.append([r.value for r in next(windows(consumer, assignment, limits, WindowRules(hold=hold)))])
 
     worker = threading.Thread(target=first_window, daemon=True)

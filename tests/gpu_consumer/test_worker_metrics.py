@@ -8,12 +8,12 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from gpu_consumer.batcher import BatchPolicy
+from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.metrics import PrometheusGpuMetrics
 from gpu_consumer.steps import Inference
-from gpu_consumer.windows import WindowLimits
-from gpu_consumer.worker import LoopOptions, run
+from gpu_consumer.windows import WindowSettings
+from gpu_consumer.worker import LoopSettings, run
 from kafka_io.clients import make_consumer
 from kafka_io.polling import subscribe
 from kafka_io.settings import KafkaSettings
@@ -38,9 +38,9 @@ def test_the_worker_loop_reports_every_window_and_executed_batch(
             consumer,
             subscribe(consumer, [topics.tensors("tiny")]),
             new_producer,
-            Inference(OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, BatchPolicy(8), "m"),
-            WindowLimits(16, 20.0),
-            LoopOptions(drain=True, transactional=transactional, metrics=metrics),
+            Inference(OnnxRuntimeEngine(tiny.config, threads=1), tiny.config, topics, BatchSettings(8), "m"),
+            WindowSettings(16, 20.0),
+            LoopSettings(drain=True, transactional=transactional, metrics=metrics),
         )
     finally:
         consumer.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobs.job_input import JobInput
-from jobs.submit import JobOptions, backlog, pipeline_topics, submit
+from jobs.submit import JobSettings, backlog, pipeline_topics, submit
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.records import OutRecord
@@ -32,5 +32,5 @@ def test_a_foreign_pack_claiming_countless_records_counts_only_what_its_bytes_ca
     assert 2 <= waiting <= len(data) // MIN_RECORD_BYTES
     given = tmp_path / "in.jsonl"
     given.write_text("".join(json.dumps({"id": f"r{i}", "text": "t"}) + "\n" for i in range(5)), "utf-8")
-    report = submit(settings, topics, JobInput.open(str(given)), "tiny", JobOptions(job_id="jin", max_backlog=1000))
+    report = submit(settings, topics, JobInput.open(str(given)), "tiny", JobSettings(job_id="jin", max_backlog=1000))
     assert report.submitted == 5

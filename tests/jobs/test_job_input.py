@@ -12,7 +12,7 @@ import pytest
 from jobs.cli.validators import opened_input
 from jobs.job_input import _RECORD_BYTES, JobInput
 from producers import InputRecord
-from schemas.packs import PackLimits, read_raw_text_pack
+from schemas.packs import PackSettings, read_raw_text_pack
 from tests.support.records import raw_texts_in, value
 
 
@@ -111,7 +111,7 @@ def test_texts_go_out_in_packs_of_at_most_max_records_with_seqs_in_input_order(t
     path = tmp_path / "in.jsonl"
     path.write_text("".join(f'{{"id": "r{i}", "text": "text {i}", "lang": "en"}}\n' for i in range(7)))
     source = JobInput.open(str(path))
-    out = list(source.out_records("job", "tiny", "raw.text", [], 5, limits=PackLimits(max_records=3)))
+    out = list(source.out_records("job", "tiny", "raw.text", [], 5, limits=PackSettings(max_records=3)))
     assert [r.key for r in out] == [b"job/r0", b"job/r3", b"job/r6"]
     assert [dict(r.headers)["records"] for r in out] == [b"3", b"3", b"1"]
     packs = [read_raw_text_pack(value(r)) for r in out]
@@ -125,9 +125,9 @@ def test_texts_go_out_in_packs_of_at_most_max_records_with_seqs_in_input_order(t
 def test_pack_limits_come_from_the_environment_and_a_bad_one_is_named() -> None:
     from jobs.job_input import DEFAULT_PACK_LIMITS, pack_limits_from_env
 
-    assert pack_limits_from_env({}) == DEFAULT_PACK_LIMITS == PackLimits(128, 512 * 1024)
-    assert pack_limits_from_env({"NEARLINE_PACK_RECORDS": "1"}) == PackLimits(1, 512 * 1024)
-    assert pack_limits_from_env({"NEARLINE_PACK_RECORDS": " 16 ", "NEARLINE_PACK_BYTES": "4096"}) == PackLimits(
+    assert pack_limits_from_env({}) == DEFAULT_PACK_LIMITS == PackSettings(128, 512 * 1024)
+    assert pack_limits_from_env({"NEARLINE_PACK_RECORDS": "1"}) == PackSettings(1, 512 * 1024)
+    assert pack_limits_from_env({"NEARLINE_PACK_RECORDS": " 16 ", "NEARLINE_PACK_BYTES": "4096"}) == PackSettings(
         16, 4096
     )
     for bad in ("0", "-3", "1.5", "lots"):

@@ -1,4 +1,4 @@
-"""Priority lanes through the real broker and workers (#35): a live job's records travel in the
+"""Lane lanes through the real broker and workers (#35): a live job's records travel in the
 live twins of the stage topics and are never held behind a backfill in the bulk lane."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from jobs.job_input import ENV_PACK_RECORDS
 from jobs.launch.runner import WaitRules, watch_job
 from jobs.registry import find_job, job_status
 from kafka_io.reading import read_topics
-from kafka_io.topology import Priority
+from kafka_io.topology import Lane
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, start_paced_gpu, submit
 from tests.support.records import raw_texts_in, record_keys_in, tensor_rows
@@ -20,7 +20,7 @@ from tests.support.tiny_model import TinyModel
 from tests.support.waiting import wait_until
 
 
-def tensor_keys(pipeline: RunningPipeline, lane: Priority, job_id: str) -> set[str]:
+def tensor_keys(pipeline: RunningPipeline, lane: Lane, job_id: str) -> set[str]:
     """job/record of every record of the job in the lane's tensors topic (a pack holds many)."""
     topic = pipeline.topics.lane(pipeline.topics.tensors("tiny"), lane)
     return {row.key for row in tensor_rows(pipeline.settings, topic) if row.job_id == job_id}

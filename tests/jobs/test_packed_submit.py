@@ -11,7 +11,7 @@ import pytest
 
 from jobs.job_input import JobInput
 from jobs.registry import job_status, load_jobs
-from jobs.submit import BacklogRefusedError, JobOptions, backlog, submit
+from jobs.submit import BacklogRefusedError, JobSettings, backlog, submit
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
@@ -19,7 +19,7 @@ from kafka_io.records import job_record, pack_record
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from schemas import Tensor, TensorRecord, encode
-from schemas.packs import PackHead, PackLimits, read_raw_text_pack, tensor_pack_bytes
+from schemas.packs import PackHead, PackSettings, read_raw_text_pack, tensor_pack_bytes
 
 
 def _jsonl(path: Path, texts: list[str]) -> Path:
@@ -39,7 +39,7 @@ def test_a_submitted_file_lands_in_raw_text_as_packs_of_its_records_in_order(
 ) -> None:
     texts = [f"text number {i}" + " é" * (i % 5) for i in range(300)]
     report = submit(
-        settings, topics, JobInput.open(str(_jsonl(tmp_path / "in.jsonl", texts))), "tiny", JobOptions(job_id="j300")
+        settings, topics, JobInput.open(str(_jsonl(tmp_path / "in.jsonl", texts))), "tiny", JobSettings(job_id="j300")
     )
     assert report.submitted == 300
     assert load_jobs(settings, topics)["j300"].total == 300
@@ -58,9 +58,9 @@ def test_packs_are_cut_by_bytes_and_each_kafka_record_stays_within_the_limit(
 ) -> None:
     texts = ["é" * (700 + 37 * i) for i in range(40)]  # 1.4-4.1 KB of UTF-8 each: about 3-7 a pack
     texts[20] = "x" * 12_000  # larger than a pack: a pack alone
-    limits = PackLimits(max_records=128, max_bytes=10_000)
+    limits = PackSettings(max_records=128, max_bytes=10_000)
     source = JobInput.open(str(_jsonl(tmp_path / "in.jsonl", texts)))
-    report = submit(settings, topics, source, "tiny", JobOptions(job_id="jbytes", pack_limits=limits))
+    report = submit(settings, topics, source, "tiny", JobSettings(job_id="jbytes", pack_limits=limits))
     assert report.submitted == 40 and load_jobs(settings, topics)["jbytes"].total == 40
     packs = _packs(settings, topics.raw_text, "jbytes")
     read = [read_raw_text_pack(value) for _, value, _ in packs]
@@ -82,7 +82,7 @@ def test_status_counts_every_record_of_a_tensor_pack_as_preprocessed(
     settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:
     source = JobInput.open(str(_jsonl(tmp_path / "in.jsonl", [f"t{i}" for i in range(6)])))
-    report = submit(settings, topics, source, "tiny", JobOptions(job_id="jst"))
+    report = submit(settings, topics, source, "tiny", JobSettings(job_id="jst"))
     ids = [np.array([101, 7, 102], dtype=np.int64) for _ in range(3)]
     pack = tensor_pack_bytes(
         PackHead("jst", "tiny", "1", "input_ids", {"submitted": 1}), ["r0", "r1", "r2"], [0, 1, 2], ids, [{}] * 3
@@ -109,10 +109,10 @@ def test_max_backlog_counts_the_records_of_the_packs_waiting(
         topics,
         JobInput.open(str(_jsonl(tmp_path / "a.jsonl", ["a"] * 100))),
         "tiny",
-        JobOptions(job_id="jwait"),
+        JobSettings(job_id="jwait"),
     )
     assert backlog(settings, topics, "tiny", topics.raw_text) == {topics.raw_text: 100, topics.tensors("tiny"): 0}
     second = JobInput.open(str(_jsonl(tmp_path / "b.jsonl", ["b"] * 50)))
     with pytest.raises(BacklogRefusedError, match=r"the backlog is 100 records .* adds 50, over the maximum of 120"):
-        submit(settings, topics, second, "tiny", JobOptions(job_id="jrefused", max_backlog=120))
-    assert submit(settings, topics, second, "tiny", JobOptions(job_id="jin", max_backlog=150)).submitted == 50
+        submit(settings, topics, second, "tiny", JobSettings(job_id="jrefused", max_backlog=120))
+    assert submit(settings, topics, second, "tiny", JobSettings(job_id="jin", max_backlog=150)).submitted == 50

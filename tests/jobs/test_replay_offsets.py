@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpu_consumer.windows import WindowLimits, windows
+from gpu_consumer.windows import WindowSettings, windows
 from kafka_io.clients import make_admin, make_consumer, make_producer
 from kafka_io.groups import group_names
 from kafka_io.polling import commit_offsets, subscribe, window_offsets
@@ -89,7 +89,7 @@ def test_offsets_show_and_reset_a_stopped_group(pipeline: RunningPipeline) -> No
     topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("replay")
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
-    first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+    first = next(windows(consumer, subscribe(consumer, [topic]), WindowSettings(5, 5000)))
     commit_offsets(consumer, window_offsets(first))
     consumer.close()
     names = ("--group", "gpu.replay", "--topic", "raw.text")  # inside the namespace (NEARLINE_NAMESPACE)
@@ -182,7 +182,7 @@ def test_a_reset_of_a_group_with_members_is_refused_before_any_move_is_printed(p
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
     try:
-        first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+        first = next(windows(consumer, subscribe(consumer, [topic]), WindowSettings(5, 5000)))
         commit_offsets(consumer, window_offsets(first))  # a member now, and it stays one until closed
         refused = pipeline.cli(
             "offsets", "reset", "--group", "gpu.live", "--topic", "raw.text", "--to-earliest", "--execute"
@@ -206,7 +206,7 @@ def test_offsets_of_an_unknown_group_are_refused_naming_the_groups_that_exist(pi
     topic, group = pipeline.topics.raw_text, pipeline.topics.gpu_group("known")
     produce_texts(pipeline, topic, [f"text {i}" for i in range(12)], partitions=1)
     consumer = make_consumer(pipeline.settings, group)
-    first = next(windows(consumer, subscribe(consumer, [topic]), WindowLimits(5, 5000)))
+    first = next(windows(consumer, subscribe(consumer, [topic]), WindowSettings(5, 5000)))
     commit_offsets(consumer, window_offsets(first))
     consumer.close()
     typo = "gpu.knownx"
@@ -232,7 +232,7 @@ def test_namespace_prefixes_the_topic_and_group_that_replay_and_offsets_name(
     for topics, count, committed in ((mine, 6, 2), (other, 9, 4)):
         produce_texts(pipeline, topics.raw_text, [f"{topics.namespace} {i}" for i in range(count)], partitions=1)
         consumer = make_consumer(pipeline.settings, topics.gpu_group("ns"))
-        first = next(windows(consumer, subscribe(consumer, [topics.raw_text]), WindowLimits(committed, 5000)))
+        first = next(windows(consumer, subscribe(consumer, [topics.raw_text]), WindowSettings(committed, 5000)))
         commit_offsets(consumer, window_offsets(first))
         consumer.close()
     names = ("--group", "gpu.ns", "--topic", "raw.text")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from gpu_consumer.windows import WindowLimits, WindowRules, windows
+from gpu_consumer.windows import WindowRules, WindowSettings, windows
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import check_group_protocol, check_reachable, make_consumer, make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError, GroupProtocolError
@@ -83,13 +83,13 @@ def test_committed_offsets_are_where_a_new_member_resumes(settings: KafkaSetting
     group = topics.gpu_group("resume")
     consumer = make_consumer(settings, group)
     assignment = subscribe(consumer, [topics.raw_text])
-    first = next(windows(consumer, assignment, WindowLimits(max_records=8, max_linger_ms=5000)))
+    first = next(windows(consumer, assignment, WindowSettings(max_records=8, max_linger_ms=5000)))
     commit_offsets(consumer, window_offsets(first))
     consumer.close()
 
     again = make_consumer(settings, group)
     assignment = subscribe(again, [topics.raw_text])
-    rest = [m for b in windows(again, assignment, WindowLimits(8, 50), WindowRules(drain=True)) for m in b]
+    rest = [m for b in windows(again, assignment, WindowSettings(8, 50), WindowRules(drain=True)) for m in b]
     committed = again.committed([TopicPartition(topics.raw_text, 0)], timeout=10)
     again.close()
     assert [m.offset for m in first] == list(range(8))
@@ -104,14 +104,14 @@ def test_a_sole_consumer_reads_every_partition_without_a_join_and_commits_to_its
     group = topics.gpu_group("sole")
     consumer = make_consumer(settings, group)
     assignment = assign_all(consumer, topics.raw_text, [0, 1, 2])
-    first = next(windows(consumer, assignment, WindowLimits(max_records=12, max_linger_ms=5000)))
+    first = next(windows(consumer, assignment, WindowSettings(max_records=12, max_linger_ms=5000)))
     commit_offsets(consumer, window_offsets(first))
     consumer.close()
     # a group member that joins later starts where the sole consumer committed
     again = make_consumer(settings, group)
     rest = [
         m
-        for b in windows(again, subscribe(again, [topics.raw_text]), WindowLimits(50, 50), WindowRules(drain=True))
+        for b in windows(again, subscribe(again, [topics.raw_text]), WindowSettings(50, 50), WindowRules(drain=True))
         for m in b
     ]
     again.close()

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from gpu_consumer.windows import WindowLimits, windows
+from gpu_consumer.windows import WindowSettings, windows
 from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
@@ -27,7 +27,7 @@ def test_a_committed_batch_shows_its_outputs_and_moves_its_offsets_an_aborted_on
     produce_all(make_producer(settings), [OutRecord(source, f"in{i}".encode()) for i in range(6)])
     consumer = make_consumer(settings, group)
     assignment = subscribe(consumer, [source])
-    batch = next(windows(consumer, assignment, WindowLimits(3, 5000)))
+    batch = next(windows(consumer, assignment, WindowSettings(3, 5000)))
     producer = make_transactional_producer(settings, f"test-{uuid.uuid4().hex[:8]}")
 
     # aborted by hand: nothing visible, the batch rewound
@@ -35,7 +35,7 @@ def test_a_committed_batch_shows_its_outputs_and_moves_its_offsets_an_aborted_on
     producer.produce(sink, value=b"aborted")
     producer.abort_transaction(30)
     rewind(consumer, batch)
-    again = next(windows(consumer, assignment, WindowLimits(3, 5000)))
+    again = next(windows(consumer, assignment, WindowSettings(3, 5000)))
     assert [m.offset for m in again] == [m.offset for m in batch]
 
     txn = OpenTransaction(producer, consumer, max_windows=2, max_age_s=60)
@@ -58,7 +58,7 @@ def test_one_transaction_spans_several_windows_and_shows_their_outputs_only_when
     produce_all(make_producer(settings), [OutRecord(source, f"in{i}".encode()) for i in range(6)])
     consumer = make_consumer(settings, group)
     assignment = subscribe(consumer, [source])
-    polled = windows(consumer, assignment, WindowLimits(3, 5000))
+    polled = windows(consumer, assignment, WindowSettings(3, 5000))
     txn = OpenTransaction(
         make_transactional_producer(settings, f"test-{uuid.uuid4().hex[:8]}"), consumer, max_windows=2, max_age_s=60
     )

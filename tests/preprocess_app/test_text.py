@@ -11,7 +11,7 @@ from kafka_io.topology import Topics
 from preprocess_app.models import Models, load_tokenizer
 from preprocess_app.text import preprocess_texts, tokenize
 from schemas import DeadLetter, RawText, TensorRecord, decode, encode, now_us
-from schemas.packs import PackLimits, TensorPack, raw_text_pack_bytes, read_tensor_pack
+from schemas.packs import PackSettings, TensorPack, raw_text_pack_bytes, read_tensor_pack
 from tests.support.records import value
 from tests.support.tiny_model import TinyModel, minilm_tokenizer_file
 
@@ -164,7 +164,7 @@ def test_a_pack_larger_than_the_byte_limit_is_cut_into_tensor_packs_under_it(
     texts = [f"text number {i} " * (3 + i % 7) for i in range(40)]
     limit = 400  # bytes of payload: a few records' uint16 ids each
     sources = [ConsumedRecord(topics.lane(topics.raw_text, "live"), 0, 0, text_pack(texts))]
-    out = preprocess_texts(sources, Models(model_repository), topics, PackLimits(max_bytes=limit))
+    out = preprocess_texts(sources, Models(model_repository), topics, PackSettings(max_bytes=limit))
     packs = tensors_of(out, topics.lane(topics.tensors("tiny"), "live"))  # in the lane it came in
     assert len(out) == len(packs) > 3
     assert all(len(o.value or b"") < limit + 400 for o in out)  # a pack's envelope is small

@@ -16,7 +16,7 @@ from schemas import RawText, SerdeError, Tensor, TensorRecord, decode, encode
 from schemas.packs import (
     MIN_RECORD_BYTES,
     PackHead,
-    PackLimits,
+    PackSettings,
     kind_of,
     pack_spans,
     raw_text_pack_bytes,
@@ -152,11 +152,11 @@ def test_offsets_that_do_not_cut_the_data_are_refused() -> None:
 
 
 def test_packs_are_cut_by_count_and_by_bytes() -> None:
-    assert pack_spans([1] * 5, PackLimits(max_records=2)) == [(0, 2), (2, 4), (4, 5)]
-    assert pack_spans([4, 4, 4, 100, 1], PackLimits(max_bytes=10)) == [(0, 2), (2, 3), (3, 4), (4, 5)]
-    assert pack_spans([], PackLimits()) == []
+    assert pack_spans([1] * 5, PackSettings(max_records=2)) == [(0, 2), (2, 4), (4, 5)]
+    assert pack_spans([4, 4, 4, 100, 1], PackSettings(max_bytes=10)) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert pack_spans([], PackSettings()) == []
     with pytest.raises(ValueError):
-        PackLimits(max_records=0)
+        PackSettings(max_records=0)
 
 
 def test_a_records_header_is_capped_at_what_the_packs_bytes_can_hold() -> None:

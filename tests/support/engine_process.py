@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationLimits, kv_blocks
+from gpu_consumer.generation.engine import GenerationFailedError, GenerationSettings, kv_blocks
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from schemas.model_config import ModelConfig
 
@@ -36,7 +36,7 @@ def vllm_python() -> str:
 class RemoteEngine:
     """The engine `kind` over `config`, running in the environment of `python`."""
 
-    def __init__(self, config: ModelConfig, kind: str, limits: GenerationLimits, python: str, log: Path) -> None:
+    def __init__(self, config: ModelConfig, kind: str, limits: GenerationSettings, python: str, log: Path) -> None:
         from tokenizers import Tokenizer
 
         self.name = kind
@@ -138,7 +138,7 @@ def _serve(repository: str, model: str, kind: str, limits: str, fd: str) -> None
 
     try:
         config = load_model_config(Path(repository), model)
-        engine = make_generator(config, kind, GenerationLimits(**json.loads(limits)))
+        engine = make_generator(config, kind, GenerationSettings(**json.loads(limits)))
         engine.warmup()
     except Exception as exc:
         write({"failed": f"{type(exc).__name__}: {exc}"})
@@ -176,7 +176,7 @@ if __name__ == "__main__":
     _serve(*sys.argv[1:6])
 
 
-def open_engine(kind: str, config: ModelConfig, limits: GenerationLimits, log: Path) -> Any:
+def open_engine(kind: str, config: ModelConfig, limits: GenerationSettings, log: Path) -> Any:
     """The engine `kind` over `config`, warm: transformers' in this process, vLLM's in its own
     environment (RemoteEngine, logging to `log`)."""
     if kind == "vllm":

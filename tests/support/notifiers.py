@@ -6,13 +6,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
-from jobs.notifications.notifier import Notifier, NotifierConfig
+from jobs.notifications.notifier import Notifier, NotifierSettings
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 
 
 @contextmanager
-def running_notifiers(settings: KafkaSettings, topics: Topics, *configs: NotifierConfig) -> Iterator[list[Notifier]]:
+def running_notifiers(settings: KafkaSettings, topics: Topics, *configs: NotifierSettings) -> Iterator[list[Notifier]]:
     """A notifier per config, each run in a thread of its own until the block ends."""
     stop = threading.Event()
     with ExitStack() as stack:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jobs.registry import load_jobs
 from jobs.scheduling.cron import to_us
-from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings
@@ -101,7 +101,7 @@ class LoneScheduler:
 def lone_scheduler(logs: Path, clock: Clock) -> Iterator[LoneScheduler]:
     lone = LoneScheduler(EmbeddedBroker.start(logs / "broker.log"), logs)
     scheduler = Scheduler(
-        lone.settings, lone.topics, SchedulerConfig("a", poll_s=0.2), clock=clock, on_event=lone.events.append
+        lone.settings, lone.topics, SchedulerSettings("a", poll_s=0.2), clock=clock, on_event=lone.events.append
     )
     try:
         with scheduler:

@@ -18,7 +18,7 @@ import pytest
 
 from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import to_us
-from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.reading import read_topics
 from kafka_io.records import NO_REUSE_HEADER, header_of
@@ -162,7 +162,7 @@ def test_a_schedules_second_tick_over_an_unchanged_glob_reuses_every_record_unle
     try:
         pipeline.start("preprocess", "preprocess")
         pipeline.start("gpu", "gpu", "--model", "tiny")
-        with Scheduler(settings, topics, SchedulerConfig("sched"), clock=clock) as scheduler:
+        with Scheduler(settings, topics, SchedulerSettings("sched"), clock=clock) as scheduler:
             for minute in (1, 2):
                 clock.at(minute, 1)
                 (job_id,) = scheduler.step()

@@ -18,7 +18,7 @@ from jobs.notifications.claims import (
     key_of,
     pending,
 )
-from jobs.notifications.delivery import RetryPolicy
+from jobs.notifications.delivery import RetrySettings
 from schemas import Job, Notification, decode, encode
 
 S = 1_000_000  # a second, in the records' microseconds
@@ -134,13 +134,13 @@ def test_a_job_without_a_submission_is_notified_once_per_registration() -> None:
 
 
 def test_the_retry_delays_double_from_the_first_up_to_the_longest() -> None:
-    policy = RetryPolicy()
+    policy = RetrySettings()
     assert [policy.delay_after(n) for n in range(9)] == [0, 1, 2, 4, 8, 16, 32, 60, 60]
-    assert RetryPolicy(first_retry_s=0.2, max_retry_s=0.5).delay_after(10_000) == 0.5
+    assert RetrySettings(first_retry_s=0.2, max_retry_s=0.5).delay_after(10_000) == 0.5
 
 
 def test_the_next_attempt_is_due_after_the_delay_from_the_last_one_in_the_log() -> None:
-    policy = RetryPolicy(first_retry_s=2)
+    policy = RetrySettings(first_retry_s=2)
     log = NotificationLog.of([claim("a", "c1", 0)])
     state = log.states["job/7"]
     assert policy.next_attempt_at(state) == 0  # the first: at once
@@ -152,13 +152,13 @@ def test_the_next_attempt_is_due_after_the_delay_from_the_last_one_in_the_log() 
 def test_retries_stop_after_the_attempts_or_the_time_allowed() -> None:
     log = NotificationLog.of([claim("a", "c1", 0), record(ATTEMPT, "a", "c1", 1, attempts=3)])
     state = log.states["job/7"]
-    assert RetryPolicy(max_attempts=3).gives_up(state, T + 2 * S)
-    assert not RetryPolicy(max_attempts=4).gives_up(state, T + 2 * S)
-    assert not RetryPolicy(give_up_after_s=100).gives_up(state, T + 100 * S)
-    assert RetryPolicy(give_up_after_s=100).gives_up(state, T + 101 * S)
+    assert RetrySettings(max_attempts=3).gives_up(state, T + 2 * S)
+    assert not RetrySettings(max_attempts=4).gives_up(state, T + 2 * S)
+    assert not RetrySettings(give_up_after_s=100).gives_up(state, T + 100 * S)
+    assert RetrySettings(give_up_after_s=100).gives_up(state, T + 101 * S)
 
 
 @pytest.mark.parametrize("policy", [{"first_retry_s": 0}, {"first_retry_s": 5, "max_retry_s": 1}, {"max_attempts": 0}])
 def test_a_retry_policy_that_cannot_work_is_refused(policy: dict[str, float]) -> None:
     with pytest.raises(ValueError):
-        RetryPolicy(**policy)  # type: ignore[arg-type]
+        RetrySettings(**policy)  # type: ignore[arg-type]

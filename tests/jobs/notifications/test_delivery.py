@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from jobs.notifications.delivery import DeliveryConfig, post, redacted, refusal, user_agent
+from jobs.notifications.delivery import DeliverySettings, post, redacted, refusal, user_agent
 from jobs.notifications.exchange import Reply
-from jobs.notifications.targets import Address, TargetPolicy
+from jobs.notifications.targets import Address, TargetSettings
 from tests.support.webhook_receiver import Dribbler, Receiver
 from tests.support.webhook_receiver import dribbler as dribbler
 
 BODY = json.dumps({"job_id": "j1", "state": "completed"}).encode()
-LOOPBACK = DeliveryConfig(5, TargetPolicy(allow_private=True))  # the tests' receivers are on loopback
+LOOPBACK = DeliverySettings(5, TargetSettings(allow_private=True))  # the tests' receivers are on loopback
 
 
 def test_a_2xx_answer_delivers_the_body_with_its_headers(receiver: Receiver) -> None:
@@ -49,7 +49,7 @@ def test_an_allowed_receivers_refusal_shows_its_status_and_answer(receiver: Rece
     answer = post(receiver.url("/hook"), BODY, "j1/42", LOOPBACK)
     assert (answer.delivered, answer.http_status, answer.permanent) == (False, 503, False)
     assert answer.error == "HTTP 503 Service Unavailable: busy, try later"
-    by_network = DeliveryConfig(5, TargetPolicy.of(False, ["127.0.0.0/8"]))
+    by_network = DeliverySettings(5, TargetSettings.of(False, ["127.0.0.0/8"]))
     receiver.answers["/hook"] = [503]
     assert post(receiver.url("/hook"), BODY, "j1/42", by_network).error == answer.error
 
@@ -91,7 +91,7 @@ def test_refused_and_silent_receivers_get_one_message_and_the_log_tells_them_apa
 ) -> None:
     """Toward the submitter, a closed port and a port that takes the connection and never answers
     read alike (reasons must not map which ports are open); the notifier's log says which."""
-    quick = DeliveryConfig(0.5, TargetPolicy(allow_private=True))
+    quick = DeliverySettings(0.5, TargetSettings(allow_private=True))
     refused = post(f"http://127.0.0.1:{closed_port}/hook", BODY, "k", quick)
     assert (refused.delivered, refused.error) == (False, f"no HTTP answer from 127.0.0.1:{closed_port} within 0.5 s")
     assert refused.detail == "connection refused"
@@ -104,7 +104,7 @@ def test_refused_and_silent_receivers_get_one_message_and_the_log_tells_them_apa
     assert not unknown.permanent
 
 
-class PublicLoopback(TargetPolicy):
+class PublicLoopback(TargetSettings):
     """Loopback reached as a public address is: permitted, not allowed by name."""
 
     def refusal(self, address: Address) -> str | None:
@@ -120,7 +120,7 @@ def test_a_refused_port_of_a_target_not_allowed_by_name_fails_at_the_deadline_as
     """The time of an attempt, which `status` shows, must not tell a refused port from a silent
     one either: for a target the operator did not allow by name, a refusal is waited out."""
     started = time.monotonic()
-    answer = post(f"http://127.0.0.1:{closed_port}/hook", BODY, "k", DeliveryConfig(1.0, PublicLoopback()))
+    answer = post(f"http://127.0.0.1:{closed_port}/hook", BODY, "k", DeliverySettings(1.0, PublicLoopback()))
     assert time.monotonic() - started >= 0.99  # a lower bound: a refusal alone takes milliseconds
     assert (answer.error, answer.detail) == (
         f"no HTTP answer from 127.0.0.1:{closed_port} within 1 s",
@@ -133,7 +133,7 @@ def test_an_answer_dribbled_a_line_at_a_time_is_cut_at_the_timeout(dribbler: Dri
     never fires; the exchange's deadline does."""
     dribbler.every_s = 0.2
     started = time.monotonic()
-    answer = post(dribbler.url("/hook"), BODY, "k", DeliveryConfig(1.0, TargetPolicy(allow_private=True)))
+    answer = post(dribbler.url("/hook"), BODY, "k", DeliverySettings(1.0, TargetSettings(allow_private=True)))
     took = time.monotonic() - started
     assert (answer.delivered, answer.error) == (False, f"no HTTP answer from 127.0.0.1:{dribbler.port} within 1 s")
     assert took < 20, f"the POST lasted {took:.1f} s"  # generous: unbounded, it lasts as long as the dribbling
@@ -145,17 +145,19 @@ def test_a_private_target_is_refused_by_default_without_a_connection(receiver: R
         (f"http://localhost:{receiver.port}/hook", "localhost resolves to a loopback address"),
         (f"http://2130706433:{receiver.port}/hook", "2130706433 resolves to a loopback address (127.0.0.1)"),
     ]:
-        answer = post(url, BODY, "k", DeliveryConfig(5))
+        answer = post(url, BODY, "k", DeliverySettings(5))
         assert (answer.delivered, answer.permanent) == (False, True), url
         assert answer.error is not None and answer.error.startswith(shown), answer.error
         assert answer.error.endswith(
             ", which a webhook may not reach; the notifier's operator can allow it with --allow-private-targets "
             "or --allow-target CIDR"
         )
-    other_network = DeliveryConfig(5, TargetPolicy.of(False, ["10.0.0.0/8", "fd00::/8"]))
+    other_network = DeliverySettings(5, TargetSettings.of(False, ["10.0.0.0/8", "fd00::/8"]))
     assert post(receiver.url("/hook"), BODY, "k", other_network).permanent
     assert receiver.posts == []
-    assert post(receiver.url("/hook"), BODY, "k", DeliveryConfig(5, TargetPolicy.of(False, ["127.0.0.1"]))).delivered
+    assert post(
+        receiver.url("/hook"), BODY, "k", DeliverySettings(5, TargetSettings.of(False, ["127.0.0.1"]))
+    ).delivered
 
 
 def test_the_post_connects_to_the_address_it_checked(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +174,7 @@ def test_the_post_connects_to_the_address_it_checked(receiver: Receiver, monkeyp
         return real(next(answers), port, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
-    only_loopback = DeliveryConfig(5, TargetPolicy.of(False, ["127.0.0.1/32"]))
+    only_loopback = DeliverySettings(5, TargetSettings.of(False, ["127.0.0.1/32"]))
     answer = post(f"http://rebind.test:{receiver.port}/hook", BODY, "k", only_loopback)
     assert answer.delivered, answer
     assert calls == ["rebind.test"]

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from jobs.cli.main import cli
 from jobs.notifications.claims import ATTEMPT, CLAIM, kafka_key
-from jobs.notifications.delivery import RetryPolicy
-from jobs.notifications.notifier import Notifier, NotifierConfig
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.delivery import RetrySettings
+from jobs.notifications.notifier import Notifier, NotifierSettings
+from jobs.notifications.targets import TargetSettings
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -40,9 +40,9 @@ def ended_job(job_id: str, url: str) -> Job:
 
 
 @contextmanager
-def running(settings: KafkaSettings, topics: Topics, name: str, targets: TargetPolicy) -> Iterator[Notifier]:
-    retry = RetryPolicy(first_retry_s=0.2, max_retry_s=0.5)
-    config = NotifierConfig(name, retry, timeout_s=5, settle_s=0, poll_s=0.05, targets=targets)
+def running(settings: KafkaSettings, topics: Topics, name: str, targets: TargetSettings) -> Iterator[Notifier]:
+    retry = RetrySettings(first_retry_s=0.2, max_retry_s=0.5)
+    config = NotifierSettings(name, retry, timeout_s=5, settle_s=0, poll_s=0.05, targets=targets)
     with running_notifiers(settings, topics, config) as [notifier]:
         yield notifier
 
@@ -55,7 +55,7 @@ def test_a_private_target_is_refused_by_default_and_delivered_when_the_operator_
     settings: KafkaSettings, topics: Topics, receiver: Receiver
 ) -> None:
     register(settings, topics, ended_job("inside", receiver.url("/inside")))
-    with running(settings, topics, "guarded", TargetPolicy()):
+    with running(settings, topics, "guarded", TargetSettings()):
         wait_until(lambda: (notification_of(settings, topics, "inside") or {}).get("state") == "gave_up", 30, "refusal")
     refused = notification_of(settings, topics, "inside")
     assert refused is not None and (refused["attempts"], refused["last_error"]) == (1, REFUSED)
@@ -67,7 +67,7 @@ def test_a_private_target_is_refused_by_default_and_delivered_when_the_operator_
     assert [row["notification"]["last_error"] for row in listed if row["job_id"] == "inside"] == [REFUSED]
 
     register(settings, topics, ended_job("allowed", receiver.url("/allowed")))
-    with running(settings, topics, "trusting", TargetPolicy.of(False, ["127.0.0.0/8"])):
+    with running(settings, topics, "trusting", TargetSettings.of(False, ["127.0.0.0/8"])):
         wait_until(lambda: (notification_of(settings, topics, "allowed") or {}).get("state") == "delivered", 30, "sent")
     assert [p.status for p in receiver.to("/allowed")] == [200]
     assert receiver.to("/inside") == []  # given up stays given up
@@ -79,7 +79,7 @@ def test_a_receivers_answer_is_shown_with_its_control_characters_escaped(
     receiver.answers["/hostile"] = [500]
     receiver.texts["/hostile"] = b"\x1b]0;pwned\x07\x1b[2Jgone"
     register(settings, topics, ended_job("hostile", receiver.url("/hostile")))
-    with running(settings, topics, "escaping", TargetPolicy(allow_private=True)):
+    with running(settings, topics, "escaping", TargetSettings(allow_private=True)):
         wait_until(lambda: (notification_of(settings, topics, "hostile") or {}).get("state") == "delivered", 30, "sent")
     shown = notification_of(settings, topics, "hostile")
     assert shown is not None

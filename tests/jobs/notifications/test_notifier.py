@@ -17,11 +17,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from jobs.notifications.claims import CLAIM, DELIVERED, kafka_key, key_of
-from jobs.notifications.delivery import RetryPolicy, user_agent
+from jobs.notifications.delivery import RetrySettings, user_agent
 from jobs.notifications.metrics import PrometheusNotifierMetrics
-from jobs.notifications.notifier import Notifier, NotifierConfig
+from jobs.notifications.notifier import Notifier, NotifierSettings
 from jobs.notifications.status import load_notifications
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.targets import TargetSettings
 from jobs.registry import register
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.clients import make_producer
@@ -37,11 +37,13 @@ from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
 
 
-def quick(name: str) -> NotifierConfig:
+def quick(name: str) -> NotifierSettings:
     """Retries 0.2 s apart (at most 0.5 s), told of a cancel at once, stepping every 50 ms; the
     receivers are on loopback, so private targets are allowed."""
-    retry = RetryPolicy(first_retry_s=0.2, max_retry_s=0.5)
-    return NotifierConfig(name, retry, timeout_s=5, settle_s=0, poll_s=0.05, targets=TargetPolicy(allow_private=True))
+    retry = RetrySettings(first_retry_s=0.2, max_retry_s=0.5)
+    return NotifierSettings(
+        name, retry, timeout_s=5, settle_s=0, poll_s=0.05, targets=TargetSettings(allow_private=True)
+    )
 
 
 def running(settings: KafkaSettings, topics: Topics, *names: str) -> AbstractContextManager[list[Notifier]]:

@@ -10,9 +10,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from jobs.cli.main import cli
-from jobs.notifications.delivery import DeliveryConfig, post, shown_url
+from jobs.notifications.delivery import DeliverySettings, post, shown_url
 from jobs.notifications.signing import SigningKeys
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.targets import TargetSettings
 from jobs.registry import register
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
@@ -68,7 +68,7 @@ def test_status_jobs_list_and_schedule_list_show_no_secret_of_a_url(
 
 def test_a_url_that_cannot_be_a_webhook_is_given_up_without_its_secrets_in_the_reason() -> None:
     # the reason is the notification's last error, which status shows; no request is made
-    config = DeliveryConfig(1, TargetPolicy(), SigningKeys())
+    config = DeliverySettings(1, TargetSettings(), SigningKeys())
     for url, says in [
         ("ftp://alice:s3cr3t-pw@hooks.example.com/in?token=t0k3n-value", "must start with http:// or https://"),
         ("http://alice:s3cr3t-pw@hooks.example.com:99999/?token=t0k3n-value", "is not a URL: Port out of range"),

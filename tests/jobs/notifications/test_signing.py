@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from jobs.cli.main import cli
-from jobs.notifications.delivery import DeliveryConfig, post
+from jobs.notifications.delivery import DeliverySettings, post
 from jobs.notifications.signing import SecretError, SigningKeys
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.targets import TargetSettings
 from tests.support.webhook_receiver import Post, Receiver
 
 OLD = "whsec_" + base64.b64encode(b"the old key of 32 bytes, exactly").decode()
@@ -23,7 +23,7 @@ BODY = json.dumps({"job_id": "j1", "state": "completed"}).encode()
 
 
 def signed_post(receiver: Receiver, secrets: list[str], path: str = "/hook") -> Post:
-    config = DeliveryConfig(5, TargetPolicy(allow_private=True), SigningKeys.parse(secrets))
+    config = DeliverySettings(5, TargetSettings(allow_private=True), SigningKeys.parse(secrets))
     assert post(receiver.url(path), BODY, "j1/42", config).delivered
     return receiver.to(path)[-1]
 
@@ -75,7 +75,7 @@ def test_a_malformed_secret_is_refused_without_being_repeated(secret: str, says:
 
 def test_keys_never_show_in_their_repr() -> None:
     keys = SigningKeys.parse([NEW, OLD])
-    for shown in (repr(keys), str(keys), repr(DeliveryConfig(signing=keys))):
+    for shown in (repr(keys), str(keys), repr(DeliverySettings(signing=keys))):
         assert "2 key(s)" in shown
         assert NEW[6:] not in shown and OLD[6:] not in shown and "\\x00\\x01" not in shown
 

@@ -16,10 +16,10 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from jobs.notifications.claims import key_of
-from jobs.notifications.delivery import RetryPolicy
-from jobs.notifications.notifier import NotifierConfig
+from jobs.notifications.delivery import RetrySettings
+from jobs.notifications.notifier import NotifierSettings
 from jobs.notifications.status import load_notifications
-from jobs.notifications.targets import TargetPolicy
+from jobs.notifications.targets import TargetSettings
 from jobs.registry import register
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
@@ -29,7 +29,7 @@ from tests.support.notifiers import running_notifiers as running
 from tests.support.webhook_receiver import Dribbler, Receiver, wait_until
 from tests.support.webhook_receiver import dribbler as dribbler
 
-LOOPBACK = TargetPolicy(allow_private=True)
+LOOPBACK = TargetSettings(allow_private=True)
 
 
 def ended_job(job_id: str, url: str) -> Job:
@@ -38,9 +38,9 @@ def ended_job(job_id: str, url: str) -> Job:
     return Job(job_id, "tiny", "in.jsonl", "text", 0, at, submission=at, notify=url, error="input missing")
 
 
-def config(name: str, timeout_s: float, concurrency: int, lease_s: float = 60.0) -> NotifierConfig:
-    retry = RetryPolicy(first_retry_s=0.2, max_retry_s=0.5)
-    return NotifierConfig(
+def config(name: str, timeout_s: float, concurrency: int, lease_s: float = 60.0) -> NotifierSettings:
+    retry = RetrySettings(first_retry_s=0.2, max_retry_s=0.5)
+    return NotifierSettings(
         name, retry, timeout_s=timeout_s, lease_s=lease_s, settle_s=0, poll_s=0.05, concurrency=concurrency,
         targets=LOOPBACK,
     )  # fmt: skip

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from jobs.notifications.targets import TargetPolicy, parse_network, restricted_kind
+from jobs.notifications.targets import TargetSettings, parse_network, restricted_kind
 
 
 @pytest.mark.parametrize(
@@ -51,14 +51,14 @@ def test_each_non_public_address_is_named_for_what_it_is(address: str, kind: str
 
 def test_the_operator_allows_all_private_addresses_or_named_networks() -> None:
     ip = ipaddress.ip_address
-    default = TargetPolicy()
+    default = TargetSettings()
     assert default.refusal(ip("10.0.0.5")) == "a private address (10.0.0.5)"
     assert default.refusal(ip("8.8.8.8")) is None
     assert default.refusal(ip("0.0.0.0")) == "an unspecified address (0.0.0.0)"
-    everything = TargetPolicy(allow_private=True)
+    everything = TargetSettings(allow_private=True)
     assert everything.refusal(ip("169.254.169.254")) is None
     assert everything.explicitly_allowed(ip("10.0.0.5")) and not everything.explicitly_allowed(ip("8.8.8.8"))
-    some = TargetPolicy.of(False, ["10.1.0.0/16", "fd00::/8", "8.8.8.8"])
+    some = TargetSettings.of(False, ["10.1.0.0/16", "fd00::/8", "8.8.8.8"])
     assert some.refusal(ip("10.1.2.3")) is None
     assert some.refusal(ip("::ffff:10.1.2.3")) is None  # the same address, mapped
     assert some.refusal(ip("10.2.0.1")) == "a private address (10.2.0.1)"
@@ -73,4 +73,4 @@ def test_an_allowance_that_is_not_a_network_says_what_is_expected() -> None:
     with pytest.raises(ValueError, match=r"'10.0.0.0/33' is not an address or a CIDR network \(such as 10.0.0.0/8"):
         parse_network("10.0.0.0/33")
     with pytest.raises(ValueError, match="'intranet' is not an address"):
-        TargetPolicy.of(False, ["intranet"])
+        TargetSettings.of(False, ["intranet"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
-from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
@@ -23,7 +23,7 @@ def test_a_tick_whose_models_topics_collide_fails_with_the_reason(
     given = write_jsonl(tmp_path / "in.jsonl", example_lines(3))
     spec = ScheduleSpec("twin", "* * * * *", str(given), "mini_lm")
     add_schedule(settings, topics, new_schedule(spec, to_us(T0)))
-    with Scheduler(settings, topics, SchedulerConfig("sched-a"), clock=clock) as scheduler:
+    with Scheduler(settings, topics, SchedulerSettings("sched-a"), clock=clock) as scheduler:
         clock.at(1, 2)
         scheduler.step()
     failed = scheduled_jobs(settings, topics)["twin-20261129T1001Z"]

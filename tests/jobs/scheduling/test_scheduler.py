@@ -14,7 +14,7 @@ import pytest
 from jobs.job_terms import JobTerms
 from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
-from jobs.scheduling.scheduler import Scheduler, SchedulerConfig
+from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
 from jobs.scheduling.schedules import (
     ScheduleSpec,
     TickClaims,
@@ -43,7 +43,7 @@ from tests.support.waiting import wait_until
 def schedulers(settings: KafkaSettings, topics: Topics, clock: Clock) -> Iterator[list[Scheduler]]:
     with ExitStack() as stack:
         yield [
-            stack.enter_context(Scheduler(settings, topics, SchedulerConfig(name), clock=clock))
+            stack.enter_context(Scheduler(settings, topics, SchedulerSettings(name), clock=clock))
             for name in ("sched-a", "sched-b")
         ]
 
@@ -109,7 +109,7 @@ def test_after_downtime_the_misfire_policy_decides_which_missed_ticks_run(
     add(settings, topics, text_input, misfire=misfire)
     clock.at(4, 10)  # no scheduler ran from 10:00:20 until 10:04:10
     events: list[str] = []
-    with Scheduler(settings, topics, SchedulerConfig("late"), clock=clock, on_event=events.append) as late:
+    with Scheduler(settings, topics, SchedulerSettings("late"), clock=clock, on_event=events.append) as late:
         assert late.step() == [f"hourly-20261129T{t}Z" for t in expected_ticks]
         assert late.step() == []  # nothing twice
     assert sorted(scheduled_jobs(settings, topics)) == [f"hourly-20261129T{t}Z" for t in expected_ticks]
@@ -176,9 +176,9 @@ def test_a_restarted_winner_finishes_a_tick_it_claimed_but_did_not_submit(
     ensure_topics(settings, [schedule_ticks_topic(topics)])
     produce_all(make_producer(settings), [OutRecord(topics.schedule_ticks, encode(orphan), b"hourly@1001")])
     clock.at(1, 20)
-    with Scheduler(settings, topics, SchedulerConfig("sched-b"), clock=clock) as other:
+    with Scheduler(settings, topics, SchedulerSettings("sched-b"), clock=clock) as other:
         assert other.step() == []  # not its claim: it neither submits nor steals it
-    with Scheduler(settings, topics, SchedulerConfig("sched-a"), clock=clock) as restarted:
+    with Scheduler(settings, topics, SchedulerSettings("sched-a"), clock=clock) as restarted:
         assert restarted.step() == ["hourly-20261129T1001Z"]
         assert restarted.step() == []
     assert raw_records_of(settings, topics, "hourly-20261129T1001Z") == 5
@@ -214,7 +214,7 @@ def test_a_schedule_whose_input_has_non_object_attributes_fails_its_tick_and_the
     ensure_topics(settings, [schedule_ticks_topic(topics)])
     produce_all(make_producer(settings), [OutRecord(topics.schedule_ticks, encode(orphan), b"bad@1001")])
     clock.at(1, 2)
-    with Scheduler(settings, topics, SchedulerConfig("a"), clock=clock) as restarted:
+    with Scheduler(settings, topics, SchedulerSettings("a"), clock=clock) as restarted:
         assert restarted.step() == ["good-20261129T1001Z"]
         clock.at(2, 2)
         assert restarted.step() == ["good-20261129T1002Z"]
@@ -249,7 +249,7 @@ def test_an_unexpected_error_in_one_schedule_fails_its_tick_and_never_stops_the_
     add(settings, topics, text_input, name="fine")
     events: list[str] = []
     clock.at(1, 2)
-    with Scheduler(settings, topics, SchedulerConfig("a"), clock=clock, on_event=events.append) as scheduler:
+    with Scheduler(settings, topics, SchedulerSettings("a"), clock=clock, on_event=events.append) as scheduler:
         assert scheduler.step() == ["fine-20261129T1001Z"]
     jobs_ = scheduled_jobs(settings, topics)
     assert jobs_["broken-20261129T1001Z"].error == "internal error: TypeError: a bug met only on this input"
@@ -344,7 +344,7 @@ def test_rows_of_instants_no_datetime_holds_never_stop_the_scheduler(
         [OutRecord(topics.schedule_ticks, encode(t), f"{t.schedule}@{t.tick_at}".encode()) for t in forged],
     )
     clock.at(1, 2)
-    with Scheduler(settings, topics, SchedulerConfig("sched-a"), clock=clock) as scheduler:
+    with Scheduler(settings, topics, SchedulerSettings("sched-a"), clock=clock) as scheduler:
         submitted = scheduler.step()
         assert "fine-20261129T1001Z" in submitted
         assert not [j for j in submitted if j.startswith("future")]

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from jobs.submit import pipeline_topics
-from kafka_io.topology import PRIORITIES, Topics
+from kafka_io.topology import LANES, Topics
 from tests.support.deploy.cli_commands import PROGRAM
 from tests.support.deploy.manifests import Doc, Manifests, label, secret_ref
 from tests.support.deploy.workers import Container, containers
@@ -113,7 +113,7 @@ def _scaling_problems(so: Doc, c: Container) -> list[str]:
     tensors = topics.tensors(model)
     partitions = {spec.name: spec.partitions for spec in pipeline_topics(topics, model)}[tensors]
     # one trigger per lane: KEDA scales on the larger, so a live backlog adds workers on its own
-    lanes = {topics.lane(tensors, p) for p in PRIORITIES}
+    lanes = {topics.lane(tensors, p) for p in LANES}
     scaled = {t.get("metadata", {}).get("topic") for t in so["spec"]["triggers"]}
     problems = (
         []
