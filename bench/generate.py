@@ -49,11 +49,11 @@ from typing import Any
 from bench.decoupling import EXAMPLE, exit_on_sigterm, machine
 from bench.procfs import cpu_seconds
 from bench.system_cost import timed_command
-from gpu_consumer.generation.engine import GenerationEngine, GenerationSettings
-from gpu_consumer.generation.engines import make_generator
+from gpu_consumer.engines.generation_factory import make_generator
+from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationSettings
+from gpu_consumer.engines.transformers_engine import batching_config
 from gpu_consumer.generation.main_thread import engine_threads_on
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
-from gpu_consumer.generation.transformers_engine import batching_config
 from jobs.launch.local import PREPROCESS_ENV, WorkerProcess, spawn_worker, stop_all
 from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
@@ -139,7 +139,7 @@ def vllm_generate(
     from vllm import LLM
     from vllm import SamplingParams as VllmSamplingParams
 
-    from gpu_consumer.generation.vllm_engine import engine_args
+    from gpu_consumer.engines.vllm_engine import engine_args
 
     llm = LLM(**engine_args(config, limits, "cpu"))
     eos = sorted(config.generation.eos_token_ids)  # type: ignore[union-attr]

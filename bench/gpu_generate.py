@@ -204,7 +204,7 @@ def model_section(carry: Path, second: Path, repository: Path) -> None:
 
 def limits_of(config: Any) -> Any:
     """The limits `nearline worker gpu` gives the engine by default (gpu_consumer/worker.py)."""
-    from gpu_consumer.generation.engine import GenerationSettings
+    from gpu_consumer.engines.generation_protocol import GenerationSettings
 
     return GenerationSettings(max_sequences=config.max_batch_size)
 
@@ -218,7 +218,7 @@ def first_divergence(got: list[int], want: list[int]) -> int | None:
 
 def parity_section(repository: Path, references: Path) -> bool:
     from bench.generate import chat_ids, run_engine
-    from gpu_consumer.generation.engines import make_generator
+    from gpu_consumer.engines.generation_factory import make_generator
     from schemas.model_folders import load_model_config
 
     config = load_model_config(repository, MODEL)
@@ -272,7 +272,7 @@ def generate_batch_alone(config: Any, prompts: list[list[int]], max_tokens: int,
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.utils import logging as transformers_logging
 
-    from gpu_consumer.generation.transformers_engine import batching_config
+    from gpu_consumer.engines.transformers_engine import batching_config
 
     cuda = torch.cuda.is_available()
     transformers_logging.disable_progress_bar()
@@ -299,7 +299,7 @@ def generate_batch_alone(config: Any, prompts: list[list[int]], max_tokens: int,
 
 def engine_section(repository: Path, prompts_n: int, max_tokens: int, figures: Path | None) -> None:
     from bench.generate import chat_ids, questions, run_engine
-    from gpu_consumer.generation.engines import make_generator
+    from gpu_consumer.engines.generation_factory import make_generator
     from schemas.model_folders import load_model_config
 
     config = load_model_config(repository, MODEL)
@@ -349,7 +349,7 @@ def gpu_worker_main(repository: Path, busy_path: Path) -> None:
     """A GPU worker serving the real transformers engine, made with the limits `nearline worker gpu`
     gives it and timed: its busy seconds so far written to busy_path every 0.2 s, until SIGTERM."""
     from bench.decoupling import exit_on_sigterm
-    from gpu_consumer.generation.engines import make_generator
+    from gpu_consumer.engines.generation_factory import make_generator
     from gpu_consumer.worker import GpuWorkerSettings, serve
     from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
     from kafka_io.topology import Topics

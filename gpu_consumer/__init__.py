@@ -29,7 +29,7 @@ models into the repository (model_repository/: export, import, parity checks).
 
 # The engines --engine names; here, not in engines/, so the CLI lists them without importing numpy.
 # Encoders run on the first four (engines/factory.py), causal LMs on auto or the last two
-# (generation/engines.py).
+# (engines/generation_factory.py).
 ENCODER_ENGINES = ("tensorrt", "torch", "onnxruntime")
 GENERATION_ENGINES = ("vllm", "transformers")
 ENGINES = ("auto", *ENCODER_ENGINES, *GENERATION_ENGINES)

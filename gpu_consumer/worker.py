@@ -34,8 +34,8 @@ from pathlib import Path
 
 from gpu_consumer.batcher import BatchSettings, default_window
 from gpu_consumer.engines.factory import batch_limits, make_engine, measure_cost, resolved_kind
+from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationSettings
 from gpu_consumer.engines.protocol import Engine
-from gpu_consumer.generation.engine import GenerationEngine, GenerationSettings
 from gpu_consumer.generation.main_thread import drive_on_main, engine_threads_on
 from gpu_consumer.generation.step import Engines, GenerationStep
 from gpu_consumer.lanes import DEFAULT_BULK_SHARE, LanePicker
@@ -164,7 +164,7 @@ class GpuWorkerSettings:
     """What `nearline worker gpu` is told (jobs/cli/workers.py builds it once): serve()'s knobs."""
 
     model: str
-    engine_kind: str = "auto"  # gpu_consumer.ENGINES (gpu_consumer/engines/factory.py, generation/engines.py)
+    engine_kind: str = "auto"  # gpu_consumer.ENGINES (gpu_consumer/engines/factory.py, engines/generation_factory.py)
     threads: int = 0  # the engine's; 0 = one per core
     max_batch_size: int | None = None  # rows of an executed batch; None: the engine's default
     max_batch_tokens: int | None = None  # tokens of an executed batch (padded); None: the default
@@ -327,7 +327,7 @@ def _serve_generator(
     sequence ends, outside any window's transaction). The main thread builds and steps the engine,
     the loop runs on a thread of its own (generation/main_thread.py says why), on `loop_cpus` where
     the engine has CPUs of its own (serve computes them from --engine-cpus)."""
-    from gpu_consumer.generation.engines import make_generator
+    from gpu_consumer.engines.generation_factory import make_generator
 
     if worker.exactly_once:
         raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")

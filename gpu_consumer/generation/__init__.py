@@ -5,9 +5,8 @@
     stops.py                where a completion ends: end-of-sequence ids, stop strings,
                             max_tokens (pure)
     sampling.py             seeded sampling per request, whatever runs beside it
-    engine.py               the generation engine protocol, what bounds an engine, its errors
-    engines.py              which engine a worker runs: vllm_engine.py where vLLM is installed,
-                            else transformers_engine.py (transformers' continuous batching)
+    (the engines, their protocol and which one runs: gpu_consumer/engines/generation_*.py,
+    vllm_engine.py, transformers_engine.py)
     main_thread.py          the worker's main thread given to the engine, the Kafka loop beside it
     step.py                 GenerationStep, the GPU loop's commit step for causal LMs (its main
                             thread), and which prompts it takes

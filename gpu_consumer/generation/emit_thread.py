@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError
+from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationFailedError
 from gpu_consumer.generation.in_flight import InFlight, Running
 from gpu_consumer.generation.requests import Completion
 from gpu_consumer.generation.sender import ResultSender

@@ -10,7 +10,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from gpu_consumer.generation.engine import GenerationEngine
+from gpu_consumer.engines.generation_protocol import GenerationEngine
 from gpu_consumer.generation.requests import GenerationRequest
 from gpu_consumer.handler import Item
 from gpu_consumer.ledger import Entry

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol, TypeVar, runtime_checkable
 
-from gpu_consumer.generation.engine import GenerationEngine
+from gpu_consumer.engines.generation_protocol import GenerationEngine
 
 log = logging.getLogger(__name__)
 

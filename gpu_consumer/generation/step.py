@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationFailedError
 from gpu_consumer.generation.emit_thread import EmitThread
-from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError
 from gpu_consumer.generation.in_flight import InFlight, Running, Window
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
 from gpu_consumer.generation.sender import ResultSender

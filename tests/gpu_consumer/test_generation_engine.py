@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gpu_consumer.generation.engine import GenerationSettings
+from gpu_consumer.engines.generation_protocol import GenerationSettings
+from gpu_consumer.engines.transformers_engine import TransformersEngine
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
-from gpu_consumer.generation.transformers_engine import TransformersEngine
 from schemas.model_config import ModelConfig
 from tests.support.engine_process import RemoteEngine, open_engine
 

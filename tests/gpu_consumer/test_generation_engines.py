@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from gpu_consumer.engines.factory import make_engine
+from gpu_consumer.engines.generation_factory import generator_kind
+from gpu_consumer.engines.generation_protocol import GenerationSettings
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationSettings
-from gpu_consumer.generation.engines import generator_kind
+from gpu_consumer.engines.vllm_engine import engine_args, kv_bytes_per_token, vllm_sampling
 from gpu_consumer.generation.requests import SamplingParams
-from gpu_consumer.generation.vllm_engine import engine_args, kv_bytes_per_token, vllm_sampling
 from tests.support.causal_lm import lm_config
 
 CONFIG = lm_config(eos_token_ids=(2, 0), context_length=2048)

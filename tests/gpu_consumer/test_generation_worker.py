@@ -19,10 +19,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from gpu_consumer.batcher import BatchSettings
-from gpu_consumer.generation.engine import GenerationEngine, GenerationFailedError, GenerationSettings
+from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationFailedError, GenerationSettings
+from gpu_consumer.engines.transformers_engine import TransformersEngine
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
-from gpu_consumer.generation.transformers_engine import TransformersEngine
 from gpu_consumer.metrics import GpuMetrics, PrometheusGpuMetrics
 from gpu_consumer.steps import Inference, WorkerStats
 from gpu_consumer.windows import WindowSettings

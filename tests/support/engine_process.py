@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationSettings, kv_blocks
+from gpu_consumer.engines.generation_protocol import GenerationFailedError, GenerationSettings, kv_blocks
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from schemas.model_config import ModelConfig
 
@@ -126,7 +126,7 @@ class RemoteEngine:
 
 
 def _serve(repository: str, model: str, kind: str, limits: str, fd: str) -> None:
-    from gpu_consumer.generation.engines import make_generator
+    from gpu_consumer.engines.generation_factory import make_generator
     from schemas.model_folders import load_model_config
 
     out = os.fdopen(int(fd), "w", buffering=1)
@@ -181,7 +181,7 @@ def open_engine(kind: str, config: ModelConfig, limits: GenerationSettings, log:
     environment (RemoteEngine, logging to `log`)."""
     if kind == "vllm":
         return RemoteEngine(config, kind, limits, vllm_python(), log)
-    from gpu_consumer.generation.transformers_engine import TransformersEngine
+    from gpu_consumer.engines.transformers_engine import TransformersEngine
 
     engine = TransformersEngine(config, limits)
     engine.warmup()

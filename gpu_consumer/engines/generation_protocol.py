@@ -1,6 +1,6 @@
 """The generation engine protocol the GPU stage drives, what bounds an engine, and its errors.
 
-Two backends, one behaviour (gpu_consumer/generation/engines.py picks one): vLLM where it is
+Two backends, one behaviour (gpu_consumer/engines/generation_factory.py picks one): vLLM where it is
 installed (vllm_engine.py) and transformers' continuous batching (transformers_engine.py). Both
 decode on a thread or process of their own, take a new request into the running batch at the next
 decode step, share the KV blocks of a prompt prefix another request computed, and hand back token

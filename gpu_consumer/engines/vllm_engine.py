@@ -36,8 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_consumer.engines.generation_protocol import (
+    GenerationFailedError,
+    GenerationSettings,
+    generation_of,
+    kv_blocks,
+    warm_up,
+)
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationFailedError, GenerationSettings, generation_of, kv_blocks, warm_up
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.stops import StopWatch, finished
 from schemas.model_config import ModelConfig

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 
 from gpu_consumer import ENCODER_ENGINES, GENERATION_ENGINES
+from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationSettings
 from gpu_consumer.engines.protocol import EngineLoadError
-from gpu_consumer.generation.engine import GenerationEngine, GenerationSettings
 from schemas.model_config import ModelConfig
 
 
@@ -29,9 +29,9 @@ def make_generator(
     """`driven`: an engine that can be stepped by the caller's thread (a DrivenEngine) starts no
     thread of its own for it; the caller drives it (main_thread.py)."""
     if generator_kind(kind) == "vllm":
-        from gpu_consumer.generation.vllm_engine import VllmEngine
+        from gpu_consumer.engines.vllm_engine import VllmEngine
 
         return VllmEngine(config, limits, driven=driven)
-    from gpu_consumer.generation.transformers_engine import TransformersEngine
+    from gpu_consumer.engines.transformers_engine import TransformersEngine
 
     return TransformersEngine(config, limits)
