@@ -19,8 +19,8 @@ import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
 
 from gpu_consumer.batcher import PaddedBatch
-from gpu_consumer.handler import Executed, Item
 from gpu_consumer.metrics import END_TO_END, GpuMetrics, PrometheusGpuMetrics
+from gpu_consumer.window_inference import Executed, Item
 from kafka_io.records import ConsumedRecord, OutRecord
 from schemas import now_us
 

@@ -4,12 +4,12 @@ The GPU loop, step by step, and where each step lives:
 
     poll windows   windows.py: windows()            a poll window: --max-window records, or what
                                                     came within --max-linger-ms
-    prepare        handler.py: prepare()            decode, check, sort by length, cut into
+    prepare        window_inference.py: prepare()            decode, check, sort by length, cut into
                                                     padded executed batches (batcher.py)
-    execute        handler.py: execute(), run on pipeline.py's engine thread (engines/: protocol.py,
+    execute        window_inference.py: execute(), run on pipeline.py's engine thread (engines/: protocol.py,
                    the one protocol; factory.py picks a backend: onnxruntime_engine.py,
                    torch_engine.py, tensorrt_engine.py)
-    emit           handler.py: Emitter, run on pipeline.py's emit thread: postprocess, encode,
+    emit           window_inference.py: Emitter, run on pipeline.py's emit thread: postprocess, encode,
                    produce; the broker's delivery reports confirm each window's outputs
     commit         steps.py: the commit step the loop hands each window to owns the commit.
                    PipelinedStep._commit() is the one place offsets are written: those of the

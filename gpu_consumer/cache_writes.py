@@ -26,7 +26,7 @@ _CAUSES_KEPT = 64  # distinct failures remembered, so each is logged once
 
 
 class Keyed(Protocol):
-    """A decoded record as the cache needs it (gpu_consumer.handler.Item)."""
+    """A decoded record as the cache needs it (gpu_consumer.window_inference.Item)."""
 
     @property
     def reuse_key(self) -> bytes | None: ...

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from prometheus_client import Counter, Gauge, Histogram
 
-from gpu_consumer.handler import Executed
+from gpu_consumer.window_inference import Executed
 from kafka_io.clients import Consumer
 from kafka_io.metrics import (
     BATCH_SECONDS_BUCKETS,

@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from gpu_consumer.engines.protocol import Engine
-from gpu_consumer.handler import Emitter, Executed, Poisoned, Window, execute
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Entry, Ledger
 from gpu_consumer.metrics import GpuMetrics
+from gpu_consumer.window_inference import Emitter, Executed, Poisoned, Window, execute
 from kafka_io.clients import Producer
 from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries

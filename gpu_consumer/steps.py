@@ -29,11 +29,11 @@ from typing import Protocol
 
 from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.protocol import Engine
-from gpu_consumer.handler import handle_window, prepare
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Ledger
 from gpu_consumer.metrics import GpuMetrics
 from gpu_consumer.pipeline import Pipeline, PipelineSettings
+from gpu_consumer.window_inference import handle_window, prepare
 from kafka_io.clients import Consumer, Producer
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.incarnation import BrokerIncarnation

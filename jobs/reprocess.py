@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpu_consumer.batcher import BatchSettings, default_window
 from gpu_consumer.engines.factory import make_engine
-from gpu_consumer.handler import handle_window
+from gpu_consumer.window_inference import handle_window
 from jobs.registry import JobNotFoundError, find_job, job_lane
 from kafka_io.clients import make_producer
 from kafka_io.polling import records_in

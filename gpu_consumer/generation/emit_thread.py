@@ -23,10 +23,10 @@ from gpu_consumer.engines.generation_protocol import GenerationEngine, Generatio
 from gpu_consumer.generation.in_flight import InFlight, Running
 from gpu_consumer.generation.requests import Completion
 from gpu_consumer.generation.sender import ResultSender
-from gpu_consumer.handler import Emitter, Poisoned
 from gpu_consumer.isolation import EngineFault
 from gpu_consumer.ledger import Ledger
 from gpu_consumer.metrics import GpuMetrics
+from gpu_consumer.window_inference import Emitter, Poisoned
 from kafka_io.produce import serve_deliveries
 from kafka_io.records import OutRecord, job_record
 from schemas import encode, now_us

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from gpu_consumer.engines.generation_protocol import GenerationEngine
 from gpu_consumer.generation.requests import GenerationRequest
-from gpu_consumer.handler import Item
 from gpu_consumer.ledger import Entry
+from gpu_consumer.window_inference import Item
 from kafka_io.records import OutRecord
 from kafka_io.topology import Lane
 

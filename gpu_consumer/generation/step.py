@@ -34,11 +34,11 @@ from gpu_consumer.generation.emit_thread import EmitThread
 from gpu_consumer.generation.in_flight import InFlight, Running, Window
 from gpu_consumer.generation.requests import GenerationRequest, SamplingParams
 from gpu_consumer.generation.sender import ResultSender
-from gpu_consumer.handler import Emitter, Poisoned, decode_sources
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Ledger
 from gpu_consumer.metrics import GpuMetrics
 from gpu_consumer.steps import Inference, WorkerStats, commit_confirmed
+from gpu_consumer.window_inference import Emitter, Poisoned, decode_sources
 from kafka_io.clients import Consumer, Producer
 from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, records_in, window_offsets

@@ -8,8 +8,8 @@ import pytest
 from gpu_consumer.batcher import BatchSettings, pad_batch
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.engines.protocol import Engine
-from gpu_consumer.handler import handle_window
 from gpu_consumer.isolation import EngineFault, bisect
+from gpu_consumer.window_inference import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
@@ -52,7 +52,7 @@ def unchecked_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     """Token ids left unchecked before the engine (gpu_consumer/vocabulary.py refuses one outside
     the vocabulary first), so that ONNX Runtime's Gather itself fails on 99999: a record that
     breaks the engine, as any input the checks cannot foresee may."""
-    monkeypatch.setattr("gpu_consumer.handler.vocabulary_size", lambda config: None)
+    monkeypatch.setattr("gpu_consumer.window_inference.vocabulary_size", lambda config: None)
 
 
 @pytest.mark.usefixtures("unchecked_ids")

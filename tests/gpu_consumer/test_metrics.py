@@ -12,8 +12,8 @@ from prometheus_client import REGISTRY, generate_latest
 
 from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
-from gpu_consumer.handler import handle_window
 from gpu_consumer.metrics import PrometheusGpuMetrics
+from gpu_consumer.window_inference import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import Tensor, TensorRecord, encode, now_us

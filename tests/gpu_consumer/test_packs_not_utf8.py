@@ -7,7 +7,7 @@ import numpy as np
 
 from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
-from gpu_consumer.handler import handle_window
+from gpu_consumer.window_inference import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode

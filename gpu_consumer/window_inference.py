@@ -1,5 +1,5 @@
-"""The pure core of the GPU worker: a window of consumed tensor records in, results and dead
-letters out. No I/O.
+"""A window's inference, the pure core of the GPU worker: a window of consumed tensor records in,
+results and dead letters out. No I/O.
 
 Three steps, so the worker can overlap them (gpu_consumer/pipeline.py) while tests and
 `reprocess` run them one after the other (handle_window):

@@ -6,8 +6,8 @@ import pytest
 from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.engines.protocol import Engine
-from gpu_consumer.handler import handle_window
 from gpu_consumer.vocabulary import vocabulary_size
+from gpu_consumer.window_inference import handle_window
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
@@ -219,7 +219,7 @@ def test_a_record_of_a_pack_that_breaks_the_engine_is_dead_lettered_alone(
     tiny: TinyModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the ids left unchecked (gpu_consumer/vocabulary.py would refuse 99999 first): the engine breaks
-    monkeypatch.setattr("gpu_consumer.handler.vocabulary_size", lambda config: None)
+    monkeypatch.setattr("gpu_consumer.window_inference.vocabulary_size", lambda config: None)
     arrays = [np.array([101, 2000 + i, 102]) for i in range(6)]
     arrays[4] = np.array([101, 99999, 102])  # outside the vocabulary: Gather fails on its whole batch
     src = ConsumedRecord("ns.tensors.tiny", 0, 5, pack_of(0, arrays), headers=(("records", b"6"),))
