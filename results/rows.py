@@ -6,7 +6,7 @@ written one by one: a chunk of results whose outputs share one layout
 (every result of one model version) has each output's data joined into one matrix, converted
 and rounded in one numpy call, and each line is a small dict of a matrix row given to orjson; a
 Parquet or Arrow row group takes the row views as they are. The lines and columns are the same
-as jobs/results.to_json's and jobs/columnar.ResultColumns.add's (tested byte for byte); a record
+as results/outcome.to_json's and results/columnar.ResultColumns.add's (tested byte for byte); a record
 that does not fit the chunk's layout (labels, another model version's outputs, a scalar output,
 a generation's text, a dead letter, another writer schema) is decoded whole and written that way.
 """

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
 from jobs.launch.signals import Terminated, terminate_like_interrupt
+from tests.support.waiting import wait_until
 
 
 def wait_for_signal() -> None:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        time.sleep(0.01)
-    raise AssertionError("the signal never arrived")
+    wait_until(lambda: False, 5, "the signal (Terminated raised inside the wait)", every_s=0.01)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
