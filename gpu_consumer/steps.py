@@ -180,7 +180,7 @@ class PipelinedStep:
         # its engine_time is set by the engine thread; an idle engine starts on what has come
         # instead of waiting out the linger for more, and a window queued behind a busy engine
         # lets the next one gather until it starts
-        self.flow = self._flow = Pipeline(
+        self.flow = Pipeline(
             inference.engine, inference.config, inference.topics, new_producer, settings, metrics, inference.skip_job
         )
 
@@ -191,7 +191,7 @@ class PipelinedStep:
         assert work.engine is not None
         window_id = work.window_id(self.stats.windows)
         prepared = prepare(sources, work.engine, work.config, work.topics, window_id, work.policy)
-        self._flow.submit(
+        self.flow.submit(
             prepared,
             window_offsets(window),
             records_in(window),  # records, not Kafka records: a pack counts as what it holds
@@ -203,7 +203,7 @@ class PipelinedStep:
         self._commit()
 
     def tick(self) -> None:
-        self._flow.check()  # a stalled delivery is noticed even when no new window arrives
+        self.flow.check()  # a stalled delivery is noticed even when no new window arrives
         self._commit()
 
     def idle(self) -> None:
@@ -215,20 +215,20 @@ class PipelinedStep:
         if self._incarnation.doubting:
             log.warning("a revoke while the broker is in doubt; the windows in flight will be consumed again")
             return
-        if not self._flow.finish(partial(self._commit, ask=False)):
+        if not self.flow.finish(partial(self._commit, ask=False)):
             log.warning("windows still unconfirmed at revoke; their records will be consumed again")
 
     def finish(self) -> bool:
-        self._flow.finish(self._commit)
+        self.flow.finish(self._commit)
         return True  # what is still unconfirmed is consumed again after a restart: nothing to poll
 
     def close(self) -> None:
-        self._flow.close()
+        self.flow.close()
 
     def _commit(self, *, ask: bool = True) -> None:
         """The pipelined worker's one commit site: the longest confirmed prefix of windows.
         ask=False: never ask the broker who it is (inside a rebalance callback)."""
-        self.stats.records += commit_confirmed(self._consumer, self._incarnation, self._flow.ledger, ask=ask)
+        self.stats.records += commit_confirmed(self._consumer, self._incarnation, self.flow.ledger, ask=ask)
 
 
 def commit_confirmed(consumer: Consumer, incarnation: BrokerIncarnation, ledger: Ledger, *, ask: bool = True) -> int:

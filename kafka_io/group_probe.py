@@ -9,8 +9,8 @@ exactly that, and the processes that ask (submit --wait's watchdog, every 2 s fo
 ride outages out. So the asking happens here, in a child: a child that dies or goes silent leaves
 its question unanswered (None, which callers read as "the cluster did not answer"), and one whose
 question the cluster left unanswered is replaced before the next, so that no child holds a
-timed-out request when the broker comes back. Requests to one broker that are not coordinator-targeted (metadata,
-list_consumer_groups, a consumer's committed()) stay in the caller's process.
+timed-out request when the broker comes back. Requests that are not coordinator-targeted
+(metadata, list_consumer_groups, a consumer's committed()) stay in the caller's process.
 
 The protocol is JSON lines on the child's stdin and stdout: the settings first, then one question
 and one answer at a time. The child exits when its stdin closes, so it never outlives its parent's
