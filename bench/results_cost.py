@@ -144,15 +144,15 @@ def main() -> None:
             print(f"produced {args.records:,} results (dim {args.dim})")
             if args.profile is not None:
                 from jobs.registry import load_jobs
-                from results.output import output_format
-                from results.spill import write_results
+                from results.formats import OUTPUTS, output_format
+                from results.job_output import JobOutput
+                from results.spill import read_results
 
                 out = work / f"profiled.{args.formats[0]}"
                 profiler = cProfile.Profile()
                 profiler.enable()
-                write_results(
-                    settings, topics, JOB, load_jobs(settings, topics).get(JOB), out, sys.stdout, output_format(out)
-                )
+                with read_results(settings, topics, JOB, load_jobs(settings, topics).get(JOB)) as spill:
+                    OUTPUTS[output_format(out)].write(JobOutput(spill, list), out, sys.stdout)
                 profiler.disable()
                 profiler.dump_stats(args.profile)
                 print(f"profile of results -o {out.name} in {args.profile}")

@@ -17,13 +17,12 @@ with other outputs) is refused with ColumnarShapeError, as no typed column can h
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from results.kept_columns import KeptColumns
-from results.output import OutputFormat
 from results.usage import generation_usage
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import REUSED_STAMP, attribute_values
@@ -263,10 +262,10 @@ class RowGroups:
     Its exit writes what is left (an empty job still gets its file, with the columns and no row)
     and closes the file, also on an error (pyarrow's writer would write to a closed file later)."""
 
-    def __init__(self, columns: ResultColumns, out: IO[bytes], fmt: OutputFormat) -> None:
+    def __init__(self, columns: ResultColumns, out: IO[bytes], table: Callable[[IO[bytes], pa.Schema], Any]) -> None:
         self.columns = columns
         self.written = 0
-        self._writer = columnar_writer(out, columns.schema, fmt)
+        self._writer = table(out, columns.schema)
 
     def __enter__(self) -> RowGroups:
         return self
@@ -309,13 +308,15 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     ]
 
 
-def columnar_writer(out: IO[bytes], schema: pa.Schema, fmt: OutputFormat) -> Any:
-    """A Parquet (zstd) or Arrow IPC file writer of schema to out: a context manager with write_batch."""
-    import pyarrow as pa
+def parquet_file(out: IO[bytes], schema: pa.Schema) -> Any:
+    """A Parquet (zstd) writer of schema to out: a context manager with write_batch."""
     import pyarrow.parquet as pq
 
-    if fmt is OutputFormat.PARQUET:
-        return pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=dictionary_columns(schema))
-    if fmt is OutputFormat.ARROW:
-        return pa.ipc.new_file(out, schema)
-    raise ValueError(f"not a columnar format: {fmt}")
+    return pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=dictionary_columns(schema))
+
+
+def arrow_file(out: IO[bytes], schema: pa.Schema) -> Any:
+    """An Arrow IPC file (Feather v2) writer of schema to out: a context manager with write_batch."""
+    import pyarrow as pa
+
+    return pa.ipc.new_file(out, schema)

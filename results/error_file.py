@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from producers import InputError
 from producers.openai_batch import CUSTOM_ID, INDEX
+from results.job_output import JobOutput
 from results.submitted import Submitted
 from schemas import DeadLetter, Job
 
@@ -52,3 +53,10 @@ def error_lines(
         else:
             line["status"] = missing
         yield line
+
+
+def lines_of(job: JobOutput, missing: Missing, invalid: Iterable[InputError]) -> Iterator[dict[str, Any]]:
+    """The error file: a line per input line left out (`invalid`), then per submitted record
+    without a result (error_lines)."""
+    yield from (invalid_line(error) for error in invalid)
+    yield from error_lines(job.submitted, job.spill.outcomes(), missing)

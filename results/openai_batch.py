@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from producers import InputError
 from producers.openai_batch import CHAT_COMPLETIONS_URL, CUSTOM_ID, INDEX, URL
 from results.error_file import Missing
-from results.outcome import rounded
+from results.job_output import JobOutput
+from results.outcome import dumps_line, rounded
+from results.output import each_line, write_lines
 from results.submitted import Submitted
 from schemas import DeadLetter, InferenceResult
 from schemas.attributes import attribute_values
@@ -62,6 +65,20 @@ def requests_of(submitted: Iterable[Submitted]) -> list[Request]:
     if current is not None:
         requests.append(Request(current[0], tuple(current[1])))
     return requests
+
+
+def write(job: JobOutput, path: Path | None, out: IO[str]) -> int:
+    """The job's answered requests in OpenAI's batch output shape to path (or out); the lines written."""
+    results = (item for item in job.spill.ordered() if isinstance(item, InferenceResult))
+    lines = output_lines(requests_of(job.submitted), results, job.spill.job_id)
+    return write_lines(path, out, each_line(dumps_line(line) for line in lines))
+
+
+def error_lines_of(job: JobOutput, missing: Missing, invalid: Iterable[InputError]) -> Iterator[dict[str, Any]]:
+    """The error file in OpenAI's error shape: a line per input line left out (`invalid`), then per
+    request with an input that has no result (error_lines)."""
+    yield from (invalid_line(error) for error in invalid)
+    yield from error_lines(requests_of(job.submitted), job.spill.outcomes(), missing, job.spill.job_id)
 
 
 def output_lines(requests: list[Request], results: Iterable[InferenceResult], job_id: str) -> Iterator[dict[str, Any]]:

@@ -1,5 +1,5 @@
-"""Where `-o` results go and in which format: checked before any work, written to a temporary file
-and renamed into place.
+"""Where `-o` results go: checked before any work, written to a temporary file and renamed into
+place (the formats: results/formats.py).
 
 `-` and /dev/stdout name standard output. A link is written through: its target file is replaced
 (atomically), never the link itself. A pipe or a terminal (a fifo, a character device, or a link to
@@ -13,90 +13,13 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 
-class OutputFormat(StrEnum):
-    JSONL = "jsonl"
-    PARQUET = "parquet"
-    ARROW = "arrow"
-    OPENAI_BATCH = "openai-batch"
-
-    @property
-    def binary(self) -> bool:
-        return OUTPUTS[self].binary
-
-
-@dataclass(frozen=True)
-class Output:
-    """One output format: what --output-format's help says of it, the suffixes that choose it
-    for -o, and whether it is a binary file (rows, not lines; never written to a terminal)."""
-
-    says: str
-    suffixes: tuple[str, ...]
-    binary: bool = False
-
-
-# The one list of output formats: --output-format's choices and help, -o's suffixes and the
-# binary check read it. How each is written: results/rows.py (JSON Lines), results/columnar.py
-# (Parquet, Arrow), results/openai_batch.py (a line per request).
-OUTPUTS: dict[OutputFormat, Output] = {
-    OutputFormat.JSONL: Output("a JSON object per line", (".jsonl", ".ndjson", ".jsonlines")),
-    OutputFormat.PARQUET: Output("typed columns (embedding = fixed-size float32 list)", (".parquet", ".pq"), True),
-    OutputFormat.ARROW: Output("Arrow IPC file (Feather v2), the same columns", (".arrow", ".feather", ".ipc"), True),
-    OutputFormat.OPENAI_BATCH: Output("OpenAI's batch output, a line per request", ()),
-}
-_SUFFIXES = {suffix: fmt for fmt, output in OUTPUTS.items() for suffix in output.suffixes}
-
-
-def output_format_help() -> str:
-    """--output-format's help, from OUTPUTS."""
-    each = "; ".join(f"{fmt.value}: {output.says}" for fmt, output in OUTPUTS.items())
-    chosen = ", ".join("/".join(o.suffixes) for o in OUTPUTS.values() if o.suffixes)
-    return f"{each}. [default: from -o's suffix ({chosen}), else jsonl]"
-
-
-# Names that promise a format nearline does not write: JSON Lines under them would be read wrong
-# (a .csv opened as a table, a .json as one document, a .gz decompressed), so they are refused.
-_FOREIGN = {
-    **dict.fromkeys((".csv", ".tsv", ".json", ".xlsx", ".xls", ".xml", ".yaml", ".yml", ".html", ".htm"), "table"),
-    **dict.fromkeys((".avro", ".orc", ".pickle", ".pkl", ".npy", ".npz", ".h5", ".hdf5", ".sqlite", ".db"), "table"),
-    **dict.fromkeys((".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z", ".lz4", ".snappy"), "compressed"),
-}
-
-
 class OutputPathError(ValueError):
     """The output path cannot take a results file; said before the job starts, not after it ends."""
-
-
-class OutputFormatError(OutputPathError):
-    """The output's name promises a format nearline does not write."""
-
-
-def output_format(path: Path | None, forced: str | None = None) -> OutputFormat:
-    """The format asked for, else the one the file name says (.parquet, .arrow, ...), else JSON Lines;
-    OutputFormatError for a name that says another format (.csv, .json, .gz, ...)."""
-    if forced is not None:
-        return OutputFormat(forced)
-    if path is None:
-        return OutputFormat.JSONL
-    suffix = path.suffix.lower()
-    if suffix in _FOREIGN:
-        what = "compress its output" if _FOREIGN[suffix] == "compressed" else f"write {suffix[1:].upper()}"
-        raise OutputFormatError(
-            f"{path}: nearline does not {what}; name the file .jsonl (JSON Lines), .parquet or .arrow, "
-            "or pass --output-format jsonl to write JSON Lines under this name anyway"
-        )
-    return _SUFFIXES.get(suffix, OutputFormat.JSONL)
-
-
-def names_format(path: Path) -> bool:
-    """Whether path's suffix chooses its format (else it gets JSON Lines by default)."""
-    return path.suffix.lower() in _SUFFIXES
 
 
 # Names of standard output: `-` as most tools take it, and the device names of file descriptor 1,
@@ -259,20 +182,31 @@ def _write_stream(stream: IO[bytes], write: Callable[[IO[Any]], int], binary: bo
         text.detach()  # the stream stays open: standard output, or the caller's
 
 
-def write_output(
-    path: Path | None,
-    out: IO[str],
-    fmt: OutputFormat,
-    lines: Callable[[Callable[[bytes], object]], int],
-    table: Callable[[IO[bytes]], int],
-) -> int:
-    """A job's records to path (write_file: through a temporary file renamed into place) or, as JSON Lines only,
-    to out: lines(write) writes them as JSON Lines through write(bytes), table(f) as the columnar
-    fmt to a binary file. Returns the records written."""
-    if fmt is OutputFormat.JSONL:
-        if path is None:
-            return lines(lambda chunk: out.write(chunk.decode()))
-        return write_file(path, lambda f: lines(f.write), binary=True)
+def each_line(lines: Iterable[bytes]) -> Callable[[Callable[[bytes], object]], int]:
+    """lines as write_lines takes them: each given to put in turn, then counted."""
+
+    def write(put: Callable[[bytes], object]) -> int:
+        count = 0
+        for line in lines:
+            put(line)
+            count += 1
+        return count
+
+    return write
+
+
+def write_lines(path: Path | None, out: IO[str], lines: Callable[[Callable[[bytes], object]], int]) -> int:
+    """A job's records as JSON Lines to path (write_file: through a temporary file renamed into
+    place) or to out: lines(put) gives each line (bytes, its newline included) to put and returns
+    the records written."""
     if path is None:
-        raise OutputPathError(f"{fmt} output is a file: name it with -o")
+        return lines(lambda chunk: out.write(chunk.decode()))
+    return write_file(path, lambda f: lines(f.write), binary=True)
+
+
+def write_table(path: Path | None, table: Callable[[IO[bytes]], int]) -> int:
+    """A job's records as the binary file table(f) writes (Parquet, Arrow) to path (write_file);
+    a table is a file, never standard output's lines. Returns the records written."""
+    if path is None:
+        raise OutputPathError("a columnar output (Parquet, Arrow) is a file: name it with -o")
     return write_file(path, table, binary=True)

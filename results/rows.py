@@ -14,7 +14,7 @@ a generation's text, a dead letter, another writer schema) is decoded whole and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from results.kept_columns import KeptColumns
 from results.outcome import dumps_line, finish_line, json_line, rounded
-from results.output import OutputFormat, write_output
+from results.output import write_lines, write_table
 from schemas import DeadLetter, InferenceResult, decode
 from schemas.attributes import REUSED_STAMP
 from schemas.errors import TensorFormatError
@@ -30,6 +30,10 @@ from schemas.inference_result_bytes import ResultBody, read_result_body, read_re
 from schemas.records import now_us, tensor_array
 
 log = logging.getLogger(__name__)
+
+# How a columnar format opens its file: (out, the Arrow schema) -> a pyarrow writer with
+# write_batch, a context manager (results/columnar.py: parquet_file, arrow_file)
+OpenTable = Callable[[IO[bytes], Any], Any]
 
 # Records a chunk: a matrix of 1,024 MiniLM embeddings is 1.5 MiB in float32 (3 MiB rounded).
 CHUNK = 1024
@@ -180,7 +184,7 @@ def write_columnar_rows(
     rows: Iterable[OutputRow],
     example: InferenceResult | None,
     out: IO[bytes],
-    fmt: OutputFormat,
+    table: OpenTable,
     kept: KeptColumns | None,
 ) -> int:
     """The rows to out as Parquet (zstd) or an Arrow IPC file, ROW_GROUP_ROWS rows at a time
@@ -190,7 +194,7 @@ def write_columnar_rows(
     from results.columnar import ResultColumns, RowGroups
 
     columns = ResultColumns(example, kept)
-    with RowGroups(columns, out, fmt) as groups:
+    with RowGroups(columns, out, table) as groups:
         for chunk in _chunks(rows):
             bodies = [_body(row) for row in chunk]
             members, matrices = _matrices(chunk, bodies, for_json=False) if columns.tensors else ([], [])
@@ -212,16 +216,13 @@ def write_rows(
     example: InferenceResult | None,
     path: Path | None,
     out: IO[str],
-    fmt: OutputFormat = OutputFormat.JSONL,
+    table: OpenTable | None = None,
     kept: KeptColumns | None = None,
 ) -> int:
-    """Every row, in the order given, to path or, as JSON Lines only, to out
-    (results.output.write_output); example is any result of the job (it sets columnar output's
-    columns), kept the input columns the job keeps. Returns the records written."""
-    return write_output(
-        path,
-        out,
-        fmt,
-        lambda write: write_jsonl_rows(rows, write, kept),
-        lambda f: write_columnar_rows(rows, example, f, fmt, kept),
-    )
+    """Every row, in the order given, as JSON Lines to path or out (results.output.write_lines),
+    or, given table, to the columnar file it opens at path; example is any result of the job (it
+    sets columnar output's columns), kept the input columns the job keeps. Returns the records
+    written."""
+    if table is None:
+        return write_lines(path, out, lambda write: write_jsonl_rows(rows, write, kept))
+    return write_table(path, lambda f: write_columnar_rows(rows, example, f, table, kept))

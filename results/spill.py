@@ -12,16 +12,13 @@ the records wait between reading the topics and writing them out.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord, header_of, submission_of
@@ -29,8 +26,7 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from results.kept_columns import KeptColumns
 from results.outcome import dead_seq, dead_submission, wins_over
-from results.output import OutputFormat
-from results.rows import OutputRow, writable_result, write_rows
+from results.rows import OutputRow, writable_result
 from schemas import DeadLetter, InferenceResult, Job, SerdeError, decode
 from schemas.inference_result_bulk import read_result_bodies
 from schemas.inference_result_bytes import ResultBody, read_result_body
@@ -328,43 +324,8 @@ def _lowest_first(ids: list[str]) -> Iterator[str]:
         yield from sorted(ids)
 
 
-def keep_elsewhere(spill: ResultSpill, wanted: Path, fmt: OutputFormat) -> tuple[Path, int]:
-    """Write the spill's records to a new folder beside the spill itself, as a file named like wanted:
-    where a run's results go when wanted's filesystem cannot take them. That folder held them all
-    (in sqlite) during the run, so it most likely has room. (path, records); OSError if not."""
-    folder = Path(tempfile.mkdtemp(prefix="nearline-kept-", dir=spill.parent))
-    path = folder / wanted.name
-    try:
-        return path, write_rows(spill.rows(), spill.example(), path, io.StringIO(), fmt, spill.kept)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-
-
 class NoRecordsError(LookupError):
     """A job id the registry does not know, with no result or dead letter either (exit 1)."""
-
-
-def write_results(
-    settings: KafkaSettings,
-    topics: Topics,
-    job_id: str,
-    job: Job | None,
-    path: Path | None,
-    out: IO[str],
-    fmt: OutputFormat = OutputFormat.JSONL,
-    *,
-    model_version: str | None = None,
-) -> ResultSpill:
-    """Read the job's results and dead letters through a spill (under $TMPDIR), then write them in input order to
-    path, or to out (see rows.write_rows); returns the (closed) spill for its counts. `job`: the
-    registry's, looked up by the caller (this room reads no registry). A job id submitted again
-    writes its latest submission's records; an unregistered job id (None), every record of that
-    id, and NoRecordsError (nothing written) when there is none."""
-    spill = read_results(settings, topics, job_id, job, model_version=model_version)
-    with spill:
-        write_rows(spill.rows(), spill.example(), path, out, fmt, spill.kept)
-    return spill
 
 
 def read_results(
@@ -376,8 +337,10 @@ def read_results(
     model_version: str | None = None,
     directory: Path | None = None,
 ) -> ResultSpill:
-    """The job's results and dead letters in a spill (the caller closes it); see write_results for
-    which records count."""
+    """The job's results and dead letters in a spill (the caller closes it), to be written in input
+    order. `job`: the registry's, looked up by the caller (this room reads no registry). A job id
+    submitted again holds its latest submission's records; an unregistered job id (None), every
+    record of that id, and NoRecordsError when there is none."""
     submission = job.submission if job is not None else None
     kept = KeptColumns.of(job.columns) if job is not None else None
     memory_bytes = int(os.environ.get(ENV_MEMORY_BYTES, MEMORY_BYTES))

@@ -16,8 +16,8 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 
 if TYPE_CHECKING:
-    from results.output import OutputFormat
     from results.spill import ResultSpill
+    from results.submitted import Submitted
     from schemas import Job
 
 
@@ -42,19 +42,24 @@ def results(
     Records wait in a temporary file (under $TMPDIR) between reading and writing, not in memory;
     -o is written to a temporary file renamed into place."""
     from jobs.registry import load_jobs
-    from results.output import OutputFormat
-    from results.spill import write_results
+    from results.error_file import missing_reason
+    from results.formats import OUTPUTS, write_error_file
+    from results.job_output import JobOutput
+    from results.spill import read_results
 
     out_format = checked_output(output, output_format)
     check_errors_path(errors, ("-o", output))
     settings, topics = require_servers(bootstrap_servers), Topics(namespace)
     job = load_jobs(settings, topics).get(job_id)
-    if errors is not None or out_format is OutputFormat.OPENAI_BATCH:
-        spill = _write_job_files(settings, topics, job_id, job, output, out_format, errors, model_version)
-    else:
-        spill = write_results(
-            settings, topics, job_id, job, output, sys.stdout, out_format, model_version=model_version
-        )
+    spill = read_results(settings, topics, job_id, job, model_version=model_version)
+    with spill:
+        written = JobOutput(spill, lambda: _submitted(settings, topics, job_id, job, spill))
+        count = OUTPUTS[out_format].write(written, output, sys.stdout)
+        if OUTPUTS[out_format].unit != "records":  # the summary below counts records
+            click.echo(f"wrote {count} {OUTPUTS[out_format].unit}", err=True)
+        if errors is not None:
+            lines = write_error_file(written, out_format, errors, missing_reason(job))
+            click.echo(f"wrote {lines} error lines to {errors}", err=True)
     click.echo(
         f"{spill.results} results, {spill.dead} dead letters"
         + (f" ({spill.duplicates} duplicate copies dropped)" if spill.duplicates else ""),
@@ -75,46 +80,24 @@ def results(
         raise SystemExit(ExitCode.FAILED)
 
 
-def _write_job_files(
-    settings: KafkaSettings,
-    topics: Topics,
-    job_id: str,
-    job: Job | None,
-    output: Path | None,
-    out_format: OutputFormat,
-    errors: Path | None,
-    model_version: str | None,
-) -> ResultSpill:
-    """results with --errors or --output-format openai-batch: both read the job's submitted records."""
+def _submitted(
+    settings: KafkaSettings, topics: Topics, job_id: str, job: Job | None, spill: ResultSpill
+) -> list[Submitted]:
+    """The job's submitted records, for a format or an error file that lists them: from its raw
+    topic, else (retention, or a job never registered) as far as its results and dead letters tell."""
     from jobs.job_records import submitted_from_topic
-    from results.error_file import missing_reason
-    from results.output import OutputFormat
-    from results.rows import write_rows
-    from results.side_files import write_errors, write_openai
-    from results.spill import read_results
     from results.submitted import submitted_from_outcomes
 
-    spill = read_results(settings, topics, job_id, job, model_version=model_version)
-    with spill:
-        submitted = submitted_from_topic(settings, topics, job) if job is not None else []
-        if not submitted:
-            where = f"{topics.jobs} has no job {job_id}" if job is None else "its raw topic no longer holds them"
-            click.echo(
-                f"note: the job's records are not known ({where}): only records with a result or a dead letter "
-                "are written, and none as missing",
-                err=True,
-            )
-            submitted = submitted_from_outcomes(spill.ordered())
-        if out_format is OutputFormat.OPENAI_BATCH:
-            written = write_openai(spill, submitted, output, sys.stdout, job_id)
-            click.echo(f"wrote {written} request lines", err=True)
-        else:
-            write_rows(spill.rows(), spill.example(), output, sys.stdout, out_format, spill.kept)
-        if errors is not None:
-            openai_shape = out_format is OutputFormat.OPENAI_BATCH
-            count = write_errors(spill, submitted, errors, missing_reason(job), openai_shape, job_id)
-            click.echo(f"wrote {count} error lines to {errors}", err=True)
-    return spill
+    submitted = submitted_from_topic(settings, topics, job) if job is not None else []
+    if not submitted:
+        where = f"{topics.jobs} has no job {job_id}" if job is None else "its raw topic no longer holds them"
+        click.echo(
+            f"note: the job's records are not known ({where}): only records with a result or a dead letter "
+            "are written, and none as missing",
+            err=True,
+        )
+        submitted = submitted_from_outcomes(spill.ordered())
+    return submitted
 
 
 @click.command(name="profile")

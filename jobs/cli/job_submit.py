@@ -42,7 +42,8 @@ from jobs.job_terms import JobTerms
 from jobs.submit import JobSettings, SubmitReport, submit
 from kafka_io.topology import Lane, Topics
 from producers.table_rows import Columns
-from results.output import OutputFormat, leads_to_input
+from results.formats import OutputFormat
+from results.output import leads_to_input
 
 if TYPE_CHECKING:
     from jobs.launch.runner import RunResult

@@ -20,7 +20,8 @@ from kafka_io.topology import DEFAULT_LANE, ENV_NAMESPACE, LANES
 from producers.formats import AUTO, FORMAT_NAMES, auto_help
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
-from results.output import OutputFormat, OutputPathError, check_output_path, names_stdout, output_format_help
+from results.formats import OutputFormat, output_format_help
+from results.output import OutputPathError, check_output_path, names_stdout
 from runtime.cpus import host_cpus, parse_cpu_list
 from runtime.metrics_endpoint import (
     ENV_METRICS_CLIENT_CA,

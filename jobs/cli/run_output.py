@@ -20,10 +20,11 @@ from jobs.liveness import JobCancelledError, JobExpiredError, JobWaitError
 from producers import InputError
 from results.columnar import ColumnarShapeError
 from results.error_file import Missing
-from results.output import OutputFormat, OutputPathError, check_output_path, partial_path, written_as_stream
+from results.formats import OUTPUTS, OutputFormat, keep_elsewhere, write_error_file
+from results.job_output import JobOutput
+from results.output import OutputPathError, check_output_path, partial_path, written_as_stream
 from results.rows import write_rows
-from results.side_files import write_errors, write_openai
-from results.spill import ResultSpill, keep_elsewhere
+from results.spill import ResultSpill
 
 
 @dataclass(frozen=True)
@@ -44,42 +45,33 @@ def write_run_files(
     cluster: bool,
     skipped: list[InputError],
 ) -> RunOutput:
-    """The run's output (write_run_output), in OpenAI's batch shape if asked, and its error file.
-    A job that expired ended as it should: what finished goes to -o, as `results` would write it."""
+    """The run's output (write_run_output) and its error file. A job that expired ended as it
+    should: what finished goes to -o, as `results` would write it."""
     expired = isinstance(failure, JobExpiredError)
     run_failed = failure is not None and not expired
-    if fmt is not OutputFormat.OPENAI_BATCH and errors is None:
-        return write_run_output(spill, output, fmt, run_failed=run_failed, cluster=cluster)
-    submitted = list(submitted_from_input(source))
-    if fmt is OutputFormat.OPENAI_BATCH:
-        target = partial_output(output, spill.done) if run_failed and output is not None else output
-        count = write_openai(spill, submitted, target, sys.stdout, spill.job_id) if target or output is None else 0
-        written = RunOutput(target, fmt, count, False)
-    else:
-        written = write_run_output(spill, output, fmt, run_failed=run_failed, cluster=cluster)
+    job = JobOutput(spill, lambda: list(submitted_from_input(source)))
+    written = write_run_output(job, output, fmt, run_failed=run_failed, cluster=cluster)
     if errors is not None:
         missing: Missing = (
             "expired" if expired else "cancelled" if isinstance(failure, JobCancelledError) else "not_done"
         )
-        openai_shape = fmt is OutputFormat.OPENAI_BATCH
-        count = write_errors(spill, submitted, errors, missing, openai_shape, spill.job_id, skipped)
+        count = write_error_file(job, fmt, errors, missing, skipped)
         click.echo(f"wrote {count} error lines to {errors}", err=True)
     return written
 
 
 def write_run_output(
-    spill: ResultSpill, output: Path | None, fmt: OutputFormat, *, run_failed: bool, cluster: bool
+    job: JobOutput, output: Path | None, fmt: OutputFormat, *, run_failed: bool, cluster: bool
 ) -> RunOutput:
     # cluster: the results stay on its topics, so `nearline results` can write them again
-    """Write the spill to output (or stdout), saying on stderr what went where when that fails."""
+    """Write the job's output to output (or stdout), saying on stderr what went where when that fails."""
+    spill = job.spill
     if run_failed and output is not None:
         output = partial_output(output, spill.done)
         if output is None:
             return RunOutput(None, fmt, 0, False)
     try:
-        return RunOutput(
-            output, fmt, write_rows(spill.rows(), spill.example(), output, sys.stdout, fmt, spill.kept), False
-        )
+        return RunOutput(output, fmt, OUTPUTS[fmt].write(job, output, sys.stdout), False)
     except ColumnarShapeError as exc:
         assert output is not None  # a columnar format needs -o
         jsonl = output.with_name(output.name + ".jsonl")
@@ -89,22 +81,21 @@ def write_run_output(
                 jsonl, OutputFormat.JSONL, write_rows(spill.rows(), None, jsonl, sys.stdout, kept=spill.kept), True
             )
         except OSError as again:
-            return _kept_elsewhere(spill, jsonl, OutputFormat.JSONL, again, cluster)
+            return _kept_elsewhere(job, jsonl, OutputFormat.JSONL, again, cluster)
     except OSError as exc:
-        return _kept_elsewhere(spill, output, fmt, exc, cluster)
+        return _kept_elsewhere(job, output, fmt, exc, cluster)
 
 
-def _kept_elsewhere(
-    spill: ResultSpill, wanted: Path | None, fmt: OutputFormat, exc: OSError, cluster: bool
-) -> RunOutput:
+def _kept_elsewhere(job: JobOutput, wanted: Path | None, fmt: OutputFormat, exc: OSError, cluster: bool) -> RunOutput:
     if wanted is None or exc.errno not in STORAGE_ERRNOS:
         raise exc
+    spill = job.spill
     folder = wanted.absolute().parent
     free = shutil.disk_usage(folder).free if folder.is_dir() else 0
     click.echo(f"error: cannot write {wanted}: {exc.strerror} ({_size(free)} free in {folder})", err=True)
     again_how = f"get them with nearline results {spill.job_id} -o FILE" if cluster else "run the job again"
     try:
-        kept, count = keep_elsewhere(spill, wanted, fmt)
+        kept, count = keep_elsewhere(job, wanted, fmt)
     except OSError as again:
         click.echo(
             f"error: nor could they be kept under {spill.parent}: {again.strerror}; free some space there "

@@ -16,16 +16,8 @@ from kafka_io.errors import BrokerUnavailableError
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from producers.images import IMAGE_SUFFIXES, printable
 from producers.table_rows import DEFAULT_COLUMNS, Columns
-from results.output import (
-    OutputFormat,
-    OutputPathError,
-    check_output_path,
-    leads_to_stdout,
-    names_format,
-    names_stdout,
-    opened_on,
-    output_format,
-)
+from results.formats import OutputFormat, names_format, output_format
+from results.output import OutputPathError, check_output_path, leads_to_stdout, names_stdout, opened_on
 
 
 def checked_job_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -49,8 +41,8 @@ def checked_output(output: Path | None, forced_format: str | None) -> OutputForm
                 )
             return fmt
         named = output_format(output) if names_format(output) else None
-        jsonl = (OutputFormat.JSONL, OutputFormat.OPENAI_BATCH)  # both are JSON Lines files
-        if named is not None and named is not fmt and not (named in jsonl and fmt in jsonl):
+        # every text format is JSON Lines (OpenAI's batch output too): out.jsonl takes any of them
+        if named is not None and named is not fmt and (named.binary or fmt.binary):
             # out.parquet holding Arrow, or JSON Lines
             raise click.BadParameter(
                 f"{output.name} names {named} but --output-format says {fmt}: name the file for the format, "

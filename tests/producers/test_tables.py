@@ -23,8 +23,8 @@ from jobs.job_input import JobInput, check_input
 from producers.images import ImageRecord
 from producers.inputs import MAX_TEXT_BYTES, InputError, InputRecord
 from producers.table_rows import Columns
+from results.formats import OutputFormat
 from results.kept_columns import KeptColumns
-from results.output import OutputFormat
 from schemas import InferenceResult, Tensor
 from tests.support.item_output import write_columnar, write_items
 

@@ -24,8 +24,7 @@ from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
 from results.columnar import ColumnarShapeError
-from results.output import OutputFormat, OutputFormatError, output_format
-from results.rows import write_rows
+from results.formats import OutputFormat, OutputFormatError, output_format
 from results.spill import ResultSpill
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.attributes import REUSED_STAMP
@@ -33,7 +32,7 @@ from schemas.model_config import ModelConfig
 from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
 from tests.support.image_corpus import bad_and_odd_images, real_photos
 from tests.support.inputs import example_lines, write_jsonl
-from tests.support.item_output import write_items
+from tests.support.item_output import write_items, write_spill
 from tests.support.pipeline import RunningPipeline, submit
 from tests.support.tiny_model import TinyModel
 
@@ -218,8 +217,8 @@ def test_a_reused_result_says_so_in_its_column_as_its_json_line_does(tmp_path: P
     jsonl, table = tmp_path / "out.jsonl", tmp_path / f"out.{fmt.value}"
     with ResultSpill("job") as spill:
         spill.add(records, topics)
-        assert write_rows(spill.rows(), spill.example(), jsonl, io.StringIO()) == 9
-        assert write_rows(spill.rows(), spill.example(), table, io.StringIO(), fmt) == 9
+        assert write_spill(spill, jsonl) == 9
+        assert write_spill(spill, table, fmt) == 9
     parquet = fmt is OutputFormat.PARQUET
     read = pq.read_table(table) if parquet else pa.ipc.open_file(pa.memory_map(str(table))).read_all()
     assert read.schema.field("reused").type == pa.bool_()

@@ -13,13 +13,12 @@ import pytest
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
 from results.columnar import ColumnarShapeError
+from results.formats import OutputFormat
 from results.outcome import JobOutcome
-from results.output import OutputFormat
-from results.rows import write_rows
 from results.spill import MEMORY_BYTES, ResultSpill
 from results.usage import Usage
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
-from tests.support.item_output import write_items
+from tests.support.item_output import write_items, write_spill
 
 TOPICS = Topics(namespace="generation-results")
 V1_HEADER = b"\xc3\x01" + bytes.fromhex("61e0a3c7f5c8b2f9")  # schemas/avro/history/inference_result.v1.avsc
@@ -119,7 +118,7 @@ def test_generations_written_from_their_bytes_are_the_same_lines(memory_bytes: i
     with spilled([encode(r) for r in [*RESULTS, *many]], memory_bytes) as spill:
         spill.add(consumed([(TOPICS.dead_letters, encode(LETTER))]), TOPICS)
         assert (spill.results, spill.dead) == (39, 1)
-        write_rows(spill.rows(), spill.example(), tmp_path / "out.jsonl", io.StringIO())
+        write_spill(spill, tmp_path / "out.jsonl")
     lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert lines[:4] == LINES
     assert lines[39] == {
@@ -141,7 +140,7 @@ def test_a_generation_is_typed_columns_of_its_text_and_tokens(fmt: OutputFormat,
     out = tmp_path / f"out.{fmt.value}"
     with spilled([encode(r) for r in RESULTS], MEMORY_BYTES) as spill:
         spill.add(consumed([(TOPICS.dead_letters, encode(LETTER))]), TOPICS)
-        assert write_rows(spill.rows(), spill.example(), out, io.StringIO(), fmt) == 4
+        assert write_spill(spill, out, fmt) == 4
     table = pq.read_table(out) if fmt is OutputFormat.PARQUET else pa.ipc.open_file(out).read_all()
     assert [(f.name, str(f.type)) for f in table.schema] == [
         ("id", "string"),
@@ -247,9 +246,9 @@ def test_results_written_under_v1_are_written_out_as_before(
     old, new = tmp_path / f"mixed.{fmt.value}", tmp_path / f"current.{fmt.value}"
     with spilled(values, memory_bytes, "job-e") as spill:
         assert spill.results == 40
-        write_rows(spill.rows(), spill.example(), old, io.StringIO(), fmt)
+        write_spill(spill, old, fmt)
     with spilled([encode(r) for r in sent], memory_bytes, "job-e") as spill:
-        write_rows(spill.rows(), spill.example(), new, io.StringIO(), fmt)
+        write_spill(spill, new, fmt)
     if fmt is OutputFormat.JSONL:
         assert old.read_bytes() == new.read_bytes()
         lines = [json.loads(line) for line in old.read_text().splitlines()]

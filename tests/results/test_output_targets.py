@@ -14,7 +14,8 @@ from typing import IO
 import pyarrow.parquet as pq
 import pytest
 
-from results.output import OutputFormat, OutputPathError, check_output_path, names_stdout, write_output
+from results.formats import OutputFormat
+from results.output import OutputPathError, check_output_path, names_stdout, write_lines, write_table
 
 
 def lines(n: int) -> Callable[[Callable[[bytes], object]], int]:
@@ -33,13 +34,9 @@ def table(f: IO[bytes]) -> int:
     return 2
 
 
-def no_table(f: object) -> int:
-    raise AssertionError("JSON Lines only")
-
-
 def write_jsonl(path: Path, n: int = 3) -> int:
     check_output_path(path)
-    return write_output(path, io.StringIO(), OutputFormat.JSONL, lines(n), no_table)
+    return write_lines(path, io.StringIO(), lines(n))
 
 
 def test_a_link_to_a_file_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
@@ -97,7 +94,7 @@ def test_a_fifo_is_written_to_in_any_format_and_stays_a_fifo(tmp_path: Path, fmt
     reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
     reader.start()
     check_output_path(fifo)
-    written = write_output(fifo, io.StringIO(), fmt, lines(2), table)
+    written = write_lines(fifo, io.StringIO(), lines(2)) if fmt is OutputFormat.JSONL else write_table(fifo, table)
     reader.join(timeout=30)
     assert written == 2 and fifo.is_fifo()
     if fmt is OutputFormat.PARQUET:

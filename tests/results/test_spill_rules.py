@@ -13,12 +13,11 @@ import pytest
 
 from kafka_io.records import ConsumedRecord, OutRecord, job_record
 from kafka_io.topology import Topics
+from results.formats import OutputFormat
 from results.outcome import JobOutcome
-from results.output import OutputFormat
-from results.rows import write_rows
 from results.spill import MEMORY_BYTES, ResultSpill
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
-from tests.support.item_output import write_items
+from tests.support.item_output import write_items, write_spill
 
 
 def result(topic: str, job_id: str, i: int, version: str) -> OutRecord:
@@ -130,7 +129,7 @@ def test_results_written_from_their_bytes_are_the_files_decoded_results_give(
         spill.add(records, topics)
         assert spill.results == 8 and spill.dead == 1
         write_items(spill.ordered(), spill.example(), decoded_path, io.StringIO(), fmt)
-        write_rows(spill.rows(), spill.example(), bulk_path, io.StringIO(), fmt)
+        write_spill(spill, bulk_path, fmt)
     if fmt is OutputFormat.JSONL:
         assert bulk_path.read_bytes() == decoded_path.read_bytes()
         assert len(bulk_path.read_bytes().splitlines()) == 9
@@ -187,7 +186,7 @@ def test_the_rules_hold_where_results_are_read_in_bulk(memory_bytes: int, tmp_pa
         assert spill.done == outcome.done
         kept = [(item.record_id, getattr(item, "model_version", None)) for item in spill.ordered()]
         write_items(spill.ordered(), spill.example(), decoded_path, io.StringIO(), OutputFormat.JSONL)
-        write_rows(spill.rows(), spill.example(), bulk_path, io.StringIO(), OutputFormat.JSONL)
+        write_spill(spill, bulk_path, OutputFormat.JSONL)
     assert kept == [(item.record_id, getattr(item, "model_version", None)) for item in outcome.ordered()]
     assert kept[:4] == [("r0", "2"), ("r1", "1"), ("r2", "1"), ("r3", "2")]
     assert bulk_path.read_bytes() == decoded_path.read_bytes()
@@ -218,7 +217,7 @@ def test_a_result_that_cannot_be_written_is_an_error_row_and_the_rest_is_written
     out = tmp_path / f"out.{fmt.value}"
     with ResultSpill("job-u", memory_bytes=memory_bytes) as spill:
         spill.add(consumed(bad + good), topics)  # the lowest record id (r0) is bad: the columns come from r1
-        write_rows(spill.rows(), spill.example(), out, io.StringIO(), fmt)
+        write_spill(spill, out, fmt)
     if fmt is OutputFormat.JSONL:
         lines = [json.loads(line) for line in out.read_text().splitlines()]
     else:

@@ -39,16 +39,30 @@ def test_a_write_that_fills_the_disk_names_the_file_and_leaves_nothing(small_dis
     assert list(small_disk.iterdir()) == []
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "openai-batch"])
 def test_a_run_to_a_full_disk_keeps_every_result_where_there_is_room_and_names_it(
-    tiny: TinyModel, model_repository: Path, tmp_path: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+    tiny: TinyModel,
+    model_repository: Path,
+    tmp_path: Path,
+    small_disk: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
 ) -> None:
+    # every output format goes through one writer shape, so each is kept the same way
     total = 1500  # about 300 KB of JSON Lines: more than the 200 KB filesystem takes
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setenv("TMPDIR", str(scratch))  # where the run's spill, and so the kept copy, go
     out = small_disk / "out.jsonl"
     done = run_embedded(
-        str(many_lines(tmp_path / "in.jsonl", total)), "--model", "tiny", "-o", str(out), repository=model_repository
+        str(many_lines(tmp_path / "in.jsonl", total)),
+        "--model",
+        "tiny",
+        "-o",
+        str(out),
+        "--output-format",
+        fmt,
+        repository=model_repository,
     )
     assert done.returncode == 1, done.stderr
     assert f"error: cannot write {out}: No space left on device (" in done.stderr, done.stderr
@@ -58,7 +72,11 @@ def test_a_run_to_a_full_disk_keeps_every_result_where_there_is_room_and_names_i
     assert f"move the file where you want it once {small_disk} has room" in done.stderr
     assert f"wrote {total} lines to {kept}" in done.stderr
     lines = [json.loads(line) for line in kept.read_text().splitlines()]
-    assert [line["id"] for line in lines] == [f"r{i}" for i in range(total)]
-    assert all(len(line["embedding"]) == 8 for line in lines)
+    if fmt == "jsonl":
+        assert [line["id"] for line in lines] == [f"r{i}" for i in range(total)]
+        assert all(len(line["embedding"]) == 8 for line in lines)
+    else:  # a plain record is a request of its own, named by its id
+        assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(total)]
+        assert all(len(line["response"]["body"]["data"][0]["embedding"]) == 8 for line in lines)
     assert list(small_disk.iterdir()) == []  # no half file, no temporary file
     assert not list(scratch.glob("nearline-results-*"))  # the spill itself is gone: its records are kept
