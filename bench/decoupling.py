@@ -38,10 +38,10 @@ from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
+from model_repository.folders import default_repository
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig
-from schemas.model_folders import default_repository
 
 EXAMPLE = Path(__file__).parents[1] / "producers" / "examples" / "python-docs-paragraphs.jsonl"
 

@@ -32,7 +32,7 @@ def pack(source: Path, target_dir: Path, fp16: bool = False) -> Path:
 
 def packed(source: Path, fp16: bool = False) -> Path:
     """The cached packed file of source (packed now if the cache has none for its content)."""
-    from schemas.model_folders import cache_repository
+    from model_repository.folders import cache_repository
 
     data = source.read_bytes()
     suffix = PLANES_SUFFIX if fp16 else SUFFIX

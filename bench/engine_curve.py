@@ -27,8 +27,8 @@ from bench.feed import short_texts
 from gpu_consumer.batcher import BatchSettings, bucket_of, make_batch, plan_batches
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.engines.protocol import Engine, infer_all
-from schemas.model_config import ModelConfig
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository, load_model_config
+from model_repository.config import ModelConfig
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository, load_model_config
 
 
 def token_ids(config: ModelConfig, texts: list[str]) -> list[np.ndarray]:

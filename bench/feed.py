@@ -48,8 +48,8 @@ from kafka_io.polling import assign_all
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from model_repository.folders import default_repository, load_model_config
 from runtime.metrics_endpoint import MetricsEndpoint
-from schemas.model_folders import default_repository, load_model_config
 
 
 def short_texts(n: int) -> list[str]:

@@ -13,7 +13,7 @@ import numpy as np
 from gpu_consumer.device_postprocess import device_steps
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.engines.protocol import Engine, infer_all
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 
 @dataclass

@@ -19,7 +19,7 @@ from kafka_io.offsets import end_offsets, reset_group_offsets
 from kafka_io.polling import assign_all
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_folders import load_model_config
+from model_repository.folders import load_model_config
 
 
 def drain_processes(

@@ -59,9 +59,9 @@ from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import ENV_NAMESPACE
+from model_repository.config import ModelConfig
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
 from runtime.cpus import host_cpus, parse_cpu_list
-from schemas.model_config import ModelConfig
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
 
 NAMESPACE = "generate-bench"
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,7 +221,7 @@ def gpu_worker_main(repository: Path, model: str) -> None:
     from gpu_consumer.worker import GpuWorkerSettings, serve
     from kafka_io.settings import KafkaSettings
     from kafka_io.topology import Topics
-    from schemas.model_folders import load_model_config
+    from model_repository.folders import load_model_config
 
     exit_on_sigterm()
     config = load_model_config(repository, model)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from tokenizers import Tokenizer
 
 from gpu_consumer.generation.requests import Completion, GenerationRequest
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 
 class ZeroCostGenerator:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.device_pack import pack
-from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
+from model_repository.config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 ROOT = Path(__file__).parents[1]
 DEVICE = ROOT / ".device"
@@ -149,7 +149,7 @@ def carry_classifier(texts: int, fp32: bool) -> None:
     from bench.gpu_parity import BYO_CLASSIFIER, token_ids
     from gpu_consumer.batcher import make_batch
     from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
-    from model_repository.importer import import_model
+    from model_import.importer import import_model
     from tests.support.byo_models import save_classifier
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -187,7 +187,7 @@ def generate_part(prompts: int, max_tokens: int) -> None:
     the same bytes (part 1 in .device/, part 2 in .device-2/)."""
     from bench.gpu_generate import REFERENCES, carry_gguf, carry_references
     from kafka_io.broker import tansu_binary
-    from model_repository.causal_lm import smollm2_gguf
+    from model_import.causal_lm import smollm2_gguf
 
     gguf = smollm2_gguf()
     pack(tansu_binary(), DEVICE)

@@ -105,7 +105,7 @@ def carry_references(gguf: Path, target: Path, prompts: int, max_tokens: int) ->
     from transformers.utils import logging as transformers_logging
 
     from bench.generate import questions
-    from model_repository.causal_lm import SourceLM, eos_token_ids
+    from model_import.causal_lm import SourceLM, eos_token_ids
 
     transformers_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -186,7 +186,7 @@ def versions() -> str:
 
 
 def model_section(carry: Path, second: Path, repository: Path) -> None:
-    from model_repository.causal_lm import import_causal_lm
+    from model_import.causal_lm import import_causal_lm
 
     print(f"  {versions()}")
     started = time.perf_counter()
@@ -219,7 +219,7 @@ def first_divergence(got: list[int], want: list[int]) -> int | None:
 def parity_section(repository: Path, references: Path) -> bool:
     from bench.generate import chat_ids, run_engine
     from gpu_consumer.engines.generation_factory import make_generator
-    from schemas.model_folders import load_model_config
+    from model_repository.folders import load_model_config
 
     config = load_model_config(repository, MODEL)
     reference = json.loads(references.read_text())
@@ -300,7 +300,7 @@ def generate_batch_alone(config: Any, prompts: list[list[int]], max_tokens: int,
 def engine_section(repository: Path, prompts_n: int, max_tokens: int, figures: Path | None) -> None:
     from bench.generate import chat_ids, questions, run_engine
     from gpu_consumer.engines.generation_factory import make_generator
-    from schemas.model_folders import load_model_config
+    from model_repository.folders import load_model_config
 
     config = load_model_config(repository, MODEL)
     limits = limits_of(config)
@@ -353,7 +353,7 @@ def gpu_worker_main(repository: Path, busy_path: Path) -> None:
     from gpu_consumer.worker import GpuWorkerSettings, serve
     from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
     from kafka_io.topology import Topics
-    from schemas.model_folders import load_model_config
+    from model_repository.folders import load_model_config
 
     exit_on_sigterm()
     config = load_model_config(repository, MODEL)
@@ -411,7 +411,7 @@ def system_section(repository: Path, prompts_n: int, max_tokens: int, work: Path
     from kafka_io.broker import EmbeddedBroker
     from kafka_io.settings import ENV_BOOTSTRAP
     from kafka_io.topology import ENV_NAMESPACE
-    from schemas.model_folders import ENV_MODEL_REPOSITORY
+    from model_repository.folders import ENV_MODEL_REPOSITORY
 
     where, precision = device_name()
     texts = questions(prompts_n)

@@ -27,10 +27,10 @@ from gpu_consumer.batcher import make_batch
 from gpu_consumer.engines.factory import make_engine
 from gpu_consumer.engines.protocol import Engine, EngineLoadError
 from gpu_consumer.postprocess import postprocess
+from model_repository.config import ModelConfig
+from model_repository.folders import load_model_config
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig
-from schemas.model_folders import load_model_config
 
 ROOT = Path(__file__).parents[1]
 BYO_CLASSIFIER = "byo-classifier"  # what bench/gpu_carry.py imports it as

@@ -25,7 +25,7 @@ import numpy as np
 
 from gpu_consumer.batcher import shaped_batch, warmup_batch
 from gpu_consumer.engines.torch_engine import TorchEngine, graph_shapes
-from schemas.model_folders import load_model_config
+from model_repository.folders import load_model_config
 
 
 def one_process(repository: Path, model: str, batches: int, all_first: bool) -> dict[str, float]:

@@ -26,7 +26,7 @@ from bench.feed import short_texts
 from bench.procfs import cpu_seconds, status_field, task_dir
 from bench.small_job import local_pipeline
 from jobs.launch.runner import ensure_model
-from schemas.model_folders import default_repository
+from model_repository.folders import default_repository
 
 
 @dataclass(frozen=True)

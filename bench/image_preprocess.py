@@ -53,8 +53,8 @@ def make_inputs(folder: Path) -> dict[str, Path]:
 
 def measure(inputs: dict[str, str]) -> dict[str, dict[str, float]]:
     """Median ms per image, with and without draft, in this interpreter's PIL."""
+    from model_repository.config import ImageSpec
     from preprocess_app.image import decode_image
-    from schemas.model_config import ImageSpec
 
     results: dict[str, dict[str, float]] = {}
     for name, path in inputs.items():

@@ -37,7 +37,7 @@ from jobs.registry import job_status
 from kafka_io.broker import free_port
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_folders import default_repository
+from model_repository.folders import default_repository
 
 CLI = [sys.executable, "-m", "jobs.cli"]
 

@@ -25,7 +25,7 @@ from jobs.submit import submit
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_folders import default_repository
+from model_repository.folders import default_repository
 
 
 def peak_rss_mb(pid: int) -> float:

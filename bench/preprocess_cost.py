@@ -30,7 +30,7 @@ from kafka_io.broker import EmbeddedBroker
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topology import ENV_NAMESPACE, Topics
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
 
 NAMESPACE = "preprocess-cost"
 

@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from bench.decoupling import machine
+from model_repository.config import ModelConfig, TensorSpec, TokenizerSpec
 from reuse.fingerprint import FileDigests, ModelFingerprint, model_fingerprint
 from reuse.index import REPLAY_BATCH, ReuseIndex
 from reuse.keys import RecordKeys
 from reuse.store import ResultStore
-from schemas.model_config import ModelConfig, TensorSpec, TokenizerSpec
 
 PACK = 128
 

@@ -32,7 +32,7 @@ from jobs.launch.runner import ensure_model
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import ENV_NAMESPACE
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
 
 MODEL = "minilm"
 NAMESPACE = "reuse-jobs"

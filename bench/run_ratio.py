@@ -29,10 +29,10 @@ from bench.procfs import status_field
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from jobs.launch.runner import ensure_model
+from model_repository.config import ModelConfig
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ModelConfig
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
 
 
 def engine_alone(config: ModelConfig, texts: list[str], batch: int) -> tuple[float, float]:

@@ -51,10 +51,10 @@ from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import Topics
+from model_repository.folders import default_repository, load_model_config
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import RawText, encode, now_us
-from schemas.model_folders import default_repository, load_model_config
 
 MODEL = "minilm"
 

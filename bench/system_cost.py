@@ -53,7 +53,7 @@ from kafka_io.offsets import group_lag
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, ensure_topics, lanes
 from kafka_io.topology import ENV_NAMESPACE, LANES, Topics
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
 
 if TYPE_CHECKING:
     from tests.support.apache_kafka import ApacheKafka
@@ -146,7 +146,7 @@ def gpu_worker_main(repository: Path, engine_kind: str, busy_path: Path) -> None
     from gpu_consumer.worker import GpuWorkerSettings, serve
     from kafka_io.settings import KafkaSettings
     from kafka_io.topology import Topics
-    from schemas.model_folders import load_model_config
+    from model_repository.folders import load_model_config
 
     exit_on_sigterm()
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stall_report's question, as `nearline` answers it

@@ -25,9 +25,9 @@ from bench.system_cost import MODEL, texts_of
 from jobs.launch.runner import ensure_model
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
+from model_repository.folders import default_repository
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
-from schemas.model_folders import default_repository
 from schemas.raw_text_bytes import raw_text_bytes
 
 BATCH = 64

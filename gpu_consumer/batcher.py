@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_consumer.cost_model import CostModel
+from model_repository.config import InputRole, ModelConfig, TensorSpec
 from schemas.errors import TensorFormatError
-from schemas.model_config import InputRole, ModelConfig, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def carried_input(config: ModelConfig) -> TensorSpec:
 
 def check_input_dtype(config: ModelConfig, dtype: np.dtype, spec: TensorSpec) -> None:
     """Raise TensorFormatError unless the carried input may travel as `dtype`: the graph's own, or
-    token ids narrower than the graph takes them (schemas.model_config.token_id_dtype), which
+    token ids narrower than the graph takes them (model_repository.config.token_id_dtype), which
     padding widens. A pack's records share one dtype: checked once a pack."""
     graph = np.dtype(spec.dtype)
     if dtype != graph and not (spec.role == "token_ids" and dtype.kind in "iu" and dtype.itemsize < graph.itemsize):
@@ -139,7 +139,7 @@ def check_record_input(config: ModelConfig, array: np.ndarray, spec: TensorSpec 
     """Raise TensorFormatError unless `array` is something this model can take as one record.
 
     `spec` is carried_input(config), for callers that check many records. Token ids may travel
-    narrower than the graph takes them (schemas.model_config.token_id_dtype): padding widens them."""
+    narrower than the graph takes them (model_repository.config.token_id_dtype): padding widens them."""
     spec = spec or carried_input(config)
     check_input_dtype(config, array.dtype, spec)
     if spec.role == "pixels":

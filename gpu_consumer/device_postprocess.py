@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 POOLING = ("mean_pooling", "mean_sqrt_len_pooling", "cls_pooling", "max_pooling", "last_token_pooling")
 DEVICE_STEPS = (*POOLING, "l2_normalize")

@@ -32,7 +32,7 @@ from kafka_io.errors import KAFKA_FAULTS, DeliveryError
 from kafka_io.produce import awaiting_delivery, discard, flush, produce_all, send, serve_deliveries
 from kafka_io.records import TP, OutRecord
 from kafka_io.topology import Lane, Topics
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpu_consumer.batcher import PaddedBatch
-from schemas.model_config import ModelConfig
-from schemas.model_folders import read_labels
+from model_repository.config import ModelConfig
+from model_repository.folders import read_labels
 from schemas.result_encoding import RowTensor
 
 Step = Callable[[np.ndarray, PaddedBatch], np.ndarray]

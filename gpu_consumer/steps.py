@@ -46,7 +46,7 @@ from kafka_io.transactions import (
     TransactionWedgedError,
     resume_from_committed,
 )
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 log = logging.getLogger(__name__)
 

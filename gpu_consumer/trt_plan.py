@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 Shape = tuple[int, ...]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from model_repository.config import ModelConfig
 from schemas.errors import TensorFormatError
-from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
 

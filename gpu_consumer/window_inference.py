@@ -35,9 +35,9 @@ from kafka_io.dead_letters import Whose, dead_letter
 from kafka_io.limits import MAX_VALUE_BYTES, too_large
 from kafka_io.records import ConsumedRecord, OutRecord, job_record, reuse_keys_of
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error, TensorFormatError
-from schemas.model_config import ModelConfig
 from schemas.packs import TensorPack, kind_of, read_tensor_pack
 from schemas.records import tensor_array
 from schemas.result_encoding import ResultEncoder, avro_long, avro_string, encoded_ids, encoded_maps

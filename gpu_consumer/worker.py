@@ -63,12 +63,12 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of
 from kafka_io.topology import LANES, Topics
 from kafka_io.transactions import make_transactional_producer
+from model_repository.config import ModelConfig
+from model_repository.folders import load_model_config
 from runtime.cpus import host_cpus
 from runtime.heap import settle_heap
 from runtime.metrics_endpoint import MetricsEndpoint
 from runtime.service import stop_on_signals
-from schemas.model_config import ModelConfig
-from schemas.model_folders import load_model_config
 
 log = logging.getLogger(__name__)
 

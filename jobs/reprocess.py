@@ -22,7 +22,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import ConsumedRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_folders import load_model_config
+from model_repository.folders import load_model_config
 
 
 def job_tensors(settings: KafkaSettings, topic: str, job_id: str) -> Iterator[ConsumedRecord]:

@@ -21,9 +21,9 @@ from kafka_io.records import NO_REUSE_HEADER, OutRecord, records_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, lanes
 from kafka_io.topology import DEFAULT_LANE, Lane, Topics
+from model_repository.config import check_model_name
 from producers import InputError
 from schemas import Job, now_us
-from schemas.model_config import check_model_name
 from schemas.packs import PackSettings
 
 
@@ -46,7 +46,7 @@ class SubmitReport:
 
 # A job id is part of every record's key (job_id/record_id), of file names (`nearline report` writes
 # JOB_ID.html) and of the tab-separated lines of `jobs list`: one path segment of printable
-# characters, as a model name is (schemas/model_config.py), upper case allowed.
+# characters, as a model name is (model_repository/config.py), upper case allowed.
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 JOB_ID_RULE = "use letters, digits, '.', '_' and '-' (starting with a letter or digit, no '..', at most 100 characters)"
 

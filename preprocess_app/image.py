@@ -18,12 +18,12 @@ from PIL import Image, ImageOps, TiffImagePlugin, UnidentifiedImageError
 
 from kafka_io.records import NO_REUSE_HEADER, ConsumedRecord, OutRecord, header_of, with_reuse_keys
 from kafka_io.topology import Topics
+from model_repository.config import ImageSpec, ModelError, ModelNotFoundError
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out, tensor_out
 from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result
 from schemas import RawImage, SerdeError, Tensor, TensorRecord, decode, now_us
 from schemas.attributes import attribute_text
-from schemas.model_config import ImageSpec, ModelError, ModelNotFoundError
 
 RESAMPLE = {"bicubic": Image.Resampling.BICUBIC, "bilinear": Image.Resampling.BILINEAR}
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
-from schemas.model_config import ModelConfig, ModelError, ModelUnavailableError, token_id_dtype
-from schemas.model_folders import load_model_config
+from model_repository.config import ModelConfig, ModelError, ModelUnavailableError, token_id_dtype
+from model_repository.folders import load_model_config
 
 if TYPE_CHECKING:
     from preprocess_app.prompts import PromptRenderer

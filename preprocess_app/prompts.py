@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from model_repository.config import ModelConfig, ModelUnavailableError
 from schemas.generation_request import (
     REQUEST_ATTRIBUTE,
     SAMPLING_ATTRIBUTE,
@@ -18,7 +19,6 @@ from schemas.generation_request import (
     parse_request,
     prompt_request,
 )
-from schemas.model_config import ModelConfig, ModelUnavailableError
 
 
 class PromptRenderer:

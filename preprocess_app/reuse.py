@@ -26,12 +26,12 @@ from kafka_io.records import REUSED_HEADER, OutRecord, job_record
 from kafka_io.result_cache import CacheTail
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
 from reuse.fingerprint import model_fingerprint
 from reuse.keys import RecordKeys
 from reuse.store import ResultStore
 from schemas import InferenceResult, SerdeError, decode, encode, now_us
 from schemas.attributes import REUSED_STAMP
-from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
 

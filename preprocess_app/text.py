@@ -29,6 +29,7 @@ from kafka_io.records import (
     with_reuse_keys,
 )
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig, ModelError, ModelNotFoundError
 from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
@@ -37,7 +38,6 @@ from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, 
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
-from schemas.model_config import ModelConfig, ModelError, ModelNotFoundError
 from schemas.packs import (
     PackHead,
     PackSettings,

@@ -14,13 +14,13 @@ from kafka_io.reading import read_topics
 from kafka_io.records import REUSED_HEADER, ConsumedRecord, header_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from model_repository.versions import version_order
 from results.kept_columns import KeptColumns
 from results.timings import Timings
 from results.usage import Usage, generation_usage
 from schemas import DeadLetter, InferenceResult, RawImage, RawText, SerdeError, TensorRecord, decode
 from schemas.attributes import REUSED_STAMP, attribute_values
 from schemas.inference_result_bytes import read_result_head
-from schemas.model_versions import version_order
 from schemas.serde import decode_fields
 
 
@@ -178,7 +178,7 @@ class JobOutcome:
 
 
 def version_key(version: str) -> tuple[int, tuple[int, ...], str]:
-    """The order versions are served in (schemas/model_versions.py): numbers number by number, others before them."""
+    """The order versions are served in (model_repository/versions.py): numbers number by number, others before them."""
     return version_order(version)
 
 

@@ -28,7 +28,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from schemas.model_config import CONFIG_FILE, ModelConfig
+from model_repository.config import CONFIG_FILE, ModelConfig
 
 # Fields that cannot change a result: the model's name and version enter the key apart, and
 # max_batch_size, source and directory say how many records run at once, where the model came

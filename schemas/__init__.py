@@ -1,15 +1,12 @@
-"""The contract between stages: Avro schemas (avro/*.avsc), their records and the serde, and the
-model repository as the stages read it (model_config.py, model_folders.py).
+"""The contract between stages: Avro schemas (avro/*.avsc), their records and the serde.
 
 What belongs here: the schemas themselves (avro/: raw_text, raw_image -> tensor_record ->
 inference_result, dead_letter; job, schedule, schedule_tick, notification for the control plane's tables;
 history/ keeps every earlier version a reader must still decode), their Python records
 (records.py), encode and decode (serde.py; result_encoding.py: the GPU worker's fast path for
 results), the errors a bad record is dead-lettered with (errors.py), input attributes
-(attributes.py), model_config.py (what a model in the repository is: inputs, outputs, tokenizer
-or image spec) and model_folders.py (the repository on disk: the per-user default, a model's
-versions, a version's config loaded, a classifier's labels). It imports nothing else of nearline's:
-every other package stands on it.
+(attributes.py). It imports nothing else of nearline's: every other package stands on it (a
+model version's config is model_repository/'s).
 
 What does not belong here: any I/O with Kafka (kafka_io/) or logic of a stage.
 """

@@ -14,7 +14,7 @@ import pytest
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 from tests.support.apache_kafka import ApacheKafka
 from tests.support.tiny_model import TinyModel, build_tiny_model
 
@@ -101,7 +101,7 @@ def tiny(model_repository: Path) -> TinyModel:
 @pytest.fixture(scope="session")
 def efficientnet(model_repository: Path) -> ModelConfig:
     """The real EfficientNet-Lite0, prepared into the session's model repository."""
-    from model_repository.export import prepare_efficientnet_lite0
+    from model_import.export import prepare_efficientnet_lite0
 
     return prepare_efficientnet_lite0(model_repository)
 
@@ -109,7 +109,7 @@ def efficientnet(model_repository: Path) -> ModelConfig:
 @pytest.fixture(scope="session")
 def minilm(model_repository: Path) -> ModelConfig:
     """The real all-MiniLM-L6-v2, prepared into the session's model repository."""
-    from model_repository.export import prepare_minilm
+    from model_import.export import prepare_minilm
 
     return prepare_minilm(model_repository)
 
@@ -134,8 +134,8 @@ def tiny_llama_folder(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenize
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> ModelConfig:
     """The real SmolLM2-135M-Instruct, prepared (fp32, 0.5 GB) into a model repository of its own."""
-    from model_repository.causal_lm import SMOLLM2_NAME, prepare_smollm2
-    from schemas.model_folders import load_model_config
+    from model_import.causal_lm import SMOLLM2_NAME, prepare_smollm2
+    from model_repository.folders import load_model_config
     from tests.support.shared import made_once
 
     return load_model_config(made_once(tmp_path_factory, "smollm2-models", prepare_smollm2), SMOLLM2_NAME)

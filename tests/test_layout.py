@@ -15,6 +15,7 @@ OUTSIDE_THE_EDGE = [
     "preprocess_app",
     "gpu_consumer",
     "model_repository",
+    "model_import",
     "jobs",
     "reuse",
     "results",
@@ -23,26 +24,29 @@ OUTSIDE_THE_EDGE = [
 OPAQUE_HANDLES = {("kafka_io.clients", name) for name in ("AdminClient", "Consumer", "Producer")}
 CONFLUENT_MODULES = ("confluent_kafka", "cimpl")  # cimpl: where its C types say they are defined
 
-# Imports flow one way: jobs (the control plane) -> model_repository, results (the sink) -> stages
-# (producers, preprocess_app, gpu_consumer) -> kafka_io -> schemas, with runtime (the process's own:
-# metrics endpoint, children, CPUs, heap) below all of them.
+# Imports flow one way: jobs (the control plane) -> model_import, results (the sink) -> stages
+# (producers, preprocess_app, gpu_consumer) -> kafka_io -> schemas, with model_repository (the
+# repository's layout and each version's config) and runtime (the process's own: metrics
+# endpoint, children, CPUs, heap) below all of them.
 # Each package may import only the packages of ours named here (its own modules aside); the
 # stages do not import each other. Exceptions would be listed here with their reason: none exist.
 STAGES = ["producers", "preprocess_app", "gpu_consumer"]
 MAY_IMPORT: dict[str, set[str]] = {
     "runtime": set(),
     "schemas": set(),
+    # the repository's folders and each version's config.json: read by both stages, so below them
+    "model_repository": set(),
     "kafka_io": {"schemas", "runtime"},
-    **{stage: {"kafka_io", "schemas", "runtime"} for stage in STAGES},
+    **{stage: {"kafka_io", "schemas", "runtime", "model_repository"} for stage in STAGES},
     # the lookup of reusable results is the preprocess stage's, before it tokenizes or decodes
-    "preprocess_app": {"kafka_io", "schemas", "runtime", "reuse"},
+    "preprocess_app": {"kafka_io", "schemas", "runtime", "model_repository", "reuse"},
     # models into the repository: the GPU stage's ONNX Runtime engine checks each export
-    "model_repository": {"gpu_consumer", "kafka_io", "schemas", "runtime"},
+    "model_import": {"gpu_consumer", "model_repository"},
     # the reuse key, index and store: pure, beside the stages, so any of them can take it
-    "reuse": {"schemas"},
+    "reuse": {"schemas", "model_repository"},
     # a job's results read, ordered, spilled and written: never the control plane (the job is handed in)
-    "results": {"producers", "kafka_io", "schemas", "runtime"},
-    "jobs": {*STAGES, "model_repository", "results", "kafka_io", "schemas", "runtime"},
+    "results": {"producers", "kafka_io", "schemas", "runtime", "model_repository"},
+    "jobs": {*STAGES, "model_import", "model_repository", "results", "kafka_io", "schemas", "runtime"},
 }
 OURS = {*MAY_IMPORT, "bench", "tests"}
 

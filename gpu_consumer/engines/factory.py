@@ -12,7 +12,7 @@ from gpu_consumer.batcher import pad_batch
 from gpu_consumer.cost_model import CostModel, measure
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.engines.protocol import Engine, EngineLoadError
-from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
+from model_repository.config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import importlib.util
 from gpu_consumer import ENCODER_ENGINES, GENERATION_ENGINES
 from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationSettings
 from gpu_consumer.engines.protocol import EngineLoadError
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 
 def generator_kind(kind: str = "auto") -> str:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from gpu_consumer.engines.protocol import EngineLoadError
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
-from schemas.model_config import GenerationSpec, ModelConfig
+from model_repository.config import GenerationSpec, ModelConfig
 
 WARMUP_TIMEOUT_S = 300.0
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from gpu_consumer.batcher import edge_batches, warmup_batch
 from gpu_consumer.engines.protocol import Engine, EngineLoadError
+from model_repository.config import ModelConfig
 from runtime.cpus import usable_cpus
-from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
 

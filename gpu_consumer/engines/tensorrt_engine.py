@@ -22,7 +22,7 @@ from gpu_consumer.cuda_staging import Slot, pipelined, torch_dtype
 from gpu_consumer.device_postprocess import apply, device_steps
 from gpu_consumer.engines.protocol import Engine, EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for, sha256_of
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 log = logging.getLogger(__name__)
 INSTALL_HINT = (

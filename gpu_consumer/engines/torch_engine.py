@@ -20,7 +20,7 @@ from gpu_consumer.batcher import shaped_batch, warmup_batch
 from gpu_consumer.device_postprocess import apply, device_steps
 from gpu_consumer.engines.protocol import Engine, EngineLoadError
 from gpu_consumer.trt_plan import derive_profiles, plan_buffers
-from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
+from model_repository.config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE, ModelConfig
 
 log = logging.getLogger(__name__)
 PRECISION_FILES = {"fp32": TORCHSCRIPT_FILE, "fp16": TORCHSCRIPT_FP16_FILE}

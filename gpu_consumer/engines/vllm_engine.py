@@ -46,7 +46,7 @@ from gpu_consumer.engines.generation_protocol import (
 from gpu_consumer.engines.protocol import EngineLoadError
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
 from gpu_consumer.generation.stops import StopWatch, finished
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -44,10 +44,10 @@ from kafka_io.incarnation import BrokerIncarnation
 from kafka_io.polling import Assignment, records_in, window_offsets
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Lane
+from model_repository.config import ModelConfig
 from schemas import now_us
 from schemas.errors import TensorFormatError
 from schemas.generation_request import SAMPLING_ATTRIBUTE
-from schemas.model_config import ModelConfig
 
 log = logging.getLogger(__name__)
 

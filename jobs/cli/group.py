@@ -22,8 +22,8 @@ from kafka_io.errors import (
     KafkaRefusedError,
     KafkaTlsError,
 )
+from model_repository.config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
 from runtime.metrics_endpoint import MetricsPortError
-from schemas.model_config import InvalidModelNameError, ModelNotFoundError, ModelUnavailableError
 
 # Kafka said no: each kind of refusal has its code, as no retry or wait will mend it.
 REFUSAL_CODES: dict[type[KafkaRefusedError], ExitCode] = {
@@ -85,8 +85,8 @@ def _said(exc: Exception) -> tuple[list[str], ExitCode] | None:
     from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
     from kafka_io.clients import as_refusal
     from kafka_io.errors import KAFKA_FAULTS, GroupProtocolError, SecuritySettingsError, TopicConfigError
-    from model_repository.export import ExportUnavailableError
-    from model_repository.import_source import ImportRefusedError
+    from model_import.export import ExportUnavailableError
+    from model_import.import_source import ImportRefusedError
     from results.columnar import ColumnarShapeError
     from results.spill import NoRecordsError
 

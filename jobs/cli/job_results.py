@@ -142,7 +142,7 @@ def profile_cmd(job_id: str, as_json: bool, bootstrap_servers: str, namespace: s
 )
 @cluster_options
 def report_cmd(job_id: str, output: Path | None, bootstrap_servers: str, namespace: str) -> None:
-    """One self-contained HTML page: throughput over time, latency per stage, batch sizes."""
+    """One self-contained HTML page: throughput over time, latency per stage, executed batch sizes."""
     from jobs.registry import job_status
     from jobs.reports.report import render
     from results.output import OutputPathError, check_output_path, names_stdout, write_file

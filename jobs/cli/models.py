@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from jobs.cli.options import repository_option
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 
 @click.group()
@@ -25,8 +25,8 @@ REPLACE_HELP = "Replace the version if it is already in the repository (running 
 @repository_option
 def models_prepare(name: str, replace: bool, model_repository: Path) -> None:
     """Export a packaged model to ONNX into the model repository."""
-    from model_repository.export import PREPARERS
-    from schemas.model_folders import load_model_config, versions
+    from model_import.export import PREPARERS
+    from model_repository.folders import load_model_config, versions
 
     if "1" in versions(model_repository, name) and not replace:
         existing = load_model_config(model_repository, name, "1")
@@ -77,9 +77,9 @@ def models_import(
     """Import a local model folder (sentence-transformers, transformers, ONNX) or GGUF file into the repository."""
     from kafka_io.topics import model_topics_problem
     from kafka_io.topology import Topics
-    from model_repository.importer import import_model
-    from schemas.model_config import InvalidModelNameError
-    from schemas.model_folders import versions
+    from model_import.importer import import_model
+    from model_repository.config import InvalidModelNameError
+    from model_repository.folders import versions
 
     problem = model_topics_problem(Topics.from_env(), name)  # the namespace its workers will use
     if problem is not None:
@@ -99,8 +99,8 @@ def models_import(
 @repository_option
 def models_list(model_repository: Path) -> None:
     """Models and versions in the repository (named first, on stderr)."""
-    from schemas.model_folders import list_models, move_hint, versions
-    from schemas.model_versions import default_version
+    from model_repository.folders import list_models, move_hint, versions
+    from model_repository.versions import default_version
 
     hint = move_hint(model_repository)
     if hint:
@@ -136,8 +136,8 @@ def model_detail(config: ModelConfig) -> str:
         chat = "chat template" if spec.chat_template else "prompts only (no chat template)"
         return f"context {spec.context_length} tokens, {chat}, default max_tokens {spec.default_max_tokens}"
     if config.is_classifier:
-        from schemas.model_config import ModelUnavailableError
-        from schemas.model_folders import read_labels
+        from model_repository.config import ModelUnavailableError
+        from model_repository.folders import read_labels
 
         try:
             names = read_labels(config)

@@ -17,6 +17,7 @@ from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_probl
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import DEFAULT_LANE, ENV_NAMESPACE, LANES
+from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
 from producers.formats import AUTO, FORMAT_NAMES, auto_help
 from producers.images import MAX_IMAGE_BYTES
 from producers.inputs import MAX_ATTRIBUTES_BYTES
@@ -30,7 +31,6 @@ from runtime.metrics_endpoint import (
     ENV_METRICS_TLS_KEY,
     MetricsEndpoint,
 )
-from schemas.model_folders import ENV_MODEL_REPOSITORY, default_repository
 
 HOME = Path.home() / ".nearline"
 

@@ -109,8 +109,8 @@ def worker_preprocess(
     default=0,
     show_envvar=True,
     help=(
-        "Engine threads; 0 = one per core. ONNX Runtime on the CPU runs that many batches side by"
-        " side, one thread each, and a lone batch on all of them."
+        "Engine threads; 0 = one per core. ONNX Runtime on the CPU runs that many executed batches"
+        " side by side, one thread each, and a lone one on all of them."
     ),
 )
 @click.option("--drain", is_flag=True, help="Exit once every assigned partition is caught up.")
@@ -118,7 +118,10 @@ def worker_preprocess(
     "--exactly-once",
     is_flag=True,
     show_envvar=True,
-    help="Commit each batch's results and offsets in one Kafka transaction (read_committed readers).",
+    help=(
+        "Commit poll windows' results and offsets together in Kafka transactions (up to"
+        " --max-windows-in-flight windows each), for read_committed readers."
+    ),
 )
 @click.option(
     "--instance-id",
@@ -207,7 +210,7 @@ def worker_gpu(
     namespace: str,
     model_repository: Path,
 ) -> None:
-    """Batch tensors.<model> through the engine into results (consumer group gpu.<model>)."""
+    """Run tensors.<model> through the engine in executed batches into results (consumer group gpu.<model>)."""
     from gpu_consumer.pipeline import PipelineSettings
     from gpu_consumer.worker import GpuWorkerSettings, serve
 

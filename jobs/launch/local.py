@@ -13,9 +13,9 @@ from pathlib import Path
 
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import ENV_NAMESPACE
+from model_repository.folders import ENV_MODEL_REPOSITORY
 from runtime.children import ENV_STOP_WITH_PARENT, die_with_parent
 from runtime.metrics_endpoint import ENV_METRICS
-from schemas.model_folders import ENV_MODEL_REPOSITORY
 
 # glibc and Pillow settings for the image decoder: large buffers are reused instead of being
 # mapped and page-faulted afresh for every 4K image.

@@ -29,11 +29,11 @@ from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
 from kafka_io.topology import DEFAULT_LANE, LANES, Lane, Topics
+from model_repository.config import ModelConfig, ModelNotFoundError
+from model_repository.folders import load_model_config, move_hint
 from results.kept_columns import KeptColumns
 from results.outcome import JobFold, JobOutcome
 from results.spill import ResultSpill
-from schemas.model_config import ModelConfig, ModelNotFoundError
-from schemas.model_folders import load_model_config, move_hint
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -55,7 +55,7 @@ def ensure_model(repository: Path, model: str, log: Callable[[str], None]) -> Mo
     try:
         return load_model_config(repository, model)
     except ModelNotFoundError:
-        from model_repository.export import PREPARERS
+        from model_import.export import PREPARERS
 
         if model not in PREPARERS or move_hint(repository, model):
             raise

@@ -23,11 +23,11 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.tables import put_row, read_records
 from kafka_io.topics import schedule_ticks_topic, schedules_topic
 from kafka_io.topology import Topics
+from model_repository.config import check_model_name
 from producers import JSONL_SUFFIXES
 from producers.table_rows import DEFAULT_COLUMNS, Columns
 from producers.tables import table_format
 from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
-from schemas.model_config import check_model_name
 
 
 def absolute_input(pattern: str) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jobs.launch.runner import WaitRules, watch_job
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 from tests.support.image_corpus import bad_and_odd_images, real_photos
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, run_embedded, submit

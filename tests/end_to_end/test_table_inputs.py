@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 from tests.support.columnar_check import jsonl_lines
 from tests.support.image_corpus import real_photos
 from tests.support.inputs import example_lines, write_jsonl

@@ -15,9 +15,9 @@ from gpu_consumer.batcher import (
     warmup_batch,
 )
 from gpu_consumer.postprocess import l2_normalize, mean_pooling
+from model_repository.config import ModelConfig, ModelUnavailableError
+from model_repository.folders import load_model_config
 from schemas import TensorFormatError
-from schemas.model_config import ModelConfig, ModelUnavailableError
-from schemas.model_folders import load_model_config
 from tests.support.tiny_model import TinyModel
 
 

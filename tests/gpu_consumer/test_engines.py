@@ -22,8 +22,8 @@ from gpu_consumer.engines.torch_engine import (
     torchscript_path,
 )
 from gpu_consumer.trt_plan import derive_profiles, engine_cache_key, plan_buffers, profile_for
-from schemas.model_config import ModelConfig
-from schemas.model_folders import load_model_config
+from model_repository.config import ModelConfig
+from model_repository.folders import load_model_config
 from tests.support.references import TEXTS, image_batch, text_batch
 
 

@@ -17,7 +17,7 @@ import pytest
 from gpu_consumer.engines.generation_protocol import GenerationSettings
 from gpu_consumer.engines.transformers_engine import TransformersEngine
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 from tests.support.engine_process import RemoteEngine, open_engine
 
 pytestmark = pytest.mark.real_model  # a model built with transformers (seconds to load)
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.real_model  # a model built with transformers (seconds 
 
 @pytest.fixture(scope="module")
 def tiny_generator(tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> ModelConfig:
-    from model_repository.causal_lm import import_causal_lm
+    from model_import.causal_lm import import_causal_lm
 
     return import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, "tiny-llama")
 

@@ -35,11 +35,11 @@ from kafka_io.records import ConsumedRecord, OutRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, TensorRecord, decode, encode
 from schemas.generation_request import REQUEST_ATTRIBUTE
-from schemas.model_config import ModelConfig
 from tests.support.causal_lm import CHAT, chat_ids
 from tests.support.engine_process import open_engine
 
@@ -50,7 +50,7 @@ MODEL = "tiny-llama"
 
 @pytest.fixture(scope="module")
 def generator_repository(tiny_llama_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from model_repository.causal_lm import import_causal_lm
+    from model_import.causal_lm import import_causal_lm
 
     return import_causal_lm(tmp_path_factory.mktemp("generators"), tiny_llama_folder, MODEL).directory.parents[1]
 

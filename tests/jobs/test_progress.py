@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from jobs.progress import Progress, Summary
-from schemas.model_folders import ENV_MODEL_REPOSITORY
+from model_repository.folders import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
 
 ROOT = Path(__file__).parents[2]

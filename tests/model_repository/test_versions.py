@@ -1,5 +1,5 @@
 """Which version of a model is newer and which one is served when none is named
-(schemas/model_versions.py), and what `models import` and `models list` make of versions and names."""
+(model_repository/versions.py), and what `models import` and `models list` make of versions and names."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from model_repository.import_source import ImportRefusedError
-from model_repository.install import refuse_existing
+from model_import.import_source import ImportRefusedError
+from model_import.install import refuse_existing
+from model_repository.config import CONFIG_FILE, InvalidModelVersionError, ModelNotFoundError
+from model_repository.folders import load_model_config, versions
+from model_repository.versions import default_version, ordered_versions
 from results.outcome import wins_over
-from schemas.model_config import CONFIG_FILE, InvalidModelVersionError, ModelNotFoundError
-from schemas.model_folders import load_model_config, versions
-from schemas.model_versions import default_version, ordered_versions
 from tests.support.tiny_model import TinyModel
 
 

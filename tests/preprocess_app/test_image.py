@@ -11,6 +11,7 @@ import PIL
 import pytest
 from PIL import Image
 
+from model_repository.config import ImageSpec
 from preprocess_app.image import (
     RESAMPLE,
     CorruptImageError,
@@ -20,7 +21,6 @@ from preprocess_app.image import (
     UnsupportedImageError,
     decode_image,
 )
-from schemas.model_config import ImageSpec
 from tests.support.image_corpus import bad_and_odd_images, encode, real_photos, with_tiff_compression
 
 SPEC = ImageSpec()
@@ -119,7 +119,7 @@ def test_a_one_pixel_strip_is_cropped_in_bounded_memory(size: tuple[int, int]) -
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
         "from preprocess_app.image import decode_image\n"
-        "from schemas.model_config import ImageSpec\n"
+        "from model_repository.config import ImageSpec\n"
         "crop = decode_image(sys.stdin.buffer.read(), ImageSpec())\n"
         "print(crop.shape, crop.reshape(3, -1).mean(axis=1).round().tolist())\n"
     )

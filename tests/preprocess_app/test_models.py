@@ -8,12 +8,12 @@ import pytest
 
 from kafka_io.records import ConsumedRecord
 from kafka_io.topology import Topics
+from model_repository.config import InvalidModelNameError, ModelUnavailableError, check_model_name
+from model_repository.folders import load_model_config
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.text import preprocess_texts
 from schemas import DeadLetter, RawImage, RawText, decode, encode
-from schemas.model_config import InvalidModelNameError, ModelUnavailableError, check_model_name
-from schemas.model_folders import load_model_config
 from schemas.packs import read_tensor_pack
 from tests.support.records import value
 from tests.support.tiny_model import broken_repository

@@ -14,6 +14,7 @@ import pytest
 
 from kafka_io.records import NO_REUSE_HEADER, REUSED_HEADER, ConsumedRecord, OutRecord, header_of, reuse_keys_of
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
 from preprocess_app.image import preprocess_images
 from preprocess_app.models import Models
 from preprocess_app.reuse import CachedResults, ReuseLookup
@@ -21,7 +22,6 @@ from preprocess_app.text import preprocess_texts
 from reuse.store import ResultStore
 from schemas import InferenceResult, RawImage, Tensor, TensorRecord, decode, encode
 from schemas.attributes import REUSED_STAMP
-from schemas.model_config import ModelConfig
 from schemas.packs import TensorPack, raw_text_pack_bytes, read_tensor_pack
 from tests.support.image_corpus import real_photos
 from tests.support.records import value

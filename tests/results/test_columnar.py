@@ -23,12 +23,12 @@ from kafka_io.records import ConsumedRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
+from model_repository.config import ModelConfig
 from results.columnar import ColumnarShapeError
 from results.formats import OutputFormat, OutputFormatError, output_format
 from results.spill import ResultSpill
 from schemas import DeadLetter, InferenceResult, RawText, Tensor, encode
 from schemas.attributes import REUSED_STAMP
-from schemas.model_config import ModelConfig
 from tests.support.columnar_check import assert_columnar_equals_jsonl, jsonl_lines
 from tests.support.image_corpus import bad_and_odd_images, real_photos
 from tests.support.inputs import example_lines, write_jsonl

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from model_repository.config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
+from model_repository.folders import write_labels
 from reuse.fingerprint import FileDigests, ModelFingerprint, model_fingerprint
 from reuse.keys import RecordKeys
 from schemas.generation_request import (
@@ -17,8 +19,6 @@ from schemas.generation_request import (
     parse_request,
     prompt_request,
 )
-from schemas.model_config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
-from schemas.model_folders import write_labels
 from schemas.records import RawImage, RawText
 
 

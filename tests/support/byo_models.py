@@ -165,8 +165,8 @@ def save_onnx(folder: Path, task: str, **classifier: Any) -> Path:
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from model_repository.export import _export
-    from schemas.model_config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
+    from model_import.export import _export
+    from model_repository.config import TORCHSCRIPT_FILE, TORCHSCRIPT_FP16_FILE
 
     source = folder.parent / f"{folder.name}-source"
     classify = task == "text-classification"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from model_repository.causal_lm import smollm2_gguf
-from schemas.model_config import GenerationSpec, ModelConfig, TensorSpec, TokenizerSpec
+from model_import.causal_lm import smollm2_gguf
+from model_repository.config import GenerationSpec, ModelConfig, TensorSpec, TokenizerSpec
 
 TINY_LLAMA_SEED = 0
 CHAT = [{"role": "user", "content": "Name three rivers of Europe."}]

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from gpu_consumer.engines.generation_protocol import GenerationFailedError, GenerationSettings, kv_blocks
 from gpu_consumer.generation.requests import Completion, GenerationRequest, SamplingParams
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 
 VLLM_PYTHON = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 START_TIMEOUT_S = 300.0
@@ -127,7 +127,7 @@ class RemoteEngine:
 
 def _serve(repository: str, model: str, kind: str, limits: str, fd: str) -> None:
     from gpu_consumer.engines.generation_factory import make_generator
-    from schemas.model_folders import load_model_config
+    from model_repository.folders import load_model_config
 
     out = os.fdopen(int(fd), "w", buffering=1)
     lock = threading.Lock()

@@ -22,7 +22,7 @@ from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.worker import GpuWorkerSettings, serve
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_folders import load_model_config
+from model_repository.folders import load_model_config
 
 
 @dataclass

@@ -22,9 +22,9 @@ from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
 from kafka_io.transactions import make_transactional_producer
+from model_repository.folders import ENV_MODEL_REPOSITORY
 from results.outcome import JobOutcome
 from schemas import Tensor, TensorRecord, encode
-from schemas.model_folders import ENV_MODEL_REPOSITORY
 from tests.support.job_checks import assert_exactly_one_result_each, assert_status_is_exact
 from tests.support.waiting import wait_until
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from gpu_consumer.batcher import make_batch
+from model_repository.config import ImageSpec, ModelConfig
 from preprocess_app.image import decode_image
 from preprocess_app.models import load_tokenizer
 from preprocess_app.text import tokenize
-from schemas.model_config import ImageSpec, ModelConfig
 from tests.support.image_corpus import real_photos
 
 TEXTS = ["A man is eating food.", "Kafka keeps the records; the GPU batches them.", "short", "x " * 300]

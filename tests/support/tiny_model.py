@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from model_repository.export import MINILM_INPUTS
-from schemas.model_config import ModelConfig, TensorSpec, TokenizerSpec
+from model_import.export import MINILM_INPUTS
+from model_repository.config import ModelConfig, TensorSpec, TokenizerSpec
 
 VOCAB = 30522
 DIM = 8

@@ -25,9 +25,9 @@ from kafka_io.records import pack_record
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
 from producers.images import MAX_IMAGE_BYTES
 from schemas import InferenceResult, decode
-from schemas.model_config import ModelConfig
 from schemas.packs import PackHead, tensor_pack_bytes
 from tests.support.apache_kafka import ApacheKafka, cluster_id
 from tests.support.image_corpus import real_photos

@@ -22,9 +22,9 @@ import pytest
 from kafka_io.reading import read_topics
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
+from model_repository.config import ModelConfig
+from model_repository.folders import load_model_config
 from schemas import InferenceResult, decode
-from schemas.model_config import ModelConfig
-from schemas.model_folders import load_model_config
 from tests.support.engine_process import vllm_python
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.pipeline import RunningPipeline, finish_and_check, follow_until, submit
@@ -92,7 +92,7 @@ TINY = "tiny-llama"
 def repository_of(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """Each model's repository, made when a test first asks (a test process that runs only one
     model's tests prepares only that one: SmolLM2's takes a minute on two cores)."""
-    from model_repository.causal_lm import import_causal_lm
+    from model_import.causal_lm import import_causal_lm
 
     @functools.cache
     def repository(model: str) -> Path:

@@ -24,7 +24,7 @@ from kafka_io.reading import read_topics
 from kafka_io.records import NO_REUSE_HEADER, header_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas.model_config import ModelConfig
+from model_repository.config import ModelConfig
 from tests.support.pipeline import RunningPipeline, finish_and_check, submit
 from tests.support.scheduling import T0, Clock
 from tests.support.tiny_model import TinyModel, build_tiny_model

@@ -27,7 +27,7 @@ from kafka_io.groups import live_groups
 from kafka_io.settings import ENV_BOOTSTRAP, ENV_KAFKA_PREFIX
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
-from schemas.model_folders import ENV_MODEL_REPOSITORY
+from model_repository.folders import ENV_MODEL_REPOSITORY
 from tests.support.apache_kafka import ApacheKafka, server_port
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.kafka_acls import apply_documented_acls, grant_acls, revoke_acls

@@ -21,8 +21,8 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
+from model_repository.folders import ENV_MODEL_REPOSITORY
 from schemas import DeadLetter, InferenceResult, Job, RawText, Tensor, encode
-from schemas.model_folders import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
 
 JOB = "job-streams"

@@ -17,8 +17,8 @@ from jobs.registry import register
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
+from model_repository.folders import ENV_MODEL_REPOSITORY
 from schemas import Job, now_us
-from schemas.model_folders import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
 
 URL = "https://alice:s3cr3t-pw@hooks.example.com:8443/in/box?token=t0k3n-value&team=crimson9#frag-secret"

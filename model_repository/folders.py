@@ -1,6 +1,6 @@
 """The model repository on disk, as every stage reads it: where it is by default, a model's
 versions (folders with a config), a version's config loaded and checked, a classifier's labels.
-The config itself, and the names of the files in a version's folder, are model_config.py's."""
+The config itself, and the names of the files in a version's folder, are config.py's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from schemas.model_config import (
+from model_repository.config import (
     CONFIG_FILE,
     ModelConfig,
     ModelNotFoundError,
@@ -20,7 +20,7 @@ from schemas.model_config import (
     is_model_name,
     is_model_version,
 )
-from schemas.model_versions import VERSION_RULE, default_version, ordered_versions
+from model_repository.versions import VERSION_RULE, default_version, ordered_versions
 
 # Where models were kept before the per-user cache: ./models of whatever folder a command ran in
 OLD_DEFAULT_REPOSITORY = Path("models")
@@ -89,7 +89,7 @@ def list_models(repository: Path) -> list[tuple[str, str, ModelConfig | ModelUna
 
 
 def versions(repository: Path, name: str) -> list[str]:
-    """Versions of a model that have a config, oldest first (schemas/model_versions.py)."""
+    """Versions of a model that have a config, oldest first (model_repository/versions.py)."""
     folder = repository / name
     if not folder.is_dir():
         return []
@@ -102,7 +102,7 @@ def versions(repository: Path, name: str) -> list[str]:
 
 def load_model_config(repository: Path, name: str, version: str | None = None) -> ModelConfig:
     """The config of `name` at `version`, or at its default version when none is given (the
-    highest numbered one: schemas/model_versions.py).
+    highest numbered one: model_repository/versions.py).
 
     InvalidModelNameError for a name that is not one, ModelNotFoundError for a name the repository
     lacks, ModelUnavailableError for a config.json that cannot be read as a config."""

@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from jobs.cli.main import cli
-from model_repository import causal_lm
-from model_repository.import_source import ImportRefusedError, read_source
-from model_repository.importer import import_model
-from schemas.model_config import GENERATOR_FOLDER, ModelConfig
-from schemas.model_folders import load_model_config
+from model_import import causal_lm
+from model_import.import_source import ImportRefusedError, read_source
+from model_import.importer import import_model
+from model_repository.config import GENERATOR_FOLDER, ModelConfig
+from model_repository.folders import load_model_config
 from tests.support.causal_lm import chat_ids, chat_text, load_smollm2_gguf_model
 
 

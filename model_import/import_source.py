@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from schemas.model_config import LABELS_FILE, ONNX_FILE, POOLING_STEPS, TASKS, Task
-from schemas.model_folders import write_labels
+from model_repository.config import LABELS_FILE, ONNX_FILE, POOLING_STEPS, TASKS, Task
+from model_repository.folders import write_labels
 
 Layout = Literal["sentence-transformers", "transformers", "onnx"]
 WEIGHT_FILES = (

@@ -1,4 +1,4 @@
-"""`nearline models import`: a model folder a user brings (model_repository/import_source.py) exported
+"""`nearline models import`: a model folder a user brings (model_import/import_source.py) exported
 into the model repository as ONNX plus the FP32 and FP16 TorchScript the torch engine runs.
 
 Needs the `export` extra (torch, transformers). Everything is loaded from the folder with the hub
@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from model_repository.export import _export, _install
-from model_repository.image_processor import ImageProcessorError, PixelScaling, read_image_processor
-from model_repository.import_source import (
+from model_import.export import _export, _install
+from model_import.image_processor import ImageProcessorError, PixelScaling, read_image_processor
+from model_import.import_source import (
     ImportRefusedError,
     ImportTarget,
     label_file,
     read_source,
     weights_digest,
 )
-from model_repository.install import ExportUnavailableError, refuse_existing
-from schemas.model_config import (
+from model_import.install import ExportUnavailableError, refuse_existing
+from model_repository.config import (
     LABELS_FILE,
     POOLING_STEPS,
     TOKENIZER_FILE,
@@ -59,14 +59,14 @@ def import_model(
         raise ImportRefusedError(f"{folder} is a GGUF causal LM: its task is text-generation, with no --pooling")
     source = None if gguf else read_source(folder, task, pooling)
     if source is None or source.task == "text-generation":  # kept as a transformers folder: causal_lm.py
-        from model_repository.causal_lm import import_causal_lm
+        from model_import.causal_lm import import_causal_lm
 
         lm = folder if source is None else source.model_folder
         return import_causal_lm(repository, lm, name, version, max_batch_size, replace)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the folder lacks is an error, never a download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if source.layout == "onnx":
-        from model_repository.onnx_import import import_onnx
+        from model_import.onnx_import import import_onnx
 
         return import_onnx(ImportTarget(repository, source, name, version, max_batch_size, "", Path(), replace))
     try:
@@ -120,7 +120,7 @@ def _import_text(target: ImportTarget, model: Any) -> ModelConfig:
     max_batch_size, provenance, scratch = target.max_batch_size, target.provenance, target.scratch
     import torch
 
-    from model_repository.text_source import read_tokenizer
+    from model_import.text_source import read_tokenizer
 
     hf = model.config
     tok = read_tokenizer(source, hf, scratch)

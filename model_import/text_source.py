@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from model_repository.import_source import ImportRefusedError, ImportSource
+from model_import.import_source import ImportRefusedError, ImportSource
 
 # tokenizer_config.json's model_max_length when the tokenizer sets none (transformers' VERY_LARGE_INTEGER)
 UNSET_LENGTH = 1_000_000

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model_repository.import_source import ImportRefusedError
-from model_repository.importer import import_model
-from schemas.model_config import InvalidModelNameError, ModelUnavailableError
-from schemas.model_folders import load_model_config, read_labels, versions
+from model_import.import_source import ImportRefusedError
+from model_import.importer import import_model
+from model_repository.config import InvalidModelNameError, ModelUnavailableError
+from model_repository.folders import load_model_config, read_labels, versions
 from tests.support.byo_models import save_classifier, save_encoder
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from schemas.model_config import ImageSpec
+from model_repository.config import ImageSpec
 
 
 class ImageProcessorError(ValueError):

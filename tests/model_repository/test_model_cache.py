@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.model_folders import default_repository, move_hint
+from model_repository.folders import default_repository, move_hint
 from tests.support.columnar_check import assert_columnar_equals_jsonl
 
 ROOT = Path(__file__).parents[2]

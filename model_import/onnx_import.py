@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from model_repository.import_source import ImportRefusedError, ImportTarget, label_file, weights_digest
-from schemas.model_config import (
+from model_import.import_source import ImportRefusedError, ImportTarget, label_file, weights_digest
+from model_repository.config import (
     LABELS_FILE,
     ONNX_FILE,
     POOLING_STEPS,
@@ -92,8 +92,8 @@ def import_onnx(target: ImportTarget) -> ModelConfig:
     """The checked graph, its tokenizer and labels as `name`/`version` of the repository."""
     import tempfile
 
-    from model_repository.export import _install
-    from model_repository.text_source import read_tokenizer
+    from model_import.export import _install
+    from model_import.text_source import read_tokenizer
 
     repository, source, name, version = target.repository, target.source, target.name, target.version
     max_batch_size = target.max_batch_size
