@@ -1,12 +1,12 @@
 """A job's terms besides its input, as the user gives them: labels (KEY=VALUE), a completion window
 (a duration such as 24h, OpenAI's completion_window) and a webhook URL. Pure parsers, each with an
-error that says what was wrong and what is expected."""
+error that says what was wrong and what is expected; the terms themselves are a record both a Job
+and a Schedule hold (schemas/records.py: JobTerms)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 # A label's key: what Kubernetes allows in a label name (letters, digits, '-', '_', '.', an
@@ -82,18 +82,3 @@ def webhook_problem(url: str, named: str | None = None) -> str | None:
     if not parts.hostname:
         return f"{named}: a webhook URL must name a host"
     return None
-
-
-@dataclass(frozen=True)
-class JobTerms:
-    """What `--label`, `--complete-within` and `--notify` ask of a job (a schedule's, of each of its jobs)."""
-
-    labels: Mapping[str, str] = field(default_factory=dict)
-    complete_within_s: float | None = None  # the job expires this long after its submission
-    notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
-    reuse: bool = True  # results cached for the same content and model version are reused (docs/reuse.md)
-
-    def deadline_at(self, submitted_at: int) -> int | None:
-        """When a job submitted at `submitted_at` (microseconds) expires; None without a window.
-        Counted from the submission's start, as OpenAI's completion window counts from creation."""
-        return None if self.complete_within_s is None else submitted_at + round(self.complete_within_s * 1e6)

@@ -171,10 +171,12 @@ class JobStatus:
             "error": self.job.error,
             # when the cancel was registered; counts.cancelled is as of now (see counts())
             "cancelled_at": _iso(self.job.cancelled_at),
-            "labels": dict(self.job.labels),
+            "labels": dict(self.job.terms.labels),
             "deadline": _iso(self.job.deadline_at),
+            "complete_within_s": self.job.terms.complete_within_s,
             "time_left_s": self.time_left_s(),
-            "notify": self.job.notify,
+            "notify": self.job.terms.notify,
+            "reuse": self.job.terms.reuse,
             "counts": self.counts(),
             "usage": self.outcome.usage.to_dict(self.job.kind) if self.outcome.usage is not None else None,
             "records_per_s": rate,
@@ -198,7 +200,7 @@ class JobStatus:
             + (f"  {progress.rate(now):.1f} rec/s  ETA {format_eta(progress.eta(now))}" if progress else "")
             + self._tokens_text()
             + self._deadline_text()
-            + (f"  labels {format_labels(self.job.labels)}" if self.job.labels else "")
+            + (f"  labels {format_labels(self.job.terms.labels)}" if self.job.terms.labels else "")
         )
 
     def _tokens_text(self) -> str:
@@ -214,7 +216,7 @@ class JobStatus:
         return f"  deadline {when} ({format_eta(left)} left)" if left > 0 else f"  deadline {when} (passed)"
 
 
-def format_labels(labels: dict[str, str]) -> str:
+def format_labels(labels: Mapping[str, str]) -> str:
     """KEY=VALUE,KEY=VALUE in key order: how labels are shown and given (--label). A character that
     is not printable (a carriage return, an escape sequence: --label refuses them, a job registered
     otherwise may hold them) is shown escaped, so it cannot rewrite the line or the terminal."""
@@ -232,7 +234,7 @@ def job_tensors_topic(topics: Topics, job: Job) -> str:
 
 
 def has_labels(job: Job, labels: Mapping[str, str]) -> bool:
-    return all(job.labels.get(key) == value for key, value in labels.items())
+    return all(job.terms.labels.get(key) == value for key, value in labels.items())
 
 
 def job_lane(job: Job) -> Lane:

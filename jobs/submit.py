@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from jobs.job_input import JobInput, Record, check_input, pack_limits_from_env
-from jobs.job_terms import JobTerms
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.errors import BrokerUnavailableError, DeliveryError
@@ -23,7 +22,7 @@ from kafka_io.topics import TopicSpec, ensure_topics, lanes
 from kafka_io.topology import DEFAULT_LANE, Lane, Topics
 from model_repository.config import check_model_name
 from producers import InputError
-from schemas import Job, now_us
+from schemas import Job, JobTerms, now_us
 from schemas.packs import PackSettings
 
 
@@ -208,9 +207,8 @@ def job_row(job_id: str, model: str, source: JobInput, count: int, submitted_at:
         submission=submitted_at,
         columns=source.kept_schema(),
         priority=options.priority,
-        labels=dict(options.terms.labels),
+        terms=options.terms,
         deadline_at=options.terms.deadline_at(submitted_at),
-        notify=options.terms.notify,
     )
 
 

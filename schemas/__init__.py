@@ -5,8 +5,8 @@ inference_result, dead_letter; job, schedule, schedule_tick, notification for th
 history/ keeps every earlier version a reader must still decode), their Python records
 (records.py), encode and decode (serde.py; result_encoding.py: the GPU worker's fast path for
 results), the errors a bad record is dead-lettered with (errors.py), input attributes
-(attributes.py). It imports nothing else of nearline's: every other package stands on it (a
-model version's config is model_repository/'s).
+(attributes.py), a job's terms (terms.py: a Job's and a Schedule's). It imports nothing else of
+nearline's: every other package stands on it (a model version's config is model_repository/'s).
 
 What does not belong here: any I/O with Kafka (kafka_io/) or logic of a stage.
 """
@@ -23,6 +23,7 @@ from schemas.records import (
     DeadLetter,
     InferenceResult,
     Job,
+    JobTerms,
     Notification,
     RawImage,
     RawText,
@@ -38,6 +39,7 @@ __all__ = [
     "DeadLetter",
     "InferenceResult",
     "Job",
+    "JobTerms",
     "NotSingleObjectError",
     "Notification",
     "RawImage",

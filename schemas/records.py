@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from schemas.errors import TensorFormatError
+from schemas.terms import JobTerms
 
 # Only fixed-width numeric types cross the wire; object or string arrays cannot be rebuilt from bytes.
 TENSOR_DTYPES = frozenset(
@@ -274,8 +275,32 @@ class DeadLetter(AvroFields):
         )
 
 
+class WithTerms(AvroFields):
+    """A record with a `terms` field, written as the Avro fields labels, complete_within_s, notify
+    and reuse (the registry's records stay flat: records written before the terms were one
+    record read as they were)."""
+
+    terms: JobTerms
+
+    def to_avro(self) -> dict[str, Any]:
+        d = super().to_avro()
+        terms = d.pop("terms")
+        d.update(
+            labels=dict(terms.labels),
+            complete_within_s=terms.complete_within_s,
+            notify=terms.notify,
+            reuse=terms.reuse,
+        )
+        return d
+
+    @classmethod
+    def from_avro(cls, d: dict[str, Any]) -> Self:
+        terms = JobTerms(dict(d["labels"]), d["complete_within_s"], d["notify"], d["reuse"])
+        return super().from_avro({**d, "terms": terms})
+
+
 @dataclass(frozen=True)
-class Job(AvroFields):
+class Job(WithTerms):
     SCHEMA: ClassVar[str] = "nearline.Job"
 
     job_id: str
@@ -290,10 +315,9 @@ class Job(AvroFields):
     attributes: dict[str, str] = field(default_factory=dict)
     submission: int | None = None
     columns: bytes | None = None  # kept input columns: an Arrow IPC schema (results/kept_columns.py)
-    priority: str = "bulk"  # its lane, kafka_io.topology.Priority (schemas sit below kafka_io)
-    labels: dict[str, str] = field(default_factory=dict)
-    deadline_at: int | None = None  # microseconds since the epoch; past it the job expires
-    notify: str | None = None  # webhook URL told when the job ends (jobs/notifications/)
+    priority: str = "bulk"  # its lane, kafka_io.topology.Lane (schemas sit below kafka_io)
+    terms: JobTerms = field(default_factory=JobTerms)
+    deadline_at: int | None = None  # microseconds since the epoch (terms' window from the submission)
 
     def past_deadline(self) -> bool:
         """Whether its --complete-within window has passed (its records not yet run are skipped)."""
@@ -301,7 +325,7 @@ class Job(AvroFields):
 
 
 @dataclass(frozen=True)
-class Schedule(AvroFields):
+class Schedule(WithTerms):
     SCHEMA: ClassVar[str] = "nearline.Schedule"
 
     name: str
@@ -315,10 +339,7 @@ class Schedule(AvroFields):
     created_at: int
     columns: str | None = None  # JSON of producers.table_rows.Columns; None: the defaults
     priority: str = "bulk"  # the lane of the jobs it submits
-    labels: dict[str, str] = field(default_factory=dict)  # put on every job it submits
-    complete_within_s: float | None = None  # each job's deadline, from its submission
-    notify: str | None = None  # every job's webhook URL
-    reuse: bool = True  # its jobs reuse cached results (False: --no-reuse, docs/reuse.md)
+    terms: JobTerms = field(default_factory=JobTerms)  # every job's it submits
 
 
 @dataclass(frozen=True)

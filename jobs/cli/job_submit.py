@@ -38,12 +38,12 @@ from jobs.cli.validators import (
 )
 from jobs.exit_codes import ExitCode
 from jobs.job_input import JobInput
-from jobs.job_terms import JobTerms
 from jobs.submit import JobSettings, SubmitReport, submit
 from kafka_io.topology import Lane, Topics
 from producers.table_rows import Columns
 from results.formats import OutputFormat
 from results.output import leads_to_input
+from schemas import JobTerms
 
 if TYPE_CHECKING:
     from jobs.launch.runner import RunResult

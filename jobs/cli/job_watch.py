@@ -52,7 +52,7 @@ def jobs_list(as_json: bool, labels: dict[str, str], bootstrap_servers: str, nam
         lane = "\tlive" if job.priority == "live" else ""
         left = status.deadline_news()
         deadline = "" if left is None else f"\texpires in {format_eta(left)}" if left else "\tdeadline passed"
-        tags = f"\t{format_labels(job.labels)}" if job.labels else ""
+        tags = f"\t{format_labels(job.terms.labels)}" if job.terms.labels else ""
         generated = status.outcome.usage.completion_tokens if status.outcome.usage is not None else 0
         tokens = f" ({generated:,} tokens)" if generated else ""
         click.echo(

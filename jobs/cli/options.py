@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
+from jobs.job_terms import parse_duration, parse_labels, webhook_problem
 from kafka_io.limits import MAX_VALUE_BYTES, RECORD_OVERHEAD_BYTES
 from kafka_io.settings import ENV_BOOTSTRAP
 from kafka_io.topology import DEFAULT_LANE, ENV_NAMESPACE, LANES
@@ -31,6 +31,7 @@ from runtime.metrics_endpoint import (
     ENV_METRICS_TLS_KEY,
     MetricsEndpoint,
 )
+from schemas import JobTerms
 
 HOME = Path.home() / ".nearline"
 

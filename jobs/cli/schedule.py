@@ -14,7 +14,6 @@ import click
 from jobs.cli.columns import column_options
 from jobs.cli.options import cluster_options, priority_option, terms_options
 from jobs.cli.validators import require_servers
-from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import MISFIRE_POLICIES, next_tick
 from jobs.scheduling.schedules import (
     ScheduleSpec,
@@ -28,6 +27,7 @@ from jobs.scheduling.schedules import (
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from producers.table_rows import Columns
+from schemas import JobTerms
 
 T = TypeVar("T")
 

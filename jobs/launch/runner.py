@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.job_input import JobInput, check_input
-from jobs.job_terms import JobTerms
 from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
@@ -34,6 +33,7 @@ from model_repository.folders import load_model_config, move_hint
 from results.kept_columns import KeptColumns
 from results.outcome import JobFold, JobOutcome
 from results.spill import ResultSpill
+from schemas import JobTerms
 
 ProgressCallback = Callable[[Progress], None]
 

@@ -115,7 +115,7 @@ class NotificationState:
 
 def pending(job: Job) -> NotificationState:
     """The state of a notification nobody has written about yet."""
-    return NotificationState(job.job_id, submission_of(job), job.notify or "")
+    return NotificationState(job.job_id, submission_of(job), job.terms.notify or "")
 
 
 @dataclass

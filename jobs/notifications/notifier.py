@@ -236,7 +236,7 @@ class Notifier:
 
     def _registry_row(self, msg: ConsumedRecord) -> None:
         job = None if msg.deleted else decode(msg.value, Job)
-        if job is None or not job.notify:
+        if job is None or not job.terms.notify:
             self.jobs.pop(msg.key_text, None)
             self.endings.forget(msg.key_text)
         else:
@@ -276,7 +276,7 @@ class Notifier:
         if now < self.config.retry.next_attempt_at(state):  # waiting for its retry: still served
             self._renew(job, state)
             return
-        receiver = receiver_of(job.notify or "")
+        receiver = receiver_of(job.terms.notify or "")
         busy = {flight.receiver for flight in self._in_flight.values()}
         if len(self._in_flight) >= self.config.concurrency or receiver in busy:
             return  # due, and no slot for it: not renewed (the module's docstring says why)
@@ -306,7 +306,7 @@ class Notifier:
                 return Attempt(job, claim_id, None, None, reason, final=True)
             body = self._bodies[key] = (json.dumps(status.to_dict()).encode(), status.state.value)
         document, state = body
-        return Attempt(job, claim_id, state, post(job.notify or "", document, key, self.config.delivery))
+        return Attempt(job, claim_id, state, post(job.terms.notify or "", document, key, self.config.delivery))
 
     def _collect(self) -> None:
         """Write down each POST that has come back."""
@@ -337,7 +337,7 @@ class Notifier:
         kind = DELIVERED if answer.delivered else ATTEMPT
         self._write(replace(base, kind=kind, attempts=attempts, http_status=answer.http_status, error=answer.error))
         self.metrics.posted(answer.delivered)
-        url = redacted(job.notify or "")
+        url = redacted(job.terms.notify or "")
         why = f"{answer.error} ({answer.detail})" if answer.detail else answer.error
         if answer.delivered:
             self.on_event(f"notification {key}: delivered to {url} (HTTP {answer.http_status}, try {attempts})")
@@ -351,7 +351,7 @@ class Notifier:
 
     def _record(self, job: Job, kind: str, claim_id: str) -> Notification:
         return Notification(
-            job.job_id, submission_of(job), kind, self.config.instance_id, claim_id, now_us(), job.notify or ""
+            job.job_id, submission_of(job), kind, self.config.instance_id, claim_id, now_us(), job.terms.notify or ""
         )
 
     def _write(self, record: Notification) -> None:

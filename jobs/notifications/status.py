@@ -33,7 +33,7 @@ def notification_for(settings: KafkaSettings, topics: Topics, job: Job) -> dict[
     "last_error", "http_status", "last_attempt_at", "delivered_at", "gave_up_at" (ISO 8601, UTC,
     or None), "worker" (the notifier that owns it, or None)}. pending: not attempted yet (the job
     has not ended, or no notifier has run since); failing: attempted, not delivered yet."""
-    if not job.notify:
+    if not job.terms.notify:
         return None
     state = load_notifications(settings, topics).get(key_of(job)) or pending(job)
     return _document(state)
@@ -41,8 +41,10 @@ def notification_for(settings: KafkaSettings, topics: Topics, job: Job) -> dict[
 
 def notifications_for(settings: KafkaSettings, topics: Topics, jobs: list[Job]) -> dict[str, dict[str, Any] | None]:
     """notification_for() each of `jobs` by id, from one read of the log (`jobs list --json`)."""
-    folded = load_notifications(settings, topics) if any(job.notify for job in jobs) else NotificationLog()
-    return {job.job_id: _document(folded.get(key_of(job)) or pending(job)) if job.notify else None for job in jobs}
+    folded = load_notifications(settings, topics) if any(job.terms.notify for job in jobs) else NotificationLog()
+    return {
+        job.job_id: _document(folded.get(key_of(job)) or pending(job)) if job.terms.notify else None for job in jobs
+    }
 
 
 def _document(state: NotificationState) -> dict[str, Any]:

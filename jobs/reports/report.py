@@ -96,7 +96,7 @@ def render(status: JobStatus, generated_at: datetime | None = None) -> str:
         + f" · {escape(job.priority)} lane"
         + (f" · schedule {escape(job.schedule)}" if job.schedule else "")
         + _deadline(status)
-        + (f" · labels {escape(format_labels(job.labels))}" if job.labels else "")
+        + (f" · labels {escape(format_labels(job.terms.labels))}" if job.terms.labels else "")
         + f" · generated {generated}</p>",
         "<table><thead><tr>" + "".join(f"<th>{escape(k.replace('_', ' '))}</th>" for k in counts) + "</tr></thead>",
         "<tbody><tr>" + "".join(f"<td>{v:,}</td>" for v in counts.values()) + "</tr></tbody></table>",

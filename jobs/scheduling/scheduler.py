@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from jobs.job_input import JobInput
-from jobs.job_terms import JobTerms
 from jobs.outages import OutageLog, step_until_stopped
 from jobs.registry import load_jobs, register
 from jobs.scheduling.cron import from_us, plan_ticks, tick_job_id, to_us
@@ -218,7 +217,7 @@ class Scheduler:
                     schedule=schedule.name,
                     attributes={"tick": tick.isoformat()},
                     priority="live" if schedule.priority == "live" else "bulk",
-                    terms=JobTerms(schedule.labels, schedule.complete_within_s, schedule.notify, schedule.reuse),
+                    terms=schedule.terms,
                 ),
             )
         except (ValueError, OSError) as exc:  # input missing, unreadable or invalid: the job fails, the tick is done
@@ -244,9 +243,19 @@ class Scheduler:
         return job_id
 
     def _fail(self, schedule: Schedule, tick: datetime, job_id: str, reason: str) -> None:
-        """Register the tick's job as failed with the reason: the tick is done, the schedule goes on."""
+        """Register the tick's job as failed with the reason: the tick is done, the schedule goes on.
+        It has the schedule's terms, as a job it submits has: found by its labels, and its webhook told."""
         failed = Job(
-            job_id, schedule.model, schedule.input, "unknown", 0, now_us(), schedule=schedule.name, error=reason
+            job_id,
+            schedule.model,
+            schedule.input,
+            "unknown",
+            0,
+            now_us(),
+            schedule=schedule.name,
+            error=reason,
+            priority=schedule.priority,
+            terms=schedule.terms,
         )
         register(self.settings, self.topics, failed)
         self.metrics.failed()

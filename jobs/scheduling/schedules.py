@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 from jobs.input_problems import options_problem
-from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import Misfire, check_spec, from_us, next_tick
 from jobs.scheduling.errors import ScheduleExistsError, ScheduleNotFoundError, ScheduleSpecError
 from jobs.submit import JOB_ID
@@ -27,7 +26,7 @@ from model_repository.config import check_model_name
 from producers import JSONL_SUFFIXES
 from producers.table_rows import DEFAULT_COLUMNS, Columns
 from producers.tables import table_format
-from schemas import Schedule, ScheduleTick, SerdeError, decode, encode, now_us
+from schemas import JobTerms, Schedule, ScheduleTick, SerdeError, decode, encode, now_us
 
 
 def absolute_input(pattern: str) -> str:
@@ -91,10 +90,7 @@ def new_schedule(spec: ScheduleSpec, at_us: int | None = None) -> Schedule:
         now,
         spec.columns.to_json(),
         spec.priority,
-        dict(spec.terms.labels),
-        spec.terms.complete_within_s,
-        spec.terms.notify,
-        spec.terms.reuse,
+        spec.terms,
     )
 
 
@@ -210,10 +206,10 @@ class ScheduleView:
             "model": s.model,
             "misfire": s.misfire,
             "priority": s.priority,
-            "labels": dict(s.labels),
-            "complete_within_s": s.complete_within_s,
-            "notify": s.notify,
-            "reuse": s.reuse,
+            "labels": dict(s.terms.labels),
+            "complete_within_s": s.terms.complete_within_s,
+            "notify": s.terms.notify,
+            "reuse": s.terms.reuse,
             "state": "paused" if s.paused else "active",
             "active_since": from_us(s.active_since).isoformat(),
             "next_tick": self.next_tick.isoformat() if self.next_tick else None,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.job_terms import JobTerms, parse_duration, parse_labels, webhook_problem
+from jobs.job_terms import parse_duration, parse_labels, webhook_problem
+from schemas import JobTerms
 
 
 @pytest.mark.parametrize(

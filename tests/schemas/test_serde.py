@@ -195,3 +195,33 @@ def test_a_job_written_before_lanes_decodes_as_bulk() -> None:
     decoded = decode(b"\xc3\x01" + old_schema.fingerprint + body.getvalue(), Job)
     assert decoded.priority == "bulk" and decoded.total == 3
     assert decode(encode(Job("j", "m", "in.txt", "text", 3, 1, priority="live")), Job).priority == "live"
+
+
+def test_a_job_written_before_its_window_and_reuse_were_kept_decodes_with_its_terms() -> None:
+    """A job.v6 row (labels, deadline and webhook, no complete_within_s or reuse) decodes into the
+    one terms record, its window unknown and reuse on (the current schema's defaults); a job
+    written now keeps all four."""
+    from io import BytesIO
+
+    from fastavro import schemaless_writer
+
+    from schemas import Job, JobTerms
+
+    old = json.loads((resources.files("schemas") / "avro" / "history" / "job.v6.avsc").read_text())
+    old_schema = SchemaRegistry([old], []).current("nearline.Job")
+    terms = JobTerms({"team": "search"}, 60.0, "https://example.com/hook", reuse=False)
+    job = Job("j", "m", "in.txt", "text", 3, 1, terms=terms, deadline_at=60_000_001)
+    fields = job.to_avro()
+    assert (fields["labels"], fields["notify"], fields["complete_within_s"], fields["reuse"]) == (
+        {"team": "search"},
+        "https://example.com/hook",
+        60.0,
+        False,
+    )
+    del fields["complete_within_s"], fields["reuse"]
+    body = BytesIO()
+    schemaless_writer(body, old_schema.parsed, fields)
+    decoded = decode(b"\xc3\x01" + old_schema.fingerprint + body.getvalue(), Job)
+    assert decoded.terms == JobTerms({"team": "search"}, None, "https://example.com/hook", reuse=True)
+    assert decoded.deadline_at == 60_000_001
+    assert decode(encode(job), Job) == job

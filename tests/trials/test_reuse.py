@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs.job_terms import JobTerms
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
 from jobs.scheduling.schedules import ScheduleSpec, add_schedule, new_schedule
@@ -25,6 +24,7 @@ from kafka_io.records import NO_REUSE_HEADER, header_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from model_repository.config import ModelConfig
+from schemas import JobTerms
 from tests.support.pipeline import RunningPipeline, finish_and_check, submit
 from tests.support.scheduling import T0, Clock
 from tests.support.tiny_model import TinyModel, build_tiny_model

@@ -14,7 +14,7 @@ from jobs.registry import register
 from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
-from schemas import Job
+from schemas import Job, JobTerms
 
 HOSTILE = "team=ok\r\x1b]0;pwned\x07"
 
@@ -61,7 +61,9 @@ def test_a_stored_label_with_control_characters_is_shown_escaped(
     settings: KafkaSettings, topics: Topics, tmp_path: Path
 ) -> None:
     ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
-    register(settings, topics, Job("job-l", "tiny", "in.txt", "text", 1, 1, labels={"team": "ok\r\x1b]0;pwned\x07"}))
+    register(
+        settings, topics, Job("job-l", "tiny", "in.txt", "text", 1, 1, terms=JobTerms({"team": "ok\r\x1b]0;pwned\x07"}))
+    )
     env = {ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
     listed = nearline("jobs", "list", env=env)
     assert listed.returncode == 0, listed.stderr

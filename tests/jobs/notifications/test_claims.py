@@ -19,7 +19,7 @@ from jobs.notifications.claims import (
     pending,
 )
 from jobs.notifications.delivery import RetrySettings
-from schemas import Job, Notification, decode, encode
+from schemas import Job, JobTerms, Notification, decode, encode
 
 S = 1_000_000  # a second, in the records' microseconds
 T = 1_800_000_000 * S
@@ -100,7 +100,7 @@ def test_delivered_ends_it_whatever_comes_after() -> None:
 
 
 def test_states_pending_failing_and_gave_up() -> None:
-    job = Job("job", "tiny", "in.jsonl", "text", 3, T, submission=7, notify=URL)
+    job = Job("job", "tiny", "in.jsonl", "text", 3, T, submission=7, terms=JobTerms(notify=URL))
     assert pending(job).to_dict()["state"] == "pending" and key_of(job) == "job/7"
     log = NotificationLog.of([claim("a", "c1", 0)])
     assert log.states["job/7"].phase == "pending"

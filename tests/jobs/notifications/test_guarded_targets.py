@@ -23,7 +23,7 @@ from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics, notifications_topic
 from kafka_io.topology import Topics
-from schemas import Job, Notification, encode, now_us
+from schemas import Job, JobTerms, Notification, encode, now_us
 from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
@@ -36,7 +36,9 @@ REFUSED = (
 
 def ended_job(job_id: str, url: str) -> Job:
     at = now_us()
-    return Job(job_id, "tiny", "in.jsonl", "text", 0, at, submission=at, notify=url, error="input missing")
+    return Job(
+        job_id, "tiny", "in.jsonl", "text", 0, at, submission=at, terms=JobTerms(notify=url), error="input missing"
+    )
 
 
 @contextmanager
@@ -90,8 +92,10 @@ def test_a_receivers_answer_is_shown_with_its_control_characters_escaped(
     ensure_topics(settings, [notifications_topic(topics)])
     sub, at = job.submission or 0, now_us()
     records = [
-        Notification("raw", sub, CLAIM, "old", "c1", at, job.notify or "", 60_000),
-        Notification("raw", sub, ATTEMPT, "old", "c1", at + 1, job.notify or "", attempts=1, error="\x1b]0;x\x07"),
+        Notification("raw", sub, CLAIM, "old", "c1", at, job.terms.notify or "", 60_000),
+        Notification(
+            "raw", sub, ATTEMPT, "old", "c1", at + 1, job.terms.notify or "", attempts=1, error="\x1b]0;x\x07"
+        ),
     ]
     out = [OutRecord(topics.notifications, encode(r), kafka_key(r).encode()) for r in records]
     produce_all(make_producer(settings), out)

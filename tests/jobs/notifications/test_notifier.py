@@ -31,7 +31,7 @@ from kafka_io.records import OutRecord, job_record
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics, notifications_topic
 from kafka_io.topology import Topics
-from schemas import InferenceResult, Job, Notification, decode, encode, now_us
+from schemas import InferenceResult, Job, JobTerms, Notification, decode, encode, now_us
 from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers
 from tests.support.webhook_receiver import Receiver, wait_until
@@ -62,7 +62,7 @@ def step_until(notifier: Notifier, done: Callable[[], bool], timeout_s: float, w
 
 def a_job(job_id: str, url: str, total: int = 2, **fields: object) -> Job:
     at = now_us()
-    return Job(job_id, "tiny", "in.jsonl", "text", total, at, submission=at, notify=url, **fields)  # type: ignore[arg-type]
+    return Job(job_id, "tiny", "in.jsonl", "text", total, at, submission=at, terms=JobTerms(notify=url), **fields)  # type: ignore[arg-type]
 
 
 def write_results(settings: KafkaSettings, topics: Topics, job: Job) -> None:
@@ -125,7 +125,7 @@ def test_two_notifiers_post_once_per_ended_job_after_a_refused_first_attempt(
             assert p.headers["Idempotency-Key"] == f"{job.job_id}/{job.submission}"
             assert p.headers["Content-Type"] == "application/json" and p.headers["User-Agent"] == user_agent()
             document = json.loads(p.body)
-            assert (document["job_id"], document["state"], document["notify"]) == (name, states[name], job.notify)
+            assert (document["job_id"], document["state"], document["notify"]) == (name, states[name], job.terms.notify)
         assert posts[0].body == posts[1].body  # the same document on every retry
         shown = notification_of(settings, topics, name)
         assert shown is not None

@@ -18,7 +18,7 @@ from kafka_io.settings import ENV_BOOTSTRAP, KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import ENV_NAMESPACE, Topics
 from model_repository.folders import ENV_MODEL_REPOSITORY
-from schemas import Job, now_us
+from schemas import Job, JobTerms, now_us
 from tests.support.tiny_model import TinyModel
 
 URL = "https://alice:s3cr3t-pw@hooks.example.com:8443/in/box?token=t0k3n-value&team=crimson9#frag-secret"
@@ -40,7 +40,11 @@ def test_status_jobs_list_and_schedule_list_show_no_secret_of_a_url(
 ) -> None:
     ensure_topics(settings, [TopicSpec(topics.results), TopicSpec(topics.dead_letters)])
     at = now_us()
-    register(settings, topics, Job("job-u", "tiny", "in.jsonl", "text", 0, at, submission=at, notify=URL, error="x"))
+    register(
+        settings,
+        topics,
+        Job("job-u", "tiny", "in.jsonl", "text", 0, at, submission=at, terms=JobTerms(notify=URL), error="x"),
+    )
     env = {ENV_BOOTSTRAP: settings.bootstrap_servers, ENV_NAMESPACE: topics.namespace}
     env[ENV_MODEL_REPOSITORY] = str(model_repository)
     runner = CliRunner()

@@ -23,7 +23,7 @@ from jobs.notifications.targets import TargetSettings
 from jobs.registry import register
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
-from schemas import Job, now_us
+from schemas import Job, JobTerms, now_us
 from tests.support.notification_status import notification_of
 from tests.support.notifiers import running_notifiers as running
 from tests.support.webhook_receiver import Dribbler, Receiver, wait_until
@@ -35,7 +35,9 @@ LOOPBACK = TargetSettings(allow_private=True)
 def ended_job(job_id: str, url: str) -> Job:
     """A job that failed at submission: ended at once, so its webhook is due."""
     at = now_us()
-    return Job(job_id, "tiny", "in.jsonl", "text", 0, at, submission=at, notify=url, error="input missing")
+    return Job(
+        job_id, "tiny", "in.jsonl", "text", 0, at, submission=at, terms=JobTerms(notify=url), error="input missing"
+    )
 
 
 def config(name: str, timeout_s: float, concurrency: int, lease_s: float = 60.0) -> NotifierSettings:

@@ -11,7 +11,7 @@ from jobs.registry import JobStatus
 from jobs.reports.plots import Bar, ChartStyle, bar_chart, histogram_bars, log_ticks, nice_step, ticks
 from jobs.reports.report import render, stage_latencies_ms, throughput
 from results.usage import Usage
-from schemas import DeadLetter, Job, now_us
+from schemas import DeadLetter, Job, JobTerms, now_us
 from tests.support.inputs import result
 
 
@@ -76,7 +76,7 @@ def test_the_report_groups_dead_letters_by_stage_and_error_with_an_example() -> 
 
 def test_the_report_shows_the_deadline_time_left_labels_and_usage() -> None:
     deadline = now_us() + 3_600_000_000
-    job = Job("job-2", "tiny", "in.jsonl", "text", 10, 0, labels={"team": "search"}, deadline_at=deadline)
+    job = Job("job-2", "tiny", "in.jsonl", "text", 10, 0, terms=JobTerms({"team": "search"}), deadline_at=deadline)
     status = JobStatus(job)
     status.outcome.usage = Usage(records=4, length=96, engine_us=2_500_000)
     page = render(status)

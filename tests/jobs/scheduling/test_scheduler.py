@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from jobs.job_terms import JobTerms
 from jobs.registry import JobStatus
 from jobs.scheduling.cron import to_us
 from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
@@ -32,7 +31,7 @@ from kafka_io.records import OutRecord
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics, schedule_ticks_topic
 from kafka_io.topology import Topics
-from schemas import ScheduleTick, encode
+from schemas import JobTerms, ScheduleTick, encode
 from tests.support.inputs import example_lines, write_jsonl
 from tests.support.records import raw_texts_in
 from tests.support.scheduling import T0, Clock, LoneScheduler, add, scheduled_jobs
@@ -317,9 +316,26 @@ def test_a_schedules_labels_window_and_webhook_go_on_every_job_it_submits(
     clock.at(1, 2)
     assert a.step() == ["nightly-20261129T1001Z"]
     job = scheduled_jobs(settings, topics)["nightly-20261129T1001Z"]
-    assert job.labels == {"team": "search"} and job.notify == "http://127.0.0.1:9/hook"
+    assert job.terms == terms  # the window too, kept beside the deadline it gave
     assert job.submission is not None and job.deadline_at == job.submission + 3_600_000_000
     assert job.total == 6
+
+
+def test_a_ticks_job_that_fails_has_its_schedules_labels_and_webhook(
+    settings: KafkaSettings, topics: Topics, clock: Clock, tmp_path: Path, schedulers: list[Scheduler]
+) -> None:
+    """Found by its labels and told to the webhook as a job the schedule submitted would be."""
+    terms = JobTerms({"team": "search"}, None, "http://127.0.0.1:9/hook", reuse=False)
+    spec = ScheduleSpec(
+        "nightly", "* * * * *", str(tmp_path / "drop" / "*.jsonl"), "tiny", priority="live", terms=terms
+    )
+    add_schedule(settings, topics, new_schedule(spec, to_us(T0)))
+    a, _ = schedulers
+    clock.at(1, 2)
+    assert a.step() == []
+    failed = scheduled_jobs(settings, topics)["nightly-20261129T1001Z"]
+    assert failed.error is not None and failed.error.endswith("matches no file")
+    assert failed.terms == terms and failed.priority == "live"
 
 
 def test_rows_of_instants_no_datetime_holds_never_stop_the_scheduler(
