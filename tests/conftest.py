@@ -183,12 +183,8 @@ def unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`gpu` tests run only where torch sees a CUDA device (the device script runs them there).
-    The `long` tests come first: xdist hands tests out in this order, so the minutes-long ones
-    run beside the short ones instead of after them, where the last two would hold the suite
-    open while the other test process idles."""
+    """`gpu` tests run only where torch sees a CUDA device (the device script runs them there)."""
     mark_unit(items)
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: otherwise as collected
     try:
         import torch
 
