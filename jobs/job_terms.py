@@ -1,7 +1,7 @@
 """A job's terms besides its input, as the user gives them: labels (KEY=VALUE), a completion window
 (a duration such as 24h, OpenAI's completion_window) and a webhook URL. Pure parsers, each with an
 error that says what was wrong and what is expected; the terms themselves are a record both a Job
-and a Schedule hold (schemas/records.py: JobTerms)."""
+and a Schedule hold (schemas/terms.py: JobTerms)."""
 
 from __future__ import annotations
 

@@ -31,6 +31,10 @@ from schemas.inference_result_bytes import ResultBody
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# How a columnar format opens its file: (out, the Arrow schema) -> a pyarrow writer with
+# write_batch, a context manager (parquet_file, arrow_file)
+OpenTable = Callable[[IO[bytes], "pa.Schema"], Any]
+
 # ~24 MB of 384-float embeddings: large enough for fast scans, small enough to bound memory
 ROW_GROUP_ROWS = 16_384
 # A generation's columns after `model`: its text, why it ended, then its tokens (generation_usage's keys)
@@ -262,7 +266,7 @@ class RowGroups:
     Its exit writes what is left (an empty job still gets its file, with the columns and no row)
     and closes the file, also on an error (pyarrow's writer would write to a closed file later)."""
 
-    def __init__(self, columns: ResultColumns, out: IO[bytes], table: Callable[[IO[bytes], pa.Schema], Any]) -> None:
+    def __init__(self, columns: ResultColumns, out: IO[bytes], table: OpenTable) -> None:
         self.columns = columns
         self.written = 0
         self._writer = table(out, columns.schema)

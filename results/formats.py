@@ -19,11 +19,12 @@ from typing import IO, Any
 
 from producers import InputError
 from results import columnar, error_file, openai_batch
+from results.columnar import OpenTable
 from results.error_file import Missing
 from results.job_output import JobOutput
 from results.outcome import dumps_line
 from results.output import OutputPathError, each_line, write_file
-from results.rows import OpenTable, write_rows
+from results.rows import write_rows
 
 Writer = Callable[[JobOutput, Path | None, IO[str]], int]
 ErrorLines = Callable[[JobOutput, Missing, Iterable[InputError]], Iterable[dict[str, Any]]]

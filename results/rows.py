@@ -14,9 +14,9 @@ a generation's text, a dead letter, another writer schema) is decoded whole and 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -29,11 +29,10 @@ from schemas.errors import TensorFormatError
 from schemas.inference_result_bytes import ResultBody, read_result_body, read_result_head
 from schemas.records import now_us, tensor_array
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from results.columnar import OpenTable
 
-# How a columnar format opens its file: (out, the Arrow schema) -> a pyarrow writer with
-# write_batch, a context manager (results/columnar.py: parquet_file, arrow_file)
-OpenTable = Callable[[IO[bytes], Any], Any]
+log = logging.getLogger(__name__)
 
 # Records a chunk: a matrix of 1,024 MiniLM embeddings is 1.5 MiB in float32 (3 MiB rounded).
 CHUNK = 1024

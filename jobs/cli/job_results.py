@@ -53,10 +53,11 @@ def results(
     job = load_jobs(settings, topics).get(job_id)
     spill = read_results(settings, topics, job_id, job, model_version=model_version)
     with spill:
+        shape = OUTPUTS[out_format]
         written = JobOutput(spill, lambda: _submitted(settings, topics, job_id, job, spill))
-        count = OUTPUTS[out_format].write(written, output, sys.stdout)
-        if OUTPUTS[out_format].unit != "records":  # the summary below counts records
-            click.echo(f"wrote {count} {OUTPUTS[out_format].unit}", err=True)
+        count = shape.write(written, output, sys.stdout)
+        if shape.unit != "records":  # the summary below counts records
+            click.echo(f"wrote {count} {shape.unit}", err=True)
         if errors is not None:
             lines = write_error_file(written, out_format, errors, missing_reason(job))
             click.echo(f"wrote {lines} error lines to {errors}", err=True)
