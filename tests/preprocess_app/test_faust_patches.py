@@ -64,3 +64,16 @@ def test_ride_out_outages_stands_on_the_threads_commit_and_the_fetchers_fetch_re
     fetcher = source(aiokafka.consumer.fetcher)
     assert "async def _proc_fetch_request(self, assignment, node_id, request):" in fetcher
     assert "self._closed = True" in fetcher
+
+
+def test_recommit_undone_stands_on_commit_offsets_marking_what_new_offset_took_off_the_acked_list() -> None:
+    import faust.transport.consumer
+
+    text = source(faust.transport.consumer)
+    assert re.search(
+        r"async def _commit_offsets\(\s*self, offsets: Mapping\[TP, int\], start_new_transaction: bool = True", text
+    )
+    assert "self._committed_offset.update(committable_offsets)" in text  # done or not
+    assert "acked[: len(batch)] = []" in text  # _new_offset
+    assert "self._acked_index[tp].difference_update(batch)" in text
+    assert "if min(acked) - committed_offset > 1:" in text  # a list that starts above the mark waits
