@@ -71,42 +71,60 @@ class ModelUnavailableError(ModelError, RuntimeError):
     the repository's fault, not the record's."""
 
 
+@dataclass(frozen=True)
+class PathSegment:
+    """A name a user types that becomes one folder of the repository: never '.', '..' or a path."""
+
+    what: str
+    pattern: re.Pattern[str]
+    rule: str  # what is allowed, in the refusal's words
+    refusal: type[InvalidModelNameError]
+
+    def fits(self, text: str) -> bool:
+        return self.pattern.fullmatch(text) is not None and ".." not in text
+
+    def check(self, text: str) -> str:
+        """`text` if it fits, else the refusal saying what is allowed."""
+        if not self.fits(text):
+            raise self.refusal(f"invalid {self.what} {text!r}: {self.rule}")
+        return text
+
+
 # A model name becomes a folder of the repository and part of a topic name (tensors.<model>), so it
 # is one path segment of topic-legal characters: no '/', no '..', nothing that resolves elsewhere.
-MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+MODEL_NAME = PathSegment(
+    "model name",
+    re.compile(r"[a-z0-9][a-z0-9._-]{0,99}"),
+    "use lower-case letters, digits, '.', '_' and '-' (starting with a letter or digit, no '..', "
+    "at most 100 characters)",
+    InvalidModelNameError,
+)
+# A version is a folder under the model's, so that nothing a user types can make the importer write
+# or delete outside <repository>/<name>/<version>/.
+MODEL_VERSION = PathSegment(
+    "model version",
+    re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
+    "use letters, digits, '.', '_' and '-' (starting with a letter or digit, no '..', at most 64 characters), e.g. 2",
+    InvalidModelVersionError,
+)
 
 
 def is_model_name(name: str) -> bool:
-    return MODEL_NAME.fullmatch(name) is not None and ".." not in name
-
-
-# A version is a folder under the model's: one segment, never '.', '..' or a path, so that nothing a
-# user types can make the importer write or delete outside <repository>/<name>/<version>/.
-MODEL_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+    return MODEL_NAME.fits(name)
 
 
 def is_model_version(version: str) -> bool:
-    return MODEL_VERSION.fullmatch(version) is not None and ".." not in version
+    return MODEL_VERSION.fits(version)
 
 
 def check_model_version(version: str) -> str:
     """`version` if it is a valid model version, else InvalidModelVersionError saying what is allowed."""
-    if not is_model_version(version):
-        raise InvalidModelVersionError(
-            f"invalid model version {version!r}: use letters, digits, '.', '_' and '-' "
-            "(starting with a letter or digit, no '..', at most 64 characters), e.g. 2"
-        )
-    return version
+    return MODEL_VERSION.check(version)
 
 
 def check_model_name(name: str) -> str:
     """`name` if it is a valid model name, else InvalidModelNameError saying what is allowed."""
-    if not is_model_name(name):
-        raise InvalidModelNameError(
-            f"invalid model name {name!r}: use lower-case letters, digits, '.', '_' and '-' "
-            "(starting with a letter or digit, no '..', at most 100 characters)"
-        )
-    return name
+    return MODEL_NAME.check(name)
 
 
 @dataclass(frozen=True)
