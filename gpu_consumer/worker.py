@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Self
 
 from gpu_consumer.batcher import BatchSettings, default_window
 from gpu_consumer.engines.factory import batch_limits, make_engine, measure_cost, resolved_kind
@@ -68,7 +69,7 @@ from model_repository.folders import load_model_config
 from runtime.cpus import host_cpus
 from runtime.heap import settle_heap
 from runtime.metrics_endpoint import MetricsEndpoint
-from runtime.service import stop_on_signals
+from runtime.service import serve as run_service
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,8 @@ def serve(
     engine: Engine | None = None,
     generator: GenerationEngine | None = None,
 ) -> WorkerStats:
-    """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to stop.
+    """Load and warm the engine, then consume tensors.<model> in group gpu.<model> until told to
+    stop, under the shape every worker runs in (runtime/service.py: serve).
 
     `policy` replaces the batch bounds the worker settings give; `engine` replaces the one
     engine_kind names (bench/feed.py runs a simulated accelerator), `generator` a causal LM's
@@ -203,44 +205,126 @@ def serve(
     `group_protocol`: "consumer" joins with Kafka 4's consumer group protocol (KIP-848; refused at
     start by a broker without it), where a member that joins or leaves moves only the partitions
     that change owner, not every member's (docs/brokers.md)."""
-    model, metrics = worker.model, worker.metrics
-    stop = stop_on_signals()  # here, on the main thread: a generation worker's loop runs on another
     # the CPUs left to the loop where the engine has its own: a wrong list is said before the broker is tried
     loop_cpus = host_cpus(worker.engine_cpus) if worker.engine_cpus is not None else None
-    if metrics is not None:
-        start_endpoint(metrics)
-    check_reachable(settings)  # seconds, not the minute an engine build may take, to say the broker is down
-    check_group_protocol(settings, worker.group_protocol)
-    config = load_model_config(repository, model)
-    if worker.engine_cpus is not None and not config.is_generator:
-        raise ValueError(
-            f"model {model} is an encoder: --engine-cpus gives CPUs to a causal LM's engine "
-            "(--threads sizes an encoder's)"
-        )
-    if config.is_generator:
-        return _serve_generator(settings, topics, config, worker, stop, generator, loop_cpus)
-    unknown = set(config.postprocess) - set(STEPS)
-    if unknown:
-        raise ValueError(f"model {model}: unknown postprocess steps {sorted(unknown)}")
-    kind = resolved_kind(config, worker.engine_kind) if engine is None else engine.name
-    if policy is None:
-        rows, tokens = batch_limits(config, kind, worker.max_batch_size, worker.max_batch_tokens)
-        policy = BatchSettings(rows, tokens)
-    if policy.max_batch_size > config.max_batch_size and not (
-        kind == "cuda-torch" and policy.max_batch_tokens is not None
-    ):
-        raise ValueError(
-            f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size} "
-            "(only the torch engine on CUDA takes more, with --max-batch-tokens bounding a batch)"
-        )
-    engine = engine or make_engine(
-        config, worker.engine_kind, worker.threads, policy.max_batch_size, policy.max_batch_tokens
+    if worker.metrics is not None:
+        start_endpoint(worker.metrics)
+    given = Given(policy, engine, generator)
+    # probed in seconds, not after the minute an engine build may take, to say the broker is down
+    return run_service(
+        lambda: GpuWorker(settings, topics, repository, worker, given, loop_cpus), partial(check_reachable, settings)
     )
-    engine.warmup()  # before subscribing: a broken engine must not hold partitions
-    vocabulary_size(config)  # the tokenizer read once now, not in the first window's time
-    if policy.cost is None:
-        policy = replace(policy, cost=measure_cost(engine, config))
-    return _consume(settings, topics, config, worker, engine, policy, stop)
+
+
+@dataclass(frozen=True)
+class Given:
+    """What a caller hands serve() in place of what the settings name (a benchmark's stand-ins)."""
+
+    policy: BatchSettings | None = None
+    engine: Engine | None = None
+    generator: GenerationEngine | None = None
+
+
+class GpuWorker:
+    """The GPU worker, opened (its model read, its engine built and warmed before it subscribes:
+    a broken engine must not hold partitions), run until `stop` is set, and closed."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topics: Topics,
+        repository: Path,
+        worker: GpuWorkerSettings,
+        given: Given,
+        loop_cpus: frozenset[int] | None,
+    ) -> None:
+        self.settings, self.topics, self.worker, self.given, self.loop_cpus = settings, topics, worker, given, loop_cpus
+        self.repository = repository
+        self.engine: Engine | None = given.engine
+        self.policy = given.policy or BatchSettings(1)
+        self.generator: GenerationEngine | None = given.generator
+        self.build: Callable[[], GenerationEngine] | None = None  # a causal LM's next engine, on this thread
+
+    def __enter__(self) -> Self:
+        worker = self.worker
+        check_group_protocol(self.settings, worker.group_protocol)
+        self.config = config = load_model_config(self.repository, worker.model)
+        if worker.engine_cpus is not None and not config.is_generator:
+            raise ValueError(
+                f"model {config.name} is an encoder: --engine-cpus gives CPUs to a causal LM's engine "
+                "(--threads sizes an encoder's)"
+            )
+        if config.is_generator:
+            self._open_generator()
+        else:
+            self._open_encoder()
+        return self
+
+    def _open_encoder(self) -> None:
+        config, worker, engine, policy = self.config, self.worker, self.engine, self.given.policy
+        unknown = set(config.postprocess) - set(STEPS)
+        if unknown:
+            raise ValueError(f"model {config.name}: unknown postprocess steps {sorted(unknown)}")
+        kind = resolved_kind(config, worker.engine_kind) if engine is None else engine.name
+        if policy is None:
+            rows, tokens = batch_limits(config, kind, worker.max_batch_size, worker.max_batch_tokens)
+            policy = BatchSettings(rows, tokens)
+        if policy.max_batch_size > config.max_batch_size and not (
+            kind == "cuda-torch" and policy.max_batch_tokens is not None
+        ):
+            raise ValueError(
+                f"max_batch_size {policy.max_batch_size} exceeds the model's {config.max_batch_size} "
+                "(only the torch engine on CUDA takes more, with --max-batch-tokens bounding a batch)"
+            )
+        engine = engine or make_engine(
+            config, worker.engine_kind, worker.threads, policy.max_batch_size, policy.max_batch_tokens
+        )
+        engine.warmup()  # before subscribing
+        vocabulary_size(config)  # the tokenizer read once now, not in the first window's time
+        self.engine = engine
+        self.policy = policy if policy.cost is not None else replace(policy, cost=measure_cost(engine, config))
+
+    def _open_generator(self) -> None:
+        """A causal LM: the engine decodes with continuous batching (gpu_consumer/generation/), and
+        the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
+        sequences decoded at once; exactly-once is not offered (a completion is produced as its
+        sequence ends, outside any window's transaction). This thread builds and steps the engine."""
+        from gpu_consumer.engines.generation_factory import make_generator
+
+        config, worker = self.config, self.worker
+        if worker.exactly_once:
+            raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
+        self.policy = BatchSettings(1)  # a window's prompts join the engine's running batch as they come
+        if self.generator is not None:
+            return
+        limits = GenerationSettings(max_sequences=worker.max_batch_size or config.max_batch_size, eager=worker.eager)
+        if worker.kv_cache_tokens is not None:
+            limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
+        self.build = partial(make_generator, config, worker.engine_kind, limits, driven=True)
+        if worker.engine_cpus is not None:
+            engine_threads_on(worker.engine_cpus)  # the loop's, `loop_cpus`, are the others
+        self.generator = self.build()
+
+    def run(self, stop: threading.Event) -> WorkerStats:
+        consume = partial(_consume, self.settings, self.topics, self.config, self.worker)
+        if not self.config.is_generator:
+            return consume(self.engine, self.policy, stop)
+        generator = self.generator
+        assert generator is not None  # opened
+        if self.build is None:  # handed in: driven by the caller's own means
+            return consume(None, self.policy, stop, Engines(generator))
+
+        def loop(renew: Callable[[], GenerationEngine]) -> WorkerStats:
+            generator.warmup()  # before subscribing: a broken model must not hold partitions
+            # after an engine failure, another (built on the main thread, warmed by the step)
+            return consume(None, self.policy, stop, Engines(generator, renew))
+
+        # the loop on a thread of its own (generation/main_thread.py says why), on `loop_cpus`
+        return drive_on_main(generator, self.build, loop, self.loop_cpus)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.build is not None and self.generator is not None:
+            self.generator.close()
 
 
 def _consume(
@@ -310,43 +394,3 @@ def _consume(
     finally:
         cancellations.close()
         close_consumer(consumer)  # leave the group now, so the partitions move without waiting for the session timeout
-
-
-def _serve_generator(
-    settings: KafkaSettings,
-    topics: Topics,
-    config: ModelConfig,
-    worker: GpuWorkerSettings,
-    stop: threading.Event,
-    given: GenerationEngine | None = None,
-    loop_cpus: frozenset[int] | None = None,
-) -> WorkerStats:
-    """serve() for a causal LM: the engine decodes with continuous batching (gpu_consumer/generation/),
-    and the loop hands each window's prompts to it as they are polled. --max-batch-size is the most
-    sequences decoded at once; exactly-once is not offered (a completion is produced as its
-    sequence ends, outside any window's transaction). The main thread builds and steps the engine,
-    the loop runs on a thread of its own (generation/main_thread.py says why), on `loop_cpus` where
-    the engine has CPUs of its own (serve computes them from --engine-cpus)."""
-    from gpu_consumer.engines.generation_factory import make_generator
-
-    if worker.exactly_once:
-        raise ValueError(f"model {config.name} generates text: --exactly-once is not offered for generation")
-    if given is not None:
-        return _consume(settings, topics, config, worker, None, BatchSettings(1), stop, Engines(given))
-    limits = GenerationSettings(max_sequences=worker.max_batch_size or config.max_batch_size, eager=worker.eager)
-    if worker.kv_cache_tokens is not None:
-        limits = replace(limits, kv_cache_tokens=worker.kv_cache_tokens)
-    build = partial(make_generator, config, worker.engine_kind, limits, driven=True)
-    if worker.engine_cpus is not None:
-        engine_threads_on(worker.engine_cpus)  # the loop's, `loop_cpus`, are the others
-    engine = build()
-
-    def loop(renew: Callable[[], GenerationEngine]) -> WorkerStats:
-        engine.warmup()  # before subscribing: a broken model must not hold partitions
-        # after an engine failure, another (built on the main thread, warmed by the step)
-        return _consume(settings, topics, config, worker, None, BatchSettings(1), stop, Engines(engine, renew))
-
-    try:
-        return drive_on_main(engine, build, loop, loop_cpus)
-    finally:
-        engine.close()

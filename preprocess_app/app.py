@@ -14,7 +14,6 @@ import functools
 import logging
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,26 +25,25 @@ import faust
 from faust.tables import TableManager
 
 from kafka_io.cancellations import Cancellations
-from kafka_io.clients import check_reachable, make_producer
+from kafka_io.clients import make_producer
 from kafka_io.deliveries import Confirm, ServedProducer
-from kafka_io.faust_auth import faust_credentials, faust_refusal
+from kafka_io.faust_auth import faust_credentials
 from kafka_io.limits import MAX_RECORD_BYTES
 from kafka_io.offsets import group_lag
 from kafka_io.records import ConsumedRecord, OutRecord, records_of
 from kafka_io.settings import KafkaSettings
-from kafka_io.topics import TopicSpec, ensure_topics, jobs_topic, lanes, partitions_of, try_ensure_topics
+from kafka_io.topics import TopicSpec, lanes, partitions_of, try_ensure_topics
 from kafka_io.topology import LANES, Lane, Topics
 from preprocess_app.acks import ConfirmedAcks
 from preprocess_app.faust_patches import drain_eagerly, ride_out_outages, take_every_partition, tick_take
 from preprocess_app.image import preprocess_images
 from preprocess_app.lanes import RecordsPerPack, held_lanes, model_of_tensors, topic_lane
-from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics, preprocess_metrics
+from preprocess_app.metrics import LAG_EVERY_S, PreprocessMetrics
 from preprocess_app.models import Models, ServedModels
-from preprocess_app.outage_log import BrokerWait, OncePerCause, quiet_root_handlers
+from preprocess_app.outage_log import BrokerWait
 from preprocess_app.reuse import CacheTails, ReuseLookup
 from preprocess_app.text import preprocess_texts
 from runtime.cpus import usable_cpus
-from runtime.heap import settle_heap
 from runtime.metrics_endpoint import MetricsEndpoint
 from schemas.packs import records_held
 
@@ -322,46 +320,3 @@ def fail(reason: str) -> NoReturn:
 def tensor_lags(settings: KafkaSettings, topics: Topics, tensor_topics: set[str]) -> dict[str, int]:
     """Kafka records (packs, for texts) each model's GPU group has yet to consume from its tensor topic."""
     return {t: group_lag(settings, topics.gpu_group(model_of_tensors(topics, t)), t) for t in tensor_topics}
-
-
-def run_worker(settings: KafkaSettings, topics: Topics, repository: Path, worker: PreprocessSettings) -> None:
-    """Run the preprocess worker until SIGTERM/SIGINT; with `worker.metrics`, serve Prometheus
-    metrics there. `worker.sole_consumer` takes every partition without a group join
-    (faust_patches.py: take_every_partition): only for a worker known to be its group's one
-    member, the embedded `nearline run`'s."""
-    faust_credentials(settings.extra)  # settings faust cannot apply: refused before anything starts
-    metrics = preprocess_metrics(worker.metrics)
-    check_reachable(settings)
-    raws = [s for t in (topics.raw_text, topics.raw_image) for s in lanes(topics, TopicSpec(t))]
-    ensure_topics(settings, [*raws, TopicSpec(topics.dead_letters), jobs_topic(topics)])
-    wait = BrokerWait(settings)
-    # faust keeps table state in its data folder; this worker has no tables, so the folder is
-    # scratch, removed however the worker ends (faust exits through SystemExit on SIGTERM/SIGINT)
-    with tempfile.TemporaryDirectory(prefix="nearline-faust-") as datadir:
-        app = create_app(settings, topics, repository, Path(datadir), worker, wait, metrics)
-        runner = QuietWorker(app, loglevel="WARNING", quiet=True)
-        runner.log_filter = OncePerCause(wait)
-        # faust's terminal spinner sets the root logger to DEBUG so it can spin on every record: each
-        # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
-        runner.spinner = None
-        settle_heap()  # the tokenizers and faust's app: never scanned by the collector again
-        try:
-            runner.execute_from_commandline()
-        except SystemExit:
-            # Kafka said no mid-run (an ACL revoked): the worker exits with the refusal's code
-            # like every other, not as a crash to restart into the same refusal
-            refused = faust_refusal(runner.crash_reason, settings.principal)
-            if refused is not None:
-                raise refused from None
-            raise
-
-
-class QuietWorker(faust.Worker):
-    """faust's worker, whose log holds one line per cause a minute in a broker outage (preprocess_app/outage_log.py)."""
-
-    log_filter: OncePerCause | None = None
-
-    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
-        super().on_setup_root_logger(logger, level)
-        if self.log_filter is not None:
-            quiet_root_handlers(self.log_filter)

@@ -8,12 +8,15 @@ an internal a patch stands on changes (faust-streaming is pinned in pyproject.to
 - take_every_partition: the worker as the one member of its group, with no group join.
 - ride_out_outages: a worker in (or after) a broker outage still stops on SIGTERM, at once, and
   commits afterwards what the outage left uncommitted.
+- stop_when: faust's worker stopped by the signals every worker shares (runtime/service.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +25,8 @@ from aiokafka import TopicPartition
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from mode.services import WaitArgT, WaitResults
+
+from runtime.service import Stop
 
 log = logging.getLogger(__name__)
 
@@ -339,3 +344,25 @@ def recommit_undone() -> None:
 
     owed.nearline_recommits = True  # type: ignore[attr-defined]
     setattr(AIOKafkaConsumer, "_commit_offsets", owed)  # noqa: B010 (a method)
+
+
+# --- Stopped by the signals every worker shares (stop_when) ---
+#
+# mode's worker (faust's) installs SIGTERM and SIGINT handlers on its loop as it starts
+# (Worker.install_signal_handlers), which would take both signals from serve()
+# (runtime/service.py), whose `stop` the other workers' loops check. Here it installs none, and
+# `stop` being set schedules the shutdown its own SIGTERM handler would (Worker._schedule_shutdown):
+# the same stop, at once, with exit code 0.
+
+
+def stop_when(runner: faust.Worker, stop: Stop) -> None:
+    """Make `runner` stop once `stop` is set, in place of its own signal handlers."""
+
+    def shut_down() -> None:  # called from a signal handler: it only schedules
+        loop = runner.loop
+        if loop.is_closed():  # faust stopped already
+            return
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(runner._schedule_shutdown, signal.SIGTERM)
+
+    setattr(runner, "install_signal_handlers", lambda: stop.then(shut_down))  # noqa: B010 (a method)

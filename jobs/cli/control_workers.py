@@ -1,8 +1,9 @@
 """`nearline worker scheduler` and `nearline worker notifier`: the control plane's workers, each
-its options parsed here and run by jobs/control_worker.py: serve."""
+its options parsed here and run by runtime/service.py: serve, the shape every worker runs under."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import click
@@ -49,17 +50,17 @@ def worker_scheduler(
     import socket
     from datetime import timedelta
 
-    from jobs.control_worker import serve
     from jobs.scheduling.metrics import scheduler_metrics
     from jobs.scheduling.scheduler import Scheduler, SchedulerSettings
-    from runtime.service import say_stamped
+    from kafka_io.clients import check_reachable
+    from runtime.service import say_stamped, serve
 
     settings = require_servers(bootstrap_servers, probe=False)  # probed once its metrics port is bound
     reports = scheduler_metrics(metrics)
     config = SchedulerSettings(instance_id or socket.gethostname(), timedelta(seconds=grace_s), max_catch_up)
     serve(
-        settings,
         lambda: Scheduler(settings, Topics(namespace), config, on_event=say_stamped, metrics=reports),
+        partial(check_reachable, settings),
         lambda scheduler: f"scheduler {config.instance_id} running: {len(scheduler.schedules)} schedule(s)",
         f"scheduler {config.instance_id} stopped",
         say_stamped,
@@ -176,13 +177,13 @@ def worker_notifier(
     """POST each ended job's status to its --notify URL. Run as many as you like: each is POSTed once."""
     import socket
 
-    from jobs.control_worker import serve
     from jobs.notifications.delivery import RetrySettings
     from jobs.notifications.metrics import notifier_metrics
     from jobs.notifications.notifier import Notifier, NotifierSettings
     from jobs.notifications.signing import SecretError, SigningKeys, read_secret_file
     from jobs.notifications.targets import TargetSettings
-    from runtime.service import say_stamped
+    from kafka_io.clients import check_reachable
+    from runtime.service import say_stamped, serve
 
     try:
         retry = RetrySettings(first_retry_s, max_retry_s, max_attempts, give_up_after_s)
@@ -217,8 +218,8 @@ def worker_notifier(
     reports = notifier_metrics(metrics)
     signed = f"signed with {len(signing.keys)} secret(s)" if signing.keys else "unsigned (no --signing-secret)"
     serve(
-        settings,
         lambda: Notifier(settings, Topics(namespace), config, on_event=say_stamped, metrics=reports),
+        partial(check_reachable, settings),
         lambda notifier: (
             f"notifier {config.instance_id} running: {len(notifier.jobs)} job(s) with a webhook; POSTs {signed}"
         ),

@@ -79,7 +79,8 @@ def worker_preprocess(
     model_repository: Path,
 ) -> None:
     """Tokenize raw.text and decode raw.image into tensors.<model> (faust app)."""
-    from preprocess_app.app import PreprocessSettings, run_worker
+    from preprocess_app.app import PreprocessSettings
+    from preprocess_app.worker import run_worker
 
     worker = PreprocessSettings(
         text_batch=batch_size,

@@ -77,3 +77,14 @@ def test_recommit_undone_stands_on_commit_offsets_marking_what_new_offset_took_o
     assert "acked[: len(batch)] = []" in text  # _new_offset
     assert "self._acked_index[tp].difference_update(batch)" in text
     assert "if min(acked) - committed_offset > 1:" in text  # a list that starts above the mark waits
+
+
+def test_stop_when_stands_on_mode_installing_its_signal_handlers_at_first_start_and_its_shutdown() -> None:
+    import mode.worker
+
+    text = source(mode.worker)
+    assert re.search(
+        r"async def default_on_first_start\(self\) -> None:(\n.*){1,6}\n\s+self\.install_signal_handlers\(\)", text
+    )
+    assert "def _schedule_shutdown(self, signal: signal.Signals) -> None:" in text
+    assert "self.loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)" in text  # what is replaced
