@@ -107,21 +107,27 @@ NO_REUSE_HEADER = "no-reuse"
 # header, not an attribute: the records' own maps (and so their results' bytes) stay as they were.
 REUSE_KEYS_HEADER = "reuse-keys"
 REUSE_KEY_BYTES = 32
+# In the header, the place of a record that has no key (a sampled generation request without a
+# seed: never reused, so never cached). No BLAKE2b digest is all zeros in practice.
+NO_REUSE_KEY = bytes(REUSE_KEY_BYTES)
 
 
-def with_reuse_keys(out: OutRecord, keys: Sequence[bytes]) -> OutRecord:
-    """`out` carrying the reuse keys of the records it holds (REUSE_KEYS_HEADER)."""
-    out.headers = [*out.headers, (REUSE_KEYS_HEADER, b"".join(keys))]  # job_record's list is shared
+def with_reuse_keys(out: OutRecord, keys: Sequence[bytes | None]) -> OutRecord:
+    """`out` carrying the reuse keys of the records it holds (REUSE_KEYS_HEADER), NO_REUSE_KEY for None."""
+    joined = b"".join(NO_REUSE_KEY if key is None else key for key in keys)
+    out.headers = [*out.headers, (REUSE_KEYS_HEADER, joined)]  # job_record's list is shared
     return out
 
 
-def reuse_keys_of(headers: Headers | None, records: int) -> list[bytes] | None:
-    """The reuse keys a tensors record carries for its `records` records; None where it carries
-    none, or a header of another length (written by something else: nothing is cached for it)."""
+def reuse_keys_of(headers: Headers | None, records: int) -> list[bytes | None] | None:
+    """The reuse keys a tensors record carries for its `records` records (None for one without);
+    None where it carries none, or a header of another length (written by something else: nothing
+    is cached for it)."""
     value = header_of(headers, REUSE_KEYS_HEADER)
     if value is None or len(value) != records * REUSE_KEY_BYTES:
         return None
-    return [value[at : at + REUSE_KEY_BYTES] for at in range(0, len(value), REUSE_KEY_BYTES)]
+    keys = [value[at : at + REUSE_KEY_BYTES] for at in range(0, len(value), REUSE_KEY_BYTES)]
+    return [None if key == NO_REUSE_KEY else key for key in keys]
 
 
 def records_of(headers: Headers | None) -> int:

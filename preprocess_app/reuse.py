@@ -1,5 +1,5 @@
-"""Results reused before any CPU work (docs/reuse.md): a text record's reuse key is looked up in
-its model's results cache before it is tokenized. A hit is written here as the new record's result:
+"""Results reused before any CPU work (docs/reuse.md): a record's reuse key is looked up in its
+model's results cache before it is tokenized, rendered or decoded. A hit is written here as the new record's result:
 the cached result's outputs (the same bytes the GPU worker wrote for the same model version and
 content) under the new record's job, id, seq and attributes, with a `reused` stamp and header. A
 miss goes on to be tokenized, its key in its tensors record's REUSE_KEYS_HEADER, and the GPU worker
@@ -22,9 +22,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.records import REUSED_HEADER, OutRecord, job_record
-from kafka_io.result_cache import CacheTail
+from kafka_io.result_cache import CacheTail, cache_topic
 from kafka_io.settings import KafkaSettings
+from kafka_io.topics import try_ensure_topics
 from kafka_io.topology import Topics
 from model_repository.config import ModelConfig
 from reuse.fingerprint import model_fingerprint
@@ -32,6 +34,13 @@ from reuse.keys import RecordKeys
 from reuse.store import ResultStore
 from schemas import InferenceResult, SerdeError, decode, encode, now_us
 from schemas.attributes import REUSED_STAMP
+from schemas.generation_request import (
+    INTERNAL_ATTRIBUTES,
+    REQUEST_ATTRIBUTE,
+    RequestError,
+    parse_request,
+    prompt_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +87,34 @@ class ReuseLookup:
             return cached
 
 
-def found(cached: CachedModel, keys: Sequence[bytes]) -> list[bytes | None]:
-    """The cached values of `keys`, None where there is none; a store that cannot be read (its
-    spool gone or unreadable) finds nothing, with a warning: the records are computed."""
+def found(cached: CachedModel, keys: Sequence[bytes | None]) -> list[bytes | None]:
+    """The cached values of `keys`, None where there is none (or no key); a store that cannot be
+    read (its spool gone or unreadable) finds nothing, with a warning: the records are computed."""
+    asked = [key for key in keys if key is not None]
     try:
-        return cached.results.get_many(keys)
+        values = cached.results.get_many(asked)
     except (OSError, ValueError) as exc:
         log.warning("%s: the results cache cannot be read, computing: %s", cached.config.name, exc)
         return [None] * len(keys)
+    if len(asked) == len(keys):
+        return values
+    answers = iter(values)
+    return [None if key is None else next(answers) for key in keys]
+
+
+def text_key(keys: RecordKeys) -> Callable[[str, Mapping[str, str] | None], bytes | None]:
+    """A text record's reuse key, by its text alone."""
+    return lambda text, attributes: keys.text(text)
+
+
+def request_key(keys: RecordKeys, text: str, attributes: Mapping[str, str] | None) -> bytes | None:
+    """A generation request's reuse key (reuse/keys.py), None for a request that is never reused
+    (sampled without a seed) or that cannot be read (it is dead-lettered when it is rendered)."""
+    try:
+        request = parse_request(text) if attributes and REQUEST_ATTRIBUTE in attributes else prompt_request(text)
+    except RequestError:
+        return None
+    return keys.generation(request)
 
 
 @dataclass(frozen=True)
@@ -109,7 +138,9 @@ def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topi
             "%s: a cached result does not decode, computing the record instead: %s", topics.cache(config.name), exc
         )
         return None
-    if (result.model, result.model_version) != (config.name, config.version) or result.finish_reason:
+    # a completion has a finish reason, an encoder's output none: one that has the other's is not this model's
+    generated = bool(result.finish_reason)
+    if (result.model, result.model_version) != (config.name, config.version) or generated != config.is_generator:
         log.warning(
             "%s: a cached result is of %s:%s, not %s:%s; computing the record instead",
             topics.cache(config.name),
@@ -124,7 +155,7 @@ def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topi
         job_id=record.job_id,
         record_id=record.record_id,
         seq=record.seq,
-        attributes=dict(record.attributes),
+        attributes={k: v for k, v in record.attributes.items() if k not in INTERNAL_ATTRIBUTES},
         timestamps={**record.timestamps, REUSED_STAMP: now_us()},
     )
     submitted = record.timestamps.get("submitted")
@@ -152,6 +183,7 @@ class CacheTails:
     def __call__(self, config: ModelConfig) -> ResultStore:
         store = self._stores.get(config.name)
         if store is None:
+            self._made(config.name)
             self._spool_dir.mkdir(parents=True, exist_ok=True)
             store = ResultStore(self._spool_dir)
             tail = CacheTail(self._settings, self._topics, config.name, store).start()
@@ -163,3 +195,16 @@ class CacheTails:
                 )
             self._stores[config.name] = store
         return store
+
+    def _made(self, model: str) -> None:
+        """cache.<model> created where missing, so that the tail follows it from a GPU worker's
+        first write (a tail that finds no topic looks again only every few seconds, and a job
+        submitted meanwhile would miss results cached before it). A refusal or a fault is said
+        and left to the GPU worker, which makes the topic too: the cache is best effort."""
+        topic = cache_topic(self._topics, model)
+        try:
+            refused = try_ensure_topics(self._settings, [topic])
+        except KAFKA_FAULTS as exc:
+            refused = {topic.name: str(exc)}
+        for name, why in refused.items():
+            log.warning("%s cannot be created here (%s); it is read once a GPU worker has made it", name, why)

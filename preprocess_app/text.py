@@ -34,7 +34,15 @@ from preprocess_app.lanes import topic_lane
 from preprocess_app.models import ModelLookup
 from preprocess_app.outputs import dead_out
 from preprocess_app.prompts import PromptRenderer, request_for_encoder, with_sampling
-from preprocess_app.reuse import CachedModel, ReusedRecord, ReuseLookup, found, reused_result
+from preprocess_app.reuse import (
+    CachedModel,
+    ReusedRecord,
+    ReuseLookup,
+    found,
+    request_key,
+    reused_result,
+    text_key,
+)
 from schemas import SerdeError, now_us
 from schemas.errors import NotUtf8Error
 from schemas.generation_request import REQUEST_ATTRIBUTE, RequestError
@@ -84,7 +92,7 @@ class _Texts:
     # record i's dead letter, alone even when it came in a pack
     dead: Callable[[int, Exception], OutRecord]
     reusable: bool = True  # False: submitted with --no-reuse (its records' NO_REUSE_HEADER)
-    keys: Sequence[bytes] | None = None  # reuse keys, where the records missed the cache
+    keys: Sequence[bytes | None] | None = None  # reuse keys, where the records missed the cache
 
 
 def _pack_texts(src: ConsumedRecord, pack: RawTextPack, topics: Topics, out: list[OutRecord]) -> _Texts:
@@ -189,13 +197,15 @@ def preprocess_texts(
         ids_input = cfg.input_for("token_ids")
         assert ids_input is not None
         carried = np.dtype(model.token_dtype or ids_input.dtype).newbyteorder("<")  # tensors travel little-endian
+        cached = reuse(cfg) if reuse is not None else None
         if model.prompts is not None:  # a causal LM: each text is a request (schemas/generation_request.py)
+            if cached is not None:
+                groups = _reuse(cached, groups, topics, out, started, functools.partial(request_key, cached.keys))
             groups, token_ids = _prompts(model.prompts, groups, out)
         else:  # every text of the model in one call, whichever record brought it
             groups = _not_requests(cfg, groups, out)
-            cached = reuse(cfg) if reuse is not None else None
             if cached is not None:
-                groups = _reuse(cached, groups, topics, out, started)
+                groups = _reuse(cached, groups, topics, out, started, text_key(cached.keys))
             token_ids = tokenize(model.tokenizer, [t for g in groups for t in g.texts], cfg.max_length, carried)
         stamps = {"preprocess_start": started, "preprocess_end": now_us()}
         at = 0
@@ -243,13 +253,19 @@ def _prompts(
 
 
 def _reuse(
-    cached: CachedModel, groups: list[_Texts], topics: Topics, out: list[OutRecord], started: int
+    cached: CachedModel,
+    groups: list[_Texts],
+    topics: Topics,
+    out: list[OutRecord],
+    started: int,
+    key_of: Callable[[str, Mapping[str, str] | None], bytes | None],
 ) -> list[_Texts]:
     """The groups less the records whose result the cache holds (each written to `out` as the
-    record's result); the rest carry their reuse keys on, so their results are cached."""
+    record's result); the rest carry their reuse keys (key_of(text, attributes); None: never
+    reused) on, so their results are cached."""
     kept_groups = []
     for g in groups:
-        keys = [cached.keys.text(t) for t in g.texts]
+        keys = [key_of(t, a) for t, a in zip(g.texts, g.attributes, strict=True)]
         # --no-reuse: computed, and its results still cached (they are what a fresh run writes)
         values = found(cached, keys) if g.reusable else None
         served: set[int] = set()
@@ -263,7 +279,7 @@ def _reuse(
                 if result is not None:
                     out.append(result)
                     served.add(j)
-        keyed = replace(g, keys=keys)
+        keyed = replace(g, keys=keys) if any(k is not None for k in keys) else g
         if not served:  # all missed: the group goes on as it is (most records of a first run)
             kept_groups.append(keyed)
             continue

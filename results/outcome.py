@@ -248,13 +248,13 @@ def to_json(item: InferenceResult | DeadLetter, kept: KeptColumns | None = None)
             dead.update(zip(kept.output_names(dead), [None] * len(kept.names), strict=True))
         return dead
     line: dict[str, Any] = {"id": item.record_id, "job_id": item.job_id, "model": item.model}
+    if REUSED_STAMP in item.timestamps:  # written from the results cache (docs/reuse.md)
+        line["reused"] = True
     if item.finish_reason:  # a generation: its text; its outputs (the completion's token ids) are not written
         line["text"] = item.text
         line["finish_reason"] = item.finish_reason
         line["usage"] = generation_usage(item)
         return finish_line(line, item.model_version, item.attributes, kept)
-    if REUSED_STAMP in item.timestamps:  # written from the results cache (docs/reuse.md)
-        line["reused"] = True
     arrays = item.arrays()
     if item.labels:  # a classifier: its top classes, best first
         line["labels"] = [

@@ -25,7 +25,7 @@ from kafka_io.clients import make_consumer, make_producer
 from kafka_io.polling import subscribe
 from kafka_io.produce import produce_all
 from kafka_io.reading import read_topics
-from kafka_io.records import REUSE_KEYS_HEADER, OutRecord, reuse_keys_of
+from kafka_io.records import NO_REUSE_KEY, REUSE_KEYS_HEADER, OutRecord, reuse_keys_of, with_reuse_keys
 from kafka_io.result_cache import cache_topic
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import TopicSpec, ensure_topics
@@ -204,8 +204,12 @@ def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a
 
 
 def test_reuse_keys_are_read_only_where_there_are_32_bytes_for_each_record() -> None:
-    keys = [bytes([n]) * 32 for n in range(3)]
+    keys = [bytes([n]) * 32 for n in range(1, 4)]
     assert reuse_keys_of(headers_of(*keys), 3) == keys
+    # a record without a key (a sampled request without a seed) holds its place with zeros
+    assert reuse_keys_of(headers_of(keys[0], NO_REUSE_KEY, keys[2]), 3) == [keys[0], None, keys[2]]
+    carried = with_reuse_keys(OutRecord("ns.tensors.tiny", b"pack", b"job/r0"), [keys[0], None, keys[2]])
+    assert reuse_keys_of(carried.headers, 3) == [keys[0], None, keys[2]]
     assert reuse_keys_of(headers_of(*keys), 2) is None  # a header of another length: written by something else
     assert reuse_keys_of(headers_of(b"short"), 1) is None
     assert reuse_keys_of(headers_of(), 1) is None

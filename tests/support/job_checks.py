@@ -35,7 +35,7 @@ def assert_status_is_exact(where: RunsCli, job_id: str, total: int, reused: int 
         "dead_lettered": 0,
         "cancelled": 0,
         "expired": 0,
-    }
+    }, status["counts"]
 
 
 def assert_exactly_one_result_each(where: RunsCli, job_id: str, ids: list[str], out: Path) -> None:

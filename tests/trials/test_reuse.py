@@ -146,6 +146,57 @@ def test_a_new_version_reuses_nothing_and_a_restarted_pipeline_reuses_what_the_t
         pipeline.stop()
 
 
+def generation_requests() -> list[dict[str, Any]]:
+    """16 greedy requests (prompts and chats), 4 sampled with a seed, 4 sampled without one."""
+    rows: list[dict[str, Any]] = []
+    for i, text in enumerate(texts(24, 5)):
+        params: dict[str, Any] = {"max_tokens": 2 + i % 5}
+        if i >= 16:
+            params["temperature"] = 0.9
+            if i < 20:
+                params["seed"] = i
+        if i % 3:
+            rows.append({"id": f"q{i}", "prompt": text, "params": params})
+        else:
+            rows.append({"id": f"q{i}", "messages": [{"role": "user", "content": text}], "params": params})
+    return rows
+
+
+@pytest.mark.timeout(600)
+def test_a_second_job_of_the_same_requests_reuses_the_greedy_and_seeded_completions(
+    settings: KafkaSettings, topics: Topics, tmp_path: Path, tiny_llama_folder: Path
+) -> None:
+    """The sampled requests without a seed are given a random one at submit, so each job samples
+    its own: computed again. The reused completions are the first job's, token for token."""
+    from model_import.causal_lm import import_causal_lm
+
+    repository = import_causal_lm(tmp_path / "models", tiny_llama_folder, "tiny-llama").directory.parents[1]
+    rows = generation_requests()
+    source = tmp_path / "requests.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ids = [r["id"] for r in rows]
+    pipeline = RunningPipeline(settings, topics, repository, tmp_path / "logs")
+    try:
+        pipeline.start("preprocess", "preprocess")
+        pipeline.start("gpu", "gpu", "--model", "tiny-llama", "--engine", "transformers")
+        first = submit(pipeline, source, model="tiny-llama")
+        finish_and_check(pipeline, first, ids, tmp_path, timeout_s=300, reused=0)
+        second = submit(pipeline, source, model="tiny-llama")
+        finish_and_check(pipeline, second, ids, tmp_path, timeout_s=300, reused=20)
+        before, again = (
+            results_of(pipeline, first, tmp_path / "a.jsonl"),
+            results_of(pipeline, second, tmp_path / "b.jsonl"),
+        )
+    finally:
+        pipeline.stop()
+    assert sorted(r for r in again if again[r].get("reused")) == sorted(ids[:20])
+    for record_id in ids[:20]:
+        assert (again[record_id]["text"], again[record_id]["finish_reason"]) == (
+            before[record_id]["text"],
+            before[record_id]["finish_reason"],
+        ), record_id
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "no-reuse"])
 def test_a_schedules_second_tick_over_an_unchanged_glob_reuses_every_record_unless_told_not_to(
