@@ -15,6 +15,7 @@ from model_import.import_source import ImportRefusedError
 from model_repository.config import CONFIG_FILE, InvalidModelVersionError, is_model_name
 from model_repository.folders import version_folder, versions
 from model_repository.versions import VERSION_RULE, default_version, is_numeric_version
+from reuse.fingerprint import record_digests
 
 
 class ExportUnavailableError(RuntimeError):
@@ -88,6 +89,7 @@ def staged_version(repository: Path, name: str, version: str, replace: bool) -> 
     scratch = Path(tempfile.mkdtemp(dir=repository, prefix=".prepare-"))
     try:
         yield scratch
+        record_digests(scratch)  # what a worker's fingerprint of it then reads instead of its weights
         scratch.chmod(0o755)  # mkdtemp made it private
         refuse_existing(repository, name, version, replace)  # another import may have won meanwhile
         target.parent.mkdir(parents=True, exist_ok=True)

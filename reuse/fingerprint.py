@@ -17,7 +17,11 @@ What enters it:
 
 A file's digest is computed once, streaming, and kept by (path, size, mtime_ns, inode): a model
 version's folder is written once by `models import` and replaced whole by `--replace`, so a file
-rewritten in place with the same size and modification time is not a case the cache guards.
+rewritten in place with the same size and modification time is not a case the cache guards. The
+import records each file's digest in the folder (DIGESTS_FILE, beside the files it names), so a
+worker that fingerprints the version reads none of them: a causal LM's weights are gigabytes, and
+every preprocess worker fingerprints each model it serves. A recorded digest counts only while its
+file keeps the size and modification time it was recorded with; any other file is read.
 """
 
 from __future__ import annotations
@@ -69,6 +73,29 @@ class FileDigests:
 
 _DIGESTS = FileDigests()
 
+# Hidden (so never a file of the fingerprint itself): {relative path: [size, mtime_ns, hex digest]}
+DIGESTS_FILE = ".digests.json"
+
+
+def record_digests(directory: Path) -> None:
+    """Write the digests of the version's files (model_files) into its DIGESTS_FILE."""
+    digests = FileDigests()  # one use: the folder is a scratch one, renamed into place after
+    entries = {}
+    for path in model_files(directory):
+        stat = path.stat()
+        entries[path.relative_to(directory).as_posix()] = [stat.st_size, stat.st_mtime_ns, digests.of(path).hex()]
+    (directory / DIGESTS_FILE).write_text(json.dumps(entries, sort_keys=True), encoding="utf-8")
+
+
+def recorded_digests(directory: Path) -> dict[str, tuple[int, int, bytes]]:
+    """The version's recorded digests by relative path; none where its DIGESTS_FILE is missing or
+    unreadable (its files are then read)."""
+    try:
+        entries = json.loads((directory / DIGESTS_FILE).read_text(encoding="utf-8"))
+        return {path: (int(size), int(mtime), bytes.fromhex(digest)) for path, (size, mtime, digest) in entries.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
 
 def model_files(directory: Path) -> list[Path]:
     """The files of a version's folder that enter its fingerprint, by relative path (its
@@ -106,11 +133,22 @@ def model_fingerprint(config: ModelConfig, runtime: str = "", digests: FileDiges
     h.update(length_prefixed(b"nearline.model.v1"))
     h.update(length_prefixed(config_fields(config)))
     h.update(length_prefixed(runtime.encode()))
+    recorded = recorded_digests(config.directory)
     for path in model_files(config.directory):
-        h.update(length_prefixed(path.relative_to(config.directory).as_posix().encode()))
-        h.update(length_prefixed(digests.of(path)))
+        name = path.relative_to(config.directory).as_posix()
+        h.update(length_prefixed(name.encode()))
+        h.update(length_prefixed(_recorded(recorded.get(name), path) or digests.of(path)))
     max_tokens = config.generation.default_max_tokens if config.generation is not None else 0
     return ModelFingerprint(config.name, config.version, h.digest(), max_tokens)
+
+
+def _recorded(entry: tuple[int, int, bytes] | None, path: Path) -> bytes | None:
+    """The recorded digest of `path`, if the file still has the size and modification time it had."""
+    if entry is None:
+        return None
+    stat = path.stat()
+    size, mtime_ns, digest = entry
+    return digest if (stat.st_size, stat.st_mtime_ns) == (size, mtime_ns) and len(digest) == DIGEST_SIZE else None
 
 
 def length_prefixed(value: bytes) -> bytes:

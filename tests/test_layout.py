@@ -41,7 +41,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     # the lookup of reusable results is the preprocess stage's, before it tokenizes or decodes
     "preprocess_app": {"kafka_io", "schemas", "runtime", "model_repository", "reuse"},
     # models into the repository: the GPU stage's ONNX Runtime engine checks each export
-    "model_import": {"gpu_consumer", "model_repository"},
+    "model_import": {"gpu_consumer", "model_repository", "reuse"},  # reuse: the digests an import records
     # the reuse key, index and store: pure, beside the stages, so any of them can take it
     "reuse": {"schemas", "model_repository"},
     # a job's results read, ordered, spilled and written: never the control plane (the job is handed in)

@@ -18,6 +18,7 @@ from model_import.import_source import ImportRefusedError, read_source
 from model_import.importer import import_model
 from model_repository.config import GENERATOR_FOLDER, ModelConfig
 from model_repository.folders import load_model_config
+from reuse.fingerprint import DIGESTS_FILE, FileDigests, model_fingerprint
 from tests.support.causal_lm import chat_ids, chat_text, load_smollm2_gguf_model
 
 
@@ -93,6 +94,19 @@ def test_a_version_already_there_is_refused_unless_replaced(tmp_path: Path, tiny
     assert not [p for p in repository.iterdir() if p.name.startswith(".prepare-")]
     second = import_model(repository, tiny_llama_folder, "tiny-llm", version="2")
     assert second.version == "2" and load_model_config(repository, "tiny-llm").version == "2"
+
+
+def test_an_imported_version_is_fingerprinted_without_reading_its_weights(
+    tmp_path: Path, tiny_llama_folder: Path
+) -> None:
+    """The import records its files' digests (install.staged_version): a preprocess worker that
+    fingerprints the version for reuse reads none of them, the same fingerprint as reading them all."""
+    config = import_model(tmp_path / "models", tiny_llama_folder, "tiny-llm")
+    digests = FileDigests()
+    recorded = model_fingerprint(config, digests=digests)
+    assert digests.files_read == 0
+    (config.directory / DIGESTS_FILE).unlink()
+    assert model_fingerprint(config, digests=digests) == recorded and digests.files_read > 0
 
 
 def test_a_folder_without_tokenizer_json_is_refused(tmp_path: Path, tiny_llama_folder: Path) -> None:

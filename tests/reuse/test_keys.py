@@ -10,7 +10,7 @@ import pytest
 
 from model_repository.config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
 from model_repository.folders import write_labels
-from reuse.fingerprint import FileDigests, ModelFingerprint, model_fingerprint
+from reuse.fingerprint import DIGESTS_FILE, FileDigests, ModelFingerprint, model_fingerprint, record_digests
 from reuse.keys import RecordKeys
 from schemas.generation_request import (
     GenerationRequestDoc,
@@ -121,6 +121,23 @@ def test_each_file_is_read_once_however_often_the_fingerprint_is_asked(tmp_path:
     for _ in range(3):
         model_fingerprint(config, digests=digests)
     assert digests.files_read == 2  # model.onnx and tokenizer.json; config.json is read as fields
+
+
+def test_recorded_digests_are_read_in_place_of_the_files_while_the_files_keep_their_size_and_time(
+    tmp_path: Path,
+) -> None:
+    config = embedder(tmp_path)
+    computed = digest_of(config)
+    record_digests(tmp_path)
+    digests = FileDigests()
+    assert model_fingerprint(config, digests=digests).digest == computed
+    assert digests.files_read == 0  # neither the weights nor the tokenizer read
+    weights = tmp_path / "model.onnx"
+    weights.write_bytes(weights.read_bytes() + b"\0")  # rewritten: another size, another time
+    changed = model_fingerprint(config, digests=digests)
+    assert digests.files_read == 1 and changed.digest != computed
+    (tmp_path / DIGESTS_FILE).write_text("not json")
+    assert model_fingerprint(config, digests=FileDigests()).digest == changed.digest  # read again, all of it
 
 
 def test_the_tokenizer_and_the_settings_that_change_outputs_change_the_fingerprint(tmp_path: Path) -> None:
