@@ -268,6 +268,7 @@ def test_an_imported_model_onnx_runs_on_onnxruntime_and_the_torch_engine_refuses
     assert (config.task, config.postprocess, config.result_name) == ("text-classification", ("softmax",), "labels")
     assert config.source.startswith(f"imported from {onnx_classifier.resolve()} (onnx, model.onnx sha256 ")
     assert sorted(p.name for p in config.directory.iterdir()) == [
+        ".digests.json",  # each file's digest, which the reuse fingerprint reads (reuse/fingerprint.py)
         "config.json",
         "labels.json",
         "model.onnx",
