@@ -127,6 +127,8 @@ def reuse_keys_of(headers: Headers | None, records: int) -> list[bytes | None] |
     if value is None or len(value) != records * REUSE_KEY_BYTES:
         return None
     keys = [value[at : at + REUSE_KEY_BYTES] for at in range(0, len(value), REUSE_KEY_BYTES)]
+    if NO_REUSE_KEY not in value:  # every record keyed (all but sampled requests): no second pass
+        return keys
     return [None if key == NO_REUSE_KEY else key for key in keys]
 
 

@@ -1,9 +1,10 @@
 """Results reused before any CPU work (docs/reuse.md): a record's reuse key is looked up in its
-model's results cache before it is tokenized, rendered or decoded. A hit is written here as the new record's result:
-the cached result's outputs (the same bytes the GPU worker wrote for the same model version and
-content) under the new record's job, id, seq and attributes, with a `reused` stamp and header. A
-miss goes on to be tokenized, its key in its tensors record's REUSE_KEYS_HEADER, and the GPU worker
-caches its result under it.
+model's results cache before it is tokenized, rendered or decoded. A hit is written here as the
+new record's result: the cached result's outputs (the same bytes the GPU worker wrote for the same
+model version and content) under the new record's job, id, seq and attributes, with a `reused`
+stamp and header. A miss goes on to be tokenized, its key in its tensors record's
+REUSE_KEYS_HEADER, and the GPU worker caches its result under it. A generation request sampled
+without a seed has no key: never looked up, never cached.
 
 Why here and not at submit: this is the earliest stage that has both the record's content and the
 model version's files (the fingerprint needs them), it sees every record whoever produced it
