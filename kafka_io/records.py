@@ -126,7 +126,7 @@ def reuse_keys_of(headers: Headers | None, records: int) -> list[bytes | None] |
     value = header_of(headers, REUSE_KEYS_HEADER)
     if value is None or len(value) != records * REUSE_KEY_BYTES:
         return None
-    keys = [value[at : at + REUSE_KEY_BYTES] for at in range(0, len(value), REUSE_KEY_BYTES)]
+    keys: list[bytes | None] = [value[at : at + REUSE_KEY_BYTES] for at in range(0, len(value), REUSE_KEY_BYTES)]
     if NO_REUSE_KEY not in value:  # every record keyed (all but sampled requests): no second pass
         return keys
     return [None if key == NO_REUSE_KEY else key for key in keys]
