@@ -241,7 +241,7 @@ class GpuWorker:
         self.settings, self.topics, self.worker, self.given, self.loop_cpus = settings, topics, worker, given, loop_cpus
         self.repository = repository
         self.engine: Engine | None = given.engine
-        self.policy = given.policy or BatchSettings(1)
+        self.policy = BatchSettings(1)  # what the engine opened takes: set on open
         self.generator: GenerationEngine | None = given.generator
         self.build: Callable[[], GenerationEngine] | None = None  # a causal LM's next engine, on this thread
 

@@ -45,32 +45,33 @@ class PreprocessWorker:
         worker: PreprocessSettings,
         metrics: PreprocessMetrics,
     ) -> None:
-        self.settings, self.topics, self.repository, self.worker, self.metrics = (
-            settings,
-            topics,
-            repository,
-            worker,
-            metrics,
-        )
-        # faust keeps table state in its data folder; this worker has no tables, so the folder is
-        # scratch, removed however the worker ends
-        self.datadir = tempfile.TemporaryDirectory(prefix="nearline-faust-")
+        self.settings, self.topics, self.repository = settings, topics, repository
+        self.worker, self.metrics = worker, metrics
 
     def __enter__(self) -> Self:
+        # faust keeps table state in its data folder; this worker has no tables, so the folder is
+        # scratch, removed however the worker ends: by __exit__, or here if opening fails
+        self.datadir = tempfile.TemporaryDirectory(prefix="nearline-faust-")
+        try:
+            self.runner = self._runner(Path(self.datadir.name))
+        except BaseException:
+            self.datadir.cleanup()
+            raise
+        settle_heap()  # the tokenizers and faust's app: never scanned by the collector again
+        return self
+
+    def _runner(self, datadir: Path) -> QuietWorker:
         topics = self.topics
         raws = [s for t in (topics.raw_text, topics.raw_image) for s in lanes(topics, TopicSpec(t))]
         ensure_topics(self.settings, [*raws, TopicSpec(topics.dead_letters), jobs_topic(topics)])
         wait = BrokerWait(self.settings)
-        app = create_app(
-            self.settings, topics, self.repository, Path(self.datadir.name), self.worker, wait, self.metrics
-        )
-        self.runner = runner = QuietWorker(app, loglevel="WARNING", quiet=True)
+        app = create_app(self.settings, topics, self.repository, datadir, self.worker, wait, self.metrics)
+        runner = QuietWorker(app, loglevel="WARNING", quiet=True)
         runner.log_filter = OncePerCause(wait)
         # faust's terminal spinner sets the root logger to DEBUG so it can spin on every record: each
         # aiokafka debug call then builds a LogRecord (about 6% of this worker's CPU per event)
         runner.spinner = None
-        settle_heap()  # the tokenizers and faust's app: never scanned by the collector again
-        return self
+        return runner
 
     def run(self, stop: Stop) -> None:
         stop_when(self.runner, stop)
