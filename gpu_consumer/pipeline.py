@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from gpu_consumer.cache_writes import runtime_of
 from gpu_consumer.engines.protocol import Engine
 from gpu_consumer.lanes import EngineTime
 from gpu_consumer.ledger import Entry, Ledger
@@ -82,7 +83,7 @@ class Pipeline:
         self._metrics = metrics or GpuMetrics()
         self._metrics.follow(self.ledger.in_flight)
         self._engine, self._config = engine, config
-        self._emitter = Emitter(config, topics, engine.postprocessed)
+        self._emitter = Emitter(config, topics, runtime_of(engine), engine.postprocessed)
         self._new_producer = new_producer
         self._producer = new_producer()
         self._generation = 0  # delivery reports of a replaced producer are ignored

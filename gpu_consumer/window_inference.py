@@ -26,7 +26,7 @@ from gpu_consumer.batcher import (
     make_batch,
     plan_batches,
 )
-from gpu_consumer.cache_writes import CacheWrites
+from gpu_consumer.cache_writes import CacheWrites, runtime_of
 from gpu_consumer.engines.protocol import Engine, infer_all
 from gpu_consumer.isolation import EngineFault, bisect, is_fault
 from gpu_consumer.postprocess import postprocess
@@ -307,10 +307,11 @@ def execute(engine: Engine, window: Window, config: ModelConfig) -> Iterator[Exe
 class Emitter:
     """Executed batches to encoded result records (and poisoned records to dead letters)."""
 
-    def __init__(self, config: ModelConfig, topics: Topics, done: Sequence[str] = ()) -> None:
+    def __init__(self, config: ModelConfig, topics: Topics, runtime: str, done: Sequence[str] = ()) -> None:
+        """runtime: the engine's (cache_writes.runtime_of), whose keys its results are cached under."""
         self.config, self.topics, self.done = config, topics, tuple(done)
         self._encoder = ResultEncoder(config.name, config.version)
-        self.cache = CacheWrites(topics, config.name)
+        self.cache = CacheWrites(topics, config.name, runtime)
         self._text = config.tokenizer is not None
         # An image's length is the pixels the engine ran (its crop), counted as a job's usage
         self._pixels = config.image.crop * config.image.crop if config.image is not None else 0
@@ -364,7 +365,7 @@ def handle_window(
     """prepare, execute and emit one window, one step after the other: results and dead letters.
     `on_executed` sees each executed batch once its results are encoded (the worker's metrics)."""
     window = prepare(sources, engine, config, topics, window_id, policy)
-    emitter = Emitter(config, topics, engine.postprocessed)
+    emitter = Emitter(config, topics, runtime_of(engine), engine.postprocessed)
     out = list(window.dead)
     n = 0
     for event in execute(engine, window, config):

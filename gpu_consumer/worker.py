@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Self
 
 from gpu_consumer.batcher import BatchSettings, default_window
+from gpu_consumer.cache_writes import announce_runtime, runtime_of
 from gpu_consumer.engines.factory import batch_limits, make_engine, measure_cost, resolved_kind
 from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationSettings
 from gpu_consumer.engines.protocol import Engine
@@ -355,6 +356,8 @@ def _consume(
             cache_topic(topics, model),  # the results cache this worker writes (cache_writes.py)
         ],
     )
+    if not worker.exactly_once:  # a transactional worker caches nothing (cache_writes.py)
+        announce_runtime(settings, topics, model, runtime_of(running))
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     client = settings.with_client_id(f"gpu-{worker_id}")
     incarnation = BrokerIncarnation()  # a broker that restarts without its state: kafka_io/incarnation.py

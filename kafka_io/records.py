@@ -107,6 +107,10 @@ NO_REUSE_HEADER = "no-reuse"
 # header, not an attribute: the records' own maps (and so their results' bytes) stay as they were.
 REUSE_KEYS_HEADER = "reuse-keys"
 REUSE_KEY_BYTES = 32
+# The key of the one record in cache.<model> that is not a result: its value names the engine
+# (reuse/keys.py CacheKeys' runtime) of the GPU worker that started last, written as it starts; the
+# preprocess worker looks results up under that engine's cache keys (docs/reuse.md).
+RUNTIME_RECORD_KEY = b"runtime"
 # In the header, the place of a record that has no key (a sampled generation request without a
 # seed: never reused, so never cached). No BLAKE2b digest is all zeros in practice.
 NO_REUSE_KEY = bytes(REUSE_KEY_BYTES)

@@ -1,5 +1,6 @@
 """The results cache's read side at the Kafka edge: the compacted topic cache.<model> (its spec),
-and a tail that keeps a local store (reuse/store.py ResultStore) equal to what the topic holds.
+and a tail that keeps a local store (reuse/store.py ResultStore) equal to what the topic holds, and
+the engine whose keys a lookup asks for (`runtime`: the topic's RUNTIME_RECORD_KEY record).
 
 The tail reads every partition from the beginning by assign() (no group, no commits) on a daemon
 thread of its own, then follows new records. Its faults are the cache's, never the caller's: a
@@ -31,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from kafka_io.clients import make_consumer
 from kafka_io.events import consume_ready, take
 from kafka_io.reading import READER_GROUP_PREFIX
-from kafka_io.records import TP
+from kafka_io.records import RUNTIME_RECORD_KEY, TP
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, partitions_of
 from kafka_io.topology import Topics
@@ -91,6 +92,9 @@ class CacheTail:
         self._thread = threading.Thread(target=self._run, name=f"cache-tail-{model}", daemon=True)
         self._warned: set[str] = set()
         self.records = 0  # entries applied to the store (tombstones included)
+        # the engine whose cache keys a lookup asks for: the topic's RUNTIME_RECORD_KEY record, None
+        # while it has none (nothing cached can be found then)
+        self.runtime: str | None = None
 
     def start(self) -> CacheTail:
         self._thread.start()
@@ -132,6 +136,7 @@ class CacheTail:
                 try:
                     self._follow(consumer)
                 except _Rebuild:
+                    self.runtime = None
                     self._store.clear()
             except Exception as exc:  # the cache's fault, never the caller's: say it, try again
                 self._warn(
@@ -194,6 +199,9 @@ class CacheTail:
             if record is None:
                 continue
             read[record.partition] = record.offset + 1
+            if record.key == RUNTIME_RECORD_KEY:
+                self.runtime = None if record.deleted else record.value.decode("utf-8", "replace")
+                continue
             if record.key is None or len(record.key) != KEY_SIZE:
                 self._warn(
                     "key",

@@ -3,8 +3,9 @@ model's results cache before it is tokenized, rendered or decoded. A hit is writ
 new record's result: the cached result's outputs (the same bytes the GPU worker wrote for the same
 model version and content) under the new record's job, id, seq and attributes, with a `reused`
 stamp and header. A miss goes on to be tokenized, its key in its tensors record's
-REUSE_KEYS_HEADER, and the GPU worker caches its result under it. A generation request sampled
-without a seed has no key: never looked up, never cached.
+REUSE_KEYS_HEADER, and the GPU worker caches its result under it joined to its engine (reuse/keys.py
+CacheKeys); the lookup asks under the engine that serves the model now (EngineResults). A
+generation request sampled without a seed has no key: never looked up, never cached.
 
 Why here and not at submit: this is the earliest stage that has both the record's content and the
 model version's files (the fingerprint needs them), it sees every record whoever produced it
@@ -31,7 +32,7 @@ from kafka_io.topics import try_ensure_topics
 from kafka_io.topology import Topics
 from model_repository.config import ModelConfig
 from reuse.fingerprint import model_fingerprint
-from reuse.keys import RecordKeys
+from reuse.keys import CacheKeys, RecordKeys
 from reuse.store import ResultStore
 from schemas import InferenceResult, SerdeError, decode, encode, now_us
 from schemas.attributes import REUSED_STAMP
@@ -165,6 +166,32 @@ def reused_result(cached: bytes, config: ModelConfig, record: ReusedRecord, topi
     return out
 
 
+class Serving(Protocol):
+    """Which engine serves a model now (kafka_io/result_cache.py CacheTail: the runtime its topic names)."""
+
+    @property
+    def runtime(self) -> str | None: ...
+
+
+class EngineResults:
+    """A model's results cache as looked up: a record's reuse key is asked under the cache key of
+    the engine that serves the model now (reuse/keys.py CacheKeys), so a result another engine or
+    precision computed is not found; while no engine has said it serves the model, nothing is."""
+
+    def __init__(self, store: CachedResults, serving: Serving) -> None:
+        self.store, self._serving = store, serving
+        self._keys: CacheKeys | None = None
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        runtime = self._serving.runtime
+        if runtime is None:
+            return [None] * len(keys)
+        cache_key = self._keys
+        if cache_key is None or cache_key.runtime != runtime:
+            cache_key = self._keys = CacheKeys(runtime)
+        return self.store.get_many([cache_key(key) for key in keys])
+
+
 # How long the first batch of a model waits for its cache to be read to the end the topic had
 # (a store rebuilt from cache.<model> at start): past it, the batch goes on with what was read, and
 # what was not is computed.
@@ -173,17 +200,17 @@ LOAD_WAIT_S = 60.0
 
 class CacheTails:
     """open_cache for ReuseLookup in a worker: each model's ResultStore (its spool in `spool_dir`)
-    fed by a CacheTail of cache.<model>, one per model name whatever its versions (a key names its
+    fed by a CacheTail of cache.<model> and looked up under its engine (EngineResults), one per model name whatever its versions (a key names its
     version), waited on once until loaded. Both live as long as the worker: the tails are daemon
     threads, and the spools go with the worker's scratch folder."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, spool_dir: Path) -> None:
         self._settings, self._topics, self._spool_dir = settings, topics, spool_dir
-        self._stores: dict[str, ResultStore] = {}
+        self._stores: dict[str, EngineResults] = {}
 
-    def __call__(self, config: ModelConfig) -> ResultStore:
-        store = self._stores.get(config.name)
-        if store is None:
+    def __call__(self, config: ModelConfig) -> EngineResults:
+        results = self._stores.get(config.name)
+        if results is None:
             self._made(config.name)
             self._spool_dir.mkdir(parents=True, exist_ok=True)
             store = ResultStore(self._spool_dir)
@@ -194,8 +221,8 @@ class CacheTails:
                     tail.topic,
                     LOAD_WAIT_S,
                 )
-            self._stores[config.name] = store
-        return store
+            results = self._stores[config.name] = EngineResults(store, tail)
+        return results
 
     def _made(self, model: str) -> None:
         """cache.<model> created where missing, so that the tail follows it from a GPU worker's

@@ -12,8 +12,9 @@ What enters it:
   length buckets, a causal LM's context, end-of-sequence ids and default completion length. A
   field added to ModelConfig later enters it unless it is named neutral, so a new setting can only
   make reuse rarer, never wrong.
-- an optional runtime (which engine and precision run it), for callers that know it: ONNX Runtime,
-  TensorRT FP16 and vLLM's sampling each write other bytes for the same model.
+The engine that runs the version (ONNX Runtime, TensorRT in FP16...) is not a part of it: the
+preprocess worker that computes it does not know which engine will; the cache key joins it to a
+record's reuse key (reuse/keys.py CacheKeys).
 
 A file's digest is computed once, streaming, and kept by (path, size, mtime_ns, inode): a model
 version's folder is written once by `models import` and replaced whole by `--replace`, so a file
@@ -126,13 +127,12 @@ def config_fields(config: ModelConfig) -> bytes:
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def model_fingerprint(config: ModelConfig, runtime: str = "", digests: FileDigests | None = None) -> ModelFingerprint:
+def model_fingerprint(config: ModelConfig, digests: FileDigests | None = None) -> ModelFingerprint:
     """The fingerprint of the model version `config` was loaded from (its directory's files)."""
     digests = digests or _DIGESTS
     h = hashlib.blake2b(digest_size=DIGEST_SIZE)
     h.update(length_prefixed(b"nearline.model.v1"))
     h.update(length_prefixed(config_fields(config)))
-    h.update(length_prefixed(runtime.encode()))
     recorded = recorded_digests(config.directory)
     for path in model_files(config.directory):
         name = path.relative_to(config.directory).as_posix()

@@ -87,3 +87,26 @@ def utf8(text: str) -> bytes:
     """A text's UTF-8 bytes; a lone surrogate (a JSON "\\ud800", a byte that was not UTF-8) is
     written as its three bytes, so every text has bytes and no two texts the same ones."""
     return text.encode("utf-8", "surrogatepass")
+
+
+ENGINE_DOMAIN = b"nearline.reuse.engine.v1"
+
+
+class CacheKeys:
+    """The key a result is cached under in cache.<model>: BLAKE2b-256 over a record's reuse key and
+    the engine that computed the result (its runtime: name, device or execution provider, and
+    precision; gpu_consumer/cache_writes.py runtime_of). Two engines, or one engine in two
+    precisions, write different bytes for the same record, so each has keys of its own: the GPU
+    worker caches under its own engine's, the preprocess worker looks up under the engine that
+    serves the model."""
+
+    def __init__(self, runtime: str) -> None:
+        self.runtime = runtime
+        self._base = hashlib.blake2b(digest_size=DIGEST_SIZE)
+        self._base.update(length_prefixed(ENGINE_DOMAIN))
+        self._base.update(length_prefixed(runtime.encode()))
+
+    def __call__(self, key: bytes) -> bytes:
+        h = self._base.copy()
+        h.update(key)
+        return h.digest()

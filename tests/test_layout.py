@@ -40,6 +40,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     **{stage: {"kafka_io", "schemas", "runtime", "model_repository"} for stage in STAGES},
     # the lookup of reusable results is the preprocess stage's, before it tokenizes or decodes
     "preprocess_app": {"kafka_io", "schemas", "runtime", "model_repository", "reuse"},
+    # the key a result is cached under: the GPU stage's engine joins the record's reuse key
+    "gpu_consumer": {"kafka_io", "schemas", "runtime", "model_repository", "reuse"},
     # models into the repository: the GPU stage's ONNX Runtime engine checks each export
     "model_import": {"gpu_consumer", "model_repository", "reuse"},  # reuse: the digests an import records
     # the reuse key, index and store: pure, beside the stages, so any of them can take it

@@ -86,6 +86,7 @@ class TransformersEngine:
         transformers_logging.disable_progress_bar()  # a worker's log is not a terminal
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        self.device, self.precision = device, str(dtype).removeprefix("torch.")  # its results' cache keys
         folder = config.generator_path
         try:
             self._tokenizer = Tokenizer.from_file(str(config.tokenizer_path))

@@ -149,7 +149,9 @@ class VllmEngine:
         self._sampling_type, self._kinds = VllmSamplingParams, RequestOutputKind
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         folder = config.generator_path
-        args = EngineArgs(**engine_args(config, limits, device))
+        engine_config = engine_args(config, limits, device)
+        self.device, self.precision = device, str(engine_config["dtype"])  # its results' cache keys
+        args = EngineArgs(**engine_config)
         try:
             self._tokenizer = Tokenizer.from_file(str(config.tokenizer_path))
             self._engine: Any = LLMEngine.from_engine_args(args)

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gpu_consumer.cache_writes import runtime_of
 from gpu_consumer.engines.generation_protocol import GenerationEngine, GenerationFailedError
 from gpu_consumer.generation.emit_thread import EmitThread
 from gpu_consumer.generation.in_flight import InFlight, Running, Window
@@ -146,7 +147,7 @@ class GenerationStep:
         self._metrics, self._skip_job = metrics, inference.skip_job
         self._flight = InFlight(engines.first)
         self.flow = PromptFlow(self._flight)
-        self._emitter = Emitter(config, topics)
+        self._emitter = Emitter(config, topics, runtime_of(engines.first))
         self._delivery_timeout_s = delivery_timeout_s
         self.ledger = Ledger()
         metrics.follow(self.ledger.in_flight)

@@ -1,6 +1,7 @@
 """The GPU worker writes the results cache (gpu_consumer/cache_writes.py) on the real broker: a
-result of a record with a reuse key also goes to cache.<model> under the key's 32 bytes, its value
-the very bytes of the results topic; a record without a key, and a dead letter, put nothing there."""
+result of a record with a reuse key also goes to cache.<model> under the cache key of that key and
+the worker's engine, its value the very bytes of the results topic; a record without a key, and a
+dead letter, put nothing there. As it starts, the worker names its engine there."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import json
 import logging
 import queue
 import uuid
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from gpu_consumer.batcher import BatchSettings
-from gpu_consumer.cache_writes import CacheWrites
+from gpu_consumer.cache_writes import CacheWrites, announce_runtime, runtime_of
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
 from gpu_consumer.generation.requests import Completion, GenerationRequest
 from gpu_consumer.generation.step import Engines
@@ -32,6 +34,7 @@ from kafka_io.topics import TopicSpec, ensure_topics
 from kafka_io.topology import Topics
 from schemas import DeadLetter, InferenceResult, Tensor, TensorRecord, decode, encode
 from schemas.packs import PackHead, tensor_pack_bytes
+from tests.support.cache_keys import ONNX_CPU, cache_key
 from tests.support.causal_lm import lm_config
 from tests.support.pipeline import new_producers
 from tests.support.tiny_model import VOCAB, TinyModel
@@ -124,9 +127,9 @@ def test_results_of_keyed_records_are_cached_under_their_keys_as_the_bytes_of_th
         return
     # exactly the keyed records' results, each once, byte for byte; none of a record without a key
     # or of a poisoned one (whose key is never written)
-    assert sorted(cached) == sorted((key_of(rid), results[rid]) for rid in keyed)
+    assert sorted(cached) == sorted((cache_key(key_of(rid), ONNX_CPU), results[rid]) for rid in keyed)
     assert len(keyed) == 9
-    assert not {key_of(rid) for rid in poisoned} & {key for key, _ in cached}
+    assert not {cache_key(key_of(rid), ONNX_CPU) for rid in poisoned} & {key for key, _ in cached}
 
 
 class EchoEngine:
@@ -200,7 +203,7 @@ def test_a_generation_s_result_is_cached_as_its_bytes_in_the_results_topic_and_a
     dead = {decode(m.value, DeadLetter).record_id for m in read_topics(settings, [topics.dead_letters])}
     assert set(results) == {"g0", "g1", "g2", "g3", "g5"} and dead == {"g4"}
     cached = sorted((m.key, m.value) for m in read_topics(settings, [topics.cache("lm")]))
-    assert cached == sorted((key_of(rid), results[rid]) for rid in ("g0", "g2"))
+    assert cached == sorted((cache_key(key_of(rid), "echo"), results[rid]) for rid in ("g0", "g2"))
 
 
 def test_reuse_keys_are_read_only_where_there_are_32_bytes_for_each_record() -> None:
@@ -218,19 +221,39 @@ def test_reuse_keys_are_read_only_where_there_are_32_bytes_for_each_record() -> 
 
 def test_a_result_too_large_for_the_broker_is_a_dead_letter_and_is_not_cached() -> None:
     topics = Topics("ns")
-    writes = CacheWrites(topics, "tiny")
+    writes = CacheWrites(topics, "tiny", "echo")
     key = bytes.fromhex("cd" * 32)
     result = OutRecord(topics.results, b"result", b"job/r0")
     dead_letter = OutRecord(topics.dead_letters, b"dead", b"job/r0")
-    assert writes.one(key, result) == OutRecord(topics.cache("tiny"), b"result", key)
+    assert writes.one(key, result) == OutRecord(topics.cache("tiny"), b"result", cache_key(key, "echo"))
     assert writes.one(key, dead_letter) is None
     assert writes.one(None, result) is None
 
 
 def test_a_cache_write_that_fails_is_logged_once_per_cause(caplog: pytest.LogCaptureFixture) -> None:
-    writes = CacheWrites(Topics("ns"), "tiny")
+    writes = CacheWrites(Topics("ns"), "tiny", "echo")
     with caplog.at_level(logging.WARNING, logger="gpu_consumer.cache_writes"):
         for _ in range(3):
             writes.failed("delivery to ns.cache.tiny failed: Broker: Message size too large")
         writes.failed("delivery to ns.cache.tiny failed: Broker: Unknown topic or partition")
     assert len(caplog.records) == 2
+
+
+def test_the_runtime_names_the_engine_where_it_runs_and_its_precision(tiny: TinyModel) -> None:
+    assert runtime_of(OnnxRuntimeEngine(tiny.config, threads=1)) == ONNX_CPU
+    torch_on_gpu = SimpleNamespace(name="torch", device=SimpleNamespace(type="cuda", index=0), precision="fp16")
+    assert runtime_of(torch_on_gpu) == "torch/cuda/fp16"
+    assert (
+        runtime_of(SimpleNamespace(name="transformers", device="cpu", precision="float32"))
+        == "transformers/cpu/float32"
+    )
+    assert runtime_of(SimpleNamespace(inner=torch_on_gpu, name="torch")) == "torch/cuda/fp16"  # a timing wrapper
+    assert runtime_of(EchoEngine()) == "echo"
+
+
+def test_a_starting_worker_names_its_engine_in_the_cache_under_one_key(settings: KafkaSettings, topics: Topics) -> None:
+    ensure_topics(settings, [cache_topic(topics, "tiny")])
+    announce_runtime(settings, topics, "tiny", "torch/cuda/fp16")
+    announce_runtime(settings, topics, "tiny", ONNX_CPU)  # another worker, started later
+    named = [(m.key, m.value) for m in read_topics(settings, [topics.cache("tiny")])]
+    assert named == [(b"runtime", b"torch/cuda/fp16"), (b"runtime", ONNX_CPU.encode())]

@@ -1,5 +1,6 @@
 """The results cache's read side on the real broker: the topic's spec, and a tail that keeps a
-local store equal to what cache.<model> holds, through a topic missing, deleted and made again."""
+local store equal to what cache.<model> holds, and the engine it names, through a topic missing,
+deleted and made again."""
 
 from __future__ import annotations
 
@@ -57,20 +58,23 @@ def test_the_tail_loads_every_result_then_follows_new_ones_and_tombstones(
     ensure_topics(settings, [spec])
     results = {os.urandom(32): os.urandom(1500) for _ in range(300)}
     rewritten = next(iter(results))
-    produce(settings, spec.name, [(rewritten, b"an older result"), *results.items(), (b"not a reuse key", b"x")])
+    entries = [(rewritten, b"an older result"), *results.items(), (b"not a reuse key", b"x")]
+    produce(settings, spec.name, [(b"runtime", b"torch/cpu/fp32"), *entries, (b"runtime", b"torch/cuda/fp16")])
     with (
         caplog.at_level(logging.WARNING, logger="kafka_io.result_cache"),
         CacheTail(settings, topics, MODEL, store) as tail,
     ):
         assert tail.loaded(30)
         assert store.get_many(list(results)) == list(results.values()) and len(store) == 300
+        assert tail.runtime == "torch/cuda/fp16"  # the engine that said it last; not an entry of the store
         assert [r.message for r in caplog.records if "not a 32-byte reuse key" in r.message] != []
 
         gone, late = rewritten, os.urandom(32)
-        produce(settings, spec.name, [(gone, None), (late, b"a result written after the load")])
+        produce(settings, spec.name, [(gone, None), (late, b"a result written after the load"), (b"runtime", None)])
         wait_until(lambda: store.get(late), 30, "the result written after the load in the store")
         assert store.get(gone) is None and store.get(late) == b"a result written after the load"
         assert len(store) == 300
+        wait_until(lambda: tail.runtime, 30, "the runtime removed", until=lambda runtime: runtime is None)
 
 
 def test_loaded_means_everything_written_before_the_start_while_writes_go_on(

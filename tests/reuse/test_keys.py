@@ -11,7 +11,7 @@ import pytest
 from model_repository.config import ImageSpec, ModelConfig, TensorSpec, TokenizerSpec
 from model_repository.folders import write_labels
 from reuse.fingerprint import DIGESTS_FILE, FileDigests, ModelFingerprint, model_fingerprint, record_digests
-from reuse.keys import RecordKeys
+from reuse.keys import CacheKeys, RecordKeys
 from schemas.generation_request import (
     GenerationRequestDoc,
     RequestDefaults,
@@ -20,6 +20,7 @@ from schemas.generation_request import (
     prompt_request,
 )
 from schemas.records import RawImage, RawText
+from tests.support.cache_keys import ONNX_CPU, cache_key
 
 
 def embedder(directory: Path) -> ModelConfig:
@@ -173,9 +174,12 @@ def test_a_new_version_of_the_same_files_is_another_key(tmp_path: Path) -> None:
     assert RecordKeys(model_fingerprint(one)).text("x") != RecordKeys(model_fingerprint(two)).text("x")
 
 
-def test_the_runtime_when_given_enters_the_fingerprint(tmp_path: Path) -> None:
-    config = embedder(tmp_path)
-    assert digest_of(config) != model_fingerprint(config, runtime="tensorrt-fp16").digest
+def test_a_result_is_cached_under_its_reuse_key_joined_to_the_engine_that_computed_it() -> None:
+    key = bytes(range(32))
+    for runtime in (ONNX_CPU, "torch/cuda/fp16"):
+        assert CacheKeys(runtime)(key) == cache_key(key, runtime)
+    assert CacheKeys("torch/cuda/fp16")(key) != CacheKeys("torch/cuda/fp32")(key)
+    assert CacheKeys("torch/cuda/fp16")(key) != CacheKeys("torch/cuda/fp16")(bytes(32))
 
 
 def test_hidden_entries_of_the_folder_do_not_enter_the_fingerprint(tmp_path: Path) -> None:
