@@ -200,9 +200,10 @@ LOAD_WAIT_S = 60.0
 
 class CacheTails:
     """open_cache for ReuseLookup in a worker: each model's ResultStore (its spool in `spool_dir`)
-    fed by a CacheTail of cache.<model> and looked up under its engine (EngineResults), one per model name whatever its versions (a key names its
-    version), waited on once until loaded. Both live as long as the worker: the tails are daemon
-    threads, and the spools go with the worker's scratch folder."""
+    fed by a CacheTail of cache.<model> and looked up under its engine (EngineResults), one per
+    model name whatever its versions (a key names its version), waited on once until loaded. Both
+    live as long as the worker: the tails are daemon threads, and the spools go with the worker's
+    scratch folder."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, spool_dir: Path) -> None:
         self._settings, self._topics, self._spool_dir = settings, topics, spool_dir
