@@ -28,6 +28,7 @@ from bench.feed import short_texts
 from bench.procfs import status_field
 from gpu_consumer.batcher import make_batch
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
+from jobs.launch.kept_cache import ENV_RESULTS_CACHE
 from jobs.launch.runner import ensure_model
 from model_repository.config import ModelConfig
 from model_repository.folders import ENV_MODEL_REPOSITORY, default_repository
@@ -84,7 +85,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nearline-run-ratio-") as tmp:
         source, output = Path(tmp) / "texts.jsonl", Path(tmp) / "out.jsonl"
         source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-        env = {**os.environ, ENV_MODEL_REPOSITORY: str(repository)}
+        # a kept results cache of its own: reusing an earlier run's results would not measure the pipeline
+        env = {**os.environ, ENV_MODEL_REPOSITORY: str(repository), ENV_RESULTS_CACHE: str(Path(tmp) / "kept")}
         env.pop("NEARLINE_BOOTSTRAP_SERVERS", None)  # the embedded default, as README command 1
         started = time.perf_counter()
         argv = [sys.executable, "-m", "jobs.cli", "run", str(source), "--model", "minilm", "-o", str(output)]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jobs.launch.kept_cache import ENV_RESULTS_CACHE
 from kafka_io.broker import EmbeddedBroker
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
@@ -168,6 +169,15 @@ def mark_unit(items: list[pytest.Item]) -> None:
         if "process" in item.keywords or NOT_UNIT_FIXTURES & set(getattr(item, "fixturenames", ())):
             continue
         item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def kept_results_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own folder for the results caches `nearline run` keeps between runs (docs/reuse.md),
+    so that no test reuses the results of another (or of the user running the tests)."""
+    folder = tmp_path_factory.mktemp("kept-results")
+    monkeypatch.setenv(ENV_RESULTS_CACHE, str(folder))
+    return folder
 
 
 @pytest.fixture(autouse=True)

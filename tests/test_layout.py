@@ -48,7 +48,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "reuse": {"schemas", "model_repository"},
     # a job's results read, ordered, spilled and written: never the control plane (the job is handed in)
     "results": {"producers", "kafka_io", "schemas", "runtime", "model_repository"},
-    "jobs": {*STAGES, "model_import", "model_repository", "results", "kafka_io", "schemas", "runtime"},
+    # reuse: the results cache `nearline run` keeps on disk between runs (jobs/launch/kept_cache.py)
+    "jobs": {*STAGES, "model_import", "model_repository", "results", "reuse", "kafka_io", "schemas", "runtime"},
 }
 OURS = {*MAY_IMPORT, "bench", "tests"}
 

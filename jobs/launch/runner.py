@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 import fcntl
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jobs.job_input import JobInput, check_input
-from jobs.launch.local import WorkerProcess, start_pipeline_workers, stop_all
+from jobs.launch.embedded import EmbeddedPipeline
 from jobs.liveness import JobInterrupted, JobTimeoutError, JobWaitError, Liveness, WorkersGoneError
 from jobs.progress import Progress, Summary
 from jobs.registry import CancelWatch
-from jobs.submit import JobSettings, SubmitReport, pipeline_topics, submit
-from kafka_io.broker import EmbeddedBroker
+from jobs.submit import JobSettings, SubmitReport, submit
 from kafka_io.clients import check_not_refused
 from kafka_io.errors import KAFKA_FAULTS
 from kafka_io.groups import answered_live_groups, committed_total
 from kafka_io.offsets import group_lag
 from kafka_io.reading import TopicFollower
 from kafka_io.settings import KafkaSettings
-from kafka_io.topics import ensure_topics
 from kafka_io.topology import DEFAULT_LANE, LANES, Lane, Topics
 from model_repository.config import ModelConfig, ModelNotFoundError
 from model_repository.folders import load_model_config, move_hint
@@ -283,20 +278,6 @@ def _not_preprocessed(settings: KafkaSettings, topics: Topics, job_id: str) -> i
     return counts["submitted"] - counts["preprocessed"]
 
 
-def embedded_liveness(broker: EmbeddedBroker, workers: list[WorkerProcess]) -> Callable[[JobFold], None]:
-    """A watch_job watchdog for what `nearline run` started: any of them gone stops the wait at once."""
-
-    def check(outcome: JobFold) -> None:
-        if not broker.alive():
-            raise WorkersGoneError(f"the embedded broker exited (its log: {broker.log_path})")
-        for w in workers:
-            code = w.process.poll()
-            if code is not None:
-                raise WorkersGoneError(f"the {w.name} worker exited with code {code}; see its log {w.log_path}")
-
-    return check
-
-
 def summarize(fold: JobFold, seconds: float) -> Summary:
     sizes = fold.batch_sizes()
     mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
@@ -340,28 +321,9 @@ def run_job(
             watchdog = worker_liveness(settings, topics, model, run.worker_grace_s)
         else:
             ensure_model(repository, model, log)
-            workdir = Path(tempfile.mkdtemp(prefix="nearline-run-"))
-            broker = EmbeddedBroker.start(workdir / "broker.log")
-            stack.callback(broker.stop)
-            settings = KafkaSettings(broker.bootstrap_servers)
-            ensure_topics(settings, pipeline_topics(topics, model))
-            workers = start_pipeline_workers(
-                model,
-                bootstrap_servers=broker.bootstrap_servers,
-                namespace=namespace,
-                repository=repository,
-                logs=workdir,
-                # the embedded broker is ours and each worker is alone in its group: both take
-                # their partitions without a join (Tansu holds a join for a second or more)
-                gpu_args=("--sole-consumer", *run.worker_args),
-                preprocess_args=("--sole-consumer",),
-                # their scratch (faust's data folder) goes with workdir, killed or not
-                extra_env={"TMPDIR": str(workdir)},
-            )
-            # with the broker gone a worker cannot leave its group or flush: no point waiting long
-            stack.callback(lambda: stop_all(workers, 15.0 if broker.alive() else 3.0))
-            log(f"embedded broker on {broker.bootstrap_servers}; worker logs in {workdir}")
-            watchdog = embedded_liveness(broker, workers)
+            embedded = EmbeddedPipeline(model, topics, log)
+            settings = embedded.start(stack, repository, namespace, run.worker_args)
+            watchdog = embedded.liveness
 
         report = submit(
             settings,
@@ -381,16 +343,7 @@ def run_job(
                 rules = WaitRules(on_progress, watchdog=all_of(cancelled, watchdog), timeout_s=run.timeout_s)
                 seconds = follow_job(settings, topics, spill, report.submitted, rules)
             if not bootstrap_servers:
-                # Every result is read, and the memory-only broker is discarded with all it holds:
-                # a graceful stop (faust leaving its group, final commits, Tansu's shutdown) would
-                # only cost time.
-                for w in workers:
-                    w.process.kill()
-                for w in workers:
-                    with suppress(subprocess.TimeoutExpired):  # the stop_all callback deals with it
-                        w.process.wait(10)
-                broker.kill()
-                shutil.rmtree(workdir, ignore_errors=True)  # logs are kept only when something failed
+                embedded.finish(settings)
         except JobWaitError as exc:
             return RunResult(report, spill, summarize(spill, time.monotonic() - started), exc)
         except BaseException:  # Ctrl-C included, even after the wait: the spill is not left on disk

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from jobs.launch.kept_cache import ENV_RESULTS_CACHE
 from jobs.progress import Progress, Summary
 from model_repository.folders import ENV_MODEL_REPOSITORY
 from tests.support.tiny_model import TinyModel
@@ -41,7 +42,7 @@ def test_the_bar_line_fills_with_the_fraction_and_never_reaches_the_last_column(
 
 
 def run_tiny(args: list[str], repository: Path, **streams: Any) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_") or k == ENV_RESULTS_CACHE}
     env[ENV_MODEL_REPOSITORY] = str(repository)
     return subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", *args], env=env, cwd=ROOT, **streams)
 

@@ -88,10 +88,12 @@ def test_run_from_two_folders_exports_the_model_once_into_the_users_cache(tmp_pa
     onnx = home / ".cache" / "nearline" / "models" / "minilm" / "1" / "model.onnx"
     exported = onnx.stat()
 
-    two = nearline(*args, "-o", "out.jsonl", cwd=second, env=user_env(home), timeout=300)
+    # computed again, not reused from the cache the first run kept in the same home (docs/reuse.md)
+    two = nearline(*args, "--no-reuse", "-o", "out.jsonl", cwd=second, env=user_env(home), timeout=300)
     assert two.returncode == 0, two.stderr
     assert "preparing" not in two.stderr
     assert (onnx.stat().st_ino, onnx.stat().st_mtime_ns) == (exported.st_ino, exported.st_mtime_ns)
     assert not (first / "models").exists() and not (second / "models").exists()
+    assert (home / ".cache" / "nearline" / "results" / "minilm.cache").is_file()  # beside the models
     # the same records through the same cached model: `run -o .parquet` equals `run -o .jsonl`
     assert_columnar_equals_jsonl(first / "out.parquet", second / "out.jsonl", ["embedding"])

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jobs.launch.kept_cache import ENV_RESULTS_CACHE
 from jobs.registry import register
 from kafka_io.clients import make_producer
 from kafka_io.produce import produce_all
@@ -126,7 +127,7 @@ def test_run_writes_its_results_through_a_link_to_stdout_and_its_errors_to_a_das
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"id": f"r{i}", "text": f"text {i}"}) + "\n" for i in range(5)))
     link = stdout_link(tmp_path, "out.jsonl")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_") or k == ENV_RESULTS_CACHE}
     env[ENV_MODEL_REPOSITORY] = str(model_repository)
     command = [sys.executable, "-m", "jobs.cli", "run", str(source), "--model", "tiny", "-o", str(link)]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -183,7 +184,7 @@ def test_run_of_stdin_never_writes_over_the_file_stdin_is(
     source = tmp_path / "in.jsonl"
     text = "".join(json.dumps({"id": f"r{i}", "text": f"text {i}"}) + "\n" for i in range(3))
     source.write_text(text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEARLINE_") or k == ENV_RESULTS_CACHE}
     env[ENV_MODEL_REPOSITORY] = str(model_repository)
     command = [sys.executable, "-m", "jobs.cli", "run", "-", "--model", "tiny", *args]
     with source.open("rb") as stdin:  # `< in.jsonl`
