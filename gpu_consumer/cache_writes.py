@@ -47,10 +47,6 @@ class CacheWrites:
         self._keys = CacheKeys(runtime)
         self._told: set[str] = set()
 
-    @property
-    def runtime(self) -> str:
-        return self._keys.runtime
-
     def of(self, items: Sequence[Keyed], produced: Sequence[OutRecord]) -> list[OutRecord]:
         """The cache records of `items` and what was produced for each (in order): one per result
         whose record has a reuse key; none for a dead letter (a result too large to store)."""
