@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 os.environ["RAYON_NUM_THREADS"] = "1"  # read when the tokenizers thread pool starts: before first use
@@ -32,7 +33,7 @@ from kafka_io.topology import Topics
 from model_repository.config import ModelConfig
 from model_repository.folders import default_repository
 from preprocess_app.models import Models
-from preprocess_app.reuse import CachedResults, ReuseLookup
+from preprocess_app.reuse import CachedResults, EngineResults, ReuseLookup
 from preprocess_app.text import preprocess_texts
 from reuse.store import ResultStore
 from schemas.raw_text_bytes import raw_text_bytes
@@ -48,7 +49,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="look every text up in an empty results cache first")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nearline-text-step-") as spool:
-        store = ResultStore(Path(spool))
+        # looked up as a worker's are: under the cache keys of the engine a GPU worker named
+        store = EngineResults(ResultStore(Path(spool)), SimpleNamespace(runtime="onnxruntime/CPUExecutionProvider"))
 
         def open_cache(config: ModelConfig) -> CachedResults:
             return store
