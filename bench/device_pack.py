@@ -32,11 +32,11 @@ def pack(source: Path, target_dir: Path, fp16: bool = False) -> Path:
 
 def packed(source: Path, fp16: bool = False) -> Path:
     """The cached packed file of source (packed now if the cache has none for its content)."""
-    from model_repository.folders import cache_repository
+    from model_repository.folders import user_cache
 
     data = source.read_bytes()
     suffix = PLANES_SUFFIX if fp16 else SUFFIX
-    cached = cache_repository().parent / "device" / f"{source.name}.{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
+    cached = user_cache() / "device" / f"{source.name}.{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
     if cached.is_file():
         return cached
     if fp16:

@@ -29,12 +29,18 @@ OLD_DEFAULT_REPOSITORY = Path("models")
 ENV_MODEL_REPOSITORY = "NEARLINE_MODEL_REPOSITORY"
 
 
-def cache_repository() -> Path:
-    """The per-user model cache: $XDG_CACHE_HOME/nearline/models, else ~/.cache/nearline/models
-    (the XDG base directory rule: a relative XDG_CACHE_HOME is ignored)."""
+def user_cache() -> Path:
+    """nearline's per-user cache folder: $XDG_CACHE_HOME/nearline, else ~/.cache/nearline (the XDG
+    base directory rule: a relative XDG_CACHE_HOME is ignored). The models are kept in it, and
+    what else is kept per user (`nearline run`'s results cache)."""
     cache = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
-    return base / "nearline" / "models"
+    return base / "nearline"
+
+
+def cache_repository() -> Path:
+    """The per-user model cache: user_cache()/models."""
+    return user_cache() / "models"
 
 
 def default_repository() -> Path:

@@ -22,6 +22,7 @@ from kafka_io.result_cache import cache_topic
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import ensure_topics
 from kafka_io.topology import Topics
+from model_repository.folders import user_cache
 from reuse.kept import KeptCacheError, read_kept, write_kept
 
 ENV_RESULTS_CACHE = "NEARLINE_RESULTS_CACHE"
@@ -30,13 +31,11 @@ KEEP_FAULTS: tuple[type[Exception], ...] = (OSError, ValueError, *KAFKA_FAULTS)
 
 
 def kept_folder() -> Path:
-    """$NEARLINE_RESULTS_CACHE if set, else the per-user cache: $XDG_CACHE_HOME/nearline/results,
-    else ~/.cache/nearline/results (a relative XDG_CACHE_HOME is ignored, as the XDG rule says)."""
+    """$NEARLINE_RESULTS_CACHE if set, else `results` in the per-user cache, beside the models
+    ($XDG_CACHE_HOME/nearline/results, else ~/.cache/nearline/results)."""
     if os.environ.get(ENV_RESULTS_CACHE):
         return Path(os.environ[ENV_RESULTS_CACHE])
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
-    return base / "nearline" / "results"
+    return user_cache() / "results"
 
 
 def kept_file(model: str) -> Path:
