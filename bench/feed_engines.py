@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +101,13 @@ class TimedEngine(Engine):
             self.inner.pad_to_bucket,
             self.inner.postprocessed,
         )
+
+    def __getattr__(self, name: str) -> Any:
+        """Whatever else the engine has (its device, precision or providers: the runtime its
+        results are cached under, gpu_consumer/cache_writes.py runtime_of) is the inner one's."""
+        if name == "inner":  # not set yet (a copy being made): not the inner engine's to answer
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     def warmup(self) -> None:
         self.inner.warmup()

@@ -90,9 +90,7 @@ def _stored() -> None:
 def runtime_of(engine: object) -> str:
     """What of an engine decides its results' bytes beside the model (the cache keys' runtime): its
     name, where it runs (ONNX Runtime's first execution provider, or the device's type) and its
-    precision, e.g. "torch/cuda/fp16", "onnxruntime/CPUExecutionProvider". A wrapper that times an
-    engine (`inner`) is the engine it wraps."""
-    engine = getattr(engine, "inner", engine)
+    precision, e.g. "torch/cuda/fp16", "onnxruntime/CPUExecutionProvider"."""
     parts = [str(getattr(engine, "name", type(engine).__name__))]
     providers = getattr(engine, "providers", None)
     if providers:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from bench.feed_engines import TimedEngine
 from gpu_consumer.batcher import BatchSettings
 from gpu_consumer.cache_writes import CacheWrites, announce_runtime, runtime_of
 from gpu_consumer.engines.onnxruntime_engine import OnnxRuntimeEngine
@@ -247,7 +248,7 @@ def test_the_runtime_names_the_engine_where_it_runs_and_its_precision(tiny: Tiny
         runtime_of(SimpleNamespace(name="transformers", device="cpu", precision="float32"))
         == "transformers/cpu/float32"
     )
-    assert runtime_of(SimpleNamespace(inner=torch_on_gpu, name="torch")) == "torch/cuda/fp16"  # a timing wrapper
+    assert runtime_of(TimedEngine(OnnxRuntimeEngine(tiny.config, threads=1), "timed")) == ONNX_CPU  # bench's wrapper
     assert runtime_of(EchoEngine()) == "echo"
 
 
