@@ -179,7 +179,7 @@ class EngineResults:
     precision computed is not found; while no engine has said it serves the model, nothing is."""
 
     def __init__(self, store: CachedResults, serving: Serving) -> None:
-        self.store, self._serving = store, serving
+        self._store, self._serving = store, serving
         self._keys: CacheKeys | None = None
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -189,7 +189,7 @@ class EngineResults:
         cache_key = self._keys
         if cache_key is None or cache_key.runtime != runtime:
             cache_key = self._keys = CacheKeys(runtime)
-        return self.store.get_many([cache_key(key) for key in keys])
+        return self._store.get_many([cache_key(key) for key in keys])
 
 
 # How long the first batch of a model waits for its cache to be read to the end the topic had

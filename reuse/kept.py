@@ -39,14 +39,16 @@ def write_kept(path: Path, entries: Iterable[tuple[bytes, bytes | None]]) -> int
     `path`, the last value of each key only; returns the entries written. Two passes over a
     temporary file, so that only the keys, never the values, are held in memory."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    last: dict[bytes, int] = {}  # key -> the number of its last record
-    removed: set[int] = set()  # the numbers of tombstones
+    last: dict[bytes, int | None] = {}  # key -> the number of its last value spooled; None: removed since
     with tempfile.TemporaryFile(dir=path.parent) as spool:
-        for n, (key, value) in enumerate(entries):
-            last[key] = n
+        spooled = 0
+        for key, value in entries:
             if value is None:
-                removed.add(n)
-            spool.write(_entry(key, value or b""))
+                last[key] = None
+                continue
+            last[key] = spooled
+            spool.write(_entry(key, value))
+            spooled += 1
         spool.seek(0)
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         kept = 0
@@ -54,7 +56,7 @@ def write_kept(path: Path, entries: Iterable[tuple[bytes, bytes | None]]) -> int
             with os.fdopen(fd, "wb") as out:
                 out.write(MAGIC)
                 for n, (key, value) in enumerate(entries_of(spool)):
-                    if last[key] == n and n not in removed:
+                    if last[key] == n:
                         out.write(_entry(key, value))
                         kept += 1
             os.replace(temporary, path)
