@@ -221,7 +221,7 @@ def measure(
     engine: str = "zero-cost",
     preprocess_workers: int = 1,
     broker_kind: str = "tansu",
-    reuse: bool = True,
+    reuse: str = "on",
 ) -> dict[str, float]:
     broker = start_broker(broker_kind, work, kind)
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
@@ -242,7 +242,7 @@ def measure(
             workers.append(
                 spawn_worker(
                     "preprocess",
-                    ["preprocess"],
+                    ["preprocess", *(("--no-results-cache",) if reuse == "off" else ())],
                     bootstrap_servers=broker.bootstrap_servers,
                     namespace=NAMESPACE,
                     repository=repository,
@@ -288,7 +288,7 @@ def measure(
 
         threading.Thread(target=watch, name="stall-watch", daemon=True).start()
         try:
-            measured = [*submit, str(source), "--job-id", job, *(() if reuse else ("--no-reuse",))]
+            measured = [*submit, str(source), "--job-id", job, *(("--no-reuse",) if reuse == "no-reuse" else ())]
             submitted = timed_command(measured, env, submit_err, submit_pid)
         finally:
             done.set()
@@ -351,6 +351,12 @@ def main() -> None:
         help="submit the measured job with --no-reuse: every record computed (the short texts repeat, and a "
         "repeated text is otherwise reused from the results cache), its key computed and its result cached",
     )
+    parser.add_argument(
+        "--no-results-cache",
+        action="store_true",
+        help="run the preprocess workers with --no-results-cache: every record computed, and no key, lookup, "
+        "cache write or cache read (against --no-reuse, the cost of a miss)",
+    )
     parser.add_argument("--gpu-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     precompile(Path(__file__).resolve().parents[1])  # the commands and workers start as installed
@@ -363,7 +369,8 @@ def main() -> None:
         for kind in args.texts:
             for broker in args.broker:
                 workers = max(1, args.preprocess_workers)
-                measure(kind, args.records, repository, Path(tmp), args.engine, workers, broker, not args.no_reuse)
+                reuse = "off" if args.no_results_cache else "no-reuse" if args.no_reuse else "on"
+                measure(kind, args.records, repository, Path(tmp), args.engine, workers, broker, reuse)
     print(f"\nmachine: {machine()}")
 
 

@@ -107,6 +107,9 @@ class PreprocessSettings:
     session_timeout_s: float = 6.0
     metrics: MetricsEndpoint | None = None
     sole_consumer: bool = False  # every partition without a group join (faust_patches.py: take_every_partition)
+    # False: no results cache (docs/reuse.md): nothing looked up, no reuse keys sent on, so the GPU
+    # workers cache nothing of what this worker preprocessed, and cache.<model> is never read here
+    results_cache: bool = True
 
 
 def create_app(
@@ -138,8 +141,7 @@ def create_app(
     decode_pool = ThreadPoolExecutor(max_workers=worker.threads or usable_cpus(), thread_name_prefix="decode")
     # results reused before any CPU work: each model's cache.<model> read into a store whose
     # values spool in the worker's scratch folder (preprocess_app/reuse.py)
-    caches = CacheTails(settings, topics, datadir / "reuse")
-    reuse = ReuseLookup(caches)
+    reuse = ReuseLookup(CacheTails(settings, topics, datadir / "reuse")) if worker.results_cache else None
     texts = functools.partial(preprocess_texts, models=models, topics=topics, reuse=reuse)
     images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map, reuse=reuse)
 

@@ -64,6 +64,13 @@ def worker() -> None:
     hidden=True,  # for `nearline run`'s embedded pipeline: the one member of its group, no join
     help="Take every partition without joining the group (only for a worker that is alone).",
 )
+@click.option(
+    "--no-results-cache",
+    is_flag=True,
+    show_envvar=True,
+    help="Neither look records up in the results cache nor have their results cached: every record "
+    "is computed, whatever its job asked (docs/reuse.md).",
+)
 @metrics_option
 @cluster_options
 @repository_option
@@ -73,6 +80,7 @@ def worker_preprocess(
     max_tensor_lag: int | None,
     session_timeout: float,
     sole_consumer: bool,
+    no_results_cache: bool,
     metrics: MetricsEndpoint | None,
     bootstrap_servers: str,
     namespace: str,
@@ -89,6 +97,7 @@ def worker_preprocess(
         session_timeout_s=session_timeout,
         metrics=metrics,
         sole_consumer=sole_consumer,
+        results_cache=not no_results_cache,
     )
     # the cluster probed once its metrics port is bound
     run_worker(require_servers(bootstrap_servers, probe=False), Topics(namespace), model_repository, worker)
