@@ -17,6 +17,7 @@ warning: the cache can cost a recompute, never a wrong result.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from kafka_io.settings import KafkaSettings
 from kafka_io.topics import try_ensure_topics
 from kafka_io.topology import Topics
 from model_repository.config import ModelConfig
+from preprocess_app.cache_share import host_results, shared_name
 from reuse.fingerprint import model_fingerprint
 from reuse.keys import CacheKeys, RecordKeys
 from reuse.store import ResultStore
@@ -199,31 +201,39 @@ LOAD_WAIT_S = 60.0
 
 
 class CacheTails:
-    """open_cache for ReuseLookup in a worker: each model's ResultStore (its spool in `spool_dir`)
-    fed by a CacheTail of cache.<model> and looked up under its engine (EngineResults), one per
-    model name whatever its versions (a key names its version), waited on once until loaded. Both
-    live as long as the worker: the tails are daemon threads, and the spools go with the worker's
-    scratch folder."""
+    """open_cache for ReuseLookup in a worker: each model's results, one per model name whatever
+    its versions (a key names its version), read by one worker of the host for all of them
+    (preprocess_app/cache_share.py). The worker that reads it keeps a ResultStore (its spool in
+    `spool_dir`) fed by a CacheTail of cache.<model>, looked up under its engine (EngineResults),
+    waited on once until loaded. Both live as long as the worker: the tails are daemon threads,
+    and the spools go with the worker's scratch folder."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, spool_dir: Path) -> None:
         self._settings, self._topics, self._spool_dir = settings, topics, spool_dir
-        self._stores: dict[str, EngineResults] = {}
+        self._stores: dict[str, CachedResults] = {}
 
-    def __call__(self, config: ModelConfig) -> EngineResults:
+    def __call__(self, config: ModelConfig) -> CachedResults:
         results = self._stores.get(config.name)
         if results is None:
             self._made(config.name)
-            self._spool_dir.mkdir(parents=True, exist_ok=True)
-            store = ResultStore(self._spool_dir)
-            tail = CacheTail(self._settings, self._topics, config.name, store).start()
-            if not tail.loaded(LOAD_WAIT_S):
-                log.warning(
-                    "%s: not read to its end within %.0f s; records it holds past that are computed",
-                    tail.topic,
-                    LOAD_WAIT_S,
-                )
-            results = self._stores[config.name] = EngineResults(store, tail)
+            name = shared_name(self._settings.bootstrap_servers, self._topics.namespace, config.name)
+            read = functools.partial(self.read, config.name)
+            results = self._stores[config.name] = host_results(name, self._topics.cache(config.name), read)
         return results
+
+    def read(self, model: str) -> EngineResults:
+        """A reader of the model's cache of this worker's own, once it has read what the topic held
+        (or LOAD_WAIT_S has passed)."""
+        self._spool_dir.mkdir(parents=True, exist_ok=True)
+        store = ResultStore(self._spool_dir)
+        tail = CacheTail(self._settings, self._topics, model, store).start()
+        if not tail.loaded(LOAD_WAIT_S):
+            log.warning(
+                "%s: not read to its end within %.0f s; records it holds past that are computed",
+                tail.topic,
+                LOAD_WAIT_S,
+            )
+        return EngineResults(store, tail)
 
     def _made(self, model: str) -> None:
         """cache.<model> created where missing, so that the tail follows it from a GPU worker's
