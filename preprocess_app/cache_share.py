@@ -182,7 +182,11 @@ class HostResults:
                 conn, _ = listener.accept()
             except OSError:
                 return  # closed
-            if _peer_uid(conn) != os.getuid():
+            try:
+                theirs = _peer_uid(conn) == os.getuid()
+            except OSError:  # gone already
+                theirs = False
+            if not theirs:
                 _shut(conn)
                 continue
             threading.Thread(target=self._answer, args=(conn, own), name="cache-share-peer", daemon=True).start()
