@@ -71,6 +71,7 @@ class Summary:
     batches: int
     mean_batch_size: float
     completion_tokens: int = 0  # a generation job's: what its completions hold, instead of batches
+    reused: int = 0  # of `records`, written from the results cache: in no batch, no tokens generated
 
     @property
     def records_per_s(self) -> float:
@@ -79,7 +80,13 @@ class Summary:
     def line(self) -> str:
         dead = f", {self.dead_lettered} dead-lettered" if self.dead_lettered else ""
         head = f"{self.records} records{dead} in {self.seconds:.1f} s: {self.records_per_s:.1f} records/s, "
+        if self.reused:
+            head += f"{self.reused} reused from earlier results"
+            if self.reused == self.records:
+                return head
+            head += f", the other {self.records - self.reused}: "
         if self.completion_tokens:
             rate = self.completion_tokens / self.seconds if self.seconds > 0 else 0.0
             return head + f"{self.completion_tokens:,} tokens generated ({rate:,.1f} tokens/s)"
-        return head + f"{self.batches} batches, mean batch size {self.mean_batch_size:.1f}"
+        batches = f"{self.batches} batch" if self.batches == 1 else f"{self.batches} batches"
+        return head + f"{batches}, mean batch size {self.mean_batch_size:.1f}"

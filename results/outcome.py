@@ -43,7 +43,13 @@ class JobFold(Protocol):
         ...
 
     def completion_tokens(self) -> int:
-        """The tokens the kept results' generations produced (0 for other models)."""
+        """The tokens the kept results' generations produced (0 for other models), reused ones not
+        counted."""
+        ...
+
+    def reused_count(self) -> int:
+        """Kept results written from the results cache (docs/reuse.md), counted in done; their
+        batches are not in batch_sizes."""
         ...
 
 
@@ -79,10 +85,15 @@ class JobOutcome:
         return len(self.dead)
 
     def batch_sizes(self) -> dict[str, int]:
-        return {r.batch_id: r.batch_size for r in self.results.values()}
+        reused = self.reused
+        return {r.batch_id: r.batch_size for rid, r in self.results.items() if rid not in reused}
 
     def completion_tokens(self) -> int:
-        return sum(r.completion_tokens for r in self.results.values())
+        reused = self.reused
+        return sum(r.completion_tokens for rid, r in self.results.items() if rid not in reused)
+
+    def reused_count(self) -> int:
+        return len(self.reused)
 
     def add(self, messages: Iterable[ConsumedRecord], topics: Topics) -> int:
         """Fold consumed messages in; returns how many new records of this job they completed."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from kafka_io.reading import read_topics
-from kafka_io.records import ConsumedRecord, header_of, submission_of
+from kafka_io.records import REUSED_HEADER, ConsumedRecord, header_of, submission_of
 from kafka_io.settings import KafkaSettings
 from kafka_io.topology import Topics
 from results.kept_columns import KeptColumns
@@ -63,6 +63,7 @@ class ResultSpill:
         self.job_id, self.model_version, self.submission = job_id, model_version, submission
         self.kept = kept  # the input columns the job keeps, for its outputs
         self.results = self.dead = self.duplicates = 0
+        self.reused = 0  # results kept that were written from the results cache (docs/reuse.md)
         self.parent = Path(directory or tempfile.gettempdir())
         self.memory_bytes = memory_bytes
         self._rows: dict[str, _Row] = {}
@@ -109,6 +110,9 @@ class ResultSpill:
     def batch_sizes(self) -> dict[str, int]:
         return dict(self._batches)
 
+    def reused_count(self) -> int:
+        return self.reused
+
     def completion_tokens(self) -> int:
         return sum(self._tokens.values())
 
@@ -140,7 +144,8 @@ class ResultSpill:
         bodies = iter(read_result_bodies([msg.value for msg, _, read in ours if read]))
         for msg, submitted, read in ours:
             if msg.topic == results:
-                self._add_result(msg.value, submitted, next(bodies) if read else None, read)
+                reused = header_of(msg.headers, REUSED_HEADER) is not None
+                self._add_result(msg.value, submitted, next(bodies) if read else None, read, reused)
             elif msg.topic == dead_letters:
                 self._add_dead(msg.value)
             if self._db is not None:
@@ -166,7 +171,9 @@ class ResultSpill:
         found = self._db.execute("SELECT dead, version FROM records WHERE record_id = ?", (record_id,)).fetchone()
         return None if found is None else (found[0], found[1])
 
-    def _add_result(self, value: bytes, submitted: int | None, body: ResultBody | None, read: bool) -> None:
+    def _add_result(
+        self, value: bytes, submitted: int | None, body: ResultBody | None, read: bool, reused: bool
+    ) -> None:
         # The encoded value is kept as it came: the output is written from its bytes in chunks
         # (results/rows.py). Its leading fields and layout are read by hand (`body` when its
         # chunk's reading did, else here when `read`); the submission from the header the GPU
@@ -200,6 +207,9 @@ class ResultSpill:
         if self._db is None:
             self._keep_in_memory(record_id, (seq, 0, version, value, body))
         elif not self._keep_in_db(record_id, seq, version, value):
+            return
+        if reused:  # neither its batch nor its tokens are this job's work
+            self.reused += 1
             return
         self._batches[batch_id] = batch_size
         if body is None and fields["finish_reason"]:  # a generation's result is always decoded whole

@@ -281,7 +281,8 @@ def _not_preprocessed(settings: KafkaSettings, topics: Topics, job_id: str) -> i
 def summarize(fold: JobFold, seconds: float) -> Summary:
     sizes = fold.batch_sizes()
     mean = sum(sizes.values()) / len(sizes) if sizes else 0.0
-    return Summary(fold.done - fold.failed, fold.failed, seconds, len(sizes), mean, fold.completion_tokens())
+    records, tokens = fold.done - fold.failed, fold.completion_tokens()
+    return Summary(records, fold.failed, seconds, len(sizes), mean, tokens, fold.reused_count())
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,20 @@ def test_a_generation_job_is_summed_up_in_the_tokens_it_generated() -> None:
     assert line == "64 records, 1 dead-lettered in 8.0 s: 8.0 records/s, 2,048 tokens generated (256.0 tokens/s)"
 
 
+def test_reused_records_are_summed_up_apart_and_the_batches_are_the_computed_ones() -> None:
+    some = Summary(records=100, dead_lettered=0, seconds=2.0, batches=3, mean_batch_size=8.0, reused=76).line()
+    assert some == (
+        "100 records in 2.0 s: 50.0 records/s, 76 reused from earlier results, the other 24: 3 batches, "
+        "mean batch size 8.0"
+    )
+    every = Summary(records=100, dead_lettered=0, seconds=2.0, batches=0, mean_batch_size=0.0, reused=100).line()
+    assert every == "100 records in 2.0 s: 50.0 records/s, 100 reused from earlier results"
+    generated = Summary(
+        records=10, dead_lettered=0, seconds=2.0, batches=1, mean_batch_size=4.0, completion_tokens=64, reused=6
+    ).line()
+    assert generated.endswith("6 reused from earlier results, the other 4: 64 tokens generated (32.0 tokens/s)")
+
+
 def test_a_generation_job_s_status_counts_the_tokens_generated_so_far_beside_its_records() -> None:
     from jobs.registry import JobStatus
     from schemas.records import Job

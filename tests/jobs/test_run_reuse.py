@@ -50,11 +50,14 @@ def test_a_second_run_of_the_same_texts_reuses_the_first_runs_results(
     source.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in texts.items()))
     second, said = run(source, model_repository)
     assert "2 results kept from earlier runs" in said  # two texts: "a" and "c" are the same one
+    # the summary counts them apart, and the batches are the new text's only
+    assert "4 records in" in said and "3 reused from earlier results, the other 1: 1 batch," in said
     assert {i for i, line in second.items() if line.get("reused")} == {"a", "b", "c"}
     for i in ("a", "b", "c"):
         assert second[i]["embedding"] == first[i]["embedding"]  # the first run's bytes
 
-    third, _ = run(source, model_repository, "--no-reuse")
+    third, said = run(source, model_repository, "--no-reuse")
+    assert "reused" not in said
     assert not any(line.get("reused") for line in third.values())
     for i in texts:  # computed again, in another batch (another padded length): equal to float precision
         np.testing.assert_allclose(third[i]["embedding"], second[i]["embedding"], atol=1e-6)
