@@ -181,6 +181,14 @@ def kept_results_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
 
 
 @pytest.fixture(autouse=True)
+def subprocess_tmpdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processes a test starts make their temporary files in a folder of the test's (pytest
+    removes it with its run), not in /tmp: a `nearline run` that fails or is stopped keeps its
+    folder of logs there by design, and tests that do so on purpose had filled /tmp with them."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
+
+
+@pytest.fixture(autouse=True)
 def unit_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under `.ci/test --unit`, a unit test that starts a process fails, naming the marker it lacks."""
     if os.environ.get("NEARLINE_TEST_TIER") != "unit" or "unit" not in request.keywords:
