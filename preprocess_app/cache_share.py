@@ -98,7 +98,7 @@ class HostResults:
         return own.get_many(keys)
 
     def close(self) -> None:
-        """Stop serving and asking (the worker's end does it: a test's cache goes before its process)."""
+        """Stop serving and asking, as the worker's end does (a worker's caches live as long as it)."""
         with self._lock:
             self._hang_up()
             if self._listener is not None:
