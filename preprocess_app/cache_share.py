@@ -41,6 +41,7 @@ KEY_SIZE = 32
 NONE = 0xFFFFFFFF
 MAX_KEYS = 1 << 16  # a lookup's keys at most (a longer one is asked in parts)
 ANSWER_TIMEOUT_S = 30.0
+ACCEPT_JOIN_S = 5.0
 # the reader's first answer waits for its store to have read the cache (CacheTails' LOAD_WAIT_S)
 FIRST_ANSWER_TIMEOUT_S = 90.0
 _COUNT = struct.Struct("<I")
@@ -79,6 +80,7 @@ class HostResults:
         self._answered = False  # the reader has answered on this connection (the first may wait for its load)
         self._told: set[str] = set()
         self._peers: set[socket.socket] = set()  # the workers this one answers
+        self._accepting: threading.Thread | None = None
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         with self._lock:
@@ -102,8 +104,13 @@ class HostResults:
         with self._lock:
             self._hang_up()
             if self._listener is not None:
-                _shut(self._listener)
-            self._listener = None
+                # the accepting thread holds the socket, and so its name, until accept() returns
+                with contextlib.suppress(OSError):
+                    self._listener.shutdown(socket.SHUT_RDWR)
+                if self._accepting is not None:
+                    self._accepting.join(ACCEPT_JOIN_S)
+                self._listener.close()
+            self._listener = self._accepting = None
             for peer in list(self._peers):
                 with contextlib.suppress(OSError):
                     peer.shutdown(socket.SHUT_RDWR)  # its thread closes it
@@ -124,8 +131,7 @@ class HostResults:
         """Ask the host's reader, or become it where there is none; a reader of another user is
         not asked: this worker then reads its own."""
         try:
-            self._conn, self._answered = _connect(self._name), False
-            self._reader = self._conn.makefile("rb")
+            self._open_connection()
             log.info("%s: looked up in the host's reader of it (another preprocess worker)", self._what)
             return
         except (ConnectionRefusedError, FileNotFoundError):
@@ -138,14 +144,22 @@ class HostResults:
         try:
             listener.bind(self._name)
             listener.listen(64)
-        except OSError as exc:  # another worker bound it meanwhile (and may not listen yet)
+        except OSError as exc:  # another worker bound it meanwhile: asked, once it listens
             listener.close()
-            self._fail(f"the host's reader of it is starting ({exc}); those records are computed")
+            try:
+                self._open_connection()
+            except OSError:
+                self._fail(f"the host's reader of it is starting ({exc}); those records are computed")
             return
         own = self._read()
         self._own, self._listener = own, listener
-        threading.Thread(target=self._serve, args=(listener, own), name="cache-share", daemon=True).start()
+        self._accepting = threading.Thread(target=self._serve, args=(listener, own), name="cache-share", daemon=True)
+        self._accepting.start()
         log.info("%s: this worker reads it and answers the host's other preprocess workers", self._what)
+
+    def _open_connection(self) -> None:
+        self._conn, self._answered = _connect(self._name), False
+        self._reader = self._conn.makefile("rb")
 
     def _ask(self, keys: Sequence[bytes]) -> list[bytes | None] | None:
         """The reader's answer; None where it failed (then the connection is closed, and a reader
