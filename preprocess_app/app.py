@@ -140,7 +140,8 @@ def create_app(
     # which could deadlock): Pillow releases the GIL while it decodes and resizes.
     decode_pool = ThreadPoolExecutor(max_workers=worker.threads or usable_cpus(), thread_name_prefix="decode")
     # results reused before any CPU work: each model's cache.<model> read into a store whose
-    # values spool in the worker's scratch folder (preprocess_app/reuse.py)
+    # values spool in a scratch folder, by one preprocess worker of the host for all of them
+    # (preprocess_app/reuse.py, cache_share.py)
     reuse = ReuseLookup(CacheTails(settings, topics, datadir / "reuse")) if worker.results_cache else None
     texts = functools.partial(preprocess_texts, models=models, topics=topics, reuse=reuse)
     images = functools.partial(preprocess_images, models=models, topics=topics, map_fn=decode_pool.map, reuse=reuse)
