@@ -38,6 +38,7 @@ from typing import BinaryIO, Protocol
 log = logging.getLogger(__name__)
 
 KEY_SIZE = 32
+WIRE = 1  # raised with any change to the wire below or to the keys a reader looks up (reuse/keys.py)
 NONE = 0xFFFFFFFF
 MAX_KEYS = 1 << 16  # a lookup's keys at most (a longer one is asked in parts)
 ANSWER_TIMEOUT_S = 30.0
@@ -53,9 +54,11 @@ class Results(Protocol):
 
 
 def shared_name(cluster: str, namespace: str, model: str) -> bytes:
-    """The abstract socket name of one model's cache reader for one cluster, namespace and user."""
+    """The abstract socket name of one model's cache reader for one cluster, namespace and user, in
+    this version of the wire (WIRE): workers of two releases on one host during an upgrade, where
+    the wire or the cache keys a reader computes for its askers changed, each ask their own."""
     digest = hashlib.blake2b(f"{cluster}\0{namespace}\0{model}\0{os.getuid()}".encode(), digest_size=16)
-    return b"\0nearline-results-cache-" + digest.hexdigest().encode()
+    return f"\0nearline-results-cache-{WIRE}-".encode() + digest.hexdigest().encode()
 
 
 def host_results(name: bytes, what: str, read: Callable[[], Results]) -> Results:

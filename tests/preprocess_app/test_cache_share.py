@@ -130,3 +130,20 @@ def test_a_lookup_past_a_requests_limit_and_large_values_come_back_whole(
     a.get_many([])
     asked = [key(n) for n in range(250)]
     assert b.get_many(asked) == [values.get(k) for k in asked]
+
+
+def test_the_name_is_abstract_and_one_a_cluster_namespace_model_user_and_wire(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = cache_share.shared_name("k:9092", "ns", "minilm")
+    assert name.startswith(b"\0nearline-results-cache-1-")  # abstract: no file, gone with its process
+    others = {
+        cache_share.shared_name("k:9093", "ns", "minilm"),
+        cache_share.shared_name("k:9092", "other", "minilm"),
+        cache_share.shared_name("k:9092", "ns", "e5"),
+    }
+    uid = os.getuid()
+    monkeypatch.setattr(cache_share.os, "getuid", lambda: uid + 1)
+    others.add(cache_share.shared_name("k:9092", "ns", "minilm"))
+    monkeypatch.setattr(cache_share, "WIRE", 2)
+    monkeypatch.setattr(cache_share.os, "getuid", lambda: uid)
+    others.add(cache_share.shared_name("k:9092", "ns", "minilm"))
+    assert name not in others and len(others) == 5
