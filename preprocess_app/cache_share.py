@@ -35,9 +35,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol
 
+from reuse.index import KEY_SIZE
+
 log = logging.getLogger(__name__)
 
-KEY_SIZE = 32
 WIRE = 1  # raised with any change to the wire below or to the keys a reader looks up (reuse/keys.py)
 NONE = 0xFFFFFFFF
 MAX_KEYS = 1 << 16  # a lookup's keys at most (a longer one is asked in parts)
@@ -169,6 +170,8 @@ class HostResults:
         that answered nothing in time is replaced by one of this worker's own)."""
         conn, reader = self._conn, self._reader
         assert conn is not None and reader is not None
+        if any(len(key) != KEY_SIZE for key in keys):  # as the store refuses one: the wire has no lengths
+            raise ValueError(f"reuse keys are {KEY_SIZE} bytes each")
         answers: list[bytes | None] = []
         try:
             for start in range(0, len(keys), MAX_KEYS):

@@ -64,8 +64,11 @@ def test_the_first_worker_reads_and_answers_the_others_who_read_nothing(name: by
     assert a.get_many([key(1), key(3)]) == [b"one", None]
     assert b.get_many([key(2), key(3), key(1)]) == [b"two", None, b"one"]
     assert b.get_many([]) == []
+    with pytest.raises(ValueError, match="32 bytes"):  # as a store of its own would refuse it
+        b.get_many([key(1)[:31]])
+    assert b.get_many([key(1)]) == [b"one"]  # and the connection goes on
     assert (first.opened, second.opened) == (1, 0)
-    assert first.store.asked == 2 and a.serving and not b.serving
+    assert first.store.asked == 3 and a.serving and not b.serving
 
 
 def test_a_reader_gone_is_replaced_at_the_next_lookup_by_the_worker_that_asks(
