@@ -221,11 +221,15 @@ def test_a_cancelled_job_s_sequences_stop_at_the_next_step_and_its_records_are_c
     engine = TransformersEngine(config, GenerationSettings(max_sequences=8, kv_cache_tokens=65536, page_size=64))
     engine.warmup()
     finished: list[str] = []
+    returned: list[str] = []
     completions = engine.completions
 
     def counted(timeout_s: float) -> list[Completion]:
+        # the emit thread asks again only once it has produced what the last call returned: a
+        # completion counts as finished then, not while a cancel could still drop it unproduced
+        finished.extend(returned)
         done = completions(timeout_s)
-        finished.extend(c.key for c in done)
+        returned[:] = [c.key for c in done]
         return done
 
     engine.completions = counted  # type: ignore[method-assign]
