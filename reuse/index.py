@@ -38,6 +38,11 @@ KEY_SIZE = 32
 EMPTY, DELETED = 0, 1
 MAX_LOAD = 0.75
 MIN_CAPACITY = 16
+# A batch's probes advance together, one numpy round a step, until this few are left; those few go
+# on one by one. Linear probing near MAX_LOAD leaves a few keys 20 or 30 slots from home, so a
+# batch of a hundred took some 25 rounds of a dozen numpy calls each, 80% of a tail's put_many
+# (bench.reuse_index: the store fed in batches of 120).
+SCALAR_BELOW = 32
 # rebuild's batch: large enough that numpy's per-call cost is spread thin, small enough to stay a
 # few MB beside the table
 REPLAY_BATCH = 65_536
@@ -153,8 +158,11 @@ class ReuseIndex:
         return position if position is not None and stored_key(position) == key else None
 
     def _slot(self, prefix: int) -> int:
+        return self._slot_from(prefix, prefix & self._mask)
+
+    def _slot_from(self, prefix: int, slot: int) -> int:
+        """The slot holding `prefix`, probing from `slot` on; -1 if an empty slot comes first."""
         prefixes, mask = self.prefixes, self._mask
-        slot = prefix & mask
         while True:
             found = int(prefixes[slot])
             if found == prefix:
@@ -180,12 +188,14 @@ class ReuseIndex:
         result = np.full(len(prefixes), -1, dtype=np.int64)
         pending = np.arange(len(prefixes))
         slots = (prefixes & np.uint64(self._mask)).astype(np.int64)
-        while len(pending):
+        while len(pending) >= SCALAR_BELOW:
             held = self.prefixes[slots]
             hit = held == prefixes[pending]
             result[pending[hit]] = slots[hit]
             going = ~hit & (held != EMPTY)
             pending, slots = pending[going], (slots[going] + 1) & self._mask
+        for i, slot in zip(pending.tolist(), slots.tolist(), strict=True):
+            result[i] = self._slot_from(int(prefixes[i]), slot)
         return result
 
     def insert_many(self, prefixes: U64, partitions: I32, offsets: I64) -> None:
@@ -221,7 +231,7 @@ class ReuseIndex:
         several want one free slot the first takes it and the rest probe on."""
         pending = np.arange(len(prefixes))
         slots = (prefixes & np.uint64(self._mask)).astype(np.int64)
-        while len(pending):
+        while len(pending) >= SCALAR_BELOW:
             held = self.prefixes[slots]
             free = np.flatnonzero(held <= DELETED)
             take = np.zeros(len(pending), dtype=bool)
@@ -233,6 +243,15 @@ class ReuseIndex:
             self.offsets[at] = offsets[chosen]
             self._live += len(chosen)
             pending, slots = pending[~take], (slots[~take] + 1) & self._mask
+        table, mask = self.prefixes, self._mask
+        for i, slot in zip(pending.tolist(), slots.tolist(), strict=True):
+            while table[slot] > DELETED:
+                slot = (slot + 1) & mask
+            self._deleted -= int(table[slot] == DELETED)
+            table[slot] = prefixes[i]
+            self.partitions[slot] = partitions[i]
+            self.offsets[slot] = offsets[i]
+            self._live += 1
 
     @classmethod
     def rebuild(cls, entries: Iterable[tuple[bytes, Position | None]], expected: int = 0) -> ReuseIndex:

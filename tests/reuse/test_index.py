@@ -131,6 +131,35 @@ def test_a_replay_longer_than_one_batch_is_the_same_as_inserts_one_by_one() -> N
     assert offsets[REPLAY_BATCH + 1] == -1 and (partitions[1], offsets[1]) == (6, 1)
 
 
+def test_batches_of_every_size_into_one_long_cluster_agree_with_a_dict() -> None:
+    """Keys that all hash to three neighbouring slots make one cluster hundreds of slots long, so
+    batches of every size (above and below reuse.index.SCALAR_BELOW) probe far in both the batch's
+    numpy rounds and the one-by-one steps that finish it; tombstones leave marks to probe past and
+    to fill again. Every key is where a plain dict says, by lookup and by lookup_many."""
+    index = ReuseIndex(expected=1_000)
+    capacity = index.capacity
+    keys = [keyed(3 + i % 3 + capacity * (i + 1)) for i in range(700)]
+    expected: dict[bytes, Position] = {}
+    at, sizes, n = 0, [1, 7, 31, 32, 33, 100, 250], 0
+    while at < len(keys):
+        batch = keys[at : at + sizes[n % len(sizes)]]
+        gone = keys[max(0, at - 40) : at : 9]  # some of the last batches' keys removed in this one
+        asked = [*batch, *gone]
+        offsets = np.array([at + j for j in range(len(batch))] + [-1] * len(gone), dtype=np.int64)
+        index.insert_many(key_prefixes(asked), np.full(len(asked), n % 5, dtype=np.int32), offsets)
+        expected.update({key: Position(n % 5, at + j) for j, key in enumerate(batch)})
+        for key in gone:
+            expected.pop(key, None)
+        at, n = at + len(batch), n + 1
+    assert index.capacity == capacity and len(index) == len(expected)  # one table: the cluster stays whole
+    assert all(index.lookup(key) == expected.get(key) for key in keys)
+    partitions, offsets = index.lookup_many(key_prefixes(keys))
+    assert all(
+        (int(p), int(o)) == (expected[k] if k in expected else (-1, -1))
+        for k, p, o in zip(keys, partitions, offsets, strict=True)
+    )
+
+
 def test_lookup_many_answers_as_lookup_does() -> None:
     index = ReuseIndex()
     known = [os.urandom(32) for _ in range(300)]
