@@ -16,6 +16,12 @@ costs dominate; paragraphs: the shipped example itself), on the embedded broker:
 Prints each stage's CPU per record, its ratio to the tokenizer's, and end-to-end records/s (from
 the submit's start to the job's completion). Figures, never assertions: the machine is shared.
 
+A miss's cost: `--fresh-texts` makes every text unique to the run, so that every lookup misses;
+against the same with `--no-results-cache` (the preprocess workers' cache off: no key, lookup,
+cache write or tail), what a miss adds. On Apache Kafka (`--broker kafka`) measure 300,000
+records or more: over 30,000 the broker's JIT compiler threads are most of its CPU (its threads
+are printed), which counts compiling the code a run first meets as a cost of each record.
+
 On a GPU host (bench/gpu_check.sh): `--engine torch` runs the real torch engine in the GPU worker
 instead, and the benchmark also prints the accelerator's busy fraction over the job (the time the
 worker waited on the engine, over the submit's wall time); `--preprocess-workers N` runs N
@@ -30,6 +36,7 @@ import contextlib
 import faulthandler
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -86,6 +93,13 @@ def tokenizer_us(repository: Path, texts: list[str]) -> float:
         for encoding in tokenizer.encode_batch(texts[i : i + 64]):
             np.asarray(encoding.ids, dtype=np.uint16).tobytes()
     return (time.process_time() - started) / len(texts) * 1e6
+
+
+def fresh_texts(texts: list[str]) -> list[str]:
+    """Each text made unique, to this run too (its number and a salt of the run's appended): none
+    is in the results cache, so each record's lookup misses, as a first run's do."""
+    salt = secrets.token_hex(4)
+    return [f"{text} ({salt}-{i})" for i, text in enumerate(texts)]
 
 
 @dataclass(frozen=True)
@@ -213,16 +227,26 @@ def start_broker(which: str, work: Path, kind: str) -> EmbeddedBroker | ApacheKa
     return EmbeddedBroker.start(work / f"broker-{kind}.log")
 
 
-def measure(
-    kind: str,
-    records: int,
-    repository: Path,
-    work: Path,
-    engine: str = "zero-cost",
-    preprocess_workers: int = 1,
-    broker_kind: str = "tansu",
-    reuse: str = "on",
-) -> dict[str, float]:
+@dataclass(frozen=True)
+class Setup:
+    """What a measurement runs on: the GPU worker's engine, the preprocess workers, the broker,
+    the results cache (reuse: "on"; "no-reuse": the job submitted with --no-reuse; "off": the
+    preprocess workers run with --no-results-cache) and whether the texts are made unique."""
+
+    engine: str = "zero-cost"
+    preprocess_workers: int = 1
+    broker_kind: str = "tansu"
+    reuse: str = "on"
+    fresh: bool = False
+
+
+def measure(kind: str, records: int, repository: Path, work: Path, setup: Setup) -> dict[str, float]:
+    engine, preprocess_workers, broker_kind, reuse = (
+        setup.engine,
+        setup.preprocess_workers,
+        setup.broker_kind,
+        setup.reuse,
+    )
     broker = start_broker(broker_kind, work, kind)
     env = {**os.environ, ENV_BOOTSTRAP: broker.bootstrap_servers, ENV_NAMESPACE: NAMESPACE}
     env[ENV_MODEL_REPOSITORY] = str(repository)
@@ -265,7 +289,7 @@ def measure(
         timed_command([*submit, str(warm), "--job-id", f"warm-{kind}", "--worker-grace-s", str(WARM_UP_GRACE_S)], env)
         phase("the 50-record warm-up job done")
 
-        texts = texts_of(kind, records)
+        texts = fresh_texts(texts_of(kind, records)) if setup.fresh else texts_of(kind, records)
         source = work / f"{kind}.jsonl"
         source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
         pre = "preprocess worker" if preprocess_workers == 1 else f"{preprocess_workers} preprocess workers"
@@ -273,7 +297,7 @@ def measure(
         pre_pids = [w.process.pid for w in workers[:preprocess_workers]]
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         cpu0[pre] = sum(cpu_seconds(pid) for pid in pre_pids)
-        threads0 = {name: thread_cpu(pid) for name, pid in pids.items() if not name.startswith("broker")}
+        threads0 = {name: thread_cpu(pid) for name, pid in pids.items()}
         job = f"measured-{kind}"
         busy0 = busy_seconds(busy_path)
         done = threading.Event()
@@ -357,6 +381,12 @@ def main() -> None:
         help="run the preprocess workers with --no-results-cache: every record computed, and no key, lookup, "
         "cache write or cache read (against --no-reuse, the cost of a miss)",
     )
+    parser.add_argument(
+        "--fresh-texts",
+        action="store_true",
+        help="make every measured text unique to the run, so that every lookup misses (with the cache on: the "
+        "cost of a miss, lookup included; against the same with --no-results-cache, what a miss adds)",
+    )
     parser.add_argument("--gpu-worker", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     precompile(Path(__file__).resolve().parents[1])  # the commands and workers start as installed
@@ -368,9 +398,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nearline-system-cost-") as tmp:
         for kind in args.texts:
             for broker in args.broker:
-                workers = max(1, args.preprocess_workers)
                 reuse = "off" if args.no_results_cache else "no-reuse" if args.no_reuse else "on"
-                measure(kind, args.records, repository, Path(tmp), args.engine, workers, broker, reuse)
+                setup = Setup(args.engine, max(1, args.preprocess_workers), broker, reuse, args.fresh_texts)
+                measure(kind, args.records, repository, Path(tmp), setup)
     print(f"\nmachine: {machine()}")
 
 
