@@ -32,6 +32,13 @@ def record_of(msg: Message) -> ConsumedRecord:
     )
 
 
+def key_value(msg: Message) -> tuple[int, int, bytes | None, bytes | None]:
+    """A record's partition, offset, key and value (None: a tombstone), for a reader that needs
+    no more of it and reads many (the results cache's tail): a ConsumedRecord costs ~1 us more.
+    Only for an event whose error() is None; take() says what the others are."""
+    return msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
+
+
 def take(msg: Message, at_eof: set[TP], group: str = "") -> ConsumedRecord | None:
     """The record a consumed event carries, or None for any other event: a partition's EOF is
     added to `at_eof` (a record removes it), a fatal error raises, and so does a denied read

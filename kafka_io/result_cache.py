@@ -30,9 +30,9 @@ from typing import Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from kafka_io.clients import make_consumer
-from kafka_io.events import consume_ready, take
+from kafka_io.events import consume_ready, key_value, take
 from kafka_io.reading import READER_GROUP_PREFIX
-from kafka_io.records import RUNTIME_RECORD_KEY, TP
+from kafka_io.records import RUNTIME_RECORD_KEY
 from kafka_io.settings import KafkaSettings
 from kafka_io.topics import DEFAULT_PARTITIONS, TopicSpec, partitions_of
 from kafka_io.topology import Topics
@@ -44,6 +44,11 @@ RECHECK_S = 5.0
 METADATA_TIMEOUT_S = 5.0
 POLL_S = 0.2
 BATCH = 1000
+# Once loaded, what the tail reads goes into the store in batches of up to BATCH, at most this long
+# after its first record was read: a fetch brings 100-200 results while a job runs, and the store
+# takes a batch of 1,000 at half their cost a record (bench.reuse_index). So a result is found
+# this much later than it could be, where a job that repeats another's content starts later still.
+FOLLOW_APPLY_S = 0.1
 # Where librdkafka would move a consumer whose offset left the log (retention, a topic made again)
 # to the beginning by itself and read on, "error" makes that an event, so the store is emptied first.
 TAIL_CONSUMER: dict[str, object] = {"auto.offset.reset": "error"}
@@ -161,13 +166,23 @@ class CacheTail:
             return
         self._recovered("missing")
         consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
-        at_eof: set[TP] = set()
         ended: set[int] = set()  # partitions read to an end once since assigned: the load is done
         read: dict[int, int] = {}  # partition -> offset after the last record applied
         next_check = time.monotonic() + self._recheck_s
+        pending: list[tuple[bytes, bytes | None]] = []  # read, not yet in the store
+        due = 0.0  # when they go in, at the latest
         try:
             while not self._stop.is_set():
-                told_gone = self._apply(consume_ready(consumer, BATCH, POLL_S), at_eof, ended, read)
+                wait = min(POLL_S, max(0.0, due - time.monotonic())) if pending else POLL_S
+                held = len(pending)
+                told_gone = self._read(consume_ready(consumer, BATCH, wait), ended, read, pending)
+                if pending and not held:
+                    due = time.monotonic() + FOLLOW_APPLY_S
+                loading = not self._loaded.is_set()
+                if pending and (loading or len(pending) >= BATCH or time.monotonic() >= due):
+                    self._store.put_many(pending)
+                    self.records += len(pending)
+                    pending = []
                 if len(ended) == len(partitions):
                     self._loaded.set()
                 if told_gone or time.monotonic() >= next_check:
@@ -179,44 +194,50 @@ class CacheTail:
             except Exception as exc:  # a broken consumer: _run makes another on the next fault
                 log.debug("unassigning the cache tail's consumer: %s", exc)
 
-    def _apply(self, messages: list[Message], at_eof: set[TP], ended: set[int], read: dict[int, int]) -> bool:
-        """Put the records into the store; True if the client said the topic or a partition is
-        unknown (the metadata is asked before anything is thrown away: it may be a moment's)."""
-        entries: list[tuple[bytes, bytes | None]] = []
+    def _read(
+        self, messages: list[Message], ended: set[int], read: dict[int, int], entries: list[tuple[bytes, bytes | None]]
+    ) -> bool:
+        """Add the records' (key, value) to `entries`; True if the client said the topic or a
+        partition is unknown (the metadata is asked before anything is thrown away: it may be a
+        moment's)."""
         told_gone = False
         for msg in messages:
             err = msg.error()
-            if err is not None and err.code() in _OUT_OF_RANGE:
+            if err is None:  # a record: most events, read lean (key_value)
+                partition, offset, key, value = key_value(msg)
+                read[partition] = offset + 1
+                if key is not None and len(key) == KEY_SIZE:
+                    entries.append((key, value))
+                else:
+                    self._other(partition, offset, key, value)
+                continue
+            if err.code() in _OUT_OF_RANGE:
                 self._warn_rebuild(f"offset {msg.offset()} of partition {msg.partition()} is no longer there")
-            if err is not None and err.code() in _GONE:
+            if err.code() in _GONE:
                 told_gone = True
                 continue
-            if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                # kept apart from at_eof, which the next record empties: a topic written to all the
-                # time may never have every partition at its end at once
+            if err.code() == KafkaError._PARTITION_EOF:
+                # each partition once at its end since assigned: a topic written to all the time may
+                # never have every partition at its end at once
                 ended.add(msg.partition() or 0)
-            record = take(msg, at_eof)
-            if record is None:
-                continue
-            read[record.partition] = record.offset + 1
-            if record.key == RUNTIME_RECORD_KEY:
-                self.runtime = None if record.deleted else record.value.decode("utf-8", "replace")
-                continue
-            if record.key is None or len(record.key) != KEY_SIZE:
-                self._warn(
-                    "key",
-                    "results cache %s holds a record whose key is not a %d-byte reuse key "
-                    "(partition %d, offset %d): skipped, as are any others",
-                    self.topic,
-                    KEY_SIZE,
-                    record.partition,
-                    record.offset,
-                )
-                continue
-            entries.append((record.key, None if record.deleted else record.value))
-        self._store.put_many(entries)
-        self.records += len(entries)
+            take(msg, set())  # not a record: raises what must stop the tail, logs the rest
         return told_gone
+
+    def _other(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """A record that is not a cached result: the engine serving the model (RUNTIME_RECORD_KEY),
+        or a stranger, skipped with a warning."""
+        if key == RUNTIME_RECORD_KEY:
+            self.runtime = None if value is None else value.decode("utf-8", "replace")
+            return
+        self._warn(
+            "key",
+            "results cache %s holds a record whose key is not a %d-byte reuse key "
+            "(partition %d, offset %d): skipped, as are any others",
+            self.topic,
+            KEY_SIZE,
+            partition,
+            offset,
+        )
 
     def _check(self, consumer: Consumer, partitions: list[int], read: dict[int, int]) -> None:
         """_Rebuild when the topic is gone, has other partitions, or ends below what was read
