@@ -155,8 +155,7 @@ def test_batches_of_every_size_into_one_long_cluster_agree_with_a_dict() -> None
     assert all(index.lookup(key) == expected.get(key) for key in keys)
     partitions, offsets = index.lookup_many(key_prefixes(keys))
     assert all(
-        (int(p), int(o)) == (expected[k] if k in expected else (-1, -1))
-        for k, p, o in zip(keys, partitions, offsets, strict=True)
+        (int(p), int(o)) == expected.get(k, Position(-1, -1)) for k, p, o in zip(keys, partitions, offsets, strict=True)
     )
 
 
