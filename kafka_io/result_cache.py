@@ -3,9 +3,10 @@ and a tail that keeps a local store (reuse/store.py ResultStore) equal to what t
 the engine whose keys a lookup asks for (`runtime`: the topic's RUNTIME_RECORD_KEY record).
 
 The tail reads every partition from the beginning by assign() (no group, no commits) on a daemon
-thread of its own, then follows new records. Its faults are the cache's, never the caller's: a
-lookup that the store cannot answer is a miss, and a miss is computed. So it never raises to its
-caller and never holds the process up; `loaded(timeout_s)` is the only wait:
+thread of its own, then follows new records (into the store in batches, FOLLOW_APPLY_S behind at
+most). Its faults are the cache's, never the caller's: a lookup that the store cannot answer is a
+miss, and a miss is computed. So it never raises to its caller and never holds the process up;
+`loaded(timeout_s)` is the only wait:
 - the topic missing: a warning naming it, and a look again every `recheck_s`, so that a topic
   created later is tailed;
 - the topic deleted, or cut below what was read (retention, or deleted and made again): a warning,
@@ -46,8 +47,9 @@ POLL_S = 0.2
 BATCH = 1000
 # Once loaded, what the tail reads goes into the store in batches of up to BATCH, at most this long
 # after its first record was read: a fetch brings 100-200 results while a job runs, and the store
-# takes a batch of 1,000 at half their cost a record (bench.reuse_index). So a result is found
-# this much later than it could be, where a job that repeats another's content starts later still.
+# takes a batch of 1,000 at half their cost a record (bench.reuse_index). So a result can be found
+# up to this long after it was read: a job submitted sooner than that after another with the same
+# content computes the last of them again, as two jobs at once do.
 FOLLOW_APPLY_S = 0.1
 # Where librdkafka would move a consumer whose offset left the log (retention, a topic made again)
 # to the beginning by itself and read on, "error" makes that an event, so the store is emptied first.
